@@ -1,0 +1,1841 @@
+"""tinygrad_lite: a tape-based autograd framework in one file.
+
+NumPy on the CPU, CuPy on the GPU (optional), fused GPU kernels from kernels.cu beside this file.
+The public interface follows PyTorch's names and semantics: see README.md.
+"""
+import contextlib
+import json
+import math
+import os
+import tempfile
+import warnings
+
+import numpy as np
+
+try:
+    import cupy as cp
+    import cupyx
+    import cupyx.scipy.special
+except ImportError:
+    cp = None
+
+# ================================================================ dtype and device helpers
+
+float16, float32, float64 = np.float16, np.float32, np.float64
+uint8, int32, int64, bool_ = np.uint8, np.int32, np.int64, np.bool_
+_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+_SUPPORTED = _FLOATS + tuple(np.dtype(t) for t in (np.bool_, np.uint8, np.int8, np.int16, np.int32, np.int64))
+
+
+def _dtype(dtype):
+    """A NumPy dtype from a dtype, type or name; TypeError for anything tinygrad_lite cannot hold."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"unsupported dtype {dtype!r}") from None
+    if dt not in _SUPPORTED:
+        raise TypeError(f"unsupported dtype {dt}: use one of {', '.join(str(d) for d in _SUPPORTED)}")
+    return dt
+
+
+def cuda_is_available():
+    """CuPy importable and at least one GPU present."""
+    if cp is None:
+        return False
+    try:
+        return cp.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+def _parse_device(device):
+    """'cpu' or 'cuda:N' from None, 'cpu', 'cuda' or 'cuda:N'."""
+    if device is None or device == 'cpu':
+        return 'cpu'
+    if not isinstance(device, str) or not (device == 'cuda' or device.startswith('cuda:')):
+        raise ValueError(f"unknown device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
+    if not cuda_is_available():
+        raise RuntimeError(f"device {device!r} needs CuPy and an NVIDIA GPU: install CuPy with "
+                           "'pip install cupy-cuda12x' (or cupy-cuda13x, matching your CUDA)")
+    index = int(device[5:]) if device.startswith('cuda:') else 0
+    if not 0 <= index < cp.cuda.runtime.getDeviceCount():
+        raise RuntimeError(f"device {device!r} does not exist: {cp.cuda.runtime.getDeviceCount()} GPU(s) present")
+    return f'cuda:{index}'
+
+
+def _xp(array):
+    """The array module (NumPy or CuPy) that owns `array`."""
+    return np if cp is None or isinstance(array, (np.ndarray, np.generic)) else cp
+
+
+def _move(array, device):
+    """`array` as an array on `device` (no copy where it is already there)."""
+    if device == 'cpu':
+        return array if isinstance(array, (np.ndarray, np.generic)) else cp.asnumpy(array)
+    with cp.cuda.Device(int(device[5:])):
+        return cp.asarray(array)
+
+
+def _sum(a, axis=None, keepdims=False):
+    """Sum with float32 accumulation for float16 input; always an array."""
+    xp = _xp(a)
+    if a.dtype == np.float16:
+        return xp.asarray(a.sum(axis=axis, dtype=np.float32, keepdims=keepdims)).astype(np.float16)
+    return xp.asarray(a.sum(axis=axis, keepdims=keepdims))
+
+
+def _matmul(a, b):
+    """np.matmul; float16 on the CPU multiplies in float32 (NumPy has no float16 GEMM)."""
+    if a.dtype == np.float16 and _xp(a) is np:
+        return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(np.float16)
+    return _xp(a).matmul(a, b)
+
+
+def _unbroadcast(grad, shape):
+    """Sum `grad` down to `shape`, undoing NumPy broadcasting."""
+    if grad.shape == shape:
+        return grad
+    lead = grad.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and grad.shape[lead + i] != 1)
+    return _sum(grad, axes, keepdims=True).reshape(shape)
+
+
+def _axes(axis, ndim):
+    """A tuple of non-negative axes from None, an int or a tuple."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    for a in axes:
+        if not -max(ndim, 1) <= a < max(ndim, 1):
+            raise ValueError(f"axis {a} is out of range for a tensor of {ndim} dimension(s)")
+    return tuple(sorted(a % max(ndim, 1) for a in axes))
+
+
+def _erf(x):
+    """erf elementwise: CuPy's on the GPU; on the CPU, double precision from a positive series for
+    |x| < 3 (A&S 7.1.6: erf x = 2/sqrt(pi) e^-x^2 sum 2^n x^(2n+1) / (1*3*...*(2n+1))) and the erfc
+    continued fraction beyond (A&S 7.1.14)."""
+    if _xp(x) is not np:
+        return cupyx.scipy.special.erf(x)
+    x64 = np.asarray(x, np.float64)
+    a, out = np.abs(x64), np.empty(x64.shape)
+    near = a < 3
+    s = a[near]
+    term, total, two_s2 = s.copy(), s.copy(), 2 * s * s
+    for n in range(1, 60):
+        term = term * two_s2 / (2 * n + 1)
+        total += term
+    out[near] = 2 / math.sqrt(math.pi) * np.exp(-s * s) * total
+    b = a[~near]
+    f = b.copy()
+    for k in range(60, 0, -1):
+        f = b + (k / 2) / f
+    out[~near] = 1 - np.exp(-b * b) / (math.sqrt(math.pi) * f)
+    return (np.sign(x64) * out).astype(x.dtype)
+
+
+# ================================================================ the kernel loader
+
+_KERNEL_PATH = os.environ.get('TINYGRAD_LITE_KERNELS') or os.path.join(os.path.dirname(os.path.abspath(__file__)), 'kernels.cu')
+_C_TYPES = {np.dtype(np.float16): '__half', np.dtype(np.float32): 'float', np.dtype(np.float64): 'double'}
+# kernel name -> the template arguments it is instantiated with (C type names)
+_KERNEL_INSTANCES = {}
+_modules = {}   # GPU index -> {name expression: RawKernel}, {} when kernels.cu is missing or broken
+
+
+def _kernel_name_expressions():
+    return [f"{name}<{', '.join(args)}>" for name, instances in _KERNEL_INSTANCES.items() for args in instances]
+
+
+def _load_kernels():
+    """Compile kernels.cu once per GPU (CuPy caches the binary on disk); warn once and fall back if it fails."""
+    index = cp.cuda.runtime.getDevice()
+    if index in _modules:
+        return _modules[index]
+    _modules[index] = {}
+    try:
+        with open(_KERNEL_PATH) as f:
+            source = f.read()
+        expressions = _kernel_name_expressions()
+        module = cp.RawModule(code=source, options=('-std=c++17',), name_expressions=expressions)
+        _modules[index] = {e: module.get_function(e) for e in expressions}
+    except Exception as e:   # a missing file, a compile error: the composed CuPy paths serve instead
+        warnings.warn(f"tinygrad_lite: fused kernels unavailable ({type(e).__name__}: {str(e)[:300]}); "
+                      "using composed CuPy ops")
+    return _modules[index]
+
+
+def _kernel(name, *dtypes):
+    """The compiled kernel `name<dtypes...>`, or None where it is not available (then compose)."""
+    if any(np.dtype(d) not in _C_TYPES for d in dtypes):
+        return None
+    return _load_kernels().get(f"{name}<{', '.join(_C_TYPES[np.dtype(d)] for d in dtypes)}>")
+
+
+def fused_kernels():
+    """Names of the kernels of kernels.cu loaded on the current GPU ([] on the CPU or without kernels.cu)."""
+    if not cuda_is_available():
+        return []
+    return sorted({e.split('<')[0] for e in _load_kernels()})
+
+
+def _multiprocessors():
+    return cp.cuda.Device().attributes['MultiProcessorCount']
+
+
+# ================================================================ the autograd core
+
+class _GradMode:
+    enabled = True
+
+
+class no_grad(contextlib.ContextDecorator):
+    """Record nothing inside: `with tl.no_grad(): ...` or as a decorator."""
+    def __enter__(self):
+        self.previous, _GradMode.enabled = _GradMode.enabled, False
+
+    def __exit__(self, *exc):
+        _GradMode.enabled = self.previous
+
+
+class Function:
+    """One recorded op. `forward` maps input arrays to an output array and saves what `backward` needs;
+    `backward` maps the output's gradient to one gradient per input (None where nobody asked)."""
+    def __init__(self, inputs):
+        self.inputs = inputs
+        self.needs_grad = tuple(t.requires_grad for t in inputs)
+
+    @classmethod
+    def apply(cls, *inputs, **params):
+        device = inputs[0].device
+        for t in inputs[1:]:
+            if t.device != device:
+                raise RuntimeError(f"{cls.__name__}: expected all tensors on one device, got {device} and {t.device}")
+        ctx = cls(inputs)
+        out = ctx.forward(*[t.data for t in inputs], **params)
+        if _GradMode.enabled and any(ctx.needs_grad):
+            return Tensor._wrap(out, ctx.output_device(device), ctx)
+        return Tensor._wrap(out, ctx.output_device(device))
+
+    def output_device(self, device):
+        return device
+
+
+def _topological_order(root):
+    """Tensors needing gradients reachable from `root`, inputs before outputs; iterative, so a chain
+    of any length fits."""
+    order, visited, stack = [], set(), [(root, False)]
+    while stack:
+        t, expanded = stack.pop()
+        if expanded:
+            order.append(t)
+        elif id(t) not in visited:
+            visited.add(id(t))
+            stack.append((t, True))
+            if t._ctx is not None:
+                stack.extend((p, False) for p in t._ctx.inputs if p.requires_grad and id(p) not in visited)
+    return order
+
+
+def _backward(root, grad, retain_graph):
+    order = _topological_order(root)
+    grads, leaves = {id(root): grad}, []
+    for t in reversed(order):
+        g = grads.pop(id(t), None)
+        if g is None:
+            continue
+        ctx = t._ctx
+        if ctx is None:
+            leaves.append((t, g))
+            continue
+        if not hasattr(ctx, 'inputs'):
+            raise RuntimeError("trying to backward through the graph a second time: its saved values were "
+                               "freed by the first backward(); pass retain_graph=True to keep them")
+        in_grads = ctx.backward(g)
+        for inp, needs, ig in zip(ctx.inputs, ctx.needs_grad, in_grads if isinstance(in_grads, tuple) else (in_grads,)):
+            if needs and ig is not None:
+                grads[id(inp)] = ig if id(inp) not in grads else grads[id(inp)] + ig
+    # every gradient is computed before any leaf is touched, so a failure above changes nothing
+    for t, g in leaves:
+        g = g.astype(t.dtype, copy=False)
+        if t.grad is None:
+            t.grad = Tensor._wrap(g, t.device)
+        else:
+            t.grad.data = t.grad.data + g
+    if not retain_graph:
+        for t in order:
+            if t._ctx is not None:
+                t._ctx.__dict__.clear()
+
+
+# ================================================================ primitive ops: unary
+
+class Neg(Function):
+    def forward(self, x):
+        return -x
+
+    def backward(self, g):
+        return -g
+
+
+class Exp(Function):
+    def forward(self, x):
+        self.out = _xp(x).exp(x)
+        return self.out
+
+    def backward(self, g):
+        return g * self.out
+
+
+class Log(Function):
+    def forward(self, x):
+        self.x = x
+        return _xp(x).log(x)
+
+    def backward(self, g):
+        return g / self.x
+
+
+class Sqrt(Function):
+    def forward(self, x):
+        self.out = _xp(x).sqrt(x)
+        return self.out
+
+    def backward(self, g):
+        return g / (2 * self.out)
+
+
+class Abs(Function):
+    def forward(self, x):
+        self.x = x
+        return _xp(x).abs(x)
+
+    def backward(self, g):
+        return g * _xp(g).sign(self.x)
+
+
+class Tanh(Function):
+    def forward(self, x):
+        self.out = _xp(x).tanh(x)
+        return self.out
+
+    def backward(self, g):
+        return g * (1 - self.out * self.out)
+
+
+class Sigmoid(Function):
+    def forward(self, x):
+        xp = _xp(x)
+        self.out = (xp.tanh(x * 0.5) + 1) * 0.5   # overflow-free form of 1 / (1 + e^-x)
+        return self.out
+
+    def backward(self, g):
+        return g * self.out * (1 - self.out)
+
+
+class Clamp(Function):
+    def forward(self, x, low, high):
+        xp = _xp(x)
+        self.inside = xp.ones(x.shape, bool)
+        if low is not None:
+            self.inside &= x >= low
+        if high is not None:
+            self.inside &= x <= high
+        return xp.clip(x, low, high)
+
+    def backward(self, g):
+        return g * self.inside
+
+
+class Cast(Function):
+    def forward(self, x, dtype):
+        self.source = x.dtype
+        return x.astype(dtype)
+
+    def backward(self, g):
+        return g.astype(self.source)
+
+
+class ToDevice(Function):
+    def forward(self, x, device):
+        self.source, self.target = _device_of(x), device
+        return _move(x, device)
+
+    def output_device(self, device):
+        return self.target
+
+    def backward(self, g):
+        return _move(g, self.source)
+
+
+def _device_of(array):
+    return 'cpu' if isinstance(array, (np.ndarray, np.generic)) else f'cuda:{array.device.id}'
+
+
+# ================================================================ primitive ops: binary
+
+class Add(Function):
+    def forward(self, a, b):
+        self.shapes = a.shape, b.shape
+        return a + b
+
+    def backward(self, g):
+        return _unbroadcast(g, self.shapes[0]), _unbroadcast(g, self.shapes[1])
+
+
+class Sub(Function):
+    def forward(self, a, b):
+        self.shapes = a.shape, b.shape
+        return a - b
+
+    def backward(self, g):
+        return _unbroadcast(g, self.shapes[0]), _unbroadcast(-g, self.shapes[1])
+
+
+class Mul(Function):
+    def forward(self, a, b):
+        self.a, self.b = a, b
+        return a * b
+
+    def backward(self, g):
+        return (_unbroadcast(g * self.b, self.a.shape) if self.needs_grad[0] else None,
+                _unbroadcast(g * self.a, self.b.shape) if self.needs_grad[1] else None)
+
+
+class Div(Function):
+    def forward(self, a, b):
+        self.a, self.b = a, b
+        return a / b
+
+    def backward(self, g):
+        return (_unbroadcast(g / self.b, self.a.shape) if self.needs_grad[0] else None,
+                _unbroadcast(-g * self.a / (self.b * self.b), self.b.shape) if self.needs_grad[1] else None)
+
+
+class Pow(Function):
+    def forward(self, a, b):
+        self.a, self.b = a, b
+        self.out = a ** b
+        return self.out
+
+    def backward(self, g):
+        xp = _xp(g)
+        return (_unbroadcast(g * self.b * self.a ** (self.b - 1), self.a.shape) if self.needs_grad[0] else None,
+                _unbroadcast(g * self.out * xp.log(self.a), self.b.shape) if self.needs_grad[1] else None)
+
+
+class Maximum(Function):
+    """Elementwise max; at ties each side gets half the gradient, as in PyTorch."""
+    def forward(self, a, b):
+        self.a, self.b = a, b
+        return _xp(a).maximum(a, b)
+
+    def backward(self, g):
+        share = (self.a > self.b) + 0.5 * (self.a == self.b)
+        return _unbroadcast(g * share, self.a.shape), _unbroadcast(g * (1 - share), self.b.shape)
+
+
+class Where(Function):
+    def forward(self, a, b, condition):
+        self.condition, self.shapes = condition, (a.shape, b.shape)
+        return _xp(a).where(condition, a, b)
+
+    def backward(self, g):
+        zero = g.dtype.type(0)
+        return (_unbroadcast(_xp(g).where(self.condition, g, zero), self.shapes[0]),
+                _unbroadcast(_xp(g).where(self.condition, zero, g), self.shapes[1]))
+
+
+class MatMul(Function):
+    """np.matmul semantics: 1-D operands are promoted to matrices and the added axis dropped again."""
+    def forward(self, a, b):
+        self.a, self.b = a, b
+        return _matmul(a, b)
+
+    def backward(self, g):
+        xp = _xp(g)
+        a = self.a[None, :] if self.a.ndim == 1 else self.a
+        b = self.b[:, None] if self.b.ndim == 1 else self.b
+        if self.b.ndim == 1:
+            g = xp.expand_dims(g, -1)
+        if self.a.ndim == 1:
+            g = xp.expand_dims(g, -2)
+        da = _unbroadcast(_matmul(g, xp.swapaxes(b, -1, -2)), a.shape).reshape(self.a.shape) if self.needs_grad[0] else None
+        db = _unbroadcast(_matmul(xp.swapaxes(a, -1, -2), g), b.shape).reshape(self.b.shape) if self.needs_grad[1] else None
+        return da, db
+
+
+# ================================================================ primitive ops: reduce
+
+class Sum(Function):
+    def forward(self, x, axes, keepdim):
+        self.shape, self.axes = x.shape, axes
+        return _sum(x, axes, keepdims=keepdim)
+
+    def backward(self, g):
+        kept = tuple(1 if i in self.axes else n for i, n in enumerate(self.shape))
+        return _xp(g).broadcast_to(g.reshape(kept), self.shape)
+
+
+class Max(Function):
+    """Max over axes; ties share the gradient evenly (PyTorch's amax)."""
+    def forward(self, x, axes, keepdim):
+        if x.size == 0:
+            raise ValueError(f"max of an empty tensor of shape {x.shape}")
+        self.x, self.axes = x, axes
+        self.out = x.max(axis=axes, keepdims=True)
+        return self.out if keepdim else self.out.reshape([n for i, n in enumerate(x.shape) if i not in axes])
+
+    def backward(self, g):
+        hit = self.x == self.out
+        return hit * (g.reshape(self.out.shape) / _sum(hit.astype(g.dtype), self.axes, keepdims=True))
+
+
+# ================================================================ primitive ops: movement
+
+class Reshape(Function):
+    def forward(self, x, shape):
+        self.shape = x.shape
+        return x.reshape(shape)
+
+    def backward(self, g):
+        return g.reshape(self.shape)
+
+
+class Permute(Function):
+    def forward(self, x, dims):
+        self.dims = dims
+        return x.transpose(dims)
+
+    def backward(self, g):
+        return g.transpose(np.argsort(self.dims))
+
+
+class Expand(Function):
+    def forward(self, x, shape):
+        self.shape = x.shape
+        return _xp(x).broadcast_to(x, shape)
+
+    def backward(self, g):
+        return _unbroadcast(g, self.shape)
+
+
+def _is_basic_index(index):
+    return all(i is None or i is Ellipsis or isinstance(i, (int, np.integer, slice)) for i in index)
+
+
+class GetItem(Function):
+    """x[index]; the gradient scatter-adds back, so repeated integer indices accumulate."""
+    def forward(self, x, index):
+        self.shape, self.dtype, self.index = x.shape, x.dtype, index
+        return x[index]
+
+    def backward(self, g):
+        xp = _xp(g)
+        grad = xp.zeros(self.shape, self.dtype)
+        if _is_basic_index(self.index):
+            grad[self.index] = g
+        elif xp is np:
+            np.add.at(grad, self.index, g)
+        else:
+            cupyx.scatter_add(grad, self.index, g)
+        return grad
+
+
+class Pad(Function):
+    """Constant padding with PyTorch's order: (left, right) of the last axis, then of the one before, ..."""
+    def forward(self, x, pad, value):
+        widths = [(0, 0)] * (x.ndim - len(pad) // 2) + [tuple(pad[i:i + 2]) for i in range(len(pad) - 2, -1, -2)]
+        self.window = tuple(slice(lo, lo + n) for (lo, _), n in zip(widths, x.shape))
+        return _xp(x).pad(x, widths, constant_values=value)
+
+    def backward(self, g):
+        return g[self.window]
+
+
+class Cat(Function):
+    def forward(self, *xs, axis):
+        self.axis, self.sizes = axis, [x.shape[axis] for x in xs]
+        return _xp(xs[0]).concatenate(xs, axis=axis)
+
+    def backward(self, g):
+        edges = np.cumsum(self.sizes)[:-1].tolist()
+        return tuple(_xp(g).split(g, edges, axis=self.axis))
+
+
+class Clone(Function):
+    def forward(self, x):
+        return x.copy()
+
+    def backward(self, g):
+        return g
+
+
+# ================================================================ fused ops
+# Each op's formula is written once with xp (NumPy or CuPy); a fused kernel, where kernels.cu has
+# one for the dtype, replaces the composed GPU path.
+
+class Relu(Function):
+    def forward(self, x):
+        self.out = _xp(x).maximum(x, x.dtype.type(0))   # NaN stays NaN
+        return self.out
+
+    def backward(self, g):
+        # one select: an inactive unit gets 0 even where the incoming gradient is NaN
+        return _xp(g).where(self.out > 0, g, g.dtype.type(0))
+
+
+_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+
+
+class Gelu(Function):
+    """x * Phi(x) (approximate='none') or 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) ('tanh')."""
+    def forward(self, x, approximate):
+        self.x, self.approximate = x, approximate
+        xp = _xp(x)
+        if approximate == 'tanh':
+            self.t = xp.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))
+            return 0.5 * x * (1 + self.t)
+        self.cdf = 0.5 * (1 + _erf(x * x.dtype.type(1 / math.sqrt(2))))
+        return x * self.cdf
+
+    def backward(self, g):
+        x, xp = self.x, _xp(g)
+        if self.approximate == 'tanh':
+            inner = _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)
+            return g * (0.5 * (1 + self.t) + 0.5 * x * (1 - self.t * self.t) * inner)
+        pdf = xp.exp(-0.5 * x * x) * x.dtype.type(1 / math.sqrt(2 * math.pi))
+        return g * (self.cdf + x * pdf)
+
+
+def _log_softmax(x, axis):
+    """log_softmax computed in at least float32."""
+    xp = _xp(x)
+    z = x.astype(np.promote_types(x.dtype, np.float32)) if x.dtype == np.float16 else x
+    z = z - z.max(axis=axis, keepdims=True)
+    return z - xp.log(xp.exp(z).sum(axis=axis, keepdims=True))
+
+
+class LogSoftmax(Function):
+    def forward(self, x, axis):
+        self.axis = axis
+        self.out = _log_softmax(x, axis).astype(x.dtype)
+        return self.out
+
+    def backward(self, g):
+        xp = _xp(g)
+        return g - xp.exp(self.out) * _sum(g, self.axis, keepdims=True)
+
+
+class Softmax(Function):
+    def forward(self, x, axis):
+        self.axis = axis
+        self.out = _xp(x).exp(_log_softmax(x, axis)).astype(x.dtype)
+        return self.out
+
+    def backward(self, g):
+        return self.out * (g - _sum(g * self.out, self.axis, keepdims=True))
+
+
+class CrossEntropy(Function):
+    """Softmax cross-entropy over axis 1 with label smoothing: the target distribution is
+    (1 - s) one_hot(target) + s / C, so d loss / d logits = softmax - that distribution."""
+    def forward(self, logits, target, smoothing, reduction):
+        xp, n, classes = _xp(logits), logits.shape[0], logits.shape[1]
+        logp = _log_softmax(logits, 1)
+        self.target, self.smoothing, self.reduction, self.dtype = target, smoothing, reduction, logits.dtype
+        self.probs = xp.exp(logp)
+        picked = xp.take_along_axis(logp, target[:, None], axis=1)[:, 0]
+        loss = -(1 - smoothing) * picked - smoothing * logp.mean(axis=1)
+        if reduction == 'none':
+            return loss.astype(self.dtype)
+        return xp.asarray(loss.sum() / (n if reduction == 'mean' else 1)).astype(self.dtype)
+
+    def backward(self, g):
+        xp, n, classes = _xp(g), self.probs.shape[0], self.probs.shape[1]
+        d = self.probs - self.smoothing / classes
+        d[xp.arange(n), self.target] -= 1 - self.smoothing
+        scale = g.astype(d.dtype)[:, None] if self.reduction == 'none' else g.astype(d.dtype) / (n if self.reduction == 'mean' else 1)
+        return (d * scale).astype(self.dtype), None
+
+
+def _batch_norm_axes(ndim):
+    return (0,) + tuple(range(2, ndim))
+
+
+class BatchNorm(Function):
+    """y = (x - mean) / sqrt(var + eps) * weight + bias over every axis but 1. Training uses the batch's
+    statistics (biased variance) and updates the running ones in place (unbiased variance)."""
+    def forward(self, x, weight, bias, running_mean, running_var, training, momentum, eps):
+        xp, axes = _xp(x), _batch_norm_axes(x.ndim)
+        shape = [1] * x.ndim
+        shape[1] = x.shape[1]
+        self.training, self.weight, self.shape = training, weight, shape
+        x32 = x.astype(np.float32) if x.dtype == np.float16 else x
+        if training:
+            count = x.size // x.shape[1]
+            mean = x32.mean(axis=axes)
+            var = x32.var(axis=axes)
+            if running_mean is not None:
+                running_mean *= 1 - momentum
+                running_mean += (momentum * mean).astype(running_mean.dtype)
+                running_var *= 1 - momentum
+                running_var += (momentum * var * count / max(count - 1, 1)).astype(running_var.dtype)
+        else:
+            mean, var = running_mean.astype(x32.dtype), running_var.astype(x32.dtype)
+        self.invstd = (1 / xp.sqrt(var + eps)).reshape(shape)
+        self.xhat = (x32 - mean.reshape(shape)) * self.invstd
+        return (self.xhat * weight.reshape(shape) + bias.reshape(shape)).astype(x.dtype)
+
+    def backward(self, g):
+        axes = _batch_norm_axes(g.ndim)
+        g32 = g.astype(self.xhat.dtype)
+        dbias = g32.sum(axis=axes)
+        dweight = (g32 * self.xhat).sum(axis=axes)
+        scale = self.weight.reshape(self.shape) * self.invstd
+        if self.training:
+            count = g.size // g.shape[1]
+            dx = scale * (g32 - (dbias.reshape(self.shape) + self.xhat * dweight.reshape(self.shape)) / count)
+        else:
+            dx = scale * g32
+        return dx.astype(g.dtype), dweight.astype(self.weight.dtype), dbias.astype(self.weight.dtype)
+
+
+def _windows(x, kh, kw, stride):
+    """A (N, C, Ho, Wo, kh, kw) view of the sliding windows of x (N, C, H, W); no copy."""
+    n, c, h, w = x.shape
+    sn, sc, sh, sw = x.strides
+    shape = (n, c, (h - kh) // stride[0] + 1, (w - kw) // stride[1] + 1, kh, kw)
+    strides = (sn, sc, sh * stride[0], sw * stride[1], sh, sw)
+    return _xp(x).lib.stride_tricks.as_strided(x, shape, strides)
+
+
+def _col2im(dwindows, shape, stride):
+    """Adjoint of _windows: sum (N, C, Ho, Wo, kh, kw) window gradients into an (N, C, H, W) array, one
+    strided add per kernel offset."""
+    xp = _xp(dwindows)
+    out = xp.zeros(shape, dwindows.dtype)
+    ho, wo, kh, kw = dwindows.shape[2:]
+    for i in range(kh):
+        for j in range(kw):
+            out[:, :, i:i + stride[0] * ho:stride[0], j:j + stride[1] * wo:stride[1]] += dwindows[:, :, :, :, i, j]
+    return out
+
+
+class Convolution(Function):
+    """Cross-correlation as one matrix product over the unfolded input (im2col)."""
+    def forward(self, x, weight, bias=None, *, stride, padding):
+        xp = _xp(x)
+        self.stride, self.padding, self.weight = stride, padding, weight
+        self.padded = xp.pad(x, ((0, 0), (0, 0), (padding[0],) * 2, (padding[1],) * 2)) if any(padding) else x
+        cout, cin, kh, kw = weight.shape
+        win = _windows(self.padded, kh, kw, stride)                     # N, C, Ho, Wo, kh, kw
+        n, _, ho, wo = win.shape[:4]
+        cols = win.transpose(0, 2, 3, 1, 4, 5).reshape(n * ho * wo, cin * kh * kw)
+        y = _matmul(cols, weight.reshape(cout, -1).T).reshape(n, ho, wo, cout)
+        if bias is not None:
+            y = y + bias
+        return xp.ascontiguousarray(y.transpose(0, 3, 1, 2))
+
+    def backward(self, g):
+        xp = _xp(g)
+        cout, cin, kh, kw = self.weight.shape
+        n, _, ho, wo = g.shape
+        g2 = g.transpose(0, 2, 3, 1).reshape(-1, cout)
+        dx = dw = db = None
+        if self.needs_grad[0]:
+            dcols = _matmul(g2, self.weight.reshape(cout, -1)).reshape(n, ho, wo, cin, kh, kw)
+            dx = _col2im(dcols.transpose(0, 3, 1, 2, 4, 5), self.padded.shape, self.stride)
+            ph, pw = self.padding
+            dx = dx[:, :, ph:dx.shape[2] - ph, pw:dx.shape[3] - pw]
+        if self.needs_grad[1]:
+            cols = _windows(self.padded, kh, kw, self.stride).transpose(0, 2, 3, 1, 4, 5).reshape(n * ho * wo, -1)
+            dw = _matmul(g2.T, cols).reshape(self.weight.shape)
+        if len(self.needs_grad) > 2 and self.needs_grad[2]:
+            db = _sum(g, (0, 2, 3))
+        return dx, dw, db
+
+
+class MaxPool(Function):
+    def forward(self, x, kernel, stride):
+        xp = _xp(x)
+        win = _windows(x, kernel[0], kernel[1], stride)
+        flat = win.reshape(win.shape[:4] + (-1,))
+        self.shape, self.kernel, self.stride = x.shape, kernel, stride
+        self.argmax = flat.argmax(axis=-1)
+        return xp.take_along_axis(flat, self.argmax[..., None], axis=-1)[..., 0]
+
+    def backward(self, g):
+        xp = _xp(g)
+        hit = xp.arange(self.kernel[0] * self.kernel[1]) == self.argmax[..., None]
+        dwin = (hit * g[..., None]).reshape(g.shape + self.kernel)
+        return _col2im(dwin, self.shape, self.stride)
+
+
+class AvgPool(Function):
+    def forward(self, x, kernel, stride):
+        self.shape, self.kernel, self.stride = x.shape, kernel, stride
+        win = _windows(x, kernel[0], kernel[1], stride)
+        return (_sum(win, (4, 5)) / (kernel[0] * kernel[1])).astype(x.dtype)
+
+    def backward(self, g):
+        xp = _xp(g)
+        share = g / g.dtype.type(self.kernel[0] * self.kernel[1])
+        return _col2im(xp.broadcast_to(share[..., None, None], g.shape + self.kernel), self.shape, self.stride)
+
+
+# ================================================================ the Tensor
+
+def _pair(v):
+    return (int(v), int(v)) if isinstance(v, (int, np.integer)) else tuple(int(i) for i in v)
+
+
+class Tensor:
+    """An array (NumPy or CuPy) with the gradient machinery: see API.md."""
+    __array_ufunc__ = None   # NumPy defers to Tensor's reflected operators
+
+    def __init__(self, data, requires_grad=False, device=None, dtype=None):
+        if isinstance(data, Tensor):
+            array = data.data.copy()
+        elif isinstance(data, (np.ndarray, np.generic)) or (cp is not None and isinstance(data, cp.ndarray)):
+            array = data
+        else:
+            array = np.array(data)
+            if array.dtype == np.float64:
+                array = array.astype(np.float32)   # Python floats become float32, as in PyTorch
+            if array.dtype.kind in 'iu':
+                array = array.astype(np.int64)
+        array = array if dtype is None else array.astype(_dtype(dtype), copy=False)
+        _dtype(array.dtype)
+        if device is None:
+            device = _device_of(array)
+        self.data = _move(array, _parse_device(device))
+        self.device = _device_of(self.data)
+        self.grad, self._ctx, self._requires_grad = None, None, False
+        self.requires_grad = requires_grad
+
+    @classmethod
+    def _wrap(cls, array, device, ctx=None):
+        t = cls.__new__(cls)
+        t.data, t.device, t.grad, t._ctx, t._requires_grad = array, device, None, ctx, ctx is not None
+        return t
+
+    # ---- attributes
+    @property
+    def requires_grad(self):
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, flag):
+        if flag and self.dtype not in _FLOATS:
+            raise TypeError(f"only floating-point tensors can require gradients, not {self.dtype}")
+        if not flag and self._ctx is not None:
+            raise RuntimeError("requires_grad can only be switched off on leaf tensors: use .detach()")
+        self._requires_grad = bool(flag)
+
+    def requires_grad_(self, flag=True):
+        self.requires_grad = flag
+        return self
+
+    shape = property(lambda self: tuple(self.data.shape))
+    ndim = property(lambda self: self.data.ndim)
+    dtype = property(lambda self: self.data.dtype)
+    is_leaf = property(lambda self: self._ctx is None)
+    T = property(lambda self: self.permute(*reversed(range(self.ndim))))
+
+    def numel(self):
+        return int(self.data.size)
+
+    def size(self, axis=None):
+        return self.shape if axis is None else self.shape[axis]
+
+    def dim(self):
+        return self.ndim
+
+    def __len__(self):
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __repr__(self):
+        grad = ', requires_grad=True' if self.requires_grad else ''
+        return f"tensor({self.numpy()!r}, device='{self.device}'{grad})"
+
+    # ---- conversion
+    def numpy(self):
+        return self.data if self.device == 'cpu' else cp.asnumpy(self.data)
+
+    def item(self):
+        if self.numel() != 1:
+            raise RuntimeError(f"a tensor with {self.numel()} elements cannot be converted to a Python number")
+        return self.numpy().item()
+
+    def tolist(self):
+        return self.numpy().tolist()
+
+    def to(self, *args, device=None, dtype=None):
+        for a in args:
+            if isinstance(a, str) and (a == 'cpu' or a.startswith('cuda')):
+                device = a
+            else:
+                dtype = a
+        out = self
+        if dtype is not None and _dtype(dtype) != self.dtype:
+            out = Cast.apply(out, dtype=_dtype(dtype))
+        if device is not None and _parse_device(device) != self.device:
+            out = ToDevice.apply(out, device=_parse_device(device))
+        return out
+
+    def cuda(self, device=None):
+        return self.to('cuda' if device is None else f'cuda:{device}')
+
+    def cpu(self):
+        return self.to('cpu')
+
+    half = lambda self: self.to(np.float16)
+    float = lambda self: self.to(np.float32)
+    double = lambda self: self.to(np.float64)
+
+    def detach(self):
+        return Tensor._wrap(self.data, self.device)
+
+    def clone(self):
+        return Clone.apply(self)
+
+    # ---- autograd
+    def backward(self, grad=None, retain_graph=False):
+        if not self.requires_grad:
+            raise RuntimeError("backward() on a tensor that does not require grad and has no grad_fn")
+        if grad is None:
+            if self.numel() != 1:
+                raise RuntimeError(f"backward() without a gradient needs a one-element tensor; this one has shape "
+                                   f"{self.shape}: pass grad= of the same shape")
+            grad = _xp(self.data).ones(self.shape, self.dtype)
+        else:
+            grad = grad if isinstance(grad, Tensor) else Tensor(grad, device=self.device)
+            if grad.shape != self.shape:
+                raise ValueError(f"backward(): grad of shape {grad.shape} for a tensor of shape {self.shape}")
+            if grad.device != self.device:
+                raise RuntimeError(f"backward(): grad on {grad.device} for a tensor on {self.device}")
+            grad = grad.data.astype(self.dtype, copy=False)
+        _backward(self, grad, retain_graph)
+
+    def zero_(self):
+        self.data[...] = 0
+        return self
+
+    # ---- operand plumbing
+    def _operand(self, other):
+        """`other` as a tensor on this device; Python numbers take this tensor's dtype (float32 if a
+        float meets an integer tensor), as in PyTorch."""
+        if isinstance(other, Tensor):
+            return other
+        if isinstance(other, (bool, int, float, np.generic)):
+            kind = 'f' if isinstance(other, (float, np.floating)) else 'i'
+            dtype = self.dtype if self.dtype.kind == 'f' or kind == 'i' else np.dtype(np.float32)
+            return Tensor._wrap(dtype.type(other), self.device)
+        return Tensor(other, device=self.device)
+
+    def _binary(self, fn, other, reflected=False):
+        other = self._operand(other)
+        a, b = (other, self) if reflected else (self, other)
+        if a.dtype != b.dtype:
+            if (a.dtype.kind == 'f') != (b.dtype.kind == 'f'):
+                common = a.dtype if a.dtype.kind == 'f' else b.dtype
+            else:
+                common = np.promote_types(a.dtype, b.dtype)
+            a, b = a.to(common), b.to(common)
+        try:
+            np.broadcast_shapes(a.shape, b.shape)
+        except ValueError:
+            raise ValueError(f"{fn.__name__}: shapes {a.shape} and {b.shape} cannot be broadcast together") from None
+        return fn.apply(a, b)
+
+    __add__ = lambda self, o: self._binary(Add, o)
+    __radd__ = lambda self, o: self._binary(Add, o, True)
+    __sub__ = lambda self, o: self._binary(Sub, o)
+    __rsub__ = lambda self, o: self._binary(Sub, o, True)
+    __mul__ = lambda self, o: self._binary(Mul, o)
+    __rmul__ = lambda self, o: self._binary(Mul, o, True)
+    __truediv__ = lambda self, o: self._binary(Div, o)
+    __rtruediv__ = lambda self, o: self._binary(Div, o, True)
+    __pow__ = lambda self, o: self._binary(Pow, o)
+    __rpow__ = lambda self, o: self._binary(Pow, o, True)
+    __neg__ = lambda self: Neg.apply(self)
+
+    def __matmul__(self, other):
+        other = self._operand(other)
+        if self.ndim == 0 or other.ndim == 0:
+            raise ValueError(f"matmul: both operands need at least one dimension, got shapes {self.shape} and {other.shape}")
+        inner_a, inner_b = self.shape[-1], other.shape[-2] if other.ndim > 1 else other.shape[0]
+        try:
+            np.broadcast_shapes(self.shape[:-2], other.shape[:-2])
+        except ValueError:
+            inner_b = None
+        if inner_a != inner_b:
+            raise ValueError(f"matmul: shapes {self.shape} and {other.shape} do not match")
+        if self.dtype != other.dtype:
+            raise TypeError(f"matmul: dtypes {self.dtype} and {other.dtype} differ")
+        return MatMul.apply(self, other)
+
+    __rmatmul__ = lambda self, o: self._operand(o).__matmul__(self)
+    matmul = __matmul__
+
+    def _inplace(self, fn, other):
+        if self.requires_grad and _GradMode.enabled:
+            raise RuntimeError("in-place operation on a tensor that requires grad: wrap it in tl.no_grad()")
+        other = self._operand(other)
+        if other.device != self.device:
+            raise RuntimeError(f"in-place op: tensors on {self.device} and {other.device}")
+        if np.broadcast_shapes(self.shape, other.shape) != self.shape:
+            raise ValueError(f"in-place op: shape {other.shape} cannot update a tensor of shape {self.shape}")
+        fn(self.data, other.data.astype(self.dtype, copy=False), out=self.data)
+        return self
+
+    __iadd__ = lambda self, o: self._inplace(lambda a, b, out: _xp(a).add(a, b, out=out), o)
+    __isub__ = lambda self, o: self._inplace(lambda a, b, out: _xp(a).subtract(a, b, out=out), o)
+    __imul__ = lambda self, o: self._inplace(lambda a, b, out: _xp(a).multiply(a, b, out=out), o)
+    __itruediv__ = lambda self, o: self._inplace(lambda a, b, out: _xp(a).divide(a, b, out=out), o)
+
+    def _compare(self, op, other):
+        other = self._operand(other)
+        if other.device != self.device:
+            raise RuntimeError(f"comparison of tensors on {self.device} and {other.device}")
+        return Tensor._wrap(op(self.data, other.data), self.device)
+
+    __gt__ = lambda self, o: self._compare(lambda a, b: a > b, o)
+    __ge__ = lambda self, o: self._compare(lambda a, b: a >= b, o)
+    __lt__ = lambda self, o: self._compare(lambda a, b: a < b, o)
+    __le__ = lambda self, o: self._compare(lambda a, b: a <= b, o)
+    __eq__ = lambda self, o: self._compare(lambda a, b: a == b, o)
+    __ne__ = lambda self, o: self._compare(lambda a, b: a != b, o)
+    __hash__ = object.__hash__
+
+    # ---- elementwise
+    exp = lambda self: Exp.apply(self)
+    log = lambda self: Log.apply(self)
+    sqrt = lambda self: Sqrt.apply(self)
+    abs = lambda self: Abs.apply(self)
+    tanh = lambda self: Tanh.apply(self)
+    sigmoid = lambda self: Sigmoid.apply(self)
+    relu = lambda self: Relu.apply(self)
+
+    def gelu(self, approximate='none'):
+        if approximate not in ('none', 'tanh'):
+            raise ValueError(f"gelu: approximate must be 'none' or 'tanh', not {approximate!r}")
+        return Gelu.apply(self, approximate=approximate)
+
+    def clamp(self, min=None, max=None):
+        return Clamp.apply(self, low=min, high=max)
+
+    def maximum(self, other):
+        return self._binary(Maximum, other)
+
+    def minimum(self, other):
+        return -((-self).maximum(-self._operand(other)))
+
+    # ---- reductions
+    def sum(self, axis=None, keepdim=False):
+        return Sum.apply(self, axes=_axes(axis, self.ndim), keepdim=keepdim)
+
+    def mean(self, axis=None, keepdim=False):
+        axes = _axes(axis, self.ndim)
+        return self.sum(axes, keepdim) / max(int(np.prod([self.shape[a] for a in axes])), 1)
+
+    def max(self, axis=None, keepdim=False):
+        return Max.apply(self, axes=_axes(axis, self.ndim), keepdim=keepdim)
+
+    def min(self, axis=None, keepdim=False):
+        return -((-self).max(axis, keepdim))
+
+    def var(self, axis=None, keepdim=False, correction=1):
+        axes = _axes(axis, self.ndim)
+        count = int(np.prod([self.shape[a] for a in axes]))
+        centred = self - self.mean(axes, keepdim=True)
+        return (centred * centred).sum(axes, keepdim) / max(count - correction, 0)
+
+    def argmax(self, axis=None):
+        index = self.data.argmax() if axis is None else self.data.argmax(axis=axis)
+        return Tensor._wrap(_xp(self.data).asarray(index).astype(np.int64), self.device)
+
+    def softmax(self, axis=-1):
+        return Softmax.apply(self, axis=_axes(axis, self.ndim)[0])
+
+    def log_softmax(self, axis=-1):
+        return LogSoftmax.apply(self, axis=_axes(axis, self.ndim)[0])
+
+    # ---- shape
+    def reshape(self, *shape):
+        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        known = int(np.prod([n for n in shape if n != -1]))
+        if shape.count(-1) > 1 or (-1 in shape and (known == 0 or self.numel() % known)) or \
+                (-1 not in shape and known != self.numel()):
+            raise ValueError(f"reshape: cannot view a tensor of shape {self.shape} as {shape}")
+        return Reshape.apply(self, shape=shape)
+
+    view = reshape
+
+    def flatten(self, start_dim=0, end_dim=-1):
+        if self.ndim == 0:
+            return self.reshape(1)
+        start, end = start_dim % self.ndim, end_dim % self.ndim
+        return self.reshape(self.shape[:start] + (-1,) + self.shape[end + 1:])
+
+    def permute(self, *dims):
+        dims = tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
+        if sorted(d % max(self.ndim, 1) for d in dims) != list(range(self.ndim)):
+            raise ValueError(f"permute: {dims} is not a permutation of the axes of a tensor of shape {self.shape}")
+        return Permute.apply(self, dims=tuple(d % self.ndim for d in dims))
+
+    def transpose(self, a, b):
+        dims = list(range(self.ndim))
+        dims[a], dims[b] = dims[b], dims[a]
+        return self.permute(*dims)
+
+    def unsqueeze(self, axis):
+        axis = axis % (self.ndim + 1)
+        return self.reshape(self.shape[:axis] + (1,) + self.shape[axis:])
+
+    def squeeze(self, axis=None):
+        axes = _axes(axis, self.ndim) if axis is not None else range(self.ndim)
+        return self.reshape(tuple(n for i, n in enumerate(self.shape) if not (i in axes and n == 1)))
+
+    def expand(self, *shape):
+        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        lead = len(shape) - self.ndim
+        target = tuple(self.shape[i - lead] if n == -1 else n for i, n in enumerate(shape))
+        if lead < 0 or any(s not in (1, t) for s, t in zip(self.shape, target[lead:])):
+            raise ValueError(f"expand: a tensor of shape {self.shape} cannot expand to {shape}")
+        return Expand.apply(self, shape=target)
+
+    def pad(self, pad, value=0.0):
+        if len(pad) % 2 or len(pad) // 2 > self.ndim or any(p < 0 for p in pad):
+            raise ValueError(f"pad: {tuple(pad)} must hold non-negative (left, right) pairs for at most "
+                             f"{self.ndim} axes of shape {self.shape}")
+        return Pad.apply(self, pad=tuple(int(p) for p in pad), value=value)
+
+    def __getitem__(self, index):
+        index = index if isinstance(index, tuple) else (index,)
+        converted = []
+        for i in index:
+            if isinstance(i, Tensor):
+                if i.device != self.device:
+                    raise RuntimeError(f"indexing a tensor on {self.device} with one on {i.device}")
+                i = i.data
+            elif isinstance(i, list):
+                i = _xp(self.data).asarray(i)
+            elif isinstance(i, np.ndarray) and self.device != 'cpu':
+                i = _move(i, self.device)
+            converted.append(i)
+        index = tuple(converted)
+        try:
+            self.data[index]   # a view: checks the index without copying
+        except IndexError as e:
+            raise IndexError(f"index {index} is invalid for a tensor of shape {self.shape}: {e}") from None
+        return GetItem.apply(self, index=index)
+
+    def __setitem__(self, index, value):
+        if self.requires_grad and _GradMode.enabled:
+            raise RuntimeError("item assignment on a tensor that requires grad: wrap it in tl.no_grad()")
+        value = self._operand(value)
+        index = index.data if isinstance(index, Tensor) else index
+        self.data[index] = value.data.astype(self.dtype, copy=False)
+
+
+# ================================================================ functions
+
+def tensor(data, requires_grad=False, device=None, dtype=None):
+    return Tensor(data, requires_grad=requires_grad, device=device, dtype=dtype)
+
+
+def _factory(make, shape, device, dtype, requires_grad):
+    shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+    device = _parse_device(device)
+    xp = np if device == 'cpu' else cp
+    if device == 'cpu':
+        array = make(xp, shape, _dtype(dtype or np.float32))
+    else:
+        with cp.cuda.Device(int(device[5:])):
+            array = make(xp, shape, _dtype(dtype or np.float32))
+    return Tensor(array, requires_grad=requires_grad)
+
+
+def zeros(*shape, device=None, dtype=None, requires_grad=False):
+    return _factory(lambda xp, s, d: xp.zeros(s, d), shape, device, dtype, requires_grad)
+
+
+def ones(*shape, device=None, dtype=None, requires_grad=False):
+    return _factory(lambda xp, s, d: xp.ones(s, d), shape, device, dtype, requires_grad)
+
+
+def full(shape, fill_value, device=None, dtype=None, requires_grad=False):
+    return _factory(lambda xp, s, d: xp.full(s, fill_value, d), (shape,), device, dtype, requires_grad)
+
+
+def randn(*shape, device=None, dtype=None, requires_grad=False):
+    return _factory(lambda xp, s, d: xp.random.standard_normal(s).astype(d), shape, device, dtype, requires_grad)
+
+
+def rand(*shape, device=None, dtype=None, requires_grad=False):
+    return _factory(lambda xp, s, d: xp.random.random(s).astype(d), shape, device, dtype, requires_grad)
+
+
+def zeros_like(t, device=None, dtype=None, requires_grad=False):
+    return zeros(*t.shape, device=device or t.device, dtype=dtype or t.dtype, requires_grad=requires_grad)
+
+
+def ones_like(t, device=None, dtype=None, requires_grad=False):
+    return ones(*t.shape, device=device or t.device, dtype=dtype or t.dtype, requires_grad=requires_grad)
+
+
+def arange(start, end=None, step=1, device=None, dtype=None, requires_grad=False):
+    start, end = (0, start) if end is None else (start, end)
+    integral = all(isinstance(v, (int, np.integer)) for v in (start, end, step))
+    dtype = dtype or (np.int64 if integral else np.float32)
+    return _factory(lambda xp, s, d: xp.arange(start, end, step).astype(d), ((),), device, dtype, requires_grad)
+
+
+def manual_seed(seed):
+    """Seed NumPy's global generator and, where present, CuPy's."""
+    np.random.seed(seed)
+    if cuda_is_available():
+        cp.random.seed(seed)
+
+
+def _same_device(tensors, what):
+    devices = {t.device for t in tensors}
+    if len(devices) > 1:
+        raise RuntimeError(f"{what}: expected all tensors on one device, got {', '.join(sorted(devices))}")
+
+
+def cat(tensors, axis=0):
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("cat: needs at least one tensor")
+    _same_device(tensors, 'cat')
+    axis = _axes(axis, tensors[0].ndim)[0]
+    for t in tensors[1:]:
+        if t.ndim != tensors[0].ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, tensors[0].shape)) if i != axis):
+            raise ValueError(f"cat: shapes {tensors[0].shape} and {t.shape} differ outside axis {axis}")
+    common = np.result_type(*[t.dtype for t in tensors])
+    return Cat.apply(*[t.to(common) for t in tensors], axis=axis)
+
+
+def stack(tensors, axis=0):
+    tensors = list(tensors)
+    for t in tensors[1:]:
+        if t.shape != tensors[0].shape:
+            raise ValueError(f"stack: shapes {tensors[0].shape} and {t.shape} differ")
+    axis = axis % (tensors[0].ndim + 1) if tensors else axis
+    return cat([t.unsqueeze(axis) for t in tensors], axis)
+
+
+def where(condition, a, b):
+    condition = condition if isinstance(condition, Tensor) else Tensor(condition)
+    if not isinstance(a, Tensor):
+        a = b._operand(a) if isinstance(b, Tensor) else Tensor(a, device=condition.device)
+    b = a._operand(b)
+    if a.dtype != b.dtype:
+        common = np.result_type(a.dtype, b.dtype)
+        a, b = a.to(common), b.to(common)
+    _same_device([condition, a, b], 'where')
+    return Where.apply(a, b, condition=condition.data.astype(bool))
+
+
+relu = lambda x: x.relu()
+sigmoid = lambda x: x.sigmoid()
+tanh = lambda x: x.tanh()
+gelu = lambda x, approximate='none': x.gelu(approximate)
+softmax = lambda x, axis=-1: x.softmax(axis)
+log_softmax = lambda x, axis=-1: x.log_softmax(axis)
+maximum = lambda a, b: a.maximum(b)
+minimum = lambda a, b: a.minimum(b)
+pad = lambda x, pad, value=0.0: x.pad(pad, value)
+
+
+def linear(x, weight, bias=None):
+    if x.shape[-1] != weight.shape[-1]:
+        raise ValueError(f"linear: input of shape {x.shape} does not match weight of shape {weight.shape}")
+    y = x @ weight.T
+    return y if bias is None else y + bias
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0):
+    if x.ndim != 4 or weight.ndim != 4 or x.shape[1] != weight.shape[1]:
+        raise ValueError(f"conv2d: input {x.shape} (N, C, H, W) and weight {weight.shape} (C_out, C_in, kh, kw) "
+                         "do not match")
+    stride, padding = _pair(stride), _pair(padding)
+    if x.shape[2] + 2 * padding[0] < weight.shape[2] or x.shape[3] + 2 * padding[1] < weight.shape[3]:
+        raise ValueError(f"conv2d: kernel {weight.shape[2:]} is larger than the padded input {x.shape[2:]}")
+    if bias is not None and bias.shape != (weight.shape[0],):
+        raise ValueError(f"conv2d: bias of shape {bias.shape} for {weight.shape[0]} output channels")
+    if x.dtype != weight.dtype:
+        raise TypeError(f"conv2d: input dtype {x.dtype} and weight dtype {weight.dtype} differ")
+    inputs = (x, weight) if bias is None else (x, weight, bias)
+    return Convolution.apply(*inputs, stride=stride, padding=padding)
+
+
+def _pool(fn, x, kernel_size, stride):
+    kernel = _pair(kernel_size)
+    stride = kernel if stride is None else _pair(stride)
+    if x.ndim != 4 or x.shape[2] < kernel[0] or x.shape[3] < kernel[1]:
+        raise ValueError(f"{fn.__name__}: input of shape {x.shape} (N, C, H, W) is smaller than kernel {kernel}")
+    return fn.apply(x, kernel=kernel, stride=stride)
+
+
+max_pool2d = lambda x, kernel_size, stride=None: _pool(MaxPool, x, kernel_size, stride)
+avg_pool2d = lambda x, kernel_size, stride=None: _pool(AvgPool, x, kernel_size, stride)
+
+
+def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
+    channels = x.shape[1] if x.ndim >= 2 else None
+    for name, t in (('running_mean', running_mean), ('running_var', running_var), ('weight', weight), ('bias', bias)):
+        if t is not None and t.shape != (channels,):
+            raise ValueError(f"batch_norm: {name} of shape {t.shape} for input of shape {x.shape}")
+    if not training and running_mean is None:
+        raise ValueError("batch_norm: evaluation mode needs running_mean and running_var")
+    if training and x.numel() // channels < 2:
+        raise ValueError(f"batch_norm: training needs more than one value per channel, got input of shape {x.shape}")
+    dtype = np.float32 if x.dtype == np.float16 else x.dtype
+    weight = weight if weight is not None else ones(channels, device=x.device, dtype=dtype)
+    bias = bias if bias is not None else zeros(channels, device=x.device, dtype=dtype)
+    _same_device([t for t in (x, weight, bias, running_mean, running_var) if t is not None], 'batch_norm')
+    stat = lambda t: None if t is None else t.data
+    return BatchNorm.apply(x, weight, bias, running_mean=stat(running_mean), running_var=stat(running_var),
+                           training=training, momentum=momentum, eps=eps)
+
+
+def cross_entropy(logits, target, label_smoothing=0.0, reduction='mean'):
+    if reduction not in ('mean', 'sum', 'none'):
+        raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
+    target = target if isinstance(target, Tensor) else Tensor(np.asarray(target), device=logits.device)
+    if logits.ndim != 2 or target.shape != logits.shape[:1]:
+        raise ValueError(f"cross_entropy: logits of shape {logits.shape} (N, C) need targets of shape "
+                         f"({logits.shape[0] if logits.ndim else '?'},), got {target.shape}")
+    if target.dtype.kind not in 'iu':
+        raise TypeError(f"cross_entropy: targets must be integer class indices, not {target.dtype}")
+    _same_device([logits, target], 'cross_entropy')
+    if target.numel() and (int(target.data.min()) < 0 or int(target.data.max()) >= logits.shape[1]):
+        raise ValueError(f"cross_entropy: targets must lie in [0, {logits.shape[1]})")
+    return CrossEntropy.apply(logits, target=target.data.astype(np.int64), smoothing=float(label_smoothing),
+                              reduction=reduction)
+
+
+def mse_loss(input, target, reduction='mean'):
+    if input.shape != target.shape:
+        raise ValueError(f"mse_loss: input of shape {input.shape} and target of shape {target.shape} differ")
+    diff = input - target
+    loss = diff * diff
+    return loss.mean() if reduction == 'mean' else loss.sum() if reduction == 'sum' else loss
+
+
+def dropout(x, p=0.5, training=True):
+    if not 0 <= p <= 1:
+        raise ValueError(f"dropout: probability must lie in [0, 1], got {p}")
+    if not training or p == 0:
+        return x
+    xp = _xp(x.data)
+    keep = (xp.random.random(x.shape) >= p).astype(x.dtype)
+    return x * Tensor._wrap(keep / x.dtype.type(1 - p) if p < 1 else keep, x.device)
+
+
+def _gru_cell(x_gates, h, weight_hh, bias_hh):
+    """One GRU step from the input's gate pre-activations x_gates = x W_ih^T + b_ih, gates in the order r, z, n."""
+    size = h.shape[-1]
+    h_gates = linear(h, weight_hh, bias_hh)
+    r = (x_gates[..., :size] + h_gates[..., :size]).sigmoid()
+    z = (x_gates[..., size:2 * size] + h_gates[..., size:2 * size]).sigmoid()
+    n = (x_gates[..., 2 * size:] + r * h_gates[..., 2 * size:]).tanh()
+    return (1 - z) * n + z * h
+
+
+# ================================================================ modules
+
+class Parameter(Tensor):
+    """A tensor that modules register as a parameter (requires_grad=True)."""
+    def __init__(self, data, requires_grad=True):
+        super().__init__(data.data if isinstance(data, Tensor) else data, requires_grad=requires_grad)
+
+
+class Module:
+    """Base class: parameters, buffers and submodules are found through attributes (and lists or tuples
+    of modules), named with PyTorch's dotted names."""
+    def __init__(self):
+        self.training = True
+        self._buffer_names = []
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} does not define forward()")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def register_buffer(self, name, tensor):
+        self.__dict__.setdefault('_buffer_names', []).append(name)
+        setattr(self, name, tensor)
+
+    def named_children(self):
+        for name, value in vars(self).items():
+            if isinstance(value, Module):
+                yield name, value
+            elif isinstance(value, (list, tuple)):
+                yield from ((f'{name}.{i}', m) for i, m in enumerate(value) if isinstance(m, Module))
+
+    def children(self):
+        return [m for _, m in self.named_children()]
+
+    def _named_tensors(self, prefix=''):
+        """(name, tensor, is_buffer) in PyTorch's order: own parameters, own buffers, then each child's."""
+        buffers = self.__dict__.get('_buffer_names', [])
+        for name, value in vars(self).items():
+            if isinstance(value, Parameter):
+                yield prefix + name, value, False
+        for name in buffers:
+            if getattr(self, name) is not None:
+                yield prefix + name, getattr(self, name), True
+        for name, child in self.named_children():
+            yield from child._named_tensors(f'{prefix}{name}.')
+
+    def named_parameters(self):
+        seen = set()
+        for name, t, is_buffer in self._named_tensors():
+            if not is_buffer and id(t) not in seen:
+                seen.add(id(t))
+                yield name, t
+
+    def parameters(self):
+        return [p for _, p in self.named_parameters()]
+
+    def named_buffers(self):
+        return [(name, t) for name, t, is_buffer in self._named_tensors() if is_buffer]
+
+    def buffers(self):
+        return [t for _, t in self.named_buffers()]
+
+    def train(self, mode=True):
+        self.training = mode
+        for child in self.children():
+            child.train(mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def zero_grad(self):
+        for p in self.parameters():
+            p.grad = None
+
+    def to(self, *args, device=None, dtype=None):
+        """Move and/or cast every parameter and buffer in place (floating-point ones only change dtype)."""
+        for a in args:
+            if isinstance(a, str) and (a == 'cpu' or a.startswith('cuda')):
+                device = a
+            else:
+                dtype = a
+        device = None if device is None else _parse_device(device)
+        dtype = None if dtype is None else _dtype(dtype)
+        for _, t, _ in self._named_tensors():
+            for u in (t, t.grad):
+                if u is None:
+                    continue
+                if dtype is not None and u.dtype.kind == 'f':
+                    u.data = u.data.astype(dtype)
+                if device is not None:
+                    u.data, u.device = _move(u.data, device), device
+        return self
+
+    cuda = lambda self, device=None: self.to('cuda' if device is None else f'cuda:{device}')
+    cpu = lambda self: self.to('cpu')
+    half = lambda self: self.to(np.float16)
+    float = lambda self: self.to(np.float32)
+    double = lambda self: self.to(np.float64)
+
+    def state_dict(self):
+        return {name: t.numpy().copy() for name, t, _ in self._named_tensors()}
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Copy values in place; every key and shape is checked before anything changes."""
+        own = {name: t for name, t, _ in self._named_tensors()}
+        values = {k: v.numpy() if isinstance(v, Tensor) else v for k, v in state_dict.items()}
+        missing = [k for k in own if k not in values]
+        unexpected = [k for k in values if k not in own]
+        wrong = [f"{k}: expected shape {own[k].shape}, got {tuple(values[k].shape)}"
+                 for k in own if k in values and tuple(values[k].shape) != own[k].shape]
+        problems = ([f"missing keys {missing}"] if missing and strict else []) + \
+                   ([f"unexpected keys {unexpected}"] if unexpected and strict else []) + \
+                   ([f"size mismatch: {'; '.join(wrong)}"] if wrong else [])
+        if problems:
+            raise RuntimeError(f"load_state_dict for {type(self).__name__}: " + '; '.join(problems))
+        for k, t in own.items():
+            if k in values:
+                t.data[...] = _move(values[k], t.device).astype(t.dtype, copy=False)
+
+
+def _uniform_parameter(shape, bound):
+    return Parameter(np.random.uniform(-bound, bound, shape).astype(np.float32))
+
+
+class Linear(Module):
+    def __init__(self, in_features, out_features, bias=True):
+        super().__init__()
+        bound = 1 / math.sqrt(in_features)   # PyTorch's kaiming_uniform(a=sqrt(5)) bound
+        self.weight = _uniform_parameter((out_features, in_features), bound)
+        self.bias = _uniform_parameter((out_features,), bound) if bias else None
+
+    def forward(self, x):
+        return linear(x, self.weight, self.bias)
+
+
+class Conv2d(Module):
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, bias=True):
+        super().__init__()
+        kh, kw = _pair(kernel_size)
+        self.stride, self.padding = stride, padding
+        bound = 1 / math.sqrt(in_channels * kh * kw)
+        self.weight = _uniform_parameter((out_channels, in_channels, kh, kw), bound)
+        self.bias = _uniform_parameter((out_channels,), bound) if bias else None
+
+    def forward(self, x):
+        return conv2d(x, self.weight, self.bias, self.stride, self.padding)
+
+
+class _BatchNorm(Module):
+    input_dims = ()
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True):
+        super().__init__()
+        self.eps, self.momentum = eps, momentum
+        self.weight = Parameter(np.ones(num_features, np.float32)) if affine else None
+        self.bias = Parameter(np.zeros(num_features, np.float32)) if affine else None
+        self.register_buffer('running_mean', Tensor(np.zeros(num_features, np.float32)))
+        self.register_buffer('running_var', Tensor(np.ones(num_features, np.float32)))
+        self.register_buffer('num_batches_tracked', Tensor(np.array(0, np.int64)))
+
+    def forward(self, x):
+        if x.ndim not in self.input_dims:
+            raise ValueError(f"{type(self).__name__}: expected a {' or '.join(map(str, self.input_dims))}-D input, "
+                             f"got shape {x.shape}")
+        momentum = self.momentum
+        if self.training:
+            self.num_batches_tracked.data += 1
+            momentum = momentum if momentum is not None else 1 / float(self.num_batches_tracked.item())
+        return batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, self.training, momentum, self.eps)
+
+
+class BatchNorm1d(_BatchNorm):
+    input_dims = (2, 3)
+
+
+class BatchNorm2d(_BatchNorm):
+    input_dims = (4,)
+
+
+class ReLU(Module):
+    forward = staticmethod(relu)
+
+
+class GELU(Module):
+    def __init__(self, approximate='none'):
+        super().__init__()
+        self.approximate = approximate
+
+    def forward(self, x):
+        return x.gelu(self.approximate)
+
+
+class MaxPool2d(Module):
+    def __init__(self, kernel_size, stride=None):
+        super().__init__()
+        self.kernel_size, self.stride = kernel_size, stride
+
+    def forward(self, x):
+        return max_pool2d(x, self.kernel_size, self.stride)
+
+
+class AvgPool2d(MaxPool2d):
+    def forward(self, x):
+        return avg_pool2d(x, self.kernel_size, self.stride)
+
+
+class Flatten(Module):
+    def __init__(self, start_dim=1, end_dim=-1):
+        super().__init__()
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, x):
+        return x.flatten(self.start_dim, self.end_dim)
+
+
+class Dropout(Module):
+    def __init__(self, p=0.5):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x):
+        return dropout(x, self.p, self.training)
+
+
+class Embedding(Module):
+    def __init__(self, num_embeddings, embedding_dim):
+        super().__init__()
+        self.weight = Parameter(np.random.standard_normal((num_embeddings, embedding_dim)).astype(np.float32))
+
+    def forward(self, index):
+        index = index if isinstance(index, Tensor) else Tensor(np.asarray(index), device=self.weight.device)
+        if index.dtype.kind not in 'iu':
+            raise TypeError(f"Embedding: indices must be integers, not {index.dtype}")
+        return self.weight[index]
+
+
+class Sequential(Module):
+    """Submodules named '0', '1', ... as in PyTorch."""
+    def __init__(self, *modules):
+        super().__init__()
+        for i, m in enumerate(modules):
+            setattr(self, str(i), m)
+
+    def __getitem__(self, i):
+        return self.children()[i]
+
+    def __len__(self):
+        return len(self.children())
+
+    def forward(self, x):
+        for m in self.children():
+            x = m(x)
+        return x
+
+
+def _gru_parameters(module, suffix, input_size, hidden_size, bias):
+    bound = 1 / math.sqrt(hidden_size)
+    setattr(module, f'weight_ih{suffix}', _uniform_parameter((3 * hidden_size, input_size), bound))
+    setattr(module, f'weight_hh{suffix}', _uniform_parameter((3 * hidden_size, hidden_size), bound))
+    setattr(module, f'bias_ih{suffix}', _uniform_parameter((3 * hidden_size,), bound) if bias else None)
+    setattr(module, f'bias_hh{suffix}', _uniform_parameter((3 * hidden_size,), bound) if bias else None)
+
+
+class GRUCell(Module):
+    def __init__(self, input_size, hidden_size, bias=True):
+        super().__init__()
+        self.input_size, self.hidden_size = input_size, hidden_size
+        _gru_parameters(self, '', input_size, hidden_size, bias)
+
+    def forward(self, x, h=None):
+        if x.shape[-1] != self.input_size:
+            raise ValueError(f"GRUCell: input of shape {x.shape} for input_size {self.input_size}")
+        if h is None:
+            h = zeros(*x.shape[:-1], self.hidden_size, device=x.device, dtype=x.dtype)
+        elif h.shape != x.shape[:-1] + (self.hidden_size,):
+            raise ValueError(f"GRUCell: hidden state of shape {h.shape} for input of shape {x.shape}")
+        return _gru_cell(linear(x, self.weight_ih, self.bias_ih), h, self.weight_hh, self.bias_hh)
+
+
+class GRU(Module):
+    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False):
+        super().__init__()
+        self.input_size, self.hidden_size, self.num_layers, self.batch_first = input_size, hidden_size, num_layers, batch_first
+        for k in range(num_layers):
+            _gru_parameters(self, f'_l{k}', input_size if k == 0 else hidden_size, hidden_size, bias)
+
+    def forward(self, x, h0=None):
+        if x.ndim != 3 or x.shape[-1] != self.input_size:
+            raise ValueError(f"GRU: expected input of shape ({'B, T' if self.batch_first else 'T, B'}, {self.input_size}), "
+                             f"got {x.shape}")
+        if self.batch_first:
+            x = x.transpose(0, 1)
+        steps, batch = x.shape[:2]
+        expected = (self.num_layers, batch, self.hidden_size)
+        if h0 is not None and h0.shape != expected:
+            raise ValueError(f"GRU: h0 of shape {h0.shape}, expected {expected}")
+        finals = []
+        for k in range(self.num_layers):
+            w_ih, w_hh, b_ih, b_hh = (getattr(self, f'{n}_l{k}') for n in ('weight_ih', 'weight_hh', 'bias_ih', 'bias_hh'))
+            x_gates = linear(x, w_ih, b_ih)   # the input projection of every step in one product
+            h = h0[k] if h0 is not None else zeros(batch, self.hidden_size, device=x.device, dtype=x.dtype)
+            outputs = []
+            for t in range(steps):
+                h = _gru_cell(x_gates[t], h, w_hh, b_hh)
+                outputs.append(h)
+            x = stack(outputs)
+            finals.append(h)
+        return (x.transpose(0, 1) if self.batch_first else x), stack(finals)
+
+
+# ================================================================ optimizers
+
+class Optimizer:
+    """Parameter groups, per-parameter state, and a step() that checks every gradient before it changes anything."""
+    def __init__(self, params, defaults):
+        params = list(params)
+        if not params:
+            raise ValueError(f"{type(self).__name__} got an empty parameter list")
+        groups = params if isinstance(params[0], dict) else [{'params': params}]
+        self.defaults, self.param_groups, self.state = defaults, [], {}
+        for g in groups:
+            group = {**defaults, **g, 'params': list(g['params'])}
+            for p in group['params']:
+                if not isinstance(p, Tensor) or not p.is_leaf:
+                    raise TypeError(f"{type(self).__name__} can only optimize leaf tensors, got {type(p).__name__}")
+            if group['lr'] < 0:
+                raise ValueError(f"{type(self).__name__}: invalid learning rate {group['lr']}")
+            self.param_groups.append(group)
+
+    def zero_grad(self):
+        for group in self.param_groups:
+            for p in group['params']:
+                p.grad = None
+
+    def step(self):
+        work = []
+        for group in self.param_groups:
+            for p in group['params']:
+                if p.grad is None:
+                    continue
+                if p.grad.shape != p.shape:
+                    raise ValueError(f"{type(self).__name__}.step: gradient of shape {p.grad.shape} for a parameter of shape {p.shape}")
+                if p.grad.device != p.device:
+                    raise RuntimeError(f"{type(self).__name__}.step: gradient on {p.grad.device} for a parameter on {p.device}")
+                work.append((p, group))
+        for p, group in work:
+            self._update(p.data, p.grad.data.astype(p.dtype, copy=False), group, self.state.setdefault(id(p), {}))
+
+    def _params(self):
+        return [p for group in self.param_groups for p in group['params']]
+
+    def state_dict(self):
+        index = {id(p): i for i, p in enumerate(self._params())}
+        host = lambda v: _move(v, 'cpu').copy() if hasattr(v, 'shape') else v
+        state = {index[k]: {name: host(v) for name, v in s.items()} for k, s in self.state.items() if k in index}
+        groups = [{**{k: v for k, v in g.items() if k != 'params'}, 'params': [index[id(p)] for p in g['params']]}
+                  for g in self.param_groups]
+        return {'state': state, 'param_groups': groups}
+
+    def load_state_dict(self, state_dict):
+        params = self._params()
+        groups = state_dict['param_groups']
+        if [len(g['params']) for g in groups] != [len(g['params']) for g in self.param_groups]:
+            raise ValueError(f"{type(self).__name__}.load_state_dict: parameter groups of sizes "
+                             f"{[len(g['params']) for g in groups]} for an optimizer with "
+                             f"{[len(g['params']) for g in self.param_groups]}")
+        state = {}
+        for i, s in state_dict['state'].items():
+            p = params[int(i)]
+            state[id(p)] = {k: _move(np.asarray(v), p.device).astype(p.dtype) if hasattr(v, 'shape') and np.ndim(v) else v
+                            for k, v in s.items()}
+        for group, saved in zip(self.param_groups, groups):
+            group.update({k: (tuple(v) if isinstance(v, list) else v) for k, v in saved.items() if k != 'params'})
+        self.state = state
+
+
+class SGD(Optimizer):
+    def __init__(self, params, lr, momentum=0.0, nesterov=False, weight_decay=0.0, dampening=0.0):
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("SGD: nesterov needs momentum > 0 and dampening 0")
+        super().__init__(params, dict(lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
+                                      dampening=dampening))
+
+    def _update(self, p, g, group, state):
+        if group['weight_decay']:
+            g = g + group['weight_decay'] * p
+        momentum = group['momentum']
+        if momentum:
+            buf = state.get('momentum_buffer')
+            if buf is None:
+                buf = state['momentum_buffer'] = g.copy()
+            else:
+                buf *= momentum
+                buf += (1 - group['dampening']) * g
+            g = g + momentum * buf if group['nesterov'] else buf
+        p -= group['lr'] * g
+
+
+class Adam(Optimizer):
+    decoupled_weight_decay = False
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+        if not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
+            raise ValueError(f"{type(self).__name__}: invalid betas {betas}")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+
+    def _update(self, p, g, group, state):
+        xp, (beta1, beta2), lr, decay = _xp(p), group['betas'], group['lr'], group['weight_decay']
+        if not state:
+            state.update(step=0, exp_avg=xp.zeros_like(p), exp_avg_sq=xp.zeros_like(p))
+        state['step'] += 1
+        if decay and self.decoupled_weight_decay:
+            p *= 1 - lr * decay
+        elif decay:
+            g = g + decay * p
+        m, v = state['exp_avg'], state['exp_avg_sq']
+        m *= beta1
+        m += (1 - beta1) * g
+        v *= beta2
+        v += (1 - beta2) * g * g
+        step = state['step']
+        denom = xp.sqrt(v) / math.sqrt(1 - beta2 ** step) + group['eps']
+        p -= (lr / (1 - beta1 ** step)) * m / denom
+
+
+class AdamW(Adam):
+    decoupled_weight_decay = True
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
+        super().__init__(params, lr, betas, eps, weight_decay)
+
+
+# ================================================================ save and load
+
+def _encode(obj, arrays):
+    """A JSON-able tree of `obj` with every array replaced by its index in `arrays`."""
+    if isinstance(obj, Tensor):
+        obj = obj.numpy()
+    if cp is not None and isinstance(obj, cp.ndarray):
+        obj = cp.asnumpy(obj)
+    if isinstance(obj, np.ndarray):
+        arrays.append(obj)
+        return {'array': len(arrays) - 1}
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, dict):
+        return {'dict': [[_encode(k, arrays), _encode(v, arrays)] for k, v in obj.items()]}
+    if isinstance(obj, (list, tuple)):
+        return {type(obj).__name__: [_encode(v, arrays) for v in obj]}
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    raise TypeError(f"save: cannot store an object of type {type(obj).__name__} (arrays, numbers, strings, "
+                    "lists and dicts only)")
+
+
+def _decode(node, arrays, device):
+    if not isinstance(node, dict):
+        return node
+    (kind, value), = node.items()
+    if kind == 'array':
+        return _move(arrays[f'a{value}'], device)
+    if kind == 'dict':
+        return {_decode(k, arrays, device): _decode(v, arrays, device) for k, v in value}
+    items = [_decode(v, arrays, device) for v in value]
+    return tuple(items) if kind == 'tuple' else items
+
+
+def save(obj, path):
+    """Write a state dict (nested dicts and lists of arrays and numbers) to an .npz file atomically:
+    a temporary file beside `path`, renamed over it once complete."""
+    arrays = []
+    tree = json.dumps(_encode(obj, arrays))
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix='.tmp')
+    try:
+        with os.fdopen(fd, 'wb') as f:
+            np.savez(f, tree=np.array(tree), **{f'a{i}': a for i, a in enumerate(arrays)})
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def load(path, device='cpu'):
+    """Read what save() wrote; arrays land on `device`. No pickled code is ever loaded."""
+    device = _parse_device(device)
+    with np.load(path, allow_pickle=False) as arrays:
+        return _decode(json.loads(str(arrays['tree'])), arrays, device)
