@@ -116,7 +116,7 @@ def _erf(x):
     |x| < 3 (A&S 7.1.6: erf x = 2/sqrt(pi) e^-x^2 sum 2^n x^(2n+1) / (1*3*...*(2n+1))) and the erfc
     continued fraction beyond (A&S 7.1.14)."""
     if _xp(x) is not np:
-        return cupyx.scipy.special.erf(x)
+        return cupyx.scipy.special.erf(x.astype(np.promote_types(x.dtype, np.float32))).astype(x.dtype)
     x64 = np.asarray(x, np.float64)
     a, out = np.abs(x64), np.empty(x64.shape)
     near = a < 3
@@ -257,7 +257,7 @@ def _backward(root, grad, retain_graph):
                 grads[id(inp)] = ig if id(inp) not in grads else grads[id(inp)] + ig
     # every gradient is computed before any leaf is touched, so a failure above changes nothing
     for t, g in leaves:
-        g = g.astype(t.dtype, copy=False)
+        g = g.astype(t.dtype)   # a fresh array: gradients never alias each other or a saved value
         if t.grad is None:
             t.grad = Tensor._wrap(g, t.device)
         else:
@@ -339,9 +339,11 @@ class Clamp(Function):
         self.inside = xp.ones(x.shape, bool)
         if low is not None:
             self.inside &= x >= low
+            x = xp.maximum(x, x.dtype.type(low))
         if high is not None:
             self.inside &= x <= high
-        return xp.clip(x, low, high)
+            x = xp.minimum(x, x.dtype.type(high))
+        return x
 
     def backward(self, g):
         return g * self.inside
@@ -380,7 +382,8 @@ class Add(Function):
         return a + b
 
     def backward(self, g):
-        return _unbroadcast(g, self.shapes[0]), _unbroadcast(g, self.shapes[1])
+        return (_unbroadcast(g, self.shapes[0]) if self.needs_grad[0] else None,
+                _unbroadcast(g, self.shapes[1]) if self.needs_grad[1] else None)
 
 
 class Sub(Function):
@@ -389,7 +392,8 @@ class Sub(Function):
         return a - b
 
     def backward(self, g):
-        return _unbroadcast(g, self.shapes[0]), _unbroadcast(-g, self.shapes[1])
+        return (_unbroadcast(g, self.shapes[0]) if self.needs_grad[0] else None,
+                _unbroadcast(-g, self.shapes[1]) if self.needs_grad[1] else None)
 
 
 class Mul(Function):
@@ -431,14 +435,14 @@ class Maximum(Function):
         return _xp(a).maximum(a, b)
 
     def backward(self, g):
-        share = (self.a > self.b) + 0.5 * (self.a == self.b)
+        share = (self.a > self.b) + (self.a == self.b) * g.dtype.type(0.5)
         return _unbroadcast(g * share, self.a.shape), _unbroadcast(g * (1 - share), self.b.shape)
 
 
 class Where(Function):
     def forward(self, a, b, condition):
         self.condition, self.shapes = condition, (a.shape, b.shape)
-        return _xp(a).where(condition, a, b)
+        return _xp(condition).where(condition, a, b)
 
     def backward(self, g):
         zero = g.dtype.type(0)
@@ -1127,12 +1131,10 @@ class Tensor:
             elif isinstance(i, np.ndarray) and self.device != 'cpu':
                 i = _move(i, self.device)
             converted.append(i)
-        index = tuple(converted)
         try:
-            self.data[index]   # a view: checks the index without copying
+            return GetItem.apply(self, index=tuple(converted))
         except IndexError as e:
             raise IndexError(f"index {index} is invalid for a tensor of shape {self.shape}: {e}") from None
-        return GetItem.apply(self, index=index)
 
     def __setitem__(self, index, value):
         if self.requires_grad and _GradMode.enabled:
@@ -1720,8 +1722,7 @@ class Optimizer:
         state = {}
         for i, s in state_dict['state'].items():
             p = params[int(i)]
-            state[id(p)] = {k: _move(np.asarray(v), p.device).astype(p.dtype) if hasattr(v, 'shape') and np.ndim(v) else v
-                            for k, v in s.items()}
+            state[id(p)] = {k: _move(v, p.device).astype(p.dtype) if hasattr(v, 'shape') else v for k, v in s.items()}
         for group, saved in zip(self.param_groups, groups):
             group.update({k: (tuple(v) if isinstance(v, list) else v) for k, v in saved.items() if k != 'params'})
         self.state = state
