@@ -76,12 +76,14 @@ def _move(array, device):
         return cp.asarray(array)
 
 
-def _sum(a, axis=None, keepdims=False):
-    """Sum with float32 accumulation for float16 input; always an array."""
+def _sum(a, axis=None, keepdims=False, scale=1):
+    """scale * sum, accumulated and scaled in float32 for float16 input (a float16 mean of many values
+    never overflows); always an array."""
     xp = _xp(a)
     if a.dtype == np.float16:
-        return xp.asarray(a.sum(axis=axis, dtype=np.float32, keepdims=keepdims)).astype(np.float16)
-    return xp.asarray(a.sum(axis=axis, keepdims=keepdims))
+        return xp.asarray(a.sum(axis=axis, dtype=np.float32, keepdims=keepdims) * scale).astype(np.float16)
+    total = xp.asarray(a.sum(axis=axis, keepdims=keepdims))
+    return total if scale == 1 else total * a.dtype.type(scale) if a.dtype.kind == 'f' else total * scale
 
 
 def _matmul(a, b):
@@ -472,13 +474,15 @@ class MatMul(Function):
 # ================================================================ primitive ops: reduce
 
 class Sum(Function):
-    def forward(self, x, axes, keepdim):
-        self.shape, self.axes = x.shape, axes
-        return _sum(x, axes, keepdims=keepdim)
+    """scale * sum over axes (mean and var use the scale)."""
+    def forward(self, x, axes, keepdim, scale=1):
+        self.shape, self.axes, self.scale = x.shape, axes, scale
+        return _sum(x, axes, keepdims=keepdim, scale=scale)
 
     def backward(self, g):
         kept = tuple(1 if i in self.axes else n for i, n in enumerate(self.shape))
-        return _xp(g).broadcast_to(g.reshape(kept), self.shape)
+        g = g.reshape(kept) if self.scale == 1 else g.reshape(kept) * g.dtype.type(self.scale)
+        return _xp(g).broadcast_to(g, self.shape)
 
 
 class Max(Function):
@@ -861,6 +865,15 @@ class Tensor:
             raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
 
+    def __bool__(self):
+        return bool(self.item())
+
+    __float__ = lambda self: float(self.item())
+    __int__ = lambda self: int(self.item())
+
+    def __array__(self, dtype=None, copy=None):
+        return self.numpy() if dtype is None else self.numpy().astype(dtype)
+
     def __repr__(self):
         grad = ', requires_grad=True' if self.requires_grad else ''
         return f"tensor({self.numpy()!r}, device='{self.device}'{grad})"
@@ -943,11 +956,13 @@ class Tensor:
     def _binary(self, fn, other, reflected=False):
         other = self._operand(other)
         a, b = (other, self) if reflected else (self, other)
-        if a.dtype != b.dtype:
+        if a.dtype != b.dtype or (fn is Div and a.dtype.kind != 'f'):
             if (a.dtype.kind == 'f') != (b.dtype.kind == 'f'):
                 common = a.dtype if a.dtype.kind == 'f' else b.dtype
             else:
                 common = np.promote_types(a.dtype, b.dtype)
+            if fn is Div and common.kind != 'f':
+                common = np.dtype(np.float32)   # true division of integers gives float32, as in PyTorch
             a, b = a.to(common), b.to(common)
         try:
             np.broadcast_shapes(a.shape, b.shape)
@@ -1044,7 +1059,9 @@ class Tensor:
 
     def mean(self, axis=None, keepdim=False):
         axes = _axes(axis, self.ndim)
-        return self.sum(axes, keepdim) / max(int(np.prod([self.shape[a] for a in axes])), 1)
+        count = int(np.prod([self.shape[a] for a in axes]))
+        x = self if self.dtype.kind == 'f' else self.float()
+        return Sum.apply(x, axes=axes, keepdim=keepdim, scale=1 / count if count else math.nan)
 
     def max(self, axis=None, keepdim=False):
         return Max.apply(self, axes=_axes(axis, self.ndim), keepdim=keepdim)
@@ -1056,7 +1073,8 @@ class Tensor:
         axes = _axes(axis, self.ndim)
         count = int(np.prod([self.shape[a] for a in axes]))
         centred = self - self.mean(axes, keepdim=True)
-        return (centred * centred).sum(axes, keepdim) / max(count - correction, 0)
+        scale = 1 / (count - correction) if count > correction else math.inf if count else math.nan
+        return Sum.apply(centred * centred, axes=axes, keepdim=keepdim, scale=scale)
 
     def argmax(self, axis=None):
         index = self.data.argmax() if axis is None else self.data.argmax(axis=axis)
