@@ -234,8 +234,8 @@ def _topological_order(root):
         elif id(t) not in visited:
             visited.add(id(t))
             stack.append((t, True))
-            if t._ctx is not None:
-                stack.extend((p, False) for p in t._ctx.inputs if p.requires_grad and id(p) not in visited)
+            if t._ctx is not None:   # a freed graph keeps no inputs: _backward then says so
+                stack.extend((p, False) for p in getattr(t._ctx, 'inputs', ()) if p.requires_grad and id(p) not in visited)
     return order
 
 
