@@ -140,8 +140,17 @@ def _erf(x):
 
 _KERNEL_PATH = os.environ.get('TINYGRAD_LITE_KERNELS') or os.path.join(os.path.dirname(os.path.abspath(__file__)), 'kernels.cu')
 _C_TYPES = {np.dtype(np.float16): '__half', np.dtype(np.float32): 'float', np.dtype(np.float64): 'double'}
-# kernel name -> the template arguments it is instantiated with (C type names)
-_KERNEL_INSTANCES = {}
+_FLOAT_C = tuple(_C_TYPES.values())
+_ACTIVATIONS = {None: 0, 'relu': 1, 'gelu': 2}   # the ACT template argument of the BatchNorm kernels
+# kernel name -> the template arguments it is instantiated with (C type names, integers)
+_KERNEL_INSTANCES = {
+    'relu_fwd': [(t,) for t in _FLOAT_C],
+    'relu_bwd': [(g, o) for g in _FLOAT_C for o in _FLOAT_C],
+    'bn_fwd_stats': [(t,) for t in _FLOAT_C],
+    **{name: [(t, str(act)) for t in _FLOAT_C for act in _ACTIVATIONS.values()]
+       for name in ('bn_fwd_apply', 'bn_bwd_reduce', 'bn_bwd_dx')},
+}
+_BLOCK = 256   # threads per block of every kernel
 _modules = {}   # GPU index -> {name expression: RawKernel}, {} when kernels.cu is missing or broken
 
 
@@ -167,11 +176,18 @@ def _load_kernels():
     return _modules[index]
 
 
-def _kernel(name, *dtypes):
-    """The compiled kernel `name<dtypes...>`, or None where it is not available (then compose)."""
-    if any(np.dtype(d) not in _C_TYPES for d in dtypes):
+def _kernel(name, *args):
+    """The compiled kernel name<args...> (dtypes given as dtypes, integers as ints), or None where it
+    is not available: then the caller composes."""
+    if any(not isinstance(a, int) and np.dtype(a) not in _C_TYPES for a in args):
         return None
-    return _load_kernels().get(f"{name}<{', '.join(_C_TYPES[np.dtype(d)] for d in dtypes)}>")
+    c_args = [str(a) if isinstance(a, int) else _C_TYPES[np.dtype(a)] for a in args]
+    return _load_kernels().get(f"{name}<{', '.join(c_args)}>")
+
+
+def _fused(array, name, *args):
+    """The kernel for `array`'s op on the GPU; None for a NumPy array or a kernel kernels.cu lacks."""
+    return None if _xp(array) is np else _kernel(name, *args)
 
 
 def fused_kernels():
@@ -181,8 +197,22 @@ def fused_kernels():
     return sorted({e.split('<')[0] for e in _load_kernels()})
 
 
-def _multiprocessors():
-    return cp.cuda.Device().attributes['MultiProcessorCount']
+_resident = {}   # (kernel, GPU) -> blocks the GPU holds at once
+
+
+def _resident_blocks(kernel):
+    """Blocks of _BLOCK threads of `kernel` resident on the whole GPU at once: SMs x occupancy."""
+    key = (id(kernel), cp.cuda.runtime.getDevice())
+    if key not in _resident:
+        per_sm = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, _BLOCK, 0)
+        _resident[key] = max(1, per_sm) * cp.cuda.Device().attributes['MultiProcessorCount']
+    return _resident[key]
+
+
+def _launch_flat(kernel, n, per_thread, args):
+    """A grid-stride elementwise launch: one wave of blocks, fewer where n is small."""
+    if n:
+        kernel((min(_resident_blocks(kernel), -(-n // (per_thread * _BLOCK))),), (_BLOCK,), args)
 
 
 # ================================================================ the autograd core
@@ -585,12 +615,32 @@ class Clone(Function):
 
 class Relu(Function):
     def forward(self, x):
-        self.out = _xp(x).maximum(x, x.dtype.type(0))   # NaN stays NaN
+        kernel = _fused(x, 'relu_fwd', x.dtype)
+        if kernel is None:
+            self.out = _relu(x)
+        else:
+            x = cp.ascontiguousarray(x)
+            self.out = cp.empty_like(x)
+            _launch_flat(kernel, x.size, 16 // x.itemsize, (x, self.out, np.int64(x.size)))
         return self.out
 
     def backward(self, g):
-        # one select: an inactive unit gets 0 even where the incoming gradient is NaN
-        return _xp(g).where(self.out > 0, g, g.dtype.type(0))
+        kernel = _fused(g, 'relu_bwd', g.dtype, self.out.dtype)
+        if kernel is None:
+            return _relu_grad(self.out, g)
+        g = cp.ascontiguousarray(g)
+        dx = cp.empty_like(g)
+        _launch_flat(kernel, g.size, 16 // min(g.itemsize, self.out.itemsize), (self.out, g, dx, np.int64(g.size)))
+        return dx
+
+
+def _relu(x):
+    return _xp(x).where(x < 0, x.dtype.type(0), x)   # NaN stays NaN, as in PyTorch
+
+
+def _relu_grad(out, g):
+    """One select with PyTorch's threshold rule: an inactive unit gets 0 even where g is NaN."""
+    return _xp(g).where(out <= 0, g.dtype.type(0), g)
 
 
 _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
@@ -604,7 +654,7 @@ class Gelu(Function):
         if approximate == 'tanh':
             self.t = xp.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))
             return 0.5 * x * (1 + self.t)
-        self.cdf = 0.5 * (1 + _erf(x * x.dtype.type(1 / math.sqrt(2))))
+        self.cdf = _normal_cdf(x)
         return x * self.cdf
 
     def backward(self, g):
@@ -612,8 +662,15 @@ class Gelu(Function):
         if self.approximate == 'tanh':
             inner = _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)
             return g * (0.5 * (1 + self.t) + 0.5 * x * (1 - self.t * self.t) * inner)
-        pdf = xp.exp(-0.5 * x * x) * x.dtype.type(1 / math.sqrt(2 * math.pi))
-        return g * (self.cdf + x * pdf)
+        return g * (self.cdf + x * _normal_pdf(x))
+
+
+def _normal_cdf(x):
+    return 0.5 * (1 + _erf(x * x.dtype.type(1 / math.sqrt(2))))
+
+
+def _normal_pdf(x):
+    return _xp(x).exp(-0.5 * x * x) * x.dtype.type(1 / math.sqrt(2 * math.pi))
 
 
 def _log_softmax(x, axis):
@@ -667,46 +724,148 @@ class CrossEntropy(Function):
         return (d * scale).astype(self.dtype), None
 
 
-def _batch_norm_axes(ndim):
-    return (0,) + tuple(range(2, ndim))
-
-
 class BatchNorm(Function):
-    """y = (x - mean) / sqrt(var + eps) * weight + bias over every axis but 1. Training uses the batch's
-    statistics (biased variance) and updates the running ones in place (unbiased variance)."""
-    def forward(self, x, weight, bias, running_mean, running_var, training, momentum, eps):
-        xp, axes = _xp(x), _batch_norm_axes(x.ndim)
-        shape = [1] * x.ndim
-        shape[1] = x.shape[1]
-        self.training, self.weight, self.shape = training, weight, shape
-        x32 = x.astype(np.float32) if x.dtype == np.float16 else x
-        if training:
-            count = x.size // x.shape[1]
-            mean = x32.mean(axis=axes)
-            var = x32.var(axis=axes)
-            if running_mean is not None:
-                running_mean *= 1 - momentum
-                running_mean += (momentum * mean).astype(running_mean.dtype)
-                running_var *= 1 - momentum
-                running_var += (momentum * var * count / max(count - 1, 1)).astype(running_var.dtype)
-        else:
-            mean, var = running_mean.astype(x32.dtype), running_var.astype(x32.dtype)
-        self.invstd = (1 / xp.sqrt(var + eps)).reshape(shape)
-        self.xhat = (x32 - mean.reshape(shape)) * self.invstd
-        return (self.xhat * weight.reshape(shape) + bias.reshape(shape)).astype(x.dtype)
+    """y = act((x - mean) / sqrt(var + eps) * weight + bias) per channel (axis 1), act None, 'relu' or
+    'gelu'. Training uses the batch's statistics (biased variance) and updates the running ones in
+    place (unbiased variance). x is handled as (N, C, S), S the product of the trailing axes."""
+    def forward(self, x, weight, bias, running_mean, running_var, training, momentum, eps, act):
+        fused = _fused(x, 'bn_fwd_stats', x.dtype) is not None
+        y, self.mean, self.invstd = (_bn_forward_fused if fused else _bn_forward)(
+            x, weight, bias, running_mean, running_var, training, momentum, eps, act)
+        self.x, self.weight, self.bias, self.training, self.act, self.fused = x, weight, bias, training, act, fused
+        return y
 
     def backward(self, g):
-        axes = _batch_norm_axes(g.ndim)
-        g32 = g.astype(self.xhat.dtype)
-        dbias = g32.sum(axis=axes)
-        dweight = (g32 * self.xhat).sum(axis=axes)
-        scale = self.weight.reshape(self.shape) * self.invstd
-        if self.training:
-            count = g.size // g.shape[1]
-            dx = scale * (g32 - (dbias.reshape(self.shape) + self.xhat * dweight.reshape(self.shape)) / count)
+        dx, dweight, dbias = (_bn_backward_fused if self.fused else _bn_backward)(
+            self.x, self.mean, self.invstd, self.weight, self.bias, g.astype(self.x.dtype, copy=False), self.training, self.act)
+        return dx, dweight.astype(self.weight.dtype, copy=False), dbias.astype(self.bias.dtype, copy=False)
+
+
+def _stat_dtype(dtype):
+    """Statistics and per-channel arithmetic: float64 for float64 input, float32 otherwise."""
+    return np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
+
+
+def _activation(z, act):
+    return _relu(z) if act == 'relu' else z * _normal_cdf(z) if act == 'gelu' else z
+
+
+def _activation_grad(z, g, act):
+    return _relu_grad(z, g) if act == 'relu' else g * (_normal_cdf(z) + z * _normal_pdf(z)) if act == 'gelu' else g
+
+
+def _bn_forward(x, weight, bias, running_mean, running_var, training, momentum, eps, act):
+    xp, (n, c), a = _xp(x), x.shape[:2], _stat_dtype(x.dtype)
+    x3 = x.reshape(n, c, -1).astype(a)
+    if training:
+        mean, var = x3.mean(axis=(0, 2)), x3.var(axis=(0, 2))
+        if running_mean is not None:
+            count = x3.size // c
+            running_mean[...] = (1 - momentum) * running_mean + momentum * mean
+            running_var[...] = (1 - momentum) * running_var + momentum * var * (count / max(count - 1, 1))
+    else:
+        mean, var = running_mean.astype(a), running_var.astype(a)
+    invstd = 1 / xp.sqrt(var + eps)
+    z = (x3 - mean[:, None]) * (invstd * weight.astype(a))[:, None] + bias.astype(a)[:, None]
+    return _activation(z, act).astype(x.dtype).reshape(x.shape), mean, invstd
+
+
+def _bn_backward(x, mean, invstd, weight, bias, g, training, act):
+    (n, c), a = x.shape[:2], mean.dtype
+    xhat = (x.reshape(n, c, -1).astype(a) - mean[:, None]) * invstd[:, None]
+    g = g.reshape(n, c, -1).astype(a)
+    w = weight.astype(a)
+    if act is not None:   # the activation's derivative, at the pre-activation recomputed from x
+        g = _activation_grad(xhat * w[:, None] + bias.astype(a)[:, None], g, act)
+    sum_g, sum_g_xhat = g.sum(axis=(0, 2)), (g * xhat).sum(axis=(0, 2))
+    scale = (w * invstd)[:, None]
+    if training:
+        dx = scale * (g - (sum_g[:, None] + xhat * sum_g_xhat[:, None]) / (xhat.size // c))
+    else:
+        dx = scale * g
+    return dx.astype(x.dtype).reshape(x.shape), sum_g_xhat, sum_g
+
+
+# The fused path: kernels.cu's BatchNorm section explains the (group, chunk) grid of these kernels.
+_bn_splits, _bn_tickets = {}, {}
+
+
+def _bn_grid(kernel, n, c, s, itemsize):
+    """(blocks, chunks, channels per group, groups): each channel (or group of 32 // S channels when
+    S < 32) cut into as many chunks as one wave of resident blocks allows, with at least 4 units of
+    work per thread."""
+    key = (id(kernel), cp.cuda.runtime.getDevice(), n, c, s, itemsize)
+    if key not in _bn_splits:
+        resident = _resident_blocks(kernel)
+        if s < 32:
+            per_group = 32 // s
+            groups = -(-c // per_group)
+            chunks = max(1, min(resident // groups, n // (4 * _BLOCK // 32)))
         else:
-            dx = scale * g32
-        return dx.astype(g.dtype), dweight.astype(self.weight.dtype), dbias.astype(self.weight.dtype)
+            per_group, groups, width = 0, c, 16 // itemsize
+            units = n * (s // width if s % width == 0 else s)
+            chunks = max(1, min(resident // groups, units // (4 * _BLOCK)))
+        _bn_splits[key] = (groups * chunks, chunks, per_group, groups)
+    return _bn_splits[key]
+
+
+def _bn_launch(kernel, shape, itemsize, args):
+    """Launch a BatchNorm kernel over x of (N, C, S) `shape`: `args`, then the sizes and grid arguments."""
+    n, c, s = shape
+    blocks, chunks, per_group, groups = _bn_grid(kernel, n, c, s, itemsize)
+    kernel((blocks,), (_BLOCK,), args + (np.int32(n), np.int32(c), np.int64(s), np.int32(chunks), np.int32(per_group)))
+
+
+def _bn_scratch(shape, itemsize, kernel, a):
+    """Partial-sum buffer and ticket counters (zero between calls: each group's last block re-arms its
+    own) for a reduction kernel."""
+    n, c, s = shape
+    blocks, chunks, per_group, groups = _bn_grid(kernel, n, c, s, itemsize)
+    device = cp.cuda.runtime.getDevice()
+    if device not in _bn_tickets or _bn_tickets[device].size < groups:
+        _bn_tickets[device] = cp.zeros(max(groups, 1024), np.int32)
+    return cp.empty(blocks * (32 if per_group else 1) * 2, a), _bn_tickets[device]
+
+
+def _bn_forward_fused(x, weight, bias, running_mean, running_var, training, momentum, eps, act):
+    (n, c), a = x.shape[:2], _stat_dtype(x.dtype)
+    shape = (n, c, x.size // (n * c))
+    x = cp.ascontiguousarray(x)
+    w, b = cp.ascontiguousarray(weight, a), cp.ascontiguousarray(bias, a)
+    own = lambda t: None if t is None else cp.ascontiguousarray(t, a)
+    rm, rv = own(running_mean), own(running_var)
+    stats = cp.empty((2, c), a)
+    mean, invstd = stats[0], stats[1]
+    y = cp.empty_like(x)
+    if training:
+        kernel = _kernel('bn_fwd_stats', x.dtype)
+        partials, tickets = _bn_scratch(shape, x.itemsize, kernel, a)
+        _bn_launch(kernel, shape, x.itemsize, (x, partials, tickets, mean, invstd, rm, rv,
+                                               np.float64(momentum), np.float64(eps)))
+        for given, used in ((running_mean, rm), (running_var, rv)):
+            if used is not given:   # the buffers were of another dtype: copy the update back
+                given[...] = used
+        apply_args = (mean, invstd, w, b, None, None)
+    else:   # the apply kernel turns running_var into invstd and stores mean and invstd for backward
+        apply_args = (rm, rv, w, b, mean, invstd)
+    _bn_launch(_kernel('bn_fwd_apply', x.dtype, _ACTIVATIONS[act]), shape, x.itemsize,
+               (x, y) + apply_args + (np.float64(eps),))
+    return y, mean, invstd
+
+
+def _bn_backward_fused(x, mean, invstd, weight, bias, g, training, act):
+    (n, c), a = x.shape[:2], mean.dtype
+    shape = (n, c, x.size // (n * c))
+    g = cp.ascontiguousarray(g)
+    w, b = cp.ascontiguousarray(weight, a), cp.ascontiguousarray(bias, a)
+    sums = cp.empty((2, c), a)   # per channel: sum(g) and sum(g * xhat), g = dy * act'
+    kernel = _kernel('bn_bwd_reduce', x.dtype, _ACTIVATIONS[act])
+    partials, tickets = _bn_scratch(shape, x.itemsize, kernel, a)
+    _bn_launch(kernel, shape, x.itemsize, (x, g, mean, invstd, w, b, partials, tickets, sums))
+    dx = cp.empty_like(x)
+    _bn_launch(_kernel('bn_bwd_dx', x.dtype, _ACTIVATIONS[act]), shape, x.itemsize,
+               (x, g, mean, invstd, w, b, sums if training else None, dx))
+    return dx, sums[1], sums[0]
 
 
 def _windows(x, kh, kw, stride):
@@ -1307,7 +1466,12 @@ max_pool2d = lambda x, kernel_size, stride=None: _pool(MaxPool, x, kernel_size, 
 avg_pool2d = lambda x, kernel_size, stride=None: _pool(AvgPool, x, kernel_size, stride)
 
 
-def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
+def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5,
+               activation=None):
+    """PyTorch's batch_norm; `activation` ('relu' or 'gelu') applies that activation in the same pass
+    (one fused kernel on the GPU), for conv blocks."""
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"batch_norm: activation must be None, 'relu' or 'gelu', not {activation!r}")
     channels = x.shape[1] if x.ndim >= 2 else None
     for name, t in (('running_mean', running_mean), ('running_var', running_var), ('weight', weight), ('bias', bias)):
         if t is not None and t.shape != (channels,):
@@ -1322,7 +1486,7 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     _same_device([t for t in (x, weight, bias, running_mean, running_var) if t is not None], 'batch_norm')
     stat = lambda t: None if t is None else t.data
     return BatchNorm.apply(x, weight, bias, running_mean=stat(running_mean), running_var=stat(running_var),
-                           training=training, momentum=momentum, eps=eps)
+                           training=training, momentum=momentum, eps=eps, act=activation)
 
 
 def cross_entropy(logits, target, label_smoothing=0.0, reduction='mean'):
