@@ -1,0 +1,1553 @@
+"""The tests of tinygrad_lite: every name of API.md, checked by finite differences and against PyTorch.
+
+    python test_all.py            run every test
+    python test_all.py PATTERN    run the tests whose name contains PATTERN
+    python test_all.py -v ...     also print each test's name, result and time
+
+Plain Python, no pytest: every module-level callable named `test_*` runs in definition order (the
+table-driven ones are registered in loops, one per op / layer / optimizer / dtype). One line and a
+traceback per failure, then `N passed, N failed, N skipped`; the exit code is 1 if any failed.
+Comparisons with PyTorch are skipped where `import torch` fails, GPU tests where
+`tl.cuda_is_available()` is False.
+"""
+import os
+import sys
+import tempfile
+import time
+import traceback
+import zlib
+
+import numpy as np
+
+import tinygrad_lite as tl
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    torch = F = None
+
+
+# ===== harness =====
+
+class Skip(Exception):
+    """Raised by a test that cannot run on this machine."""
+
+
+def need_torch():
+    if torch is None:
+        raise Skip('torch is not importable')
+
+
+def need_cuda():
+    if not tl.cuda_is_available():
+        raise Skip('no CuPy or no GPU')
+
+
+def register(name, fn):
+    """Add a generated test; it runs where it was registered in the file."""
+    assert name not in globals(), f'duplicate test {name}'
+    globals()[name] = fn
+
+
+def rng(key):
+    """A generator seeded from any key, so a test's data does not depend on which tests ran before."""
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
+
+
+KINKS = (-0.5, 0.0, 0.3, 0.5)  # where abs/relu/clamp are not differentiable: sampled inputs stay off them
+
+
+def sample(r, shape, dom='any'):
+    """float64 data: 'pos' in [0.5, 2], else standard normal at least 0.05 away from every kink."""
+    if dom == 'pos':
+        return r.uniform(0.5, 2.0, shape)
+    x = np.asarray(r.standard_normal(shape))
+    while True:
+        bad = np.min([np.abs(x - k) for k in KINKS], axis=0) < 0.05
+        if not bad.any():
+            return x
+        x[bad] = r.standard_normal(int(bad.sum()))
+
+
+def upstream(k, shape, dtype=np.float64):
+    """The weight w of the k-th output in (out * w).sum(): multiples of 1/8, exact in every float dtype."""
+    w = np.round(rng(('w', k, tuple(shape))).standard_normal(tuple(shape)) * 8) / 8
+    return np.where(w == 0, 0.125, w).astype(dtype)
+
+
+def to_np(x):
+    if isinstance(x, tl.Tensor):
+        return x.numpy()
+    if torch is not None and isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def assert_close(a, b, rtol=1e-5, atol=1e-6, msg=''):
+    """a and b (tl, torch or NumPy) have one shape and agree elementwise within atol + rtol * |b|."""
+    a, b = to_np(a), to_np(b)
+    assert a.shape == b.shape, f'{msg}: shape {a.shape} != {b.shape}'
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    bad = ~np.isclose(a, b, rtol=rtol, atol=atol)
+    if bad.any():
+        i = np.unravel_index(np.argmax(np.where(bad, np.abs(a - b), -1.0)), a.shape)
+        raise AssertionError(f'{msg}: {bad.sum()}/{bad.size} differ (rtol {rtol}, atol {atol}); '
+                             f'worst at {i}: {a[i]!r} vs {b[i]!r}')
+
+
+def raises(exc, fn, *needles):
+    """fn() raises exc whose message contains every needle (case-insensitive); returns the message."""
+    try:
+        fn()
+    except exc as e:
+        msg = str(e)
+        for n in needles:
+            assert n.lower() in msg.lower(), f'{type(e).__name__} message {msg!r} lacks {n!r}'
+        return msg
+    raise AssertionError(f'no {getattr(exc, "__name__", exc)} raised')
+
+
+def assert_names_shapes(msg, *shapes):
+    """The message names every shape, written as a tuple or a list, spaces ignored."""
+    flat = msg.replace(' ', '')
+    for s in shapes:
+        forms = (str(tuple(s)), str(list(s)))
+        assert any(f.replace(' ', '') in flat for f in forms), f'message {msg!r} does not name shape {s}'
+
+
+class _TorchAPI:
+    """tl's module-level names, looked up in torch.nn.functional, then in torch."""
+    def __getattr__(self, name):
+        if name in ('sigmoid', 'tanh'):  # the torch.nn.functional versions are deprecated
+            return getattr(torch, name)
+        return getattr(F, name, None) or getattr(torch, name)
+
+
+TH = _TorchAPI()
+
+
+def make(m, a, requires_grad=False, device=None):
+    """The array a as a tensor of library m (tl, or TH for torch)."""
+    if m is tl:
+        return tl.Tensor(a, requires_grad=requires_grad, device=device)
+    return torch.tensor(a, requires_grad=requires_grad)
+
+
+def const(m, arr, like):
+    """arr as a constant of library m on like's device; a float array takes like's dtype."""
+    if m is tl:
+        t = tl.Tensor(arr.copy(), device=like.device)
+        return t.to(like.dtype) if arr.dtype.kind == 'f' else t
+    t = torch.tensor(arr)
+    return t.to(like.dtype) if t.is_floating_point() else t
+
+
+def run_op(m, f, arrays, device=None):
+    """out = f(m, *tensors) (a tensor or a tuple), then backward of sum_k (out_k * w_k).sum().
+    Returns the outputs and the gradients of the float inputs (None where none came), as NumPy."""
+    ts = [make(m, a, a.dtype.kind == 'f', device) for a in arrays]
+    outs = f(m, *ts)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    loss = None
+    for k, o in enumerate(outs):
+        term = (o * make(m, upstream(k, o.shape, to_np(o).dtype), device=device)).sum()
+        loss = term if loss is None else loss + term
+    loss.backward()
+    return [to_np(o) for o in outs], [None if t.grad is None else to_np(t.grad) for t in ts]
+
+
+def compare_runs(got, want, rtol, atol, what='output'):
+    (outs_a, grads_a), (outs_b, grads_b) = got, want
+    assert len(outs_a) == len(outs_b), f'{len(outs_a)} outputs, expected {len(outs_b)}'
+    for k, (a, b) in enumerate(zip(outs_a, outs_b)):
+        assert_close(a, b, rtol, atol, f'{what} {k}')
+    for k, (a, b) in enumerate(zip(grads_a, grads_b)):
+        assert (a is None) == (b is None), f'grad of input {k}: {a is None=}, {b is None=}'
+        if a is not None:
+            assert_close(a, b, rtol, atol, f'grad of input {k}')
+
+
+def scalar_loss(f, ws):
+    with tl.no_grad():
+        outs = f()
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        return sum(float((o.numpy().astype(np.float64) * w).sum()) for o, w in zip(outs, ws))
+
+
+def gradcheck(f, leaves, eps=1e-6, rtol=1e-4, atol=1e-5):
+    """Every leaf's .grad from backward of (f() * w).sum() (random w) against central differences.
+    f() returns a tensor or a tuple; leaves are float64 tensors with requires_grad, their .data perturbed
+    in place (works for module parameters too)."""
+    outs = f()
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    ws = [upstream(k, o.shape) for k, o in enumerate(outs)]
+    loss = None
+    for o, w in zip(outs, ws):
+        term = (o * tl.Tensor(w)).sum()
+        loss = term if loss is None else loss + term
+    loss.backward()
+    for n, t in enumerate(leaves):
+        assert t.dtype == np.float64, f'leaf {n} is {t.dtype}'
+        assert t.grad is not None, f'leaf {n} {t.shape} got no gradient'
+        num = np.zeros(t.shape)
+        for i in np.ndindex(*t.shape):
+            old = t.data[i]
+            t.data[i] = old + eps
+            hi = scalar_loss(f, ws)
+            t.data[i] = old - eps
+            lo = scalar_loss(f, ws)
+            t.data[i] = old
+            num[i] = (hi - lo) / (2 * eps)
+        assert_close(t.grad, num, rtol, atol, f'grad of leaf {n} {t.shape}')
+
+
+# ===== the op table: one finite-difference test, one PyTorch test, one GPU test per op =====
+
+class Op:
+    """f(m, *tensors) with m = tl or TH; tf(*torch_tensors) where torch spells it differently."""
+    def __init__(self, name, f, shapes, dom='any', tf=None):
+        self.name, self.f, self.shapes = name, f, shapes
+        self.doms = dom if isinstance(dom, tuple) else (dom,) * len(shapes)
+        self.tf = f if tf is None else (lambda m, *xs: tf(*xs))
+
+    def inputs(self, dtype=np.float64):
+        r = rng(self.name)
+        return [sample(r, s, d).astype(dtype) for s, d in zip(self.shapes, self.doms)]
+
+
+OPS = []
+
+
+def op(name, f, *shapes, dom='any', tf=None):
+    OPS.append(Op(name, f, shapes, dom, tf))
+
+
+def red(name, axis=None, keepdim=False, **kw):
+    """A reduction in tl's spelling (axis=) and torch's (dim=, amax/amin)."""
+    def tl_f(m, x):
+        return getattr(x, name)(axis=axis, keepdim=keepdim, **kw)
+
+    def torch_f(x):
+        if name in ('max', 'min'):  # amax/amin spell "every axis" as ()
+            return getattr(x, 'a' + name)(dim=() if axis is None else axis, keepdim=keepdim)
+        return getattr(x, name)(dim=axis, keepdim=keepdim, **kw)
+    return tl_f, torch_f
+
+
+def ix(m, arr):
+    """An index array as library m takes it."""
+    return arr if m is tl else torch.from_numpy(arr)
+
+
+U, R = (3, 4), (3, 4, 2)
+COND = rng('cond').random((3, 1)) > 0.5
+COND[0] = True  # both branches of where are taken
+MASK = rng('mask').random((3, 4)) > 0.5
+ROWS = np.array([True, False, True])
+IDX = np.array([0, 2, 0, 0])  # repeated: the gradient must scatter-add
+IDX2 = np.array([[1, 0], [2, 1]])
+TARGET = np.array([3, 0, 1, 3, 2])
+RUN_MEAN, RUN_VAR = rng('rm').standard_normal(3) * 0.5, rng('rv').uniform(0.5, 2.0, 3)
+
+# elementwise
+op('exp', lambda m, x: x.exp(), U)
+op('log', lambda m, x: x.log(), U, dom='pos')
+op('sqrt', lambda m, x: x.sqrt(), U, dom='pos')
+op('abs', lambda m, x: x.abs(), U)
+op('tanh', lambda m, x: x.tanh(), U)
+op('sigmoid', lambda m, x: x.sigmoid(), U)
+op('relu', lambda m, x: x.relu(), U)
+op('gelu', lambda m, x: x.gelu(), U, tf=lambda x: F.gelu(x))
+op('gelu_tanh', lambda m, x: x.gelu(approximate='tanh'), U, tf=lambda x: F.gelu(x, approximate='tanh'))
+op('fn_relu', lambda m, x: m.relu(x), (2, 3, 2))
+op('fn_sigmoid', lambda m, x: m.sigmoid(x), (2, 3, 2))
+op('fn_tanh', lambda m, x: m.tanh(x), (2, 3, 2))
+op('fn_gelu', lambda m, x: m.gelu(x), (2, 3, 2))
+op('fn_gelu_tanh', lambda m, x: m.gelu(x, approximate='tanh'), (2, 3, 2))
+op('clamp', lambda m, x: x.clamp(-0.5, 0.5), (4, 5))
+op('clamp_min', lambda m, x: x.clamp(min=0.0), (4, 5))
+op('clamp_max', lambda m, x: x.clamp(max=0.3), (4, 5))
+op('neg', lambda m, x: -x, U)
+op('pow2', lambda m, x: x ** 2, U)
+op('pow3', lambda m, x: x ** 3, U)
+op('pow_half', lambda m, x: x ** 0.5, U, dom='pos')
+op('pow_neg', lambda m, x: x ** -1.5, U, dom='pos')
+op('rpow', lambda m, x: 2.0 ** x, U)
+op('add_scalar', lambda m, x: x + 1.5, U)
+op('radd', lambda m, x: 1.5 + x, U)
+op('sub_scalar', lambda m, x: x - 2, U)
+op('rsub', lambda m, x: 2 - x, U)
+op('mul_scalar', lambda m, x: x * 3, U)
+op('rmul', lambda m, x: 3 * x, U)
+op('div_scalar', lambda m, x: x / 4, U)
+op('rdiv', lambda m, x: 1 / x, U, dom='pos')
+# binary, with broadcasting
+op('add', lambda m, a, b: a + b, (3, 4), (4,))
+op('add_bcast', lambda m, a, b: a + b, (2, 1, 4), (3, 1))
+op('add_0d', lambda m, a, b: a + b, (2, 3), ())
+op('sub', lambda m, a, b: a - b, (2, 3), (2, 1))
+op('sub_bcast', lambda m, a, b: a - b, (1, 3), (2, 1))
+op('mul', lambda m, a, b: a * b, (3, 4), (3, 4))
+op('mul_bcast', lambda m, a, b: a * b, (2, 1, 3), (4, 1))
+op('div', lambda m, a, b: a / b, (3, 4), (4,), dom=('any', 'pos'))
+op('div_bcast', lambda m, a, b: a / b, (2, 1), (1, 3), dom=('any', 'pos'))
+op('pow', lambda m, a, b: a ** b, (3, 4), (3, 4), dom=('pos', 'any'))
+op('pow_bcast', lambda m, a, b: a ** b, (3, 1), (4,), dom=('pos', 'any'))
+op('maximum', lambda m, a, b: a.maximum(b), (3, 4), (4,))
+op('fn_maximum', lambda m, a, b: m.maximum(a, b), (2, 1, 3), (2, 3))
+op('minimum', lambda m, a, b: a.minimum(b), (3, 4), (4,))
+op('fn_minimum', lambda m, a, b: m.minimum(a, b), (2, 1, 3), (2, 3))
+op('where', lambda m, a, b: m.where(const(m, COND, a), a, b), (3, 4), (4,))
+op('matmul', lambda m, a, b: a @ b, (3, 4), (4, 5))
+op('matmul_batched', lambda m, a, b: a @ b, (2, 3, 4), (4, 2))
+op('matmul_bcast', lambda m, a, b: a @ b, (2, 1, 3, 4), (3, 4, 2))
+op('matmul_vec_mat', lambda m, a, b: a @ b, (4,), (4, 3))
+op('matmul_mat_vec', lambda m, a, b: a @ b, (3, 4), (4,))
+op('matmul_method', lambda m, a, b: a.matmul(b), (2, 2, 3), (2, 3, 2))
+# reductions
+for _name, _axis, _keep, _kw in [
+        ('sum', None, False, {}), ('sum', 1, False, {}), ('sum', (0, 2), True, {}), ('sum', -1, True, {}),
+        ('mean', None, False, {}), ('mean', 0, False, {}), ('mean', (-1, -3), False, {}), ('mean', 1, True, {}),
+        ('max', None, False, {}), ('max', 1, False, {}), ('max', -1, True, {}), ('max', (0, 2), False, {}),
+        ('min', None, False, {}), ('min', 0, False, {}), ('min', -2, True, {}),
+        ('var', None, False, {}), ('var', 1, False, {'correction': 0}), ('var', (0, 2), True, {'correction': 1}),
+        ('var', -2, False, {'correction': 2})]:
+    _f, _tf = red(_name, _axis, _keep, **_kw)
+    _tag = 'all' if _axis is None else str(_axis).replace('-', 'm').replace(', ', '_').strip('()')
+    op(f'{_name}_{_tag}{"_keep" if _keep else ""}{"_c" + str(_kw["correction"]) if _kw else ""}', _f, R, tf=_tf)
+op('sum_size1_axis', red('sum', 1)[0], (3, 1, 4), tf=red('sum', 1)[1])
+op('max_size1_axis_keep', red('max', 1, True)[0], (3, 1, 4), tf=red('max', 1, True)[1])
+
+
+def random_pair(key):
+    """Two broadcastable shapes: rank 1-4, sizes 2-3, some axes 1 on either side, the second maybe of lower rank."""
+    r = rng(key)
+    full = r.integers(2, 4, r.integers(2, 5))
+    a, b = ([1 if r.random() < 0.3 else int(n) for n in full] for _ in range(2))
+    return tuple(a), tuple(b[r.integers(0, len(b)):])
+
+
+def random_reduction(key, min_count):
+    """A shape with some size-1 axes, and axis (None, an int or a tuple, some negative) and keepdim for it,
+    reducing at least min_count elements."""
+    r = rng(key)
+    while True:
+        shape = tuple(1 if r.random() < 0.25 else int(n) for n in r.integers(2, 4, r.integers(2, 5)))
+        axes = sorted(r.choice(len(shape), r.integers(1, len(shape) + 1), replace=False).tolist())
+        axes = [a - len(shape) if r.random() < 0.5 else a for a in axes]
+        axis = None if r.random() < 0.15 else axes[0] if len(axes) == 1 and r.random() < 0.5 else tuple(axes)
+        count = np.prod([shape[a] for a in (range(len(shape)) if axis is None else np.atleast_1d(axis))])
+        if count >= min_count:
+            return shape, axis, bool(r.random() < 0.5)
+
+
+for _name, _f, _dom in [('add', lambda m, a, b: a + b, 'any'), ('sub', lambda m, a, b: a - b, 'any'),
+                        ('mul', lambda m, a, b: a * b, 'any'), ('div', lambda m, a, b: a / b, ('any', 'pos')),
+                        ('pow', lambda m, a, b: a ** b, ('pos', 'any')),
+                        ('maximum', lambda m, a, b: a.maximum(b), 'any'),
+                        ('minimum', lambda m, a, b: m.minimum(a, b), 'any'),
+                        ('where', lambda m, a, b: m.where(a > 0, a, b), 'any')]:
+    for _k in range(3):
+        op(f'rand_bcast_{_name}_{_k}', _f, *random_pair((_name, _k)), dom=_dom)
+for _name, _kw in [('sum', {}), ('mean', {}), ('max', {}), ('min', {}), ('var', {'correction': 1}),
+                   ('var', {'correction': 0})]:
+    for _k in range(2):
+        _shape, _axis, _keep = random_reduction((_name, _kw, _k), 2 if _kw.get('correction') else 1)
+        _f, _tf = red(_name, _axis, _keep, **_kw)
+        op(f'rand_{_name}{"_c" + str(_kw["correction"]) if _kw else ""}_{_k}', _f, _shape, tf=_tf)
+op('softmax', lambda m, x: x.softmax(-1), (3, 5))
+op('softmax_axis1', lambda m, x: x.softmax(1), (2, 3, 4))
+op('log_softmax', lambda m, x: x.log_softmax(-1), (3, 5))
+op('log_softmax_axis0', lambda m, x: x.log_softmax(0), (3, 4))
+op('fn_softmax', lambda m, x: m.softmax(x, 1), (2, 3, 4))
+op('fn_log_softmax', lambda m, x: m.log_softmax(x, -1), (3, 5))
+# movement
+S = (2, 3, 4)
+op('reshape', lambda m, x: x.reshape(6, 4), S)
+op('reshape_neg', lambda m, x: x.reshape(-1, 2), S)
+op('reshape_tuple', lambda m, x: x.reshape((4, 6)), S)
+op('view', lambda m, x: x.view(4, -1), S)
+op('flatten', lambda m, x: x.flatten(), S)
+op('flatten_1', lambda m, x: x.flatten(1), S)
+op('flatten_0_1', lambda m, x: x.flatten(0, 1), S)
+op('flatten_neg', lambda m, x: x.flatten(-2, -1), S)
+op('transpose', lambda m, x: x.transpose(0, 2), S)
+op('transpose_neg', lambda m, x: x.transpose(-1, -2), S)
+op('permute', lambda m, x: x.permute(2, 0, 1), S)
+op('permute_neg', lambda m, x: x.permute(-1, 0, 1), S)
+op('T', lambda m, x: x.T, (3, 4))
+op('unsqueeze_0', lambda m, x: x.unsqueeze(0), (3, 4))
+op('unsqueeze_neg', lambda m, x: x.unsqueeze(-1), (3, 4))
+op('unsqueeze_1', lambda m, x: x.unsqueeze(1), (3, 4))
+op('squeeze_all', lambda m, x: x.squeeze(), (1, 3, 1, 2))
+op('squeeze_2', lambda m, x: x.squeeze(2), (1, 3, 1, 2))
+op('squeeze_neg', lambda m, x: x.squeeze(-4), (1, 3, 1, 2))
+op('squeeze_not_size1', lambda m, x: x.squeeze(1), (1, 3, 1, 2))
+op('expand', lambda m, x: x.expand(2, 3, 4), (3, 1))
+op('expand_keep', lambda m, x: x.expand(4, -1, 3), (1, 2, 1))
+op('pad_last', lambda m, x: x.pad((1, 2)), S, tf=lambda x: F.pad(x, (1, 2)))
+op('pad_two', lambda m, x: x.pad((1, 0, 2, 1)), S, tf=lambda x: F.pad(x, (1, 0, 2, 1)))
+op('clone', lambda m, x: x.clone(), U)
+op('idx_int', lambda m, x: x[1], U)
+op('idx_neg_slice', lambda m, x: x[-1, 1:3], U)
+op('idx_step', lambda m, x: x[:, ::2], U)
+op('idx_none', lambda m, x: x[:, None, 1:], U)
+op('idx_ellipsis', lambda m, x: x[..., 1], R)
+op('idx_none_ellipsis', lambda m, x: x[None, ..., -1:], R)
+op('idx_mask', lambda m, x: x[ix(m, MASK)], U)
+op('idx_mask_rows', lambda m, x: x[ix(m, ROWS)], U)
+op('idx_array', lambda m, x: x[ix(m, IDX)], U)
+op('idx_array_cols', lambda m, x: x[:, ix(m, np.array([1, 1, 3]))], U)
+op('idx_array_2d', lambda m, x: x[ix(m, IDX2)], R)
+op('idx_array_pair', lambda m, x: x[ix(m, np.array([0, 2, 2])), ix(m, np.array([1, 3, 3]))], U)
+op('idx_tensor', lambda m, x: x[const(m, IDX, x)], U)
+op('idx_list', lambda m, x: x[[0, 2, 0]], U)
+op('cat', lambda m, a, b: m.cat([a, b], 0), (2, 3), (4, 3))
+op('cat_neg', lambda m, a, b, c: m.cat([a, b, c], -1), (2, 3), (2, 1), (2, 2))
+op('stack', lambda m, a, b: m.stack([a, b], 0), (2, 3), (2, 3))
+op('stack_mid', lambda m, a, b: m.stack([a, b], 1), (2, 3), (2, 3))
+op('stack_neg', lambda m, a, b, c: m.stack([a, b, c], -1), (3,), (3,), (3,))
+# functions
+op('linear', lambda m, x, w, b: m.linear(x, w, b), (2, 4), (3, 4), (3,))
+op('linear_nobias', lambda m, x, w: m.linear(x, w), (2, 5, 4), (3, 4))
+op('conv3x3_pad1', lambda m, x, w, b: m.conv2d(x, w, b, 1, 1), (2, 2, 5, 5), (3, 2, 3, 3), (3,))
+op('conv1x1', lambda m, x, w: m.conv2d(x, w), (2, 3, 4, 4), (2, 3, 1, 1))
+op('conv2x2_stride2', lambda m, x, w, b: m.conv2d(x, w, b, 2), (1, 2, 6, 6), (4, 2, 2, 2), (4,))
+op('conv3x3_stride2_pad1', lambda m, x, w, b: m.conv2d(x, w, b, 2, 1), (1, 2, 7, 7), (2, 2, 3, 3), (2,))
+op('conv_pairs', lambda m, x, w, b: m.conv2d(x, w, b, (2, 1), (0, 1)), (1, 2, 5, 6), (2, 2, 3, 2), (2,))
+op('conv_valid', lambda m, x, w, b: m.conv2d(x, w, b), (2, 1, 5, 5), (2, 1, 3, 3), (2,))
+op('max_pool2', lambda m, x: m.max_pool2d(x, 2), (2, 2, 4, 4))
+op('max_pool2_floor', lambda m, x: m.max_pool2d(x, 2), (1, 2, 5, 5))
+op('max_pool3_stride2', lambda m, x: m.max_pool2d(x, 3, 2), (1, 2, 7, 7))
+op('max_pool2_overlap', lambda m, x: m.max_pool2d(x, 2, 1), (1, 2, 4, 4))
+op('avg_pool2', lambda m, x: m.avg_pool2d(x, 2), (2, 2, 4, 4))
+op('avg_pool2_floor', lambda m, x: m.avg_pool2d(x, 2), (1, 2, 5, 5))
+op('avg_pool3_stride2', lambda m, x: m.avg_pool2d(x, 3, 2), (1, 2, 7, 7))
+op('max_pool_rect', lambda m, x: m.max_pool2d(x, (2, 3), (1, 2)), (1, 2, 4, 7))
+op('avg_pool_rect', lambda m, x: m.avg_pool2d(x, (2, 3), (1, 2)), (1, 2, 4, 7))
+op('batch_norm_train', lambda m, x, w, b: m.batch_norm(
+    x, const(m, RUN_MEAN, x), const(m, RUN_VAR, x), w, b, True, 0.1, 1e-5), (5, 3), (3,), (3,))
+op('batch_norm_train_4d', lambda m, x, w, b: m.batch_norm(
+    x, const(m, RUN_MEAN, x), const(m, RUN_VAR, x), w, b, True, 0.1, 1e-5), (2, 3, 2, 2), (3,), (3,))
+op('batch_norm_noaffine', lambda m, x: m.batch_norm(
+    x, const(m, RUN_MEAN, x), const(m, RUN_VAR, x), None, None, True), (4, 3))
+op('batch_norm_eval', lambda m, x, w, b: m.batch_norm(
+    x, const(m, RUN_MEAN, x), const(m, RUN_VAR, x), w, b, False), (2, 3, 2, 2), (3,), (3,))
+for _red in ('mean', 'sum', 'none'):
+    for _ls in (0.0, 0.1):
+        op(f'cross_entropy_{_red}{"_smooth" if _ls else ""}', lambda m, x, _red=_red, _ls=_ls: m.cross_entropy(
+            x, const(m, TARGET, x), label_smoothing=_ls, reduction=_red), (5, 4))
+    op(f'mse_loss_{_red}', lambda m, a, b, _red=_red: m.mse_loss(a, b, reduction=_red), (3, 4), (3, 4))
+
+
+def check_op_grad(o):
+    leaves = [tl.Tensor(a, requires_grad=True) for a in o.inputs()]
+    gradcheck(lambda: o.f(tl, *leaves), leaves)
+
+
+def check_op_torch(o):
+    need_torch()
+    arrays = o.inputs(np.float32)
+    compare_runs(run_op(tl, o.f, arrays), run_op(TH, o.tf, arrays), 1e-4, 1e-5)
+
+
+def check_op_gpu(o):
+    need_cuda()
+    arrays = o.inputs(np.float32)
+    compare_runs(run_op(tl, o.f, arrays, device='cuda'), run_op(tl, o.f, arrays), 1e-4, 1e-5)
+
+
+for _o in OPS:
+    register(f'test_grad_{_o.name}', lambda o=_o: check_op_grad(o))
+    register(f'test_torch_{_o.name}', lambda o=_o: check_op_torch(o))
+
+# float16 / float32 / float64 in, the same dtype out (values and gradients), against float64 PyTorch
+DTYPE_OPS = ['exp', 'log', 'sqrt', 'sigmoid', 'tanh', 'relu', 'gelu', 'gelu_tanh', 'add_bcast', 'rsub',
+             'mul_scalar', 'div', 'pow2', 'matmul_batched', 'sum_all', 'mean_0', 'max_1', 'var_all',
+             'softmax', 'log_softmax', 'idx_array', 'cat', 'pad_two', 'linear', 'conv3x3_pad1', 'max_pool2',
+             'avg_pool2', 'batch_norm_train_4d', 'cross_entropy_mean_smooth', 'mse_loss_mean']
+DTYPE_TOL = {np.float16: (1e-2, 1e-2), np.float32: (1e-4, 1e-5), np.float64: (1e-7, 1e-8)}
+
+
+def check_dtype(o, dtype, device=None):
+    """Inputs of dtype in, outputs and gradients of dtype out, close to float64 on the same values."""
+    if device:
+        need_cuda()
+    else:
+        need_torch()
+    arrays = o.inputs(dtype)
+    outs, grads = run_op(tl, o.f, arrays, device=device)
+    for k, a in enumerate(outs + grads):
+        assert a.dtype == dtype, f'result {k} is {a.dtype}, not {np.dtype(dtype)}'
+    wide = [a.astype(np.float64) for a in arrays]
+    ref = run_op(tl, o.f, wide) if device else run_op(TH, o.tf, wide)
+    compare_runs((outs, grads), ref, *DTYPE_TOL[dtype])
+
+
+for _name in DTYPE_OPS:
+    _o = next(o for o in OPS if o.name == _name)
+    for _dt in (np.float16, np.float32, np.float64):
+        register(f'test_dtype_{_name}_{np.dtype(_dt).name}', lambda o=_o, dt=_dt: check_dtype(o, dt))
+
+
+# comparisons and argmax: no gradient, checked against NumPy
+NOGRAD = [('gt', lambda a, b: a > b), ('ge_scalar', lambda a, b: a >= 0.1), ('lt_bcast', lambda a, b: a < b[0]),
+          ('le', lambda a, b: a <= b), ('eq', lambda a, b: a == a[:, :1]), ('ne', lambda a, b: a != b),
+          ('argmax_all', lambda a, b: a.argmax()), ('argmax_1', lambda a, b: a.argmax(axis=1)),
+          ('argmax_neg', lambda a, b: a.argmax(axis=-1))]
+
+
+def check_nograd(name, f):
+    r = rng(name)
+    a, b = sample(r, (3, 4)).astype(np.float32), sample(r, (3, 4)).astype(np.float32)
+    out = f(tl.Tensor(a, requires_grad=True), tl.Tensor(b, requires_grad=True))
+    want = np.asarray(f(a, b))
+    assert not out.requires_grad, 'a comparison / argmax must not require grad'
+    assert out.numpy().dtype.kind == want.dtype.kind, f'{out.numpy().dtype} vs {want.dtype}'
+    assert_close(out, want, 0, 0)
+
+
+for _name, _f in NOGRAD:
+    register(f'test_nograd_{_name}', lambda n=_name, f=_f: check_nograd(n, f))
+
+
+# ===== Tensor basics =====
+
+def test_tensor_from_python_float_and_lists():
+    assert tl.Tensor(2.5).dtype == np.float32 and tl.Tensor(2.5).shape == ()
+    t = tl.Tensor([[1.5, 2.0], [3.25, -4.0]])
+    assert t.dtype == np.float32 and t.shape == (2, 2) and t.ndim == 2
+    assert t.tolist() == [[1.5, 2.0], [3.25, -4.0]]
+    assert tl.tensor([0.5, 1.5]).dtype == np.float32
+
+
+def test_tensor_numpy_keeps_dtype():
+    r = rng('keep')
+    for dt in (np.float16, np.float32, np.float64, np.int64):
+        a = (r.standard_normal((2, 3)) * 10).astype(dt)
+        t = tl.Tensor(a)
+        assert t.dtype == dt and isinstance(t.data, np.ndarray), (dt, t.dtype)
+        assert_close(t.numpy(), a, 0, 0)
+    assert tl.Tensor(np.ones(3), dtype=np.float16).dtype == np.float16
+
+
+def test_tensor_attributes():
+    a = sample(rng('attr'), (2, 3, 4)).astype(np.float32)
+    t = tl.Tensor(a, requires_grad=True)
+    assert t.shape == (2, 3, 4) and isinstance(t.shape, tuple) and t.ndim == 3 and t.numel() == 24
+    assert t.device == 'cpu' and t.requires_grad and t.is_leaf and t.grad is None
+    assert isinstance(t.numpy(), np.ndarray) and t.tolist() == a.tolist()
+    assert tl.Tensor(np.array([[3.5]])).item() == 3.5
+    assert tl.Tensor(t).shape == t.shape and np.array_equal(tl.Tensor(t).numpy(), a)
+
+
+def test_creation_functions():
+    for fn, want in [(tl.zeros, 0.0), (tl.ones, 1.0)]:
+        t = fn(2, 3)
+        assert t.shape == (2, 3) and t.dtype == np.float32 and np.all(t.numpy() == want)
+        assert fn((4,)).shape == (4,)
+    f = tl.full((2, 2), 3.5)
+    assert f.shape == (2, 2) and np.all(f.numpy() == 3.5)
+    x = tl.randn(3, 2, dtype=np.float64, requires_grad=True)
+    assert x.dtype == np.float64 and x.requires_grad and x.is_leaf
+    assert tl.zeros_like(x).shape == (3, 2) and np.all(tl.ones_like(x).numpy() == 1)
+    assert tl.zeros_like(x).dtype == np.float64
+    assert tl.arange(5).tolist() == [0, 1, 2, 3, 4]
+    assert_close(tl.arange(1, 7, 2), np.array([1, 3, 5]), 0, 0)
+    assert_close(tl.arange(0.0, 1.0, 0.25), np.array([0, 0.25, 0.5, 0.75]), 0, 0)
+
+
+def test_random_generators():
+    tl.manual_seed(3)
+    a = tl.randn(20000)
+    tl.manual_seed(3)
+    assert np.array_equal(a.numpy(), tl.randn(20000).numpy()), 'manual_seed does not reproduce randn'
+    assert abs(a.numpy().mean()) < 0.03 and abs(a.numpy().std() - 1) < 0.03
+    u = tl.rand(20000).numpy()
+    assert u.min() >= 0 and u.max() < 1 and abs(u.mean() - 0.5) < 0.01 and u.dtype == np.float32
+
+
+def test_conversions_dtype_and_clone():
+    a = sample(rng('conv'), (2, 3)).astype(np.float32)
+    t = tl.Tensor(a)
+    for fn, dt in [(t.double, np.float64), (t.half, np.float16), (lambda: t.to(np.float64).float(), np.float32),
+                   (lambda: t.to(np.float16), np.float16), (lambda: t.to('cpu'), np.float32), (t.cpu, np.float32)]:
+        out = fn()
+        assert out.dtype == dt and out.device == 'cpu'
+        assert_close(out, a, 1e-3, 1e-3)
+    c = t.clone()
+    c.data[0, 0] += 1
+    assert t.data[0, 0] == a[0, 0], 'clone shares memory'
+
+
+def test_comparisons_give_bool():
+    x = tl.Tensor(sample(rng('cmp'), (3,)).astype(np.float32))
+    assert (x > 0).dtype == np.bool_ and (x == x).numpy().all() and not (x != x).numpy().any()
+
+
+def test_inplace_ops_under_no_grad():
+    r = rng('inplace')
+    a, b = sample(r, (2, 3)), sample(r, (3,))
+    p = tl.Parameter(a.copy())
+    with tl.no_grad():
+        p += tl.Tensor(b)
+        p -= 0.5
+        p *= tl.Tensor(b)
+        p /= 2.0
+    assert_close(p, (a + b - 0.5) * b / 2.0, 1e-12, 1e-12)
+    assert p.requires_grad and p.is_leaf and p.grad is None
+
+
+def test_zero_and_requires_grad_():
+    t = tl.Tensor(sample(rng('z'), (3,)))
+    t.zero_()
+    assert np.all(t.numpy() == 0)
+    assert t.requires_grad_() is t and t.requires_grad
+    t.requires_grad_(False)
+    assert not t.requires_grad
+
+
+def test_float16_sum_accumulates_in_float32():
+    x = tl.Tensor(np.full(4096, 0.1, np.float16))
+    s = x.sum()
+    assert s.dtype == np.float16
+    want = 4096 * float(np.float16(0.1))  # 409.5: exact in float16; a float16 running sum stalls near 256
+    assert abs(float(s.item()) - want) <= 0.25, s.item()
+    assert abs(float(x.mean().item()) - float(np.float16(0.1))) < 1e-4
+    m = tl.Tensor(np.full((1, 4096), 0.1, np.float16)) @ tl.Tensor(np.ones((4096, 1), np.float16))
+    assert m.dtype == np.float16 and abs(float(m.item()) - want) <= 0.25, m.item()
+    cols = tl.Tensor(np.full((4096, 3), 0.1, np.float16))  # down axis 0 NumPy's own float16 sum stalls at 256
+    assert_close(cols.sum(axis=0), np.full(3, want), 0, 0.25)
+    assert_close(cols.mean(axis=0), np.full(3, 0.1), 1e-3, 0)
+    assert_close(cols.T @ tl.Tensor(np.ones((4096, 1), np.float16)), np.full((3, 1), want), 0, 0.25)
+
+
+def test_float16_scalars_keep_float16():
+    x = tl.Tensor(sample(rng('h'), (4,)).astype(np.float16), requires_grad=True)
+    for y in (x * 2.5, 2 - x, x ** 2, x / 3, 1.5 + x, x.exp().sum()):
+        assert y.dtype == np.float16, y.dtype
+    (x * 2.5).sum().backward()
+    assert x.grad.dtype == np.float16 and np.all(x.grad.numpy() == 2.5)
+
+
+# ===== autograd core =====
+
+def test_long_chain_backward_no_recursion():
+    x = tl.Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    y = x
+    for _ in range(10_000):
+        y = y * 1.0001
+    y.sum().backward()
+    assert_close(x.grad, np.full(2, 1.0001 ** 10_000), 1e-9, 0)
+
+
+def test_grads_accumulate_across_backward_calls():
+    a = sample(rng('acc'), (3,))
+    x = tl.Tensor(a, requires_grad=True)
+    (x * x).sum().backward()
+    (x * 3).sum().backward()
+    assert_close(x.grad, 2 * a + 3, 1e-12, 0)
+
+
+def test_shared_subexpressions():
+    a = sample(rng('diamond'), (4,))
+    x = tl.Tensor(a, requires_grad=True)
+    h = x * 2
+    ((h * h + h) * x).sum().backward()  # f = 4x^3 + 2x^2
+    assert_close(x.grad, 12 * a ** 2 + 4 * a, 1e-12, 1e-12)
+
+
+def test_backward_with_explicit_grad_and_one_element():
+    a, g = sample(rng('eg'), (2, 3)), sample(rng('eg2'), (2, 3))
+    x = tl.Tensor(a, requires_grad=True)
+    (x * 2).backward(tl.Tensor(g))
+    assert_close(x.grad, 2 * g, 1e-12, 0)
+    y = tl.Tensor(a, requires_grad=True)
+    (y * y).sum(axis=(0, 1), keepdim=True).backward()  # shape (1, 1): one element, no grad needed
+    assert_close(y.grad, 2 * a, 1e-12, 0)
+
+
+def test_no_grad_records_nothing():
+    x = tl.Tensor(sample(rng('ng'), (3,)), requires_grad=True)
+    with tl.no_grad():
+        y = (x * 2).exp().sum()
+    assert not y.requires_grad and y.is_leaf
+    raises(RuntimeError, y.backward)
+    try:
+        with tl.no_grad():
+            raise KeyError('inside')
+    except KeyError:
+        pass
+    assert (x * 2).requires_grad, 'grad mode not restored after an exception in no_grad'
+
+
+def test_detach():
+    a = sample(rng('det'), (3,))
+    x = tl.Tensor(a, requires_grad=True)
+    d = (x * 2).detach()
+    assert not d.requires_grad and d.is_leaf
+    (d * x).sum().backward()
+    assert_close(x.grad, 2 * a, 1e-12, 0)
+
+
+def test_graph_freed_after_backward():
+    x = tl.Tensor(sample(rng('free'), (3,)), requires_grad=True)
+    y = (x * x).exp().sum()
+    y.backward()
+    raises(RuntimeError, y.backward)
+
+
+def test_grads_only_where_needed():
+    a, b = sample(rng('need'), (3,)), sample(rng('need2'), (3,))
+    x, c = tl.Tensor(a, requires_grad=True), tl.Tensor(b)
+    z = x * c
+    assert z.requires_grad and not z.is_leaf and c.is_leaf
+    (z * c).sum().backward()
+    assert c.grad is None and z.grad is None
+    assert_close(x.grad, b * b, 1e-12, 0)
+    assert not (c * 2).requires_grad and (c * 2).is_leaf
+
+
+def test_dtype_and_device_moves_keep_autograd_link():
+    a, w = sample(rng('move'), (2, 3)), upstream(0, (2, 3))
+    x = tl.Tensor(a, requires_grad=True)
+    for move in (lambda t: t.to('cpu'), lambda t: t.float(), lambda t: t.to(np.float32).double(), lambda t: t.cpu()):
+        x.grad = None
+        (move(x) * tl.Tensor(w).to(move(x).dtype)).sum().backward()
+        assert x.grad is not None and x.grad.dtype == np.float64
+        assert_close(x.grad, w, 1e-6, 1e-6)
+
+
+def test_backward_requires_grad():
+    raises(RuntimeError, lambda: tl.Tensor(sample(rng('nrg'), (3,))).sum().backward())
+
+
+# ===== dropout =====
+
+def test_dropout_statistics():
+    tl.manual_seed(0)
+    y = tl.dropout(tl.ones(20000), p=0.3, training=True).numpy()
+    kept = y != 0
+    assert abs(1 - kept.mean() - 0.3) < 0.015
+    assert_close(y[kept], np.full(kept.sum(), 1 / 0.7), 1e-6, 0)
+
+
+def test_dropout_gradient_uses_the_mask():
+    a = sample(rng('dg'), (50,))
+    x = tl.Tensor(a, requires_grad=True)
+    tl.manual_seed(1)
+    y = tl.dropout(x, 0.5)
+    w = upstream(0, (50,))
+    (y * tl.Tensor(w)).sum().backward()
+    kept = y.numpy() != 0
+    assert 0 < kept.sum() < 50
+    assert_close(y.numpy(), np.where(kept, 2 * a, 0), 1e-12, 0)
+    assert_close(x.grad, np.where(kept, 2 * w, 0), 1e-12, 0)
+
+
+def test_grad_dropout_function_and_layer():
+    x = tl.Tensor(sample(rng('dropgrad'), (4, 5)), requires_grad=True)
+    layer = tl.Dropout(0.3)
+
+    def f():
+        tl.manual_seed(3)  # the same mask on every call
+        return tl.dropout(x, 0.4) + layer(x)
+    gradcheck(f, [x])
+
+
+def test_dropout_off_is_identity():
+    a = sample(rng('doff'), (4, 5)).astype(np.float32)
+    assert_close(tl.dropout(tl.Tensor(a), 0.5, training=False), a, 0, 0)
+    assert_close(tl.dropout(tl.Tensor(a), 0.0), a, 0, 0)
+    m = tl.Dropout(0.5).eval()
+    assert_close(m(tl.Tensor(a)), a, 0, 0)
+    tl.manual_seed(2)
+    assert (m.train()(tl.Tensor(a)).numpy() == 0).any()
+
+
+def test_dropout_reproducible_with_seed():
+    a = sample(rng('dseed'), (100,))
+    outs = []
+    for _ in range(2):
+        tl.manual_seed(7)
+        outs.append(tl.dropout(tl.Tensor(a), 0.5).numpy())
+    assert np.array_equal(*outs)
+
+
+# ===== layers: PyTorch parameter names, weights copied both ways, outputs and all gradients =====
+
+class Layer:
+    """make(nn) builds the layer with nn = tl or torch.nn; inputs(r) the input arrays (float64)."""
+    def __init__(self, name, make, inputs, eval_mode=False):
+        self.name, self.make, self.inputs, self.eval_mode = name, make, inputs, eval_mode
+
+
+def shapes_in(*shapes):
+    return lambda r: [sample(r, s) for s in shapes]
+
+
+LAYERS = [
+    Layer('linear', lambda nn: nn.Linear(4, 3), shapes_in((2, 4))),
+    Layer('linear_nobias_3d', lambda nn: nn.Linear(4, 3, bias=False), shapes_in((2, 5, 4))),
+    Layer('conv3x3', lambda nn: nn.Conv2d(2, 3, 3, padding=1), shapes_in((2, 2, 5, 5))),
+    Layer('conv2x2_s2_nobias', lambda nn: nn.Conv2d(2, 4, 2, stride=2, bias=False), shapes_in((1, 2, 6, 6))),
+    Layer('conv1x1', lambda nn: nn.Conv2d(3, 2, 1), shapes_in((2, 3, 3, 3))),
+    Layer('conv_stride_pairs', lambda nn: nn.Conv2d(2, 2, 3, stride=(2, 1), padding=(1, 0)), shapes_in((1, 2, 5, 5))),
+    Layer('batchnorm1d', lambda nn: nn.BatchNorm1d(3), shapes_in((6, 3))),
+    Layer('batchnorm1d_3d', lambda nn: nn.BatchNorm1d(3, momentum=0.2), shapes_in((4, 3, 2))),
+    Layer('batchnorm2d', lambda nn: nn.BatchNorm2d(3, eps=1e-3), shapes_in((4, 3, 2, 2))),
+    Layer('batchnorm2d_eval', lambda nn: nn.BatchNorm2d(3), shapes_in((2, 3, 2, 2)), eval_mode=True),
+    Layer('batchnorm2d_noaffine', lambda nn: nn.BatchNorm2d(2, affine=False), shapes_in((3, 2, 2, 2))),
+    Layer('relu', lambda nn: nn.ReLU(), shapes_in((2, 5))),
+    Layer('gelu', lambda nn: nn.GELU(), shapes_in((2, 5))),
+    Layer('gelu_tanh', lambda nn: nn.GELU(approximate='tanh'), shapes_in((2, 5))),
+    Layer('maxpool', lambda nn: nn.MaxPool2d(2), shapes_in((1, 2, 4, 4))),
+    Layer('maxpool_stride', lambda nn: nn.MaxPool2d(3, stride=2), shapes_in((1, 1, 7, 7))),
+    Layer('avgpool', lambda nn: nn.AvgPool2d(2), shapes_in((1, 2, 4, 4))),
+    Layer('flatten', lambda nn: nn.Flatten(), shapes_in((2, 3, 2, 2))),
+    Layer('dropout_eval', lambda nn: nn.Dropout(0.5), shapes_in((3, 4)), eval_mode=True),
+    Layer('embedding', lambda nn: nn.Embedding(10, 4), lambda r: [np.array([[1, 7, 1], [3, 1, 9]])]),
+    Layer('sequential', lambda nn: nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 3)), shapes_in((5, 4))),
+    Layer('sequential_conv', lambda nn: nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.BatchNorm2d(2), nn.GELU(),
+                                                      nn.MaxPool2d(2), nn.Flatten(), nn.Linear(8, 2)),
+          shapes_in((3, 1, 4, 4))),
+    Layer('grucell', lambda nn: nn.GRUCell(3, 4), shapes_in((2, 3), (2, 4))),
+    Layer('grucell_no_h', lambda nn: nn.GRUCell(3, 4), shapes_in((2, 3))),
+    Layer('grucell_nobias', lambda nn: nn.GRUCell(3, 4, bias=False), shapes_in((2, 3), (2, 4))),
+    Layer('gru', lambda nn: nn.GRU(3, 4), shapes_in((5, 2, 3))),
+    Layer('gru_2layers_h0', lambda nn: nn.GRU(3, 4, num_layers=2), shapes_in((3, 2, 3), (2, 2, 4))),
+    Layer('gru_batch_first_h0', lambda nn: nn.GRU(3, 4, 2, batch_first=True), shapes_in((2, 3, 3), (2, 2, 4))),
+    Layer('gru_nobias', lambda nn: nn.GRU(2, 3, bias=False), shapes_in((4, 1, 2))),
+]
+
+
+def torch_state(tm):
+    return {k: v.detach().numpy().copy() for k, v in tm.state_dict().items()}
+
+
+def perturb_torch(tm, r):
+    """Move parameters off their defaults and running statistics off 0/1, so every path is exercised."""
+    with torch.no_grad():
+        for p in tm.parameters():
+            p.add_(torch.from_numpy(0.2 * r.standard_normal(tuple(p.shape))).to(p.dtype))
+        for n, b in tm.named_buffers():
+            if n.endswith('running_mean'):
+                b.copy_(torch.from_numpy(0.5 * r.standard_normal(tuple(b.shape))))
+            elif n.endswith('running_var'):
+                b.copy_(torch.from_numpy(r.uniform(0.5, 2.0, tuple(b.shape))))
+
+
+def param_shapes(module):
+    return [(n, tuple(p.shape)) for n, p in module.named_parameters()]
+
+
+def check_layer_torch(spec):
+    need_torch()
+    r = rng(spec.name)
+    tl.manual_seed(0)
+    torch.manual_seed(0)
+    lm, tm = spec.make(tl).double(), spec.make(torch.nn).double()
+    assert param_shapes(lm) == param_shapes(tm), f'{param_shapes(lm)} != {param_shapes(tm)}'
+    perturb_torch(tm, r)
+    lm.load_state_dict(torch_state(tm))
+    if spec.eval_mode:
+        lm.eval(), tm.eval()
+    arrays = spec.inputs(r)
+    compare_runs(run_op(tl, lambda m, *xs: lm(*xs), arrays), run_op(TH, lambda m, *xs: tm(*xs), arrays), 1e-9, 1e-10)
+    tgrads = {n: p.grad for n, p in tm.named_parameters()}
+    for n, p in lm.named_parameters():
+        assert p.grad is not None, f'no gradient for {n}'
+        assert_close(p.grad, tgrads[n], 1e-9, 1e-10, f'grad of {n}')
+    want = torch_state(tm)
+    got = lm.state_dict()
+    assert sorted(got) == sorted(want), f'state_dict keys {sorted(got)} != {sorted(want)}'
+    for k in want:
+        assert_close(got[k], want[k], 1e-9, 1e-10, f'state {k} after forward')
+    # the other way: a fresh tl layer's weights loaded into torch give torch's output
+    fresh, tm2 = spec.make(tl), spec.make(torch.nn)
+    tm2.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in fresh.state_dict().items()})
+    if spec.eval_mode:
+        fresh.eval(), tm2.eval()
+    xs = [a.astype(np.float32) if a.dtype.kind == 'f' else a for a in arrays]
+    with tl.no_grad(), torch.no_grad():
+        got_out, want_out = fresh(*[tl.Tensor(a) for a in xs]), tm2(*[torch.from_numpy(a) for a in xs])
+    for g, w in zip(*(o if isinstance(o, tuple) else (o,) for o in (got_out, want_out))):
+        assert g.dtype == np.float32
+        assert_close(g, w, 1e-4, 1e-5, 'tl weights in torch')
+
+
+def check_layer_grad(spec):
+    r = rng(spec.name)
+    tl.manual_seed(0)
+    lm = spec.make(tl).double()
+    for p in lm.parameters():
+        p.data[...] = p.data + 0.2 * r.standard_normal(p.shape)
+    if spec.eval_mode:
+        lm.eval()
+    xs = [tl.Tensor(a, requires_grad=a.dtype.kind == 'f') for a in spec.inputs(r)]
+    gradcheck(lambda: lm(*xs), [x for x in xs if x.requires_grad] + list(lm.parameters()))
+
+
+def check_layer_gpu(spec):
+    need_cuda()
+    tl.manual_seed(0)
+    cpu, gpu = spec.make(tl), spec.make(tl)
+    gpu.load_state_dict(cpu.state_dict())
+    gpu = gpu.cuda()
+    if spec.eval_mode:
+        cpu.eval(), gpu.eval()
+    arrays = [a.astype(np.float32) if a.dtype.kind == 'f' else a for a in spec.inputs(rng(spec.name))]
+    compare_runs(run_op(tl, lambda m, *xs: gpu(*xs), arrays, device='cuda'),
+                 run_op(tl, lambda m, *xs: cpu(*xs), arrays), 1e-4, 1e-5)
+    gp = dict(gpu.named_parameters())
+    for n, p in cpu.named_parameters():
+        assert gp[n].device.startswith('cuda')
+        assert_close(gp[n].grad, p.grad, 1e-4, 1e-5, f'grad of {n}')
+    want = cpu.state_dict()
+    for k, v in gpu.state_dict().items():
+        assert_close(v, want[k], 1e-4, 1e-5, f'state {k}')
+
+
+for _l in LAYERS:
+    register(f'test_layer_torch_{_l.name}', lambda s=_l: check_layer_torch(s))
+    register(f'test_layer_grad_{_l.name}', lambda s=_l: check_layer_grad(s))
+
+
+def test_batchnorm2d_running_stats_over_steps():
+    need_torch()
+    tl.manual_seed(0)
+    lm, tm = tl.BatchNorm2d(3, momentum=0.3), torch.nn.BatchNorm2d(3, momentum=0.3)
+    for step in range(3):
+        a = (sample(rng(('bn', step)), (4, 3, 3, 3)) * 2 + step).astype(np.float32)
+        lm(tl.Tensor(a)), tm(torch.from_numpy(a))
+    want = torch_state(tm)
+    for k, v in lm.state_dict().items():
+        assert_close(v, want[k], 1e-5, 1e-6, k)
+    assert int(np.asarray(lm.state_dict()['num_batches_tracked'])) == 3
+    lm.eval(), tm.eval()
+    a = sample(rng('bn_eval'), (2, 3, 3, 3)).astype(np.float32)
+    assert_close(lm(tl.Tensor(a)), tm(torch.from_numpy(a)), 1e-5, 1e-5, 'eval output')
+
+
+def test_batch_norm_function_updates_running_stats():
+    need_torch()
+    rm_l, rv_l = tl.Tensor(RUN_MEAN.astype(np.float32)), tl.Tensor(RUN_VAR.astype(np.float32))
+    rm_t, rv_t = torch.tensor(RUN_MEAN, dtype=torch.float32), torch.tensor(RUN_VAR, dtype=torch.float32)
+    for step in range(3):
+        a = sample(rng(('bnf', step)), (5, 3, 2)).astype(np.float32)
+        y = tl.batch_norm(tl.Tensor(a), rm_l, rv_l, training=True, momentum=0.2)
+        want = F.batch_norm(torch.from_numpy(a), rm_t, rv_t, training=True, momentum=0.2)
+        assert_close(y, want, 1e-5, 1e-5, 'output')
+    assert_close(rm_l, rm_t, 1e-6, 1e-6, 'running_mean')
+    assert_close(rv_l, rv_t, 1e-6, 1e-6, 'running_var (unbiased batch variance)')
+
+
+def test_embedding_repeated_indices_scatter_add():
+    emb = tl.Embedding(5, 3)
+    w = upstream(0, (4, 3))
+    (emb(tl.Tensor(np.array([2, 4, 2, 2]))) * tl.Tensor(w.astype(np.float32))).sum().backward()
+    g = emb.weight.grad.numpy()
+    assert_close(g[2], w[0] + w[2] + w[3], 1e-6, 0)
+    assert_close(g[[0, 1, 3]], np.zeros((3, 3)), 0, 0)
+
+
+def test_gru_matches_the_gate_equations():
+    """GRUCell against r, z, n, h' written out from API.md with NumPy."""
+    r = rng('gru_eq')
+    tl.manual_seed(0)
+    cell = tl.GRUCell(3, 2).double()
+    x, h = sample(r, (4, 3)), sample(r, (4, 2))
+    p = {n: v.numpy() for n, v in cell.named_parameters()}
+    gi, gh = x @ p['weight_ih'].T + p['bias_ih'], h @ p['weight_hh'].T + p['bias_hh']
+    sig = lambda v: 1 / (1 + np.exp(-v))
+    rg, zg = sig(gi[:, :2] + gh[:, :2]), sig(gi[:, 2:4] + gh[:, 2:4])
+    n = np.tanh(gi[:, 4:] + rg * gh[:, 4:])
+    assert_close(cell(tl.Tensor(x), tl.Tensor(h)), (1 - zg) * n + zg * h, 1e-12, 1e-12)
+    assert_close(cell(tl.Tensor(x)), cell(tl.Tensor(x), tl.Tensor(np.zeros((4, 2)))), 0, 0)
+
+
+def test_gru_output_shapes():
+    out, h = tl.GRU(3, 5, num_layers=2, batch_first=True)(tl.Tensor(sample(rng('gs'), (2, 7, 3)).astype(np.float32)))
+    assert out.shape == (2, 7, 5) and h.shape == (2, 2, 5)
+    assert_close(out[:, -1], h[-1], 0, 0)
+
+
+# ===== default initialisation against PyTorch's =====
+
+INITS = [('linear', lambda nn: nn.Linear(256, 512)), ('conv2d', lambda nn: nn.Conv2d(16, 256, 3)),
+         ('embedding', lambda nn: nn.Embedding(100, 32)), ('batchnorm2d', lambda nn: nn.BatchNorm2d(300)),
+         ('grucell', lambda nn: nn.GRUCell(16, 128)), ('gru', lambda nn: nn.GRU(16, 128, num_layers=2))]
+
+
+def check_init(make):
+    need_torch()
+    tl.manual_seed(0)
+    torch.manual_seed(0)
+    lm, tm = make(tl), make(torch.nn)
+    assert param_shapes(lm) == param_shapes(tm)
+    tp = dict(tm.named_parameters())
+    for n, p in lm.named_parameters():
+        a, b = p.numpy().ravel().astype(np.float64), tp[n].detach().numpy().ravel().astype(np.float64)
+        assert p.dtype == np.float32 and isinstance(p, tl.Parameter) and p.requires_grad, n
+        if b.std() == 0:
+            assert_close(a, b, 0, 0, n)
+            continue
+        s, tol = b.std(), max(0.1, 8 / np.sqrt(b.size))  # tol: about 4 sigma of two samples' difference
+        assert abs(a.std() / s - 1) < tol / 2, f'{n}: std {a.std()} vs torch {s}'
+        assert abs(a.mean() - b.mean()) < tol * s, f'{n}: mean {a.mean()} vs torch {b.mean()}'
+        for q in (0.1, 0.5, 0.9):
+            assert abs(np.quantile(a, q) - np.quantile(b, q)) < tol * s, f'{n}: quantile {q}'
+        assert np.abs(a).max() <= 1.25 * np.abs(b).max(), f'{n}: max |w| {np.abs(a).max()} vs {np.abs(b).max()}'
+    want = torch_state(tm)
+    for k, v in lm.state_dict().items():
+        if k not in tp:
+            assert_close(v, want[k], 0, 0, f'buffer {k}')
+
+
+for _name, _make in INITS:
+    register(f'test_init_{_name}', lambda mk=_make: check_init(mk))
+
+
+# ===== Module machinery =====
+
+def build_net(nn):
+    """A nested model written once for tl and torch: lists of modules, Sequential, a bare Parameter."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Linear(3, 4)
+            blocks = [nn.Linear(4, 4), nn.Linear(4, 4, bias=False)]
+            self.blocks = blocks if nn is tl else nn.ModuleList(blocks)
+            self.head = nn.Sequential(nn.BatchNorm1d(4), nn.ReLU(), nn.Dropout(0.5), nn.Linear(4, 2))
+            self.scale = nn.Parameter(make(tl if nn is tl else TH, np.array([1.5, -0.5], np.float32)))
+
+        def forward(self, x):
+            x = self.stem(x)
+            for b in self.blocks:
+                x = b(x).relu()
+            return self.head(x) * self.scale
+    return Net()
+
+
+def net_input():
+    return sample(rng('net_x'), (6, 3)).astype(np.float32)
+
+
+def test_module_named_parameters_like_torch():
+    net = build_net(tl)
+    names = [n for n, _ in net.named_parameters()]
+    assert sorted(names) == sorted(['stem.weight', 'stem.bias', 'blocks.0.weight', 'blocks.0.bias',
+                                    'blocks.1.weight', 'head.0.weight', 'head.0.bias', 'head.3.weight',
+                                    'head.3.bias', 'scale']), names
+    assert len(list(net.parameters())) == 10 and all(isinstance(p, tl.Parameter) for p in net.parameters())
+    if torch is not None:
+        assert sorted(param_shapes(net)) == sorted(param_shapes(build_net(torch.nn)))
+
+
+def test_module_buffers_and_state_dict_keys():
+    net = build_net(tl)
+    assert len(list(net.buffers())) == 3
+    sd = net.state_dict()
+    assert all(isinstance(v, np.ndarray) for v in sd.values())
+    assert {'head.0.running_mean', 'head.0.running_var', 'head.0.num_batches_tracked'} <= set(sd)
+    if torch is not None:
+        want = build_net(torch.nn).state_dict()
+        assert sorted(sd) == sorted(want)
+        assert all(sd[k].shape == tuple(want[k].shape) for k in want)
+
+
+def test_module_children():
+    layers = [tl.Linear(2, 3), tl.ReLU(), tl.Linear(3, 1)]
+    seq = tl.Sequential(*layers)
+    kids = list(seq.children())
+    assert len(kids) == 3 and all(a is b for a, b in zip(kids, layers))
+
+
+def test_module_train_eval():
+    net = build_net(tl)
+    x = tl.Tensor(net_input())
+    assert net.eval() is net and not net.training and not net.head.training
+    a, b = net(x).numpy(), net(x).numpy()
+    assert np.array_equal(a, b), 'eval mode must be deterministic (no dropout, running stats)'
+    assert net.train() is net and net.training and net.head.training
+    tl.manual_seed(0)
+    assert not np.allclose(net(x).numpy(), a)
+
+
+def test_module_zero_grad():
+    net = build_net(tl)
+    net(tl.Tensor(net_input())).sum().backward()
+    assert all(p.grad is not None for p in net.parameters())
+    net.zero_grad()
+    assert all(p.grad is None or not p.grad.numpy().any() for p in net.parameters())
+
+
+def test_state_dict_round_trip():
+    tl.manual_seed(0)
+    a, b = build_net(tl), build_net(tl)
+    a(tl.Tensor(net_input()))  # moves the running statistics
+    b.load_state_dict(a.state_dict())
+    a.eval(), b.eval()
+    assert_close(a(tl.Tensor(net_input())), b(tl.Tensor(net_input())), 0, 0)
+    for k, v in a.state_dict().items():
+        assert np.array_equal(v, b.state_dict()[k]), k
+
+
+def test_save_load_npz_round_trip():
+    tl.manual_seed(0)
+    a, b = build_net(tl), build_net(tl)
+    a(tl.Tensor(net_input()))
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, 'model.npz')
+        tl.save(a.state_dict(), path)
+        assert os.listdir(d) == ['model.npz'], os.listdir(d)  # written atomically: no temporary left behind
+        with np.load(path, allow_pickle=False) as z:  # plain arrays, no pickled code
+            assert all(z[f].dtype != object for f in z.files)
+        loaded = tl.load(path)
+        b.load_state_dict(loaded)
+    for k, v in a.state_dict().items():
+        assert_close(to_np(loaded[k]), v, 0, 0, k)
+    a.eval(), b.eval()
+    assert_close(a(tl.Tensor(net_input())), b(tl.Tensor(net_input())), 0, 0)
+
+
+def test_module_to_dtype():
+    net = build_net(tl)
+    assert net.double() is net
+    sd = net.state_dict()
+    assert all(sd[k].dtype == np.float64 for k in sd if 'num_batches' not in k)
+    assert net(tl.Tensor(net_input().astype(np.float64))).dtype == np.float64
+    assert net.to(np.float16) is net and all(p.dtype == np.float16 for p in net.parameters())
+    assert net.float() is net and all(p.dtype == np.float32 for p in net.parameters())
+    assert net.half() is net and net.head.state_dict()['0.running_var'].dtype == np.float16
+    assert net.to('cpu') is net and net.cpu() is net
+
+
+# ===== optimizers: several steps against torch.optim =====
+
+OPTIMS = [
+    ('sgd', 'SGD', dict(lr=0.1), None),
+    ('sgd_momentum', 'SGD', dict(lr=0.1, momentum=0.9), None),
+    ('sgd_nesterov', 'SGD', dict(lr=0.1, momentum=0.9, nesterov=True), None),
+    ('sgd_weight_decay', 'SGD', dict(lr=0.1, momentum=0.5, weight_decay=0.1), None),
+    ('sgd_nesterov_wd', 'SGD', dict(lr=0.05, momentum=0.85, nesterov=True, weight_decay=0.02), None),
+    ('adam', 'Adam', dict(lr=0.01), None),
+    ('adam_betas_eps', 'Adam', dict(lr=0.02, betas=(0.8, 0.99), eps=1e-6), None),
+    ('adam_weight_decay', 'Adam', dict(lr=0.01, weight_decay=0.1), None),
+    ('adamw', 'AdamW', dict(lr=0.01), None),
+    ('adamw_weight_decay', 'AdamW', dict(lr=0.01, weight_decay=0.3), None),
+    ('sgd_groups', 'SGD', dict(lr=0.1, momentum=0.9), [('0.', {}), ('2.', {'lr': 0.01, 'weight_decay': 0.05})]),
+    ('adam_groups', 'Adam', dict(lr=0.01), [('0.', {'lr': 0.05}), ('2.', {'betas': (0.5, 0.9)})]),
+    ('adamw_groups', 'AdamW', dict(lr=0.01), [('0.', {'weight_decay': 0.0}), ('2.', {'lr': 0.03})]),
+]
+
+
+def optim_model(nn):
+    return nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.Linear(5, 2))
+
+
+def make_optimizer(cls, module, kw, groups):
+    params = list(module.parameters()) if groups is None else [
+        dict(params=[p for n, p in module.named_parameters() if n.startswith(prefix)], **opts)
+        for prefix, opts in groups]
+    return cls(params, **kw)
+
+
+def train_steps(m, module, opt, steps=6):
+    """Full-batch MSE steps; halves the first group's lr after step 3. Returns the parameters after each step."""
+    r = rng('optim_data')
+    p0 = next(iter(module.parameters()))
+    device = p0.device if m is tl else None
+    x, y = (make(m, sample(r, s).astype(to_np(p0).dtype), device=device) for s in ((8, 3), (8, 2)))
+    history = []
+    for step in range(steps):
+        opt.zero_grad()
+        m.mse_loss(module(x), y).backward()
+        opt.step()
+        if step == 2:
+            opt.param_groups[0]['lr'] *= 0.5
+        history.append([to_np(p).copy() for p in module.parameters()])
+    return history
+
+
+def check_optim(cls_name, kw, groups):
+    need_torch()
+    tl.manual_seed(0)
+    torch.manual_seed(0)
+    tm = optim_model(torch.nn).double()
+    lm = optim_model(tl)
+    lm.load_state_dict(torch_state(tm))
+    lm = lm.double()
+    got = train_steps(tl, lm, make_optimizer(getattr(tl, cls_name), lm, kw, groups))
+    want = train_steps(TH, tm, make_optimizer(getattr(torch.optim, cls_name), tm, kw, groups))
+    for step, (g, w) in enumerate(zip(got, want)):
+        for k, (a, b) in enumerate(zip(g, w)):
+            assert_close(a, b, 1e-8, 1e-10, f'step {step} parameter {k}')
+    assert all(not np.allclose(a, b) for a, b in zip(got[0], got[-1])), 'some parameter never moved'
+
+
+def check_optim_gpu(cls_name, kw, groups):
+    need_cuda()
+    tl.manual_seed(0)
+    cpu, gpu = optim_model(tl), optim_model(tl)
+    gpu.load_state_dict(cpu.state_dict())
+    gpu = gpu.cuda()
+    got = train_steps(tl, gpu, make_optimizer(getattr(tl, cls_name), gpu, kw, groups))
+    want = train_steps(tl, cpu, make_optimizer(getattr(tl, cls_name), cpu, kw, groups))
+    for a, b in zip(got[-1], want[-1]):
+        assert_close(a, b, 1e-4, 1e-5)
+
+
+for _name, _cls, _kw, _groups in OPTIMS:
+    register(f'test_optim_{_name}', lambda c=_cls, kw=_kw, g=_groups: check_optim(c, kw, g))
+
+
+def test_optim_skips_params_without_grad():
+    tl.manual_seed(0)
+    used, unused = tl.Linear(2, 2), tl.Linear(2, 2)
+    before = [p.numpy().copy() for p in unused.parameters()]
+    w0 = used.weight.numpy().copy()
+    opt = tl.AdamW(list(used.parameters()) + list(unused.parameters()), lr=0.1, weight_decay=0.5)
+    used(tl.Tensor(sample(rng('skip'), (3, 2)).astype(np.float32))).sum().backward()
+    opt.step()
+    for a, b in zip(unused.parameters(), before):
+        assert np.array_equal(a.numpy(), b), 'a parameter without grad moved'
+    assert not np.allclose(used.weight.numpy(), w0), 'a parameter with grad did not move'
+
+
+def test_optim_zero_grad_and_state_dict():
+    tl.manual_seed(0)
+    lin = tl.Linear(3, 2)
+    opt = tl.Adam(lin.parameters(), lr=0.01)
+    lin(tl.Tensor(sample(rng('zg'), (4, 3)).astype(np.float32))).sum().backward()
+    opt.step()
+    sd = opt.state_dict()
+    assert isinstance(sd, dict) and 'state' in sd and 'param_groups' in sd
+    assert opt.param_groups[0]['lr'] == 0.01 and len(opt.param_groups[0]['params']) == 2
+    opt.zero_grad()
+    assert all(p.grad is None or not p.grad.numpy().any() for p in lin.parameters())
+
+
+def test_optim_lr_zero_keeps_params():
+    tl.manual_seed(0)
+    lin = tl.Linear(3, 2)
+    before = [p.numpy().copy() for p in lin.parameters()]
+    opt = tl.SGD(lin.parameters(), lr=0.5)
+    opt.param_groups[0]['lr'] = 0.0
+    lin(tl.Tensor(sample(rng('lr0'), (4, 3)).astype(np.float32))).sum().backward()
+    opt.step()
+    assert all(np.array_equal(p.numpy(), b) for p, b in zip(lin.parameters(), before))
+
+
+# ===== errors: clear exceptions, nothing changed =====
+
+def test_error_broadcast_names_both_shapes():
+    a, b = tl.Tensor(sample(rng('e1'), (2, 3))), tl.Tensor(sample(rng('e2'), (4,)))
+    assert_names_shapes(raises(ValueError, lambda: a + b), (2, 3), (4,))
+    assert_names_shapes(raises(ValueError, lambda: a * b), (2, 3), (4,))
+
+
+def test_error_matmul_names_both_shapes():
+    a, b = tl.Tensor(sample(rng('e3'), (2, 3))), tl.Tensor(sample(rng('e4'), (4, 5)))
+    assert_names_shapes(raises(ValueError, lambda: a @ b), (2, 3), (4, 5))
+
+
+def test_error_cat_reshape_linear_conv_shapes():
+    r = rng('e5')
+    a, b = tl.Tensor(sample(r, (2, 3))), tl.Tensor(sample(r, (2, 4)))
+    assert_names_shapes(raises(ValueError, lambda: tl.cat([a, b], 0)), (2, 3), (2, 4))
+    assert_names_shapes(raises(ValueError, lambda: a.reshape(4, 2)), (2, 3), (4, 2))
+    w = tl.Tensor(sample(r, (5, 4)))
+    assert_names_shapes(raises(ValueError, lambda: tl.linear(a, w)), (2, 3), (5, 4))
+    x, k = tl.Tensor(sample(r, (1, 3, 5, 5))), tl.Tensor(sample(r, (2, 2, 3, 3)))
+    assert_names_shapes(raises(ValueError, lambda: tl.conv2d(x, k)), (1, 3, 5, 5), (2, 2, 3, 3))
+    logits, target = tl.Tensor(sample(r, (4, 3))), tl.Tensor(np.array([0, 1, 2]))
+    assert_names_shapes(raises(ValueError, lambda: tl.cross_entropy(logits, target)), (4, 3), (3,))
+
+
+def test_error_backward_non_scalar():
+    x = tl.Tensor(sample(rng('e6'), (2, 3)), requires_grad=True)
+    raises(RuntimeError, (x * 2).backward)
+    assert x.grad is None
+
+
+def test_error_backward_grad_shape_leaves_grads():
+    a = sample(rng('e7'), (2, 3))
+    x = tl.Tensor(a, requires_grad=True)
+    (x * x).sum().backward()
+    y = x * 3
+    assert_names_shapes(raises(ValueError, lambda: y.backward(tl.Tensor(sample(rng('e8'), (3, 2))))), (2, 3), (3, 2))
+    assert_close(x.grad, 2 * a, 0, 0, 'grad changed by a failed backward')
+
+
+def test_error_unsupported_dtype():
+    raises(TypeError, lambda: tl.Tensor(np.array(['a', 'b'])))
+    raises(TypeError, lambda: tl.Tensor(['a', 'b']))
+    raises(TypeError, lambda: tl.Tensor(np.array([object()])))
+
+
+def test_error_cuda_without_cupy():
+    if tl.cuda_is_available():
+        raise Skip('a GPU is present')
+    a = sample(rng('e9'), (2,)).astype(np.float32)
+    raises(RuntimeError, lambda: tl.Tensor(a, device='cuda'), 'cupy')
+    raises(RuntimeError, lambda: tl.Tensor(a).to('cuda'), 'cupy')
+    raises(RuntimeError, lambda: tl.Tensor(a).cuda(), 'cupy')
+    raises(RuntimeError, lambda: tl.zeros(2, device='cuda:0'), 'cupy')
+    raises(RuntimeError, lambda: tl.Linear(2, 2).cuda(), 'cupy')
+
+
+def test_error_inplace_shape_leaves_tensor():
+    a = sample(rng('e10'), (3,))
+    t = tl.Tensor(a.copy())
+    with tl.no_grad():
+        assert_names_shapes(raises(ValueError, lambda: t.__iadd__(tl.Tensor(sample(rng('e11'), (2, 3))))),
+                            (3,), (2, 3))
+    assert np.array_equal(t.numpy(), a) and t.shape == (3,)
+
+
+def test_error_inplace_on_leaf_requiring_grad():
+    p = tl.Parameter(sample(rng('e12'), (3,)))
+
+    def bump():
+        p.__iadd__(1.0)
+    raises(RuntimeError, bump)
+
+
+def check_load_state_dict_error(edit, needle):
+    tl.manual_seed(0)
+    net = build_net(tl)
+    before = {k: v.copy() for k, v in net.state_dict().items()}
+    sd = {k: v + 1 for k, v in net.state_dict().items()}  # valid changes that must not be applied
+    edit(sd)
+    raises((KeyError, ValueError, RuntimeError), lambda: net.load_state_dict(sd), needle)
+    for k, v in net.state_dict().items():
+        assert np.array_equal(v, before[k]), f'{k} changed by a failed load_state_dict'
+
+
+def test_error_load_state_dict_missing_key():
+    check_load_state_dict_error(lambda sd: sd.pop('blocks.1.weight'), 'blocks.1.weight')
+
+
+def test_error_load_state_dict_unexpected_key():
+    check_load_state_dict_error(lambda sd: sd.update({'head.9.weight': np.ones(2, np.float32)}), 'head.9.weight')
+
+
+def test_error_load_state_dict_wrong_shape():
+    check_load_state_dict_error(lambda sd: sd.update({'stem.weight': np.ones((3, 4), np.float32)}), 'stem.weight')
+
+
+def flat_values(obj, path=''):
+    """[(path, copy of value)] for every leaf of nested dicts / lists / tensors."""
+    if isinstance(obj, dict):
+        return [kv for k in obj for kv in flat_values(obj[k], f'{path}.{k}')]
+    if isinstance(obj, (list, tuple)):
+        return [kv for i, v in enumerate(obj) for kv in flat_values(v, f'{path}.{i}')]
+    return [(path, to_np(obj).copy())]
+
+
+def check_step_error_keeps_state(cls_name, kw):
+    tl.manual_seed(0)
+    lin = tl.Linear(3, 2)
+    opt = getattr(tl, cls_name)(lin.parameters(), **kw)
+    x = tl.Tensor(sample(rng('e13'), (4, 3)).astype(np.float32))
+    lin(x).sum().backward()
+    opt.step()  # builds momentum / moment state
+    lin(x).sum().backward()
+    lin.bias.grad = tl.Tensor(np.ones(5, np.float32))
+    params = [p.numpy().copy() for p in lin.parameters()]
+    state = flat_values(opt.state_dict())
+    assert_names_shapes(raises(ValueError, opt.step), (2,), (5,))
+    after = flat_values(opt.state_dict())
+    assert [k for k, _ in after] == [k for k, _ in state], 'optimizer state changed by a failed step'
+    for (k, a), (_, b) in zip(after, state):
+        assert np.array_equal(a, b), f'optimizer state {k} changed by a failed step'
+    assert all(np.array_equal(p.numpy(), b) for p, b in zip(lin.parameters(), params)), 'a parameter moved'
+
+
+def test_error_sgd_step_bad_grad_changes_nothing():
+    check_step_error_keeps_state('SGD', dict(lr=0.1, momentum=0.9))
+
+
+def test_error_adam_step_bad_grad_changes_nothing():
+    check_step_error_keeps_state('Adam', dict(lr=0.1))
+
+
+# ===== small models that must learn =====
+
+def spirals(n, r):
+    """Two interleaved 1.5-turn spirals in the plane: not linearly separable."""
+    t = np.sqrt(r.uniform(0, 1, n)) * 3 * np.pi
+    y = r.integers(0, 2, n)
+    radius, angle = t / (1.5 * np.pi), t + y * np.pi
+    x = np.stack([radius * np.cos(angle), radius * np.sin(angle)], 1) + r.normal(0, 0.03, (n, 2))
+    return x.astype(np.float32), y
+
+
+def learn_spirals(device=None):
+    x, y = spirals(400, rng('spirals'))
+    tl.manual_seed(0)
+    model = tl.Sequential(tl.Linear(2, 64), tl.ReLU(), tl.Linear(64, 64), tl.ReLU(), tl.Linear(64, 2))
+    if device:
+        model = model.to(device)
+    opt = tl.Adam(model.parameters(), lr=0.01)
+    xt, yt = tl.Tensor(x, device=device), tl.Tensor(y, device=device)
+    accuracy = lambda: float((model(xt).argmax(axis=1).numpy() == y).mean())
+    start = accuracy()
+    for _ in range(300):
+        opt.zero_grad()
+        tl.cross_entropy(model(xt), yt).backward()
+        opt.step()
+    assert start < 0.75 and accuracy() > 0.95, (start, accuracy())
+
+
+def test_learn_two_spirals_mlp_adam():
+    learn_spirals()
+
+
+def bars(n, r):
+    """8x8 noisy images with one bright row (class 0) or column (class 1)."""
+    y = r.integers(0, 2, n)
+    x = r.normal(0, 0.3, (n, 1, 8, 8))
+    pos = r.integers(1, 7, n)
+    for i in range(n):
+        if y[i]:
+            x[i, 0, :, pos[i]] += 1.0
+        else:
+            x[i, 0, pos[i], :] += 1.0
+    return x.astype(np.float32), y
+
+
+def test_learn_conv_net_sgd_nesterov():
+    (x, y), (xv, yv) = bars(128, rng('bars')), bars(128, rng('bars_val'))
+    tl.manual_seed(0)
+    model = tl.Sequential(tl.Conv2d(1, 8, 3, padding=1), tl.BatchNorm2d(8), tl.GELU(), tl.MaxPool2d(2),
+                          tl.Flatten(), tl.Linear(128, 2))
+    opt = tl.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True, weight_decay=5e-4)
+    losses = []
+    for _ in range(60):
+        opt.zero_grad()
+        loss = tl.cross_entropy(model(tl.Tensor(x)), tl.Tensor(y), label_smoothing=0.1)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    model.eval()
+    val = float((model(tl.Tensor(xv)).argmax(axis=1).numpy() == yv).mean())
+    assert losses[-1] < losses[0] / 3 and val > 0.95, (losses[0], losses[-1], val)
+
+
+# ===== GPU: the same computations on 'cuda' and 'cpu' =====
+
+for _o in OPS:
+    register(f'test_gpu_{_o.name}', lambda o=_o: check_op_gpu(o))
+for _name in DTYPE_OPS:
+    _o = next(o for o in OPS if o.name == _name)
+    register(f'test_gpu_float16_{_name}', lambda o=_o: check_dtype(o, np.float16, device='cuda'))
+for _l in LAYERS:
+    register(f'test_gpu_layer_{_l.name}', lambda s=_l: check_layer_gpu(s))
+for _name, _cls, _kw, _groups in OPTIMS:
+    register(f'test_gpu_optim_{_name}', lambda c=_cls, kw=_kw, g=_groups: check_optim_gpu(c, kw, g))
+
+
+def test_gpu_device_attributes():
+    need_cuda()
+    a = sample(rng('g1'), (2, 3)).astype(np.float32)
+    t = tl.Tensor(a, device='cuda:0')
+    assert t.device == 'cuda:0' and tl.Tensor(a, device='cuda').device == 'cuda:0'
+    assert type(t.data).__module__.startswith('cupy') and isinstance(t.numpy(), np.ndarray)
+    assert_close(t.numpy(), a, 0, 0)
+    assert tl.zeros(2, 3, device='cuda').device == 'cuda:0' and tl.randn(4, device='cuda').device == 'cuda:0'
+    assert t.cpu().device == 'cpu' and t.cpu().cuda().device == 'cuda:0'
+    tl.manual_seed(5)
+    r1 = tl.randn(8, device='cuda').numpy()
+    tl.manual_seed(5)
+    assert np.array_equal(r1, tl.randn(8, device='cuda').numpy())
+
+
+def test_gpu_to_cuda_keeps_autograd_link():
+    need_cuda()
+    a, w = sample(rng('g2'), (3, 2)), upstream(0, (3, 2))
+    x = tl.Tensor(a, requires_grad=True)
+    (x.to('cuda').exp() * tl.Tensor(w, device='cuda')).sum().backward()
+    assert x.grad.device == 'cpu'
+    assert_close(x.grad, np.exp(a) * w, 1e-10, 1e-12)
+    g = tl.Tensor(a, requires_grad=True, device='cuda')
+    (g.cpu() * tl.Tensor(w)).sum().backward()
+    assert g.grad.device == 'cuda:0'
+    assert_close(g.grad, w, 0, 0)
+
+
+def test_gpu_mixing_devices_raises():
+    need_cuda()
+    a, b = tl.Tensor(sample(rng('g3'), (3,))), tl.Tensor(sample(rng('g4'), (3,)), device='cuda')
+    for fn in (lambda: a + b, lambda: b * a, lambda: tl.cat([a, b]), lambda: tl.where(a > 0, a, b)):
+        raises(RuntimeError, fn, 'cpu', 'cuda')
+
+
+def test_gpu_fused_kernels_listed():
+    need_cuda()
+    tl.Tensor(sample(rng('g5'), (1024,)).astype(np.float32), device='cuda').relu().sum().item()
+    names = tl.fused_kernels()
+    assert isinstance(names, (list, tuple, set, frozenset)) and all(isinstance(n, str) for n in names), names
+
+
+def test_gpu_save_load():
+    need_cuda()
+    tl.manual_seed(0)
+    net = build_net(tl).cuda()
+    net(tl.Tensor(net_input(), device='cuda'))
+    sd = net.state_dict()
+    assert all(isinstance(v, np.ndarray) for v in sd.values())
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, 'gpu.npz')
+        tl.save(sd, path)
+        back = build_net(tl).cuda()
+        back.load_state_dict(tl.load(path, device='cuda'))
+    net.eval(), back.eval()
+    x = tl.Tensor(net_input(), device='cuda')
+    assert_close(back(x), net(x), 1e-6, 1e-6)
+
+
+def test_gpu_dropout():
+    need_cuda()
+    tl.manual_seed(0)
+    x = tl.ones(20000, device='cuda', requires_grad=True)
+    y = tl.dropout(x, 0.25)
+    y.sum().backward()
+    kept = y.numpy() != 0
+    assert y.device == 'cuda:0' and abs(1 - kept.mean() - 0.25) < 0.015
+    assert_close(x.grad, np.where(kept, 1 / 0.75, 0), 1e-6, 0)
+
+
+def test_gpu_learn_two_spirals():
+    need_cuda()
+    learn_spirals('cuda')
+
+
+# ===== runner =====
+
+def main(argv):
+    verbose = '-v' in argv
+    pattern = next((a for a in argv if a != '-v'), '')
+    tests = [(n, f) for n, f in list(globals().items()) if n.startswith('test_') and callable(f) and pattern in n]
+    counts = {'passed': 0, 'failed': 0, 'skipped': 0}
+    for name, fn in tests:
+        t0 = time.perf_counter()
+        try:
+            fn()
+            result = 'passed'
+        except Skip:
+            result = 'skipped'
+        except Exception as e:
+            result = 'failed'
+            print(f'FAIL {name}: {type(e).__name__}: {e}\n{traceback.format_exc()}', flush=True)
+        counts[result] += 1
+        if verbose:
+            print(f'{result:8s} {time.perf_counter() - t0:7.3f}s {name}', flush=True)
+    print(f'{counts["passed"]} passed, {counts["failed"]} failed, {counts["skipped"]} skipped')
+    return 1 if counts['failed'] else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv[1:]))
