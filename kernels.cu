@@ -51,6 +51,38 @@ __device__ __forceinline__ A act_grad(A z, A g)
     return g;
 }
 
+// A plain integer type of B bytes: im2col only copies bits.
+template <int B> struct Bits;
+template <> struct Bits<16> { using type = uint4; };
+template <> struct Bits<8> { using type = uint2; };
+template <> struct Bits<4> { using type = unsigned int; };
+template <> struct Bits<2> { using type = unsigned short; };
+
+__device__ __forceinline__ float erf_(float x) { return erff(x); }
+__device__ __forceinline__ double erf_(double x) { return erf(x); }
+__device__ __forceinline__ float exp_(float x) { return expf(x); }
+__device__ __forceinline__ double exp_(double x) { return exp(x); }
+__device__ __forceinline__ float log_(float x) { return logf(x); }
+__device__ __forceinline__ double log_(double x) { return log(x); }
+__device__ __forceinline__ float tanh_(float x) { return tanhf(x); }
+__device__ __forceinline__ double tanh_(double x) { return tanh(x); }
+
+template <typename A> __device__ __forceinline__ A neg_inf();
+template <> __device__ __forceinline__ float neg_inf<float>() { return __int_as_float(0xff800000); }
+template <> __device__ __forceinline__ double neg_inf<double>() {
+    return __longlong_as_double(0xfff0000000000000ULL);
+}
+template <typename A> __device__ __forceinline__ A quiet_nan();
+template <> __device__ __forceinline__ float quiet_nan<float>() { return __int_as_float(0x7fc00000); }
+template <> __device__ __forceinline__ double quiet_nan<double>() {
+    return __longlong_as_double(0x7ff8000000000000ULL);
+}
+
+__device__ __forceinline__ long long global_id() {
+    return (long long)blockIdx.x * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ long long global_threads() { return (long long)gridDim.x * blockDim.x; }
+
 // ===== ReLU =====
 
 template <typename T>
@@ -106,6 +138,63 @@ __global__ void relu_bwd(const O* __restrict__ out, const G* __restrict__ grad, 
         done = packs * V;
     }
     for (long long e = done + i; e < n; e += stride) dx[e] = relu_grad_of(out[e], grad[e]);
+}
+
+// ===== GELU =====
+// erf form:  y = x Phi(x),  Phi(x) = (1 + erf(x / sqrt 2)) / 2,  y' = Phi(x) + x exp(-x^2 / 2) / sqrt(2 pi)
+// tanh form: y = x (1 + tanh u) / 2,  u = sqrt(2 / pi) (x + 0.044715 x^3),
+//            y' = (1 + tanh u) / 2 + x (1 - tanh^2 u) sqrt(2 / pi) (1 + 3 * 0.044715 x^2) / 2
+template <typename A, int TANH> __device__ __forceinline__ A gelu_val(A x) {
+    if (TANH) {
+        const A u = A(0.7978845608028654) * (x + A(0.044715) * x * x * x);
+        return A(0.5) * x * (A(1) + tanh_(u));
+    }
+    return A(0.5) * x * (A(1) + erf_(x * A(0.7071067811865476)));
+}
+
+template <typename A, int TANH> __device__ __forceinline__ A gelu_grad(A x) {
+    if (TANH) {
+        const A x2 = x * x;
+        const A t = tanh_(A(0.7978845608028654) * x * (A(1) + A(0.044715) * x2));
+        return A(0.5) * (A(1) + t) +
+               A(0.5) * x * (A(1) - t * t) * A(0.7978845608028654) * (A(1) + A(0.134145) * x2);
+    }
+    return A(0.5) * (A(1) + erf_(x * A(0.7071067811865476))) +
+           x * A(0.3989422804014327) * exp_(A(-0.5) * x * x);
+}
+
+// y = gelu(x) over n elements: V-wide packs, then the scalar tail.
+template <typename T, int V, int TANH>
+__global__ void gelu_fwd(const T* __restrict__ x, T* __restrict__ y, long long n) {
+    using A = acc_t<T>;
+    using P = Pack<T, V>;
+    const long long nv = n / V;
+    for (long long t = global_id(); t < nv; t += global_threads()) {
+        P a = reinterpret_cast<const P*>(x)[t];
+#pragma unroll
+        for (int e = 0; e < V; ++e) a.v[e] = T(gelu_val<A, TANH>(A(a.v[e])));
+        reinterpret_cast<P*>(y)[t] = a;
+    }
+    for (long long t = nv * V + global_id(); t < n; t += global_threads())
+        y[t] = T(gelu_val<A, TANH>(A(x[t])));
+}
+
+// dx = dy * gelu'(x)
+template <typename T, int V, int TANH>
+__global__ void gelu_bwd(const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dx,
+                         long long n) {
+    using A = acc_t<T>;
+    using P = Pack<T, V>;
+    const long long nv = n / V;
+    for (long long t = global_id(); t < nv; t += global_threads()) {
+        const P a = reinterpret_cast<const P*>(x)[t];
+        P g = reinterpret_cast<const P*>(dy)[t];
+#pragma unroll
+        for (int e = 0; e < V; ++e) g.v[e] = T(A(g.v[e]) * gelu_grad<A, TANH>(A(a.v[e])));
+        reinterpret_cast<P*>(dx)[t] = g;
+    }
+    for (long long t = nv * V + global_id(); t < n; t += global_threads())
+        dx[t] = T(A(dy[t]) * gelu_grad<A, TANH>(A(x[t])));
 }
 
 // ===== BatchNorm =====
@@ -424,4 +513,359 @@ __global__ void bn_bwd_dx(const T* __restrict__ x, const T* __restrict__ dy,
         });
     else
         for_units<1, true>(N, C, S, g, k, chunks, elem);
+}
+
+// ===== conv (im2col/col2im) =====
+// cols[m, (i*kw + j)*C + c] = x[n, ho*sh - ph + i, wo*sw - pw + j, c] (0 outside the image),
+// m = (n*Ho + ho)*Wo + wo, so the forward conv is cols @ W2^T with W2 = w.transpose(0,2,3,1)
+// reshaped (C_out, kh*kw*C). A thread owns one V-wide column slot kv of the KV = kh*kw*C/V slots
+// and walks the rows m = r, r + R, r + 2R, ... (the launch has R*KV threads, R <= rows), so its
+// (i, j, c) never changes and (n, ho, wo) advance by additions; the writes of consecutive
+// threads are consecutive 16-byte words. Four rows are loaded before any is stored.
+template <typename T, int V>
+__global__ void im2col_nhwc(const T* __restrict__ x, T* __restrict__ cols, int N, int H, int W,
+                            int C, int Ho, int Wo, int kh, int kw, int sh, int sw, int ph, int pw,
+                            int R) {
+    using U = typename Bits<sizeof(T) * V>::type;
+    constexpr int B = 4;
+    const int CV = C / V, KV = kh * kw * CV;
+    const long long tid = global_id();
+    if (tid >= (long long)R * KV) return;
+    const int kv = (int)(tid % KV), r = (int)(tid / KV);
+    const int cv = kv % CV, j = (kv / CV) % kw, i = kv / (CV * kw);
+    int wo = r % Wo, ho = (r / Wo) % Ho, n = r / (Wo * Ho);
+    const int dwo = R % Wo, dho = (R / Wo) % Ho, dn = R / (Wo * Ho);
+    const long long rows = (long long)N * Ho * Wo;
+    const U* __restrict__ src = reinterpret_cast<const U*>(x);
+    U* __restrict__ dst = reinterpret_cast<U*>(cols);
+    for (long long m0 = r; m0 < rows; m0 += (long long)B * R) {
+        U v[B];
+#pragma unroll
+        for (int u = 0; u < B; ++u) {
+            const int hi = ho * sh - ph + i, wi = wo * sw - pw + j;
+            v[u] = U{};
+            if (m0 + (long long)u * R < rows && (unsigned)hi < (unsigned)H && (unsigned)wi < (unsigned)W)
+                v[u] = src[(((long long)n * H + hi) * W + wi) * CV + cv];
+            wo += dwo;
+            if (wo >= Wo) { wo -= Wo; ++ho; }
+            ho += dho;
+            if (ho >= Ho) { ho -= Ho; ++n; }
+            n += dn;
+        }
+#pragma unroll
+        for (int u = 0; u < B; ++u)
+            if (m0 + (long long)u * R < rows) dst[(m0 + (long long)u * R) * KV + kv] = v[u];
+    }
+}
+
+// The taps k of a kernel of size `ksize`, stride s, over output size `osize` that reach padded
+// input position q (= h + padding): k = q - o*s with 0 <= o < osize, so k runs from `first` to
+// below `end` in steps of s.
+__device__ __forceinline__ void taps_over(int q, int ksize, int s, int osize, int& first, int& end) {
+    const int lo = max(0, q - s * osize + 1);
+    first = lo + (q - lo) % s;
+    end = min(ksize, q + 1);
+}
+
+// The adjoint of im2col, as a gather (no atomics): dx[n, h, w, c] = sum of dcols[m, (i*kw + j)*C + c]
+// over the (ho, wo, i, j) with h = ho*sh - ph + i and w = wo*sw - pw + j. One thread per V
+// channels; the taps of one kernel row are loaded four at a time before they are summed.
+template <typename T, int V>
+__global__ void col2im_nhwc(const T* __restrict__ dcols, T* __restrict__ dx, int N, int H, int W,
+                            int C, int Ho, int Wo, int kh, int kw, int sh, int sw, int ph, int pw) {
+    using A = acc_t<T>;
+    using P = Pack<T, V>;
+    constexpr int B = 4;
+    const int CV = C / V;
+    const long long K = (long long)kh * kw * C, total = (long long)N * H * W * CV;
+    for (long long t = global_id(); t < total; t += global_threads()) {
+        const int cv = (int)(t % CV);
+        long long p = t / CV;
+        const int w = (int)(p % W);
+        p /= W;
+        const int h = (int)(p % H), n = (int)(p / H);
+        const int hp = h + ph, wp = w + pw;
+        int i0, iend, j0, jend;
+        taps_over(hp, kh, sh, Ho, i0, iend);
+        taps_over(wp, kw, sw, Wo, j0, jend);
+        A acc[V];
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc[e] = A(0);
+        for (int i = i0; i < iend; i += sh) {
+            const T* row = dcols + ((long long)n * Ho + (hp - i) / sh) * Wo * K + (long long)i * kw * C + cv * V;
+            for (int jb = j0; jb < jend; jb += B * sw) {
+                P v[B];
+#pragma unroll
+                for (int u = 0; u < B; ++u) {
+                    const int j = jb + u * sw;
+                    if (j < jend) v[u] = *reinterpret_cast<const P*>(row + ((wp - j) / sw) * K + j * C);
+                }
+#pragma unroll
+                for (int u = 0; u < B; ++u)
+                    if (jb + u * sw < jend)
+#pragma unroll
+                        for (int e = 0; e < V; ++e) acc[e] += A(v[u].v[e]);
+            }
+        }
+        P o;
+#pragma unroll
+        for (int e = 0; e < V; ++e) o.v[e] = T(acc[e]);
+        reinterpret_cast<P*>(dx)[t] = o;
+    }
+}
+
+// out[b, s, r] = in[b, r, s]: NCHW -> NHWC is (b, r, s) = (n, c, h*w), NHWC -> NCHW is (n, h*w, c).
+// 32x32 tiles through shared memory, block (32, 8), grid (ceil(S/32), ceil(R/32), B).
+template <typename T>
+__global__ void batch_transpose(const T* __restrict__ in, T* __restrict__ out, int R, int S) {
+    __shared__ T tile[32][33];
+    const long long base = (long long)blockIdx.z * R * S;
+    const int r0 = blockIdx.y * 32, s0 = blockIdx.x * 32;
+    for (int k = threadIdx.y; k < 32; k += 8) {
+        const int r = r0 + k, s = s0 + threadIdx.x;
+        if (r < R && s < S) tile[k][threadIdx.x] = in[base + (long long)r * S + s];
+    }
+    __syncthreads();
+    for (int k = threadIdx.y; k < 32; k += 8) {
+        const int s = s0 + k, r = r0 + threadIdx.x;
+        if (r < R && s < S) out[base + (long long)s * R + r] = tile[threadIdx.x][k];
+    }
+}
+
+// ===== pooling =====
+// Windows kh x kw with stride (sh, sw), no padding; Ho = (H - kh)/sh + 1. NHWC with C channels;
+// NCHW data runs as NHWC with (N*C, H, W, 1). One thread per output (forward) or input (backward)
+// V-wide channel group.
+
+// The range of ho whose window [ho*s, ho*s + k) holds h.
+__device__ __forceinline__ void windows_over(int h, int k, int s, int Ho, int& lo, int& hi) {
+    lo = h < k ? 0 : (h - k) / s + 1;
+    hi = min(h / s, Ho - 1);
+}
+
+// y = window max, idx = i*kw + j of the first maximum (a NaN wins, as in PyTorch).
+template <typename T, int V>
+__global__ void max_pool2d_fwd(const T* __restrict__ x, T* __restrict__ y,
+                               unsigned char* __restrict__ idx, int N, int H, int W, int C, int Ho,
+                               int Wo, int kh, int kw, int sh, int sw) {
+    using A = acc_t<T>;
+    using P = Pack<T, V>;
+    using I = Pack<unsigned char, V>;
+    const int CV = C / V;
+    const long long total = (long long)N * Ho * Wo * CV;
+    for (long long t = global_id(); t < total; t += global_threads()) {
+        const int cv = (int)(t % CV);
+        long long p = t / CV;
+        const int wo = (int)(p % Wo);
+        p /= Wo;
+        const int ho = (int)(p % Ho), n = (int)(p / Ho);
+        const T* base = x + (((long long)n * H + ho * sh) * W + wo * sw) * C + cv * V;
+        A best[V];
+        I arg;
+        const P first = *reinterpret_cast<const P*>(base);
+#pragma unroll
+        for (int e = 0; e < V; ++e) { best[e] = A(first.v[e]); arg.v[e] = 0; }
+        for (int i = 0; i < kh; ++i)
+            for (int j = 0; j < kw; ++j) {
+                const P v = *reinterpret_cast<const P*>(base + ((long long)i * W + j) * C);
+#pragma unroll
+                for (int e = 0; e < V; ++e) {
+                    const A a = A(v.v[e]);
+                    if (a > best[e] || a != a) { best[e] = a; arg.v[e] = (unsigned char)(i * kw + j); }
+                }
+            }
+        P o;
+#pragma unroll
+        for (int e = 0; e < V; ++e) o.v[e] = T(best[e]);
+        reinterpret_cast<P*>(y)[t] = o;
+        reinterpret_cast<I*>(idx)[t] = arg;
+    }
+}
+
+// dx[n, h, w, c] = sum of dy over the windows whose recorded maximum is (h, w).
+template <typename T, int V>
+__global__ void max_pool2d_bwd(const T* __restrict__ dy, const unsigned char* __restrict__ idx,
+                               T* __restrict__ dx, int N, int H, int W, int C, int Ho, int Wo,
+                               int kh, int kw, int sh, int sw) {
+    using A = acc_t<T>;
+    using P = Pack<T, V>;
+    using I = Pack<unsigned char, V>;
+    const int CV = C / V;
+    const long long total = (long long)N * H * W * CV;
+    for (long long t = global_id(); t < total; t += global_threads()) {
+        const int cv = (int)(t % CV);
+        long long p = t / CV;
+        const int w = (int)(p % W);
+        p /= W;
+        const int h = (int)(p % H), n = (int)(p / H);
+        int hlo, hhi, wlo, whi;
+        windows_over(h, kh, sh, Ho, hlo, hhi);
+        windows_over(w, kw, sw, Wo, wlo, whi);
+        A acc[V];
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc[e] = A(0);
+        for (int ho = hlo; ho <= hhi; ++ho)
+            for (int wo = wlo; wo <= whi; ++wo) {
+                const long long o = (((long long)n * Ho + ho) * Wo + wo) * CV + cv;
+                const P g = reinterpret_cast<const P*>(dy)[o];
+                const I a = reinterpret_cast<const I*>(idx)[o];
+                const int k = (h - ho * sh) * kw + (w - wo * sw);
+#pragma unroll
+                for (int e = 0; e < V; ++e)
+                    if (a.v[e] == k) acc[e] += A(g.v[e]);
+            }
+        P o;
+#pragma unroll
+        for (int e = 0; e < V; ++e) o.v[e] = T(acc[e]);
+        reinterpret_cast<P*>(dx)[t] = o;
+    }
+}
+
+// y = window mean.
+template <typename T, int V>
+__global__ void avg_pool2d_fwd(const T* __restrict__ x, T* __restrict__ y, int N, int H, int W,
+                               int C, int Ho, int Wo, int kh, int kw, int sh, int sw) {
+    using A = acc_t<T>;
+    using P = Pack<T, V>;
+    const int CV = C / V;
+    const A scale = A(1) / A(kh * kw);
+    const long long total = (long long)N * Ho * Wo * CV;
+    for (long long t = global_id(); t < total; t += global_threads()) {
+        const int cv = (int)(t % CV);
+        long long p = t / CV;
+        const int wo = (int)(p % Wo);
+        p /= Wo;
+        const int ho = (int)(p % Ho), n = (int)(p / Ho);
+        const T* base = x + (((long long)n * H + ho * sh) * W + wo * sw) * C + cv * V;
+        A acc[V];
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc[e] = A(0);
+        for (int i = 0; i < kh; ++i)
+            for (int j = 0; j < kw; ++j) {
+                const P v = *reinterpret_cast<const P*>(base + ((long long)i * W + j) * C);
+#pragma unroll
+                for (int e = 0; e < V; ++e) acc[e] += A(v.v[e]);
+            }
+        P o;
+#pragma unroll
+        for (int e = 0; e < V; ++e) o.v[e] = T(acc[e] * scale);
+        reinterpret_cast<P*>(y)[t] = o;
+    }
+}
+
+// dx[n, h, w, c] = sum of dy over the windows that hold (h, w), / (kh*kw).
+template <typename T, int V>
+__global__ void avg_pool2d_bwd(const T* __restrict__ dy, T* __restrict__ dx, int N, int H, int W,
+                               int C, int Ho, int Wo, int kh, int kw, int sh, int sw) {
+    using A = acc_t<T>;
+    using P = Pack<T, V>;
+    const int CV = C / V;
+    const A scale = A(1) / A(kh * kw);
+    const long long total = (long long)N * H * W * CV;
+    for (long long t = global_id(); t < total; t += global_threads()) {
+        const int cv = (int)(t % CV);
+        long long p = t / CV;
+        const int w = (int)(p % W);
+        p /= W;
+        const int h = (int)(p % H), n = (int)(p / H);
+        int hlo, hhi, wlo, whi;
+        windows_over(h, kh, sh, Ho, hlo, hhi);
+        windows_over(w, kw, sw, Wo, wlo, whi);
+        A acc[V];
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc[e] = A(0);
+        for (int ho = hlo; ho <= hhi; ++ho)
+            for (int wo = wlo; wo <= whi; ++wo) {
+                const P g = reinterpret_cast<const P*>(dy)[(((long long)n * Ho + ho) * Wo + wo) * CV + cv];
+#pragma unroll
+                for (int e = 0; e < V; ++e) acc[e] += A(g.v[e]);
+            }
+        P o;
+#pragma unroll
+        for (int e = 0; e < V; ++e) o.v[e] = T(acc[e] * scale);
+        reinterpret_cast<P*>(dx)[t] = o;
+    }
+}
+
+// ===== cross-entropy =====
+// Softmax cross-entropy with label smoothing eps over K classes, targets q = eps/K + (1 - eps)[k == y]:
+//   loss_r = lse_r - (1 - eps) x[r, y_r] - (eps / K) sum_k x[r, k],   lse_r = log sum_k exp x[r, k]
+//   dx[r, k] = (exp(x[r, k] - lse_r) - q[r, k]) * g[r * gstride] * scale
+// A group of `lanes` threads (a power of two <= 32) owns a row; the rows of one warp advance
+// together so every lane reaches the shuffles. A target outside [0, K) gives a NaN loss.
+// (m, s) = (running max, sum of exp(x - m)); an empty side has m = -inf and s = 0.
+template <typename A>
+__device__ __forceinline__ void merge_lse(A& m, A& s, A om, A os) {
+    const A nm = m > om ? m : om;
+    const A ninf = neg_inf<A>();
+    s = (m == ninf ? A(0) : s * exp_(m - nm)) + (om == ninf ? A(0) : os * exp_(om - nm));
+    m = nm;
+}
+
+template <typename T, typename I, int V>
+__global__ void cross_entropy_fwd(const T* __restrict__ x, const I* __restrict__ target,
+                                  acc_t<T>* __restrict__ loss,
+                                  acc_t<T>* __restrict__ lse, int N, int K,
+                                  acc_t<T> eps, int lanes) {
+    using A = acc_t<T>;
+    using P = Pack<T, V>;
+    const int lane = threadIdx.x & (lanes - 1);
+    const long long warp_row0 = (global_id() & ~31LL) / lanes;
+    const long long row_step = global_threads() / lanes;
+    const int KV = K / V;
+    for (long long r0 = warp_row0; r0 < N; r0 += row_step) {
+        const long long row = r0 + (threadIdx.x & 31) / lanes;
+        const bool valid = row < N;
+        const long long y = valid ? (long long)target[row] : -1;
+        A m = neg_inf<A>(), s = A(0), sx = A(0), xy = A(0), found = A(0);
+        for (int pv = lane; valid && pv < KV; pv += lanes) {
+            const P v = reinterpret_cast<const P*>(x + row * K)[pv];
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                const A a = A(v.v[e]);
+                if (a > m) { s = s * exp_(m - a) + A(1); m = a; }
+                else s += exp_(a - m);
+                sx += a;
+                if (pv * V + e == y) { xy = a; found = A(1); }
+            }
+        }
+        for (int off = lanes / 2; off > 0; off >>= 1) {
+            const A om = __shfl_xor_sync(0xffffffffu, m, off, lanes);
+            const A os = __shfl_xor_sync(0xffffffffu, s, off, lanes);
+            merge_lse(m, s, om, os);
+            sx += __shfl_xor_sync(0xffffffffu, sx, off, lanes);
+            xy += __shfl_xor_sync(0xffffffffu, xy, off, lanes);
+            found += __shfl_xor_sync(0xffffffffu, found, off, lanes);
+        }
+        if (valid && lane == 0) {
+            const A l = m + log_(s);
+            lse[row] = l;
+            loss[row] = found > A(0) ? l - (A(1) - eps) * xy - eps / A(K) * sx : quiet_nan<A>();
+        }
+    }
+}
+
+template <typename T, typename I, int V>
+__global__ void cross_entropy_bwd(const T* __restrict__ x, const I* __restrict__ target,
+                                  const acc_t<T>* __restrict__ lse,
+                                  const acc_t<T>* __restrict__ g, long long gstride,
+                                  acc_t<T> scale, T* __restrict__ dx, int N, int K,
+                                  acc_t<T> eps, int lanes) {
+    using A = acc_t<T>;
+    using P = Pack<T, V>;
+    const int lane = threadIdx.x & (lanes - 1);
+    const long long row_step = global_threads() / lanes;
+    const int KV = K / V;
+    const A off = eps / A(K), on = A(1) - eps + eps / A(K);
+    for (long long row = global_id() / lanes; row < N; row += row_step) {
+        const long long y = (long long)target[row];
+        const A l = lse[row], gs = g[row * gstride] * scale;
+        for (int pv = lane; pv < KV; pv += lanes) {
+            P v = reinterpret_cast<const P*>(x + row * K)[pv];
+#pragma unroll
+            for (int e = 0; e < V; ++e)
+                v.v[e] = T((exp_(A(v.v[e]) - l) - (pv * V + e == y ? on : off)) * gs);
+            reinterpret_cast<P*>(dx + row * K)[pv] = v;
+        }
+    }
 }

@@ -144,16 +144,23 @@ def _erf(x):
 # ================================================================ the kernel loader
 
 _KERNEL_PATH = os.environ.get('TINYGRAD_LITE_KERNELS') or os.path.join(os.path.dirname(os.path.abspath(__file__)), 'kernels.cu')
-_C_TYPES = {np.dtype(np.float16): '__half', np.dtype(np.float32): 'float', np.dtype(np.float64): 'double'}
-_FLOAT_C = tuple(_C_TYPES.values())
+_C_TYPES = {np.dtype(np.float16): '__half', np.dtype(np.float32): 'float', np.dtype(np.float64): 'double',
+            np.dtype(np.int64): 'long long'}
+_FLOAT_C = ('__half', 'float', 'double')
+_PACK = {'__half': ('1', '8'), 'float': ('1', '4'), 'double': ('1', '2')}   # elements per load: 1 or 16 bytes
 _ACTIVATIONS = {None: 0, 'relu': 1, 'gelu': 2}   # the ACT template argument of the BatchNorm kernels
 # kernel name -> the template arguments it is instantiated with (C type names, integers)
 _KERNEL_INSTANCES = {
     'relu_fwd': [(t,) for t in _FLOAT_C],
     'relu_bwd': [(g, o) for g in _FLOAT_C for o in _FLOAT_C],
+    **{name: [(t, v, tanh) for t in _FLOAT_C for v in _PACK[t] for tanh in '01'] for name in ('gelu_fwd', 'gelu_bwd')},
     'bn_fwd_stats': [(t,) for t in _FLOAT_C],
     **{name: [(t, str(act)) for t in _FLOAT_C for act in _ACTIVATIONS.values()]
        for name in ('bn_fwd_apply', 'bn_bwd_reduce', 'bn_bwd_dx')},
+    'batch_transpose': [(t,) for t in _FLOAT_C],
+    **{name: [(t, v) for t in _FLOAT_C for v in _PACK[t]]
+       for name in ('im2col_nhwc', 'col2im_nhwc', 'max_pool2d_fwd', 'max_pool2d_bwd', 'avg_pool2d_fwd', 'avg_pool2d_bwd')},
+    **{name: [(t, 'long long', v) for t in _FLOAT_C for v in _PACK[t]] for name in ('cross_entropy_fwd', 'cross_entropy_bwd')},
 }
 _BLOCK = 256   # threads per block of every kernel
 _modules = {}   # GPU index -> {name expression: RawKernel}, {} when kernels.cu is missing or broken
@@ -615,8 +622,58 @@ class Clone(Function):
 
 
 # ================================================================ fused ops
-# Each op's formula is written once with xp (NumPy or CuPy); a fused kernel, where kernels.cu has
-# one for the dtype, replaces the composed GPU path.
+# Each op's formula is written once with xp (NumPy or CuPy); where kernels.cu has a kernel for the
+# dtype, the GPU calls it instead of the composed CuPy code. On the GPU, convolutions return
+# NCHW-shaped arrays in channels-last memory (PyTorch's channels_last), which the next conv, pool,
+# BatchNorm and elementwise kernel read without a copy.
+
+def _channels_last(x):
+    return x.ndim == 4 and x.transpose(0, 2, 3, 1).flags.c_contiguous
+
+
+def _nhwc(x):
+    """The C-contiguous (N, H, W, C) array of NCHW-shaped x: a view of channels-last x, else one
+    transpose (a kernel on the GPU)."""
+    xh = x.transpose(0, 2, 3, 1)
+    if xh.flags.c_contiguous:
+        return xh
+    kernel = _fused(x, 'batch_transpose', x.dtype) if x.flags.c_contiguous and x.shape[0] <= 65535 else None
+    if kernel is None:
+        return _xp(x).ascontiguousarray(xh)
+    n, c, h, w = x.shape
+    out = cp.empty(xh.shape, x.dtype)
+    kernel((-(-h * w // 32), -(-c // 32), n), (32, 8, 1), (x, out, np.int32(c), np.int32(h * w)))
+    return out
+
+
+def _is_dense(a):
+    """a's elements fill its memory without gaps, in some axis order (so a kernel can run over it flat)."""
+    expect = a.itemsize
+    for stride, n in sorted((s, n) for s, n in zip(a.strides, a.shape) if n > 1):
+        if stride != expect:
+            return False
+        expect *= n
+    return True
+
+
+def _dense(a):
+    return a if _is_dense(a) else cp.ascontiguousarray(a)
+
+
+def _like(a, ref):
+    """a's values in ref's memory layout (ref dense), so the two can be walked as one flat buffer."""
+    if a.strides == tuple(s // ref.itemsize * a.itemsize for s in ref.strides):
+        return a
+    out = cp.empty_like(ref, dtype=a.dtype)
+    out[...] = a
+    return out
+
+
+def _width(dtype, n, *arrays):
+    """Elements per 16-byte pack where a row of n elements (0: flat data) and every pointer allow, else 1."""
+    v = 16 // np.dtype(dtype).itemsize
+    return v if n % v == 0 and all(a.data.ptr % 16 == 0 for a in arrays) else 1
+
 
 class Relu(Function):
     def forward(self, x):
@@ -624,7 +681,7 @@ class Relu(Function):
         if kernel is None:
             self.out = _relu(x)
         else:
-            x = cp.ascontiguousarray(x)
+            x = _dense(x)
             self.out = cp.empty_like(x)
             _launch_flat(kernel, x.size, 16 // x.itemsize, (x, self.out, np.int64(x.size)))
         return self.out
@@ -633,7 +690,7 @@ class Relu(Function):
         kernel = _fused(g, 'relu_bwd', g.dtype, self.out.dtype)
         if kernel is None:
             return _relu_grad(self.out, g)
-        g = cp.ascontiguousarray(g)
+        g = _like(g, self.out)
         dx = cp.empty_like(g)
         _launch_flat(kernel, g.size, 16 // min(g.itemsize, self.out.itemsize), (self.out, g, dx, np.int64(g.size)))
         return dx
@@ -654,20 +711,34 @@ _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 class Gelu(Function):
     """x * Phi(x) (approximate='none') or 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) ('tanh')."""
     def forward(self, x, approximate):
-        self.x, self.approximate = x, approximate
-        xp = _xp(x)
-        if approximate == 'tanh':
-            self.t = xp.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))
-            return 0.5 * x * (1 + self.t)
-        self.cdf = _normal_cdf(x)
-        return x * self.cdf
+        self.tanh = int(approximate == 'tanh')
+        if _xp(x) is not np:
+            x = _dense(x)
+            width = _width(x.dtype, 0, x)
+            kernel = _kernel('gelu_fwd', x.dtype, width, self.tanh)
+            if kernel is not None:
+                self.x, y = x, cp.empty_like(x)
+                _launch_flat(kernel, x.size // width + 1, 1, (x, y, np.int64(x.size)))
+                return y
+        self.x = x
+        if self.tanh:
+            return 0.5 * x * (1 + _xp(x).tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
+        return x * _normal_cdf(x)
 
     def backward(self, g):
-        x, xp = self.x, _xp(g)
-        if self.approximate == 'tanh':
-            inner = _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)
-            return g * (0.5 * (1 + self.t) + 0.5 * x * (1 - self.t * self.t) * inner)
-        return g * (self.cdf + x * _normal_pdf(x))
+        x = self.x
+        if _xp(g) is not np:
+            g = _like(g.astype(x.dtype, copy=False), x)
+            width = _width(x.dtype, 0, x, g)
+            kernel = _kernel('gelu_bwd', x.dtype, width, self.tanh)
+            if kernel is not None:
+                dx = cp.empty_like(x)
+                _launch_flat(kernel, x.size // width + 1, 1, (x, g, dx, np.int64(x.size)))
+                return dx
+        if self.tanh:
+            t = _xp(x).tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))
+            return g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x))
+        return g * (_normal_cdf(x) + x * _normal_pdf(x))
 
 
 def _normal_cdf(x):
@@ -676,57 +747,6 @@ def _normal_cdf(x):
 
 def _normal_pdf(x):
     return _xp(x).exp(-0.5 * x * x) * x.dtype.type(1 / math.sqrt(2 * math.pi))
-
-
-def _log_softmax(x, axis):
-    """log_softmax computed in at least float32."""
-    xp = _xp(x)
-    z = x.astype(np.promote_types(x.dtype, np.float32)) if x.dtype == np.float16 else x
-    z = z - z.max(axis=axis, keepdims=True)
-    return z - xp.log(xp.exp(z).sum(axis=axis, keepdims=True))
-
-
-class LogSoftmax(Function):
-    def forward(self, x, axis):
-        self.axis = axis
-        self.out = _log_softmax(x, axis).astype(x.dtype)
-        return self.out
-
-    def backward(self, g):
-        xp = _xp(g)
-        return g - xp.exp(self.out) * _sum(g, self.axis, keepdims=True)
-
-
-class Softmax(Function):
-    def forward(self, x, axis):
-        self.axis = axis
-        self.out = _xp(x).exp(_log_softmax(x, axis)).astype(x.dtype)
-        return self.out
-
-    def backward(self, g):
-        return self.out * (g - _sum(g * self.out, self.axis, keepdims=True))
-
-
-class CrossEntropy(Function):
-    """Softmax cross-entropy over axis 1 with label smoothing: the target distribution is
-    (1 - s) one_hot(target) + s / C, so d loss / d logits = softmax - that distribution."""
-    def forward(self, logits, target, smoothing, reduction):
-        xp, n, classes = _xp(logits), logits.shape[0], logits.shape[1]
-        logp = _log_softmax(logits, 1)
-        self.target, self.smoothing, self.reduction, self.dtype = target, smoothing, reduction, logits.dtype
-        self.probs = xp.exp(logp)
-        picked = xp.take_along_axis(logp, target[:, None], axis=1)[:, 0]
-        loss = -(1 - smoothing) * picked - smoothing * logp.mean(axis=1)
-        if reduction == 'none':
-            return loss.astype(self.dtype)
-        return xp.asarray(loss.sum() / (n if reduction == 'mean' else 1)).astype(self.dtype)
-
-    def backward(self, g):
-        xp, n, classes = _xp(g), self.probs.shape[0], self.probs.shape[1]
-        d = self.probs - self.smoothing / classes
-        d[xp.arange(n), self.target] -= 1 - self.smoothing
-        scale = g.astype(d.dtype)[:, None] if self.reduction == 'none' else g.astype(d.dtype) / (n if self.reduction == 'mean' else 1)
-        return (d * scale).astype(self.dtype), None
 
 
 class BatchNorm(Function):
@@ -792,15 +812,26 @@ def _bn_backward(x, mean, invstd, weight, bias, g, training, act):
 
 
 # The fused path: kernels.cu's BatchNorm section explains the (group, chunk) grid of these kernels.
-_bn_splits, _bn_tickets = {}, {}
+_bn_grids, _bn_tickets = {}, {}
 
 
-def _bn_grid(kernel, n, c, s, itemsize):
+def _bn_layout(x):
+    """For x's layout: rows(a), the memory of an array shaped like x as the (N, C, S) array the kernels
+    read ((N, C, H*W) for NCHW memory, (N*H*W, C, 1) for channels-last), and shaped(r), its inverse."""
+    c = x.shape[1]
+    if _channels_last(x) and not x.flags.c_contiguous:
+        nhwc = x.shape[:1] + x.shape[2:] + (c,)
+        return (lambda a: _nhwc(a).reshape(-1, c, 1)), (lambda r: r.reshape(nhwc).transpose(0, 3, 1, 2))
+    return (lambda a: cp.ascontiguousarray(a).reshape(a.shape[0], c, -1)), (lambda r: r.reshape(x.shape))
+
+
+def _bn_grid(kernel, shape, itemsize):
     """(blocks, chunks, channels per group, groups): each channel (or group of 32 // S channels when
     S < 32) cut into as many chunks as one wave of resident blocks allows, with at least 4 units of
     work per thread."""
-    key = (id(kernel), cp.cuda.runtime.getDevice(), n, c, s, itemsize)
-    if key not in _bn_splits:
+    n, c, s = shape
+    key = (id(kernel), cp.cuda.runtime.getDevice(), shape, itemsize)
+    if key not in _bn_grids:
         resident = _resident_blocks(kernel)
         if s < 32:
             per_group = 32 // s
@@ -810,150 +841,298 @@ def _bn_grid(kernel, n, c, s, itemsize):
             per_group, groups, width = 0, c, 16 // itemsize
             units = n * (s // width if s % width == 0 else s)
             chunks = max(1, min(resident // groups, units // (4 * _BLOCK)))
-        _bn_splits[key] = (groups * chunks, chunks, per_group, groups)
-    return _bn_splits[key]
+        _bn_grids[key] = (groups * chunks, chunks, per_group, groups)
+    return _bn_grids[key]
 
 
-def _bn_launch(kernel, shape, itemsize, args):
-    """Launch a BatchNorm kernel over x of (N, C, S) `shape`: `args`, then the sizes and grid arguments."""
-    n, c, s = shape
-    blocks, chunks, per_group, groups = _bn_grid(kernel, n, c, s, itemsize)
+def _bn_launch(name, x3, args, *template, scratch_at=None):
+    """Launch BatchNorm kernel name<x's dtype, template...> over (N, C, S) x3 with `args`, then the sizes
+    and grid. A reduction gets its partial-sum buffer and ticket counters inserted at args[scratch_at]
+    (the counters are zero between calls: each group's last block re-arms its own)."""
+    kernel = _kernel(name, x3.dtype, *template)
+    blocks, chunks, per_group, groups = _bn_grid(kernel, x3.shape, x3.itemsize)
+    if scratch_at is not None:
+        device = cp.cuda.runtime.getDevice()
+        if device not in _bn_tickets or _bn_tickets[device].size < groups:
+            _bn_tickets[device] = cp.zeros(max(groups, 1024), np.int32)
+        partials = cp.empty(blocks * (32 if per_group else 1) * 2, _stat_dtype(x3.dtype))
+        args = args[:scratch_at] + (partials, _bn_tickets[device]) + args[scratch_at:]
+    n, c, s = x3.shape
     kernel((blocks,), (_BLOCK,), args + (np.int32(n), np.int32(c), np.int64(s), np.int32(chunks), np.int32(per_group)))
 
 
-def _bn_scratch(shape, itemsize, kernel, a):
-    """Partial-sum buffer and ticket counters (zero between calls: each group's last block re-arms its
-    own) for a reduction kernel."""
-    n, c, s = shape
-    blocks, chunks, per_group, groups = _bn_grid(kernel, n, c, s, itemsize)
-    device = cp.cuda.runtime.getDevice()
-    if device not in _bn_tickets or _bn_tickets[device].size < groups:
-        _bn_tickets[device] = cp.zeros(max(groups, 1024), np.int32)
-    return cp.empty(blocks * (32 if per_group else 1) * 2, a), _bn_tickets[device]
-
-
 def _bn_forward_fused(x, weight, bias, running_mean, running_var, training, momentum, eps, act):
-    (n, c), a = x.shape[:2], _stat_dtype(x.dtype)
-    shape = (n, c, x.size // (n * c))
-    x = cp.ascontiguousarray(x)
+    c, a = x.shape[1], _stat_dtype(x.dtype)
+    rows, shaped = _bn_layout(x)
+    x3 = rows(x)
     w, b = cp.ascontiguousarray(weight, a), cp.ascontiguousarray(bias, a)
     own = lambda t: None if t is None else cp.ascontiguousarray(t, a)
     rm, rv = own(running_mean), own(running_var)
     stats = cp.empty((2, c), a)
     mean, invstd = stats[0], stats[1]
-    y = cp.empty_like(x)
+    y3 = cp.empty_like(x3)
     if training:
-        kernel = _kernel('bn_fwd_stats', x.dtype)
-        partials, tickets = _bn_scratch(shape, x.itemsize, kernel, a)
-        _bn_launch(kernel, shape, x.itemsize, (x, partials, tickets, mean, invstd, rm, rv,
-                                               np.float64(momentum), np.float64(eps)))
+        _bn_launch('bn_fwd_stats', x3, (x3, mean, invstd, rm, rv, np.float64(momentum), np.float64(eps)), scratch_at=1)
         for given, used in ((running_mean, rm), (running_var, rv)):
             if used is not given:   # the buffers were of another dtype: copy the update back
                 given[...] = used
         apply_args = (mean, invstd, w, b, None, None)
     else:   # the apply kernel turns running_var into invstd and stores mean and invstd for backward
         apply_args = (rm, rv, w, b, mean, invstd)
-    _bn_launch(_kernel('bn_fwd_apply', x.dtype, _ACTIVATIONS[act]), shape, x.itemsize,
-               (x, y) + apply_args + (np.float64(eps),))
-    return y, mean, invstd
+    _bn_launch('bn_fwd_apply', x3, (x3, y3) + apply_args + (np.float64(eps),), _ACTIVATIONS[act])
+    return shaped(y3), mean, invstd
 
 
 def _bn_backward_fused(x, mean, invstd, weight, bias, g, training, act):
-    (n, c), a = x.shape[:2], mean.dtype
-    shape = (n, c, x.size // (n * c))
-    g = cp.ascontiguousarray(g)
+    c, a = x.shape[1], mean.dtype
+    rows, shaped = _bn_layout(x)
+    x3, g3 = rows(x), rows(g)
     w, b = cp.ascontiguousarray(weight, a), cp.ascontiguousarray(bias, a)
     sums = cp.empty((2, c), a)   # per channel: sum(g) and sum(g * xhat), g = dy * act'
-    kernel = _kernel('bn_bwd_reduce', x.dtype, _ACTIVATIONS[act])
-    partials, tickets = _bn_scratch(shape, x.itemsize, kernel, a)
-    _bn_launch(kernel, shape, x.itemsize, (x, g, mean, invstd, w, b, partials, tickets, sums))
-    dx = cp.empty_like(x)
-    _bn_launch(_kernel('bn_bwd_dx', x.dtype, _ACTIVATIONS[act]), shape, x.itemsize,
-               (x, g, mean, invstd, w, b, sums if training else None, dx))
-    return dx, sums[1], sums[0]
+    _bn_launch('bn_bwd_reduce', x3, (x3, g3, mean, invstd, w, b, sums), _ACTIVATIONS[act], scratch_at=6)
+    dx3 = cp.empty_like(x3)
+    _bn_launch('bn_bwd_dx', x3, (x3, g3, mean, invstd, w, b, sums if training else None, dx3), _ACTIVATIONS[act])
+    return shaped(dx3), sums[1], sums[0]
 
 
 def _windows(x, kh, kw, stride):
-    """A (N, C, Ho, Wo, kh, kw) view of the sliding windows of x (N, C, H, W); no copy."""
-    n, c, h, w = x.shape
-    sn, sc, sh, sw = x.strides
-    shape = (n, c, (h - kh) // stride[0] + 1, (w - kw) // stride[1] + 1, kh, kw)
-    strides = (sn, sc, sh * stride[0], sw * stride[1], sh, sw)
-    return _xp(x).lib.stride_tricks.as_strided(x, shape, strides)
+    """The (N, Ho, Wo, kh, kw, C) sliding windows of an (N, H, W, C) array, as a view."""
+    n, h, w, c = x.shape
+    sn, sh, sw, sc = x.strides
+    shape = (n, (h - kh) // stride[0] + 1, (w - kw) // stride[1] + 1, kh, kw, c)
+    return _xp(x).lib.stride_tricks.as_strided(x, shape, (sn, sh * stride[0], sw * stride[1], sh, sw, sc))
 
 
 def _col2im(dwindows, shape, stride):
-    """Adjoint of _windows: sum (N, C, Ho, Wo, kh, kw) window gradients into an (N, C, H, W) array, one
-    strided add per kernel offset."""
-    xp = _xp(dwindows)
+    """The adjoint of _windows: window gradients (N, Ho, Wo, kh, kw, C) summed into an (N, H, W, C)
+    array, one strided add per kernel offset, a few images at a time so each chunk stays in cache."""
+    xp, (ho, wo, kh, kw) = _xp(dwindows), dwindows.shape[1:5]
     out = xp.zeros(shape, dwindows.dtype)
-    ho, wo, kh, kw = dwindows.shape[2:]
-    for i in range(kh):
-        for j in range(kw):
-            out[:, :, i:i + stride[0] * ho:stride[0], j:j + stride[1] * wo:stride[1]] += dwindows[:, :, :, :, i, j]
+    step = max(1, (256 << 10) // max(out[0].nbytes, 1)) if xp is np else shape[0]
+    for n in range(0, shape[0], step):
+        for i in range(kh):
+            for j in range(kw):
+                out[n:n + step, i:i + stride[0] * (ho - 1) + 1:stride[0], j:j + stride[1] * (wo - 1) + 1:stride[1]] += \
+                    dwindows[n:n + step, :, :, i, j]
     return out
 
 
+def _im2col(x, kh, kw, stride, padding):
+    """cols (N*Ho*Wo, kh*kw*C) of NCHW-shaped x, columns in (i, j, c) order:
+    cols[(n, ho, wo), (i, j, c)] = x[n, c, ho*sh - ph + i, wo*sw - pw + j], zero outside the image."""
+    n, c, h, w = x.shape
+    (sh, sw), (ph, pw) = stride, padding
+    ho, wo = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    if (kh, kw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0):
+        return _nhwc(x).reshape(-1, c)
+    if _fused(x, 'im2col_nhwc', x.dtype, 1) is None:
+        padded = _xp(x).zeros((n, h + 2 * ph, w + 2 * pw, c), x.dtype)
+        padded[:, ph:ph + h, pw:pw + w] = x.transpose(0, 2, 3, 1)
+        return _windows(padded, kh, kw, stride).reshape(n * ho * wo, kh * kw * c)
+    xh = _nhwc(x)
+    cols = cp.empty((n * ho * wo, kh * kw * c), x.dtype)
+    width = _width(x.dtype, c, xh, cols)
+    kernel = _kernel('im2col_nhwc', x.dtype, width)
+    slots = kh * kw * c // width   # each thread owns one column slot and walks `rows` rows
+    rows = max(1, min(n * ho * wo, _resident_blocks(kernel) * _BLOCK // slots))
+    kernel((-(-rows * slots // _BLOCK),), (_BLOCK,),
+           (xh, cols) + tuple(np.int32(v) for v in (n, h, w, c, ho, wo, kh, kw, sh, sw, ph, pw, rows)))
+    return cols
+
+
+def _col2im_image(dcols, shape, kh, kw, stride, padding):
+    """The adjoint of _im2col: dx (NCHW-shaped, channels-last memory) summing dcols into x's pixels."""
+    n, c, h, w = shape
+    (sh, sw), (ph, pw) = stride, padding
+    ho, wo = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    if (kh, kw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0):
+        return dcols.reshape(n, h, w, c).transpose(0, 3, 1, 2)
+    if _fused(dcols, 'col2im_nhwc', dcols.dtype, 1) is None:
+        dx = _col2im(dcols.reshape(n, ho, wo, kh, kw, c), (n, h + 2 * ph, w + 2 * pw, c), stride)
+        return dx[:, ph:ph + h, pw:pw + w].transpose(0, 3, 1, 2)
+    dx = cp.empty((n, h, w, c), dcols.dtype)
+    width = _width(dcols.dtype, c, dcols, dx)
+    _launch_flat(_kernel('col2im_nhwc', dcols.dtype, width), n * h * w * c // width, 1,
+                 (dcols, dx) + tuple(np.int32(v) for v in (n, h, w, c, ho, wo, kh, kw, sh, sw, ph, pw)))
+    return dx.transpose(0, 3, 1, 2)
+
+
+def _compute_dtype(x):
+    """Matrix products run in x's dtype, except float16 on the CPU (NumPy has no float16 GEMM)."""
+    return np.dtype(np.float32) if x.dtype == np.float16 and _xp(x) is np else x.dtype
+
+
 class Convolution(Function):
-    """Cross-correlation as one matrix product over the unfolded input (im2col)."""
+    """Cross-correlation as one matrix product over the unfolded input, channels-last: cols
+    (N*Ho*Wo, kh*kw*C) times the weight as (C_out, kh*kw*C); the output is NCHW-shaped in channels-last
+    memory. Backward: dx = col2im(dy W), dW = cols^T dy (cols kept from the forward), db = sum dy."""
     def forward(self, x, weight, bias=None, *, stride, padding):
-        xp = _xp(x)
-        self.stride, self.padding, self.weight = stride, padding, weight
-        self.padded = xp.pad(x, ((0, 0), (0, 0), (padding[0],) * 2, (padding[1],) * 2)) if any(padding) else x
-        cout, cin, kh, kw = weight.shape
-        win = _windows(self.padded, kh, kw, stride)                     # N, C, Ho, Wo, kh, kw
-        n, _, ho, wo = win.shape[:4]
-        cols = win.transpose(0, 2, 3, 1, 4, 5).reshape(n * ho * wo, cin * kh * kw)
-        y = _matmul(cols, weight.reshape(cout, -1).T).reshape(n, ho, wo, cout)
+        n, c, h, w = x.shape
+        cout, _, kh, kw = weight.shape
+        ct = _compute_dtype(x)
+        self.shape, self.dtype, self.kernel, self.stride, self.padding = x.shape, x.dtype, (kh, kw), stride, padding
+        self.flat_weight = weight.transpose(0, 2, 3, 1).reshape(cout, -1).astype(ct, copy=False)
+        cols = _im2col(x.astype(ct, copy=False), kh, kw, stride, padding)
+        self.cols = cols if self.needs_grad[1] else None
+        y = cols @ self.flat_weight.T
         if bias is not None:
-            y = y + bias
-        return xp.ascontiguousarray(y.transpose(0, 3, 1, 2))
+            y += bias.astype(ct, copy=False)
+        ho, wo = (h + 2 * padding[0] - kh) // stride[0] + 1, (w + 2 * padding[1] - kw) // stride[1] + 1
+        return y.astype(x.dtype, copy=False).reshape(n, ho, wo, cout).transpose(0, 3, 1, 2)
 
     def backward(self, g):
-        xp = _xp(g)
-        cout, cin, kh, kw = self.weight.shape
-        n, _, ho, wo = g.shape
-        g2 = g.transpose(0, 2, 3, 1).reshape(-1, cout)
+        (kh, kw), c, cout = self.kernel, self.shape[1], self.flat_weight.shape[0]
+        dy = _nhwc(g.astype(self.flat_weight.dtype, copy=False)).reshape(-1, cout)
         dx = dw = db = None
         if self.needs_grad[0]:
-            dcols = _matmul(g2, self.weight.reshape(cout, -1)).reshape(n, ho, wo, cin, kh, kw)
-            dx = _col2im(dcols.transpose(0, 3, 1, 2, 4, 5), self.padded.shape, self.stride)
-            ph, pw = self.padding
-            dx = dx[:, :, ph:dx.shape[2] - ph, pw:dx.shape[3] - pw]
+            dx = _col2im_image(dy @ self.flat_weight, self.shape, kh, kw, self.stride, self.padding).astype(self.dtype, copy=False)
         if self.needs_grad[1]:
-            cols = _windows(self.padded, kh, kw, self.stride).transpose(0, 2, 3, 1, 4, 5).reshape(n * ho * wo, -1)
-            dw = _matmul(g2.T, cols).reshape(self.weight.shape)
+            dw = (self.cols.T @ dy).reshape(kh, kw, c, cout).transpose(3, 2, 0, 1).astype(self.dtype)
         if len(self.needs_grad) > 2 and self.needs_grad[2]:
-            db = _sum(g, (0, 2, 3))
+            db = dy.sum(axis=0, dtype=_stat_dtype(dy.dtype)).astype(self.dtype)
         return dx, dw, db
 
 
-class MaxPool(Function):
+def _pool_rows(a, channels_last):
+    """An NCHW-shaped array's memory as the (N', H, W, C') array the pooling kernels read, (N, H, W, C)
+    for channels-last and (N*C, H, W, 1) for NCHW memory, and the inverse for a result of that layout."""
+    n, c = a.shape[:2]
+    if channels_last:
+        return _nhwc(a), lambda r: r.transpose(0, 3, 1, 2)
+    return cp.ascontiguousarray(a).reshape(n * c, *a.shape[2:], 1), lambda r: r.reshape(n, c, *r.shape[1:3])
+
+
+class _Pool(Function):
+    """Pooling over windows. Composed: the windows as a view (_windows) and their adjoint (_col2im). On
+    the GPU: one kernel forward (name_fwd: x, y, outputs kept for backward) and one backward
+    (name_bwd: dy, what forward kept, dx), run on x's own memory layout."""
     def forward(self, x, kernel, stride):
-        xp = _xp(x)
-        win = _windows(x, kernel[0], kernel[1], stride)
-        flat = win.reshape(win.shape[:4] + (-1,))
+        n, c, h, w = x.shape
         self.shape, self.kernel, self.stride = x.shape, kernel, stride
-        self.argmax = flat.argmax(axis=-1)
-        return xp.take_along_axis(flat, self.argmax[..., None], axis=-1)[..., 0]
+        self.sizes = (h - kernel[0]) // stride[0] + 1, (w - kernel[1]) // stride[1] + 1, *kernel, *stride
+        self.fused = kernel[0] * kernel[1] < 256 and _fused(x, self.name + '_fwd', x.dtype, 1) is not None
+        if not self.fused:
+            return self.composed_forward(_windows(x.transpose(0, 2, 3, 1), *kernel, stride)).transpose(0, 3, 1, 2)
+        self.channels_last = _channels_last(x)
+        xk, shaped = _pool_rows(x, self.channels_last)
+        y = cp.empty((xk.shape[0], *self.sizes[:2], xk.shape[3]), x.dtype)
+        self.kept = (cp.empty(y.shape, np.uint8),) if self.name == 'max_pool2d' else ()
+        self._launch('_fwd', xk, (xk, y) + self.kept, y)
+        return shaped(y)
 
     def backward(self, g):
-        xp = _xp(g)
-        hit = xp.arange(self.kernel[0] * self.kernel[1]) == self.argmax[..., None]
-        dwin = (hit * g[..., None]).reshape(g.shape + self.kernel)
-        return _col2im(dwin, self.shape, self.stride)
+        n, c, h, w = self.shape
+        if not self.fused:
+            dwin = self.composed_backward(g.transpose(0, 2, 3, 1))                 # N, Ho, Wo, kh, kw, C
+            return _col2im(dwin, (n, h, w, c), self.stride).transpose(0, 3, 1, 2)
+        gk, shaped = _pool_rows(g, self.channels_last)
+        dx = cp.empty((gk.shape[0], h, w, gk.shape[3]), g.dtype)
+        self._launch('_bwd', dx, (gk,) + self.kept + (dx,), gk)
+        return shaped(dx)
+
+    def _launch(self, suffix, image, args, out):
+        """One thread per 16-byte pack of `out`; `image` is the (N', H, W, C') input-sized array."""
+        width = _width(out.dtype, image.shape[3], *[a for a in args if a.dtype == out.dtype])
+        sizes = tuple(np.int32(v) for v in image.shape + self.sizes)
+        _launch_flat(_kernel(self.name + suffix, out.dtype, width), out.size // width, 1, args + sizes)
 
 
-class AvgPool(Function):
-    def forward(self, x, kernel, stride):
-        self.shape, self.kernel, self.stride = x.shape, kernel, stride
-        win = _windows(x, kernel[0], kernel[1], stride)
-        return (_sum(win, (4, 5)) / (kernel[0] * kernel[1])).astype(x.dtype)
+class MaxPool(_Pool):
+    """Window maxima; the gradient goes to each window's first maximum (NaN counts as the maximum)."""
+    name = 'max_pool2d'
 
-    def backward(self, g):
-        xp = _xp(g)
+    def composed_forward(self, win):
+        flat = win.transpose(0, 1, 2, 5, 3, 4).reshape(win.shape[:3] + (win.shape[5], -1))   # N, Ho, Wo, C, k
+        self.offset = flat.argmax(axis=-1)
+        return _xp(win).take_along_axis(flat, self.offset[..., None], axis=-1)[..., 0]
+
+    def composed_backward(self, g):
+        kh, kw = self.kernel
+        hit = _xp(g).arange(kh * kw) == self.offset[..., None]
+        return (hit * g[..., None]).reshape(g.shape + (kh, kw)).transpose(0, 1, 2, 4, 5, 3)
+
+
+class AvgPool(_Pool):
+    name = 'avg_pool2d'
+
+    def composed_forward(self, win):
+        return _sum(win, (3, 4), scale=1 / (self.kernel[0] * self.kernel[1]))
+
+    def composed_backward(self, g):
         share = g / g.dtype.type(self.kernel[0] * self.kernel[1])
-        return _col2im(xp.broadcast_to(share[..., None, None], g.shape + self.kernel), self.shape, self.stride)
+        return _xp(g).broadcast_to(share[:, :, :, None, None, :], g.shape[:3] + self.kernel + g.shape[3:])
+
+
+def _log_softmax(x, axis):
+    """log_softmax computed in at least float32."""
+    xp = _xp(x)
+    z = x.astype(np.promote_types(x.dtype, np.float32)) if x.dtype == np.float16 else x
+    z = z - z.max(axis=axis, keepdims=True)
+    return z - xp.log(xp.exp(z).sum(axis=axis, keepdims=True))
+
+
+class LogSoftmax(Function):
+    def forward(self, x, axis):
+        self.axis = axis
+        self.out = _log_softmax(x, axis).astype(x.dtype)
+        return self.out
+
+    def backward(self, g):
+        xp = _xp(g)
+        return g - xp.exp(self.out) * _sum(g, self.axis, keepdims=True)
+
+
+class Softmax(Function):
+    def forward(self, x, axis):
+        self.axis = axis
+        self.out = _xp(x).exp(_log_softmax(x, axis)).astype(x.dtype)
+        return self.out
+
+    def backward(self, g):
+        return self.out * (g - _sum(g * self.out, self.axis, keepdims=True))
+
+
+class CrossEntropy(Function):
+    """Softmax cross-entropy over axis 1 with label smoothing s: the target distribution is
+    q = (1 - s) one_hot(target) + s / C, the loss -sum(q log softmax) = lse - (1 - s) x[target] - s mean(x),
+    and d loss / d logits = softmax - q. On the GPU one kernel each way (a warp's lanes per row)."""
+    def forward(self, logits, target, smoothing, reduction):
+        xp, (n, classes) = _xp(logits), logits.shape
+        self.target, self.smoothing, self.reduction, self.dtype = target, smoothing, reduction, logits.dtype
+        a = _stat_dtype(logits.dtype)
+        self.fused = _fused(logits, 'cross_entropy_fwd', logits.dtype, np.int64, 1) is not None
+        if self.fused:
+            self.logits = cp.ascontiguousarray(logits)
+            self.width = _width(logits.dtype, classes, self.logits)
+            self.lanes = min(32, 1 << max(0, math.ceil(math.log2(max(1, classes // self.width)))))
+            rows, self.lse = cp.empty(n, a), cp.empty(n, a)
+            _launch_flat(_kernel('cross_entropy_fwd', logits.dtype, np.int64, self.width), n * self.lanes, 1,
+                         (self.logits, target, rows, self.lse, np.int32(n), np.int32(classes), a.type(smoothing), np.int32(self.lanes)))
+        else:
+            logp = _log_softmax(logits, 1)
+            self.probs = xp.exp(logp)
+            picked = xp.take_along_axis(logp, target[:, None], axis=1)[:, 0]
+            rows = -(1 - smoothing) * picked - smoothing * logp.mean(axis=1)
+        if reduction == 'none':
+            return rows.astype(self.dtype)
+        return xp.asarray(rows.sum() / (n if reduction == 'mean' else 1)).astype(self.dtype)
+
+    def backward(self, g):
+        xp, n = _xp(g), self.target.shape[0]
+        a = _stat_dtype(self.dtype)
+        scale = 1 / n if self.reduction == 'mean' else 1.0
+        if self.fused:
+            classes = self.logits.shape[1]
+            dx = cp.empty(self.logits.shape, self.dtype)
+            _launch_flat(_kernel('cross_entropy_bwd', self.dtype, np.int64, self.width), n * self.lanes, 1,
+                         (self.logits, self.target, self.lse, cp.ascontiguousarray(g, a).reshape(-1),
+                          np.int64(self.reduction == 'none'), a.type(scale), dx, np.int32(n), np.int32(classes),
+                          a.type(self.smoothing), np.int32(self.lanes)))
+            return dx, None
+        d = self.probs - self.smoothing / self.probs.shape[1]
+        d[xp.arange(n), self.target] -= 1 - self.smoothing
+        weight = g.astype(d.dtype)[:, None] if self.reduction == 'none' else g.astype(d.dtype) * scale
+        return (d * weight).astype(self.dtype), None
 
 
 # ================================================================ the Tensor
