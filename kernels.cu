@@ -869,3 +869,22 @@ __global__ void cross_entropy_bwd(const T* __restrict__ x, const I* __restrict__
         }
     }
 }
+
+// ===== optimizers =====
+// One SGD step in place, PyTorch's rule: d = g + wd p; with momentum, buf = d on the first step, else
+// momentum buf + (1 - dampening) d, and d = d + momentum buf (Nesterov) or buf; then p -= lr d.
+template <typename T>
+__global__ void sgd_step(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ buf, long long n, double lr,
+                         double weight_decay, double momentum, double dampening, int nesterov, int first)
+{
+    using A = acc_t<T>;
+    for (long long i = global_id(); i < n; i += global_threads()) {
+        A d = A(g[i]) + A(weight_decay) * A(p[i]);
+        if (momentum != 0) {
+            const A b = first ? d : A(momentum) * A(buf[i]) + A(1 - dampening) * d;
+            buf[i] = T(b);
+            d = nesterov ? d + A(momentum) * b : b;
+        }
+        p[i] = T(A(p[i]) - A(lr) * d);
+    }
+}

@@ -161,6 +161,7 @@ _KERNEL_INSTANCES = {
     **{name: [(t, v) for t in _FLOAT_C for v in _PACK[t]]
        for name in ('im2col_nhwc', 'col2im_nhwc', 'max_pool2d_fwd', 'max_pool2d_bwd', 'avg_pool2d_fwd', 'avg_pool2d_bwd')},
     **{name: [(t, 'long long', v) for t in _FLOAT_C for v in _PACK[t]] for name in ('cross_entropy_fwd', 'cross_entropy_bwd')},
+    'sgd_step': [(t,) for t in _FLOAT_C],
 }
 _BLOCK = 256   # threads per block of every kernel
 _modules = {}   # GPU index -> {name expression: RawKernel}, {} when kernels.cu is missing or broken
@@ -1683,7 +1684,10 @@ def cross_entropy(logits, target, label_smoothing=0.0, reduction='mean'):
     if target.dtype.kind not in 'iu':
         raise TypeError(f"cross_entropy: targets must be integer class indices, not {target.dtype}")
     _same_device([logits, target], 'cross_entropy')
-    if target.numel() and (int(target.data.min()) < 0 or int(target.data.max()) >= logits.shape[1]):
+    # the fused GPU kernel gives a NaN loss for a target out of range instead of a check that would
+    # stall the GPU pipeline every step (PyTorch's CUDA kernel asserts asynchronously)
+    checked = logits.device == 'cpu' or _fused(logits.data, 'cross_entropy_fwd', logits.dtype, np.int64, 1) is None
+    if checked and target.numel() and (int(target.data.min()) < 0 or int(target.data.max()) >= logits.shape[1]):
         raise ValueError(f"cross_entropy: targets must lie in [0, {logits.shape[1]})")
     return CrossEntropy.apply(logits, target=target.data.astype(np.int64), smoothing=float(label_smoothing),
                               reduction=reduction)
@@ -2102,9 +2106,18 @@ class SGD(Optimizer):
                                       dampening=dampening))
 
     def _update(self, p, g, group, state):
+        momentum = group['momentum']
+        kernel = _fused(p, 'sgd_step', p.dtype) if p.flags.c_contiguous else None
+        if kernel is not None:   # the whole step in one kernel
+            first = momentum and 'momentum_buffer' not in state
+            if first:
+                state['momentum_buffer'] = cp.empty_like(p)
+            _launch_flat(kernel, p.size, 1, (p, _like(g, p), state.get('momentum_buffer', p), np.int64(p.size),
+                                             *(np.float64(group[k]) for k in ('lr', 'weight_decay', 'momentum', 'dampening')),
+                                             np.int32(group['nesterov']), np.int32(bool(first))))
+            return
         if group['weight_decay']:
             g = g + group['weight_decay'] * p
-        momentum = group['momentum']
         if momentum:
             buf = state.get('momentum_buffer')
             if buf is None:
