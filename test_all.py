@@ -10,7 +10,9 @@ traceback per failure, then `N passed, N failed, N skipped`; the exit code is 1 
 Comparisons with PyTorch are skipped where `import torch` fails, GPU tests where
 `tl.cuda_is_available()` is False.
 """
+import contextlib
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -1523,6 +1525,342 @@ def test_gpu_dropout():
 def test_gpu_learn_two_spirals():
     need_cuda()
     learn_spirals('cuda')
+
+
+# ===== fused kernels (kernels.cu): each against its composed CuPy path and the CPU path =====
+# A 'fused' test runs an op with kernels.cu's kernels and again composed (the kernels hidden), a
+# 'composed' test only composed, as when kernels.cu is missing; both compare with the CPU. On the
+# GPU every new allocation starts as 0xFF bytes (NaN in each float dtype), so an element a kernel
+# leaves unwritten fails.
+
+cp = tl.cp   # CuPy, None where it is not importable
+FLOATS = (np.float16, np.float32, np.float64)
+BN_KERNELS = ('bn_fwd_stats', 'bn_fwd_apply', 'bn_bwd_reduce', 'bn_bwd_dx')
+FUSED_TOL = {np.dtype(np.float16): 4e-3, np.dtype(np.float32): 1e-4, np.dtype(np.float64): 1e-9}  # of max |ref|
+
+
+@contextlib.contextmanager
+def poisoned():
+    """Every CuPy allocation inside starts as 0xFF bytes: NaN in float16, float32 and float64."""
+    base = cp.cuda.get_allocator()
+
+    def malloc(size):
+        memory = base(size)
+        memory.memset_async(0xFF, size)
+        return memory
+    with cp.cuda.using_allocator(malloc):
+        yield
+
+
+@contextlib.contextmanager
+def composed_only():
+    """tinygrad_lite as if kernels.cu were missing on the current GPU: every op composes CuPy ops."""
+    device = cp.cuda.runtime.getDevice()
+    loaded = tl._load_kernels()
+    tl._modules[device] = {}
+    try:
+        yield
+    finally:
+        tl._modules[device] = loaded
+
+
+@contextlib.contextmanager
+def gpu_path(path, kernels=()):
+    """The body on the 'fused' path (kernels.cu loaded, with every name in `kernels`) or the 'composed'
+    one, every allocation poisoned."""
+    if path == 'fused':
+        missing = sorted(set(kernels) - set(tl.fused_kernels()))
+        assert not missing, f'kernels.cu did not load {missing}'
+        with poisoned():
+            yield
+    else:
+        with composed_only(), poisoned():
+            assert tl.fused_kernels() == [], 'composed_only() left kernels loaded'
+            yield
+
+
+def run_on(path, kernels, fn):
+    with gpu_path(path, kernels):
+        return fn()
+
+
+def gpu_paths(mode, kernels, fn):
+    """{path: fn()} for each GPU path a `mode` ('fused' or 'composed') test checks."""
+    return {path: run_on(path, kernels, fn) for path in (('fused', 'composed') if mode == 'fused' else ('composed',))}
+
+
+def host(a):
+    return cp.asnumpy(a) if cp is not None and isinstance(a, cp.ndarray) else np.asarray(a)
+
+
+def on_gpu(a, layout='contiguous'):
+    """A copy of NumPy array a on the GPU, in memory `layout`: 'contiguous'; 'offset1', 'offset3' (that
+    many elements into a larger buffer: not 16-byte aligned); 'channels_last' (4-d, NHWC memory);
+    'step' (every other element of a wider buffer)."""
+    if layout.startswith('offset'):
+        k = int(layout[6:])
+        flat = cp.zeros(a.size + k, a.dtype)
+        flat[k:] = cp.asarray(a.reshape(-1))
+        return flat[k:].reshape(a.shape)
+    if layout == 'channels_last':
+        return cp.ascontiguousarray(cp.asarray(a).transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    if layout == 'step':
+        wide = cp.zeros(a.shape[:-1] + (2 * a.shape[-1],), a.dtype)
+        wide[..., ::2] = cp.asarray(a)
+        return wide[..., ::2]
+    assert layout == 'contiguous', layout
+    return cp.asarray(a)
+
+
+def assert_matches(got, want, tol, what):
+    """got has want's dtype and shape, NaN exactly where want has NaN (an unwritten element reads as
+    NaN), and elsewhere max |got - want| <= tol * max |want| (tol 0: equal values)."""
+    assert got.dtype == want.dtype and got.shape == want.shape, \
+        f'{what}: {got.dtype} {got.shape}, expected {want.dtype} {want.shape}'
+    nan = np.isnan(got) != np.isnan(want)
+    assert not nan.any(), (f'{what}: NaN mismatch at {nan.sum()}/{nan.size} elements (left unwritten?), '
+                           f'first at {np.argwhere(nan)[0].tolist()}')
+    known = ~np.isnan(want)
+    g, w = got[known].astype(np.float64), want[known].astype(np.float64)
+    if tol == 0:
+        bad = g != w
+        assert not bad.any(), f'{what}: {bad.sum()}/{bad.size} elements differ, e.g. {g[bad][:3]} vs {w[bad][:3]}'
+    else:
+        err, scale = np.abs(g - w).max(initial=0.0), np.abs(w).max(initial=0.0)
+        assert err <= tol * scale, f'{what}: max error {err:.3g} > {tol:g} x max |expected| {scale:.3g}'
+
+
+def compare_paths(got, want, tol, what):
+    """Each GPU path's results against the CPU's and the fused path's against the composed path's;
+    tol(array) gives the tolerance of assert_matches."""
+    pairs = [(path, res, 'cpu', want) for path, res in got.items()]
+    if 'fused' in got:
+        pairs.append(('fused', got['fused'], 'composed', got['composed']))
+    for path, res, ref_path, ref in pairs:
+        for k, v in ref.items():
+            assert_matches(res[k], v, tol(v), f'{what}: {k} of the {path} path vs the {ref_path} path')
+
+
+# ReLU: forward, and backward through the op itself, whose gradient may have another dtype than its output
+
+def relu_case(shape, layout='contiguous', grad_layout=None):
+    """The shape, and the layouts of x and of the gradient on the GPU (see on_gpu)."""
+    return shape, layout, grad_layout or layout
+
+
+RELU_FAMILIES = {
+    'odd': [relu_case((1,)), relu_case((7,)), relu_case((4099,)), relu_case((3, 5, 7, 11))],
+    'misaligned': [relu_case((4099,), 'offset1'), relu_case((65537,), 'offset3', 'contiguous'),
+                   relu_case((65537,), 'contiguous', 'offset1'), relu_case((3, 5, 7, 11), 'offset1')],
+    'strided': [relu_case((3, 5, 7, 11), 'channels_last'), relu_case((3, 5, 7, 11), 'channels_last', 'contiguous'),
+                relu_case((5, 3, 9, 7), 'step')],
+    'large': [relu_case((3_000_017,))],   # several rounds of the grid-stride loop
+}
+
+
+def with_specials(a):
+    """Contiguous a with NaN, infinities and signed zeros sprinkled through it, except in the first and
+    the last 16 elements (where a NaN would hide an element left unwritten)."""
+    f = a.reshape(-1)[16:-16]
+    f[::97], f[5::101], f[7::103], f[9::107], f[11::109] = np.nan, -0.0, np.inf, -np.inf, 0.0
+    return a
+
+
+def relu_results(x, g=None):
+    op = tl.Relu([])
+    out = {'output': host(op.forward(x))}
+    if g is not None:
+        out['dx'] = host(op.backward(g))
+    return out
+
+
+def check_relu(mode, family, dtype, grad_dtype=None):
+    need_cuda()
+    kernels = ('relu_fwd',) if grad_dtype is None else ('relu_fwd', 'relu_bwd')
+    for shape, layout, grad_layout in RELU_FAMILIES[family]:
+        r = rng(('relu', np.dtype(dtype).name, grad_dtype and np.dtype(grad_dtype).name, shape, layout, grad_layout))
+        x = with_specials(r.standard_normal(shape).astype(dtype))
+        g = None if grad_dtype is None else np.roll(with_specials(r.standard_normal(shape).astype(grad_dtype)), 5)
+        want = relu_results(x, g)
+        assert g is None or want['dx'].dtype == grad_dtype, f'CPU gradient of dtype {want["dx"].dtype}'
+        on = on_gpu(x, layout), None if g is None else on_gpu(g, grad_layout)
+        what = f'{shape}, x {layout}' + ('' if g is None else f', gradient {grad_layout}')
+        compare_paths(gpu_paths(mode, kernels, lambda: relu_results(*on)), want, lambda a: 0, what)
+
+
+RELU_NAN_X = [-2.0, -0.0, 0.0, 1.5, np.inf, np.nan, -1.0, 3.0]
+RELU_NAN_G = [np.nan, np.nan, np.nan, np.nan, np.nan, 5.0, np.inf, 4.0]
+RELU_NAN_Y = [0.0, 0.0, 0.0, 1.5, np.inf, np.nan, 0.0, 3.0]
+RELU_NAN_DX = [0.0, 0.0, 0.0, np.nan, np.nan, 5.0, 0.0, 4.0]   # out <= 0 gives 0 whatever the gradient
+
+
+def check_relu_nan_grad(path, dtype):
+    """Hand-written values on the CPU or a GPU path: through the Tensor API, then through the op with a
+    gradient of each float dtype (the gradient's dtype is kept)."""
+    device = 'cpu' if path == 'cpu' else 'cuda'
+    if device == 'cuda':
+        need_cuda()
+    x, results = np.array(RELU_NAN_X, dtype), []
+    with contextlib.nullcontext() if path == 'cpu' else gpu_path(path, ('relu_fwd', 'relu_bwd')):
+        t = tl.Tensor(x, requires_grad=True, device=device)
+        y = t.relu()
+        y.backward(tl.Tensor(np.array(RELU_NAN_G, dtype), device=device))
+        results.append(('Tensor.relu', y.numpy(), t.grad.numpy(), dtype))
+        for grad_dtype in FLOATS:
+            op = tl.Relu([])
+            y = host(op.forward(tl.Tensor(x, device=device).data))
+            dx = host(op.backward(tl.Tensor(np.array(RELU_NAN_G, grad_dtype), device=device).data))
+            results.append((f'Relu op, {np.dtype(grad_dtype).name} gradient', y, dx, grad_dtype))
+    for how, y, dx, grad_dtype in results:
+        assert_matches(y, np.array(RELU_NAN_Y, dtype), 0, f'{how}: output')
+        assert_matches(dx, np.array(RELU_NAN_DX, grad_dtype), 0, f'{how}: gradient')
+
+
+# BatchNorm, plain and fused with ReLU or GELU, training and eval, through tl.batch_norm
+
+def bn_case(shape, layout='contiguous', stats='same', grad_layout=None):
+    """x's shape, the layouts of x and of dy on the GPU, and the running statistics' dtype: 'same' as the
+    statistics' (float64 for float64 x, else float32) or 'other'."""
+    return shape, layout, grad_layout or layout, stats
+
+
+BN_FAMILIES = {
+    'nc': [bn_case((37, 11)), bn_case((300, 70))],   # S = 1
+    'ncl': [bn_case((7, 5, 13)), bn_case((1000, 6, 5)), bn_case((3, 4, 40)), bn_case((5, 3, 45))],
+    '2d_small': [bn_case((5, 6, 3, 3)), bn_case((6, 7, 1, 1)), bn_case((200, 5, 3, 3))],   # S < 32
+    '2d': [bn_case((5, 3, 7, 9)), bn_case((4, 6, 8, 8))],   # S >= 32: odd, and in 16-byte packs
+    'layouts': [bn_case((4, 6, 8, 8), 'offset1'), bn_case((5, 6, 3, 3), 'offset1'), bn_case((37, 11), 'offset1'),
+                bn_case((3, 4, 40), 'offset3'), bn_case((4, 6, 5, 7), 'channels_last'),
+                bn_case((3, 6, 5, 7), 'channels_last', grad_layout='contiguous'), bn_case((5, 6, 7, 9), 'step')],
+    'stats_dtype': [bn_case((7, 5, 13), stats='other'), bn_case((4, 6, 8, 8), stats='other')],
+    'large': [bn_case((64, 40, 33, 33)), bn_case((32, 8, 32, 32))],   # several chunks per channel
+}
+
+
+def bn_arrays(key, shape, dtype, stats, training, act):
+    """x (per-channel means in [-3, 3], 20 for channel 0, spreads in [0.5, 2]), weight (some negative),
+    bias, running statistics near the batch's, and dy: 0 where a ReLU's pre-activation is so near 0 that
+    rounding could flip its mask between two implementations."""
+    r, c = rng(key), shape[1]
+    acc = np.float64 if dtype == np.float64 else np.float32
+    stat = acc if stats == 'same' else np.float32 if acc == np.float64 else np.float64
+    along = (1, c) + (1,) * (len(shape) - 2)
+    centre, spread = r.uniform(-3, 3, c), r.uniform(0.5, 2, c)
+    centre[0] = 20
+    x = (r.standard_normal(shape) * spread.reshape(along) + centre.reshape(along)).astype(dtype)
+    w = (r.uniform(0.5, 1.5, c) * np.where(np.arange(c) % 3 == 1, -1, 1)).astype(acc)
+    b = r.uniform(-0.5, 0.5, c).astype(acc)
+    rm, rv = (centre + r.uniform(-0.3, 0.3, c)).astype(stat), (spread ** 2 * r.uniform(0.7, 1.3, c)).astype(stat)
+    dy = r.standard_normal(shape)
+    if act == 'relu':
+        x64, axes = x.astype(np.float64), (0,) + tuple(range(2, len(shape)))
+        mean, var = (x64.mean(axes), x64.var(axes)) if training else (rm.astype(np.float64), rv.astype(np.float64))
+        pre = (x64 - mean.reshape(along)) / np.sqrt(var.reshape(along) + 1e-5) * w.reshape(along) + b.reshape(along)
+        dy[np.abs(pre) < 1e-3] = 0
+    return x, w, b, rm, rv, dy.astype(dtype)
+
+
+def bn_results(x, w, b, rm, rv, dy, training, act):
+    """batch_norm forward and backward on the arrays' device: output, gradients and running statistics."""
+    xt, wt, bt = (tl.Tensor(a, requires_grad=True) for a in (x, w, b))
+    rmt, rvt = tl.Tensor(rm.copy()), tl.Tensor(rv.copy())
+    y = tl.batch_norm(xt, rmt, rvt, wt, bt, training=training, momentum=0.1, eps=1e-5, activation=act)
+    y.backward(tl.Tensor(dy))
+    return {'output': y.numpy(), 'dx': xt.grad.numpy(), 'dweight': wt.grad.numpy(), 'dbias': bt.grad.numpy(),
+            'running_mean': rmt.numpy(), 'running_var': rvt.numpy()}
+
+
+def check_bn(mode, act, training, dtype, family):
+    need_cuda()
+    acc = np.dtype(np.float64 if dtype == np.float64 else np.float32)
+    kernels = BN_KERNELS if training else BN_KERNELS[1:]
+    for shape, layout, grad_layout, stats in BN_FAMILIES[family]:
+        key = ('bn', act, training, np.dtype(dtype).name, shape, layout, grad_layout, stats)
+        x, w, b, rm, rv, dy = bn_arrays(key, shape, dtype, stats, training, act)
+        want = bn_results(x, w, b, rm, rv, dy, training, act)
+        on = on_gpu(x, layout), cp.asarray(w), cp.asarray(b), cp.asarray(rm), cp.asarray(rv), on_gpu(dy, grad_layout)
+        got = gpu_paths(mode, kernels, lambda: bn_results(*on, training, act))
+        what = f'{shape}, x {layout}, dy {grad_layout}, running statistics {rm.dtype}'
+        if not training:
+            for path, res in dict(got, cpu=want).items():
+                assert_matches(res['running_mean'], rm, 0, f'{what}: running_mean of the {path} path (eval)')
+                assert_matches(res['running_var'], rv, 0, f'{what}: running_var of the {path} path (eval)')
+        compare_paths(got, want, lambda a: max(FUSED_TOL[a.dtype], FUSED_TOL[acc]), what)
+
+
+for _mode in ('fused', 'composed'):
+    for _dt in FLOATS:
+        _n = np.dtype(_dt).name
+        register(f'test_gpu_{_mode}_relu_nan_grad_{_n}', lambda m=_mode, dt=_dt: check_relu_nan_grad(m, dt))
+        for _fam in RELU_FAMILIES:
+            register(f'test_gpu_{_mode}_relu_fwd_{_n}_{_fam}', lambda m=_mode, f=_fam, dt=_dt: check_relu(m, f, dt))
+            for _gdt in FLOATS:
+                register(f'test_gpu_{_mode}_relu_bwd_grad_{np.dtype(_gdt).name}_out_{_n}_{_fam}',
+                         lambda m=_mode, f=_fam, dt=_dt, g=_gdt: check_relu(m, f, dt, g))
+    for _act in (None, 'relu', 'gelu'):
+        for _training in (True, False):
+            for _dt in FLOATS:
+                for _fam in BN_FAMILIES:
+                    register(f'test_gpu_{_mode}_bn{"_" + _act if _act else ""}_{"train" if _training else "eval"}'
+                             f'_{np.dtype(_dt).name}_{_fam}',
+                             lambda m=_mode, a=_act, t=_training, dt=_dt, f=_fam: check_bn(m, a, t, dt, f))
+for _dt in FLOATS:
+    register(f'test_relu_nan_grad_cpu_{np.dtype(_dt).name}', lambda dt=_dt: check_relu_nan_grad('cpu', dt))
+
+
+def test_gpu_fused_kernels_relu_batchnorm_listed():
+    need_cuda()
+    missing = sorted({'relu_fwd', 'relu_bwd', *BN_KERNELS} - set(tl.fused_kernels()))
+    assert not missing, f'tl.fused_kernels() = {tl.fused_kernels()} lacks {missing}'
+
+
+def test_gpu_poison_and_composed_only_restore_state():
+    need_cuda()
+    device, allocator, loaded = cp.cuda.runtime.getDevice(), cp.cuda.get_allocator(), tl._load_kernels()
+    like = cp.ones((5, 3), np.float16).T
+    with gpu_path('composed'):
+        fresh = [cp.empty(7, dt) for dt in FLOATS] + [cp.empty_like(like), cp.empty((3, 1000), np.float32)]
+        assert tl.fused_kernels() == []
+    assert all(np.isnan(host(a)).all() for a in fresh), 'a poisoned allocation holds a number'
+    assert cp.cuda.get_allocator() == allocator and tl._modules[device] is loaded
+
+
+FALLBACK_CHILD = '''
+import os, warnings
+import numpy as np
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter('always')
+    import tinygrad_lite as tl
+    names = [tl.fused_kernels(), tl.fused_kernels()]
+    r = np.random.default_rng(0)
+    x, g = r.standard_normal((2, 6, 5, 3, 3)).astype(np.float32)
+    results = {}
+    for device in ('cpu', 'cuda'):
+        t = tl.Tensor(x, requires_grad=True, device=device)
+        rm, rv = tl.zeros(5, device=device), tl.ones(5, device=device)
+        y = tl.batch_norm(t, rm, rv, training=True, activation='relu').relu() + t.relu()
+        y.backward(tl.Tensor(g, device=device))
+        results[device] = [a.numpy() for a in (y, t.grad, rm, rv)]
+    names.append(tl.fused_kernels())
+ours = [str(w.message) for w in caught if 'tinygrad_lite' in str(w.message) + w.filename]
+assert len(ours) == 1, ours
+assert names == [[], [], []], names
+for name, a, b in zip(('output', 'grad', 'running_mean', 'running_var'), results['cuda'], results['cpu']):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5, err_msg=name)
+print('fallback ok')
+'''
+
+
+def test_gpu_fallback_without_kernels_cu():
+    """A process whose TINYGRAD_LITE_KERNELS names no file: one warning, no kernels, and ReLU and
+    BatchNorm(+ReLU) on the GPU still match the CPU."""
+    need_cuda()
+    with tempfile.TemporaryDirectory() as d:
+        env = dict(os.environ, TINYGRAD_LITE_KERNELS=os.path.join(d, 'missing', 'kernels.cu'))
+        child = subprocess.run([sys.executable, '-c', FALLBACK_CHILD], cwd=os.path.dirname(os.path.abspath(__file__)),
+                               env=env, capture_output=True, text=True, timeout=600)
+    assert child.returncode == 0 and child.stdout.strip().endswith('fallback ok'), \
+        f'exit {child.returncode}\n{child.stdout[-2000:]}\n{child.stderr[-4000:]}'
 
 
 # ===== runner =====
