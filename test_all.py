@@ -11,17 +11,26 @@ Comparisons with PyTorch are skipped where `import torch` fails, GPU tests where
 `tl.cuda_is_available()` is False.
 """
 import contextlib
+import hashlib
+import io
+import json
 import os
+import pickle
+import tarfile
 import subprocess
 import sys
 import tempfile
 import time
 import traceback
+import urllib.error
+import urllib.request
 import zlib
+from unittest import mock
 
 import numpy as np
 
 import tinygrad_lite as tl
+import train_cifar as tc
 
 try:
     import torch
@@ -1861,6 +1870,256 @@ def test_gpu_fallback_without_kernels_cu():
                                env=env, capture_output=True, text=True, timeout=600)
     assert child.returncode == 0 and child.stdout.strip().endswith('fallback ok'), \
         f'exit {child.returncode}\n{child.stdout[-2000:]}\n{child.stderr[-4000:]}'
+
+
+# ===== train_cifar.py: data, augmentation, model, resume =====
+
+def _tiny_cifar(n_train=40, n_test=20, seed=0):
+    """Learnable CIFAR-shaped data: each class has its own colour, plus noise."""
+    rng = np.random.default_rng(seed)
+    palette = rng.integers(30, 226, (10, 3))
+    def make(n):
+        y = np.arange(n) % 10
+        x = palette[y][:, :, None, None] + rng.normal(0, 25, (n, 3, 32, 32))
+        return np.clip(x, 0, 255).astype(np.uint8), y
+    return (*make(n_train), *make(n_test))
+
+
+def _write_batches(folder, x_train, y_train, x_test, y_test):
+    """The official python layout: data_batch_1..5 and test_batch, pickled dicts of bytes keys."""
+    os.makedirs(folder, exist_ok=True)
+    def dump(name, x, y):
+        with open(os.path.join(folder, name), 'wb') as f:
+            pickle.dump({b'batch_label': name.encode(), b'labels': y.tolist(), b'data': x.reshape(len(x), -1)}, f)
+    for k, part in enumerate(np.array_split(np.arange(len(x_train)), 5)):
+        dump(f'data_batch_{k + 1}', x_train[part], y_train[part])
+    dump('test_batch', x_test, y_test)
+
+
+def _args(data, *extra):
+    return tc.parse_args(['--data', data, '--device', 'cpu', '--widths', '8,16,16', '--batch-size', '20', *extra])
+
+
+def _train(args):
+    """tc.train(args) with its printing kept out of the test output."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        return tc.train(args)
+
+
+def test_cifar_load_official_layout():
+    data = _tiny_cifar()
+    with tempfile.TemporaryDirectory() as root:
+        _write_batches(os.path.join(root, 'cifar-10-batches-py'), *data)
+        for where in (root, os.path.join(root, 'cifar-10-batches-py')):   # the parent or the batches folder
+            loaded = tc.load_cifar(where, download=False)
+            for got, want in zip(loaded, data):
+                assert got.shape == want.shape and np.array_equal(got, want), (got.shape, want.shape)
+            assert loaded[0].dtype == np.uint8 and loaded[1].dtype == np.int64
+
+
+def test_cifar_corrupt_file_is_named():
+    with tempfile.TemporaryDirectory() as root:
+        folder = os.path.join(root, 'cifar-10-batches-py')
+        _write_batches(folder, *_tiny_cifar())
+        path = os.path.join(folder, 'data_batch_3')
+        with open(path, 'rb') as f:
+            head = f.read(200)
+        with open(path, 'wb') as f:   # truncated
+            f.write(head)
+        try:
+            tc.load_cifar(root, download=False)
+        except tc.DataError as e:
+            assert 'data_batch_3' in str(e) and 'truncated' in str(e), str(e)
+        else:
+            raise AssertionError('a truncated batch loaded without error')
+        with open(path, 'wb') as f:   # readable, but not CIFAR-shaped
+            pickle.dump({b'data': np.zeros((2, 10), np.uint8), b'labels': [0, 1]}, f)
+        try:
+            tc.load_cifar(root, download=False)
+        except tc.DataError as e:
+            assert 'data_batch_3' in str(e) and '3072' in str(e), str(e)
+        else:
+            raise AssertionError('a batch of the wrong shape loaded without error')
+
+
+def test_cifar_download_md5_and_unpack():
+    data = _tiny_cifar()
+    with tempfile.TemporaryDirectory() as root:
+        _write_batches(os.path.join(root, 'src', 'cifar-10-batches-py'), *data)
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode='w:gz') as t:
+            t.add(os.path.join(root, 'src', 'cifar-10-batches-py'), arcname='cifar-10-batches-py')
+        archive = buf.getvalue()
+        def urlopen(*a, **k):
+            r = io.BytesIO(archive)
+            r.headers = {'Content-Length': str(len(archive))}
+            return r
+        target = os.path.join(root, 'data')
+        with mock.patch.object(urllib.request, 'urlopen', urlopen):
+            try:   # the real MD5 does not match the fake archive
+                tc.load_cifar(target)
+            except tc.DataError as e:
+                assert 'MD5' in str(e), str(e)
+            else:
+                raise AssertionError('an archive with the wrong MD5 was accepted')
+            with mock.patch.object(tc, 'MD5', hashlib.md5(archive).hexdigest()):
+                loaded = tc.load_cifar(target)
+        assert all(np.array_equal(a, b) for a, b in zip(loaded, data))
+        assert os.path.exists(os.path.join(target, 'cifar-10-python.tar.gz'))
+
+
+def test_cifar_no_network_says_how_to_point_data():
+    def offline(*a, **k):
+        raise urllib.error.URLError('Temporary failure in name resolution')
+    with tempfile.TemporaryDirectory() as root, mock.patch.object(urllib.request, 'urlopen', offline):
+        try:
+            tc.load_cifar(root)
+        except tc.DataError as e:
+            msg = str(e)
+            assert 'no network' in msg and '--data' in msg and 'cifar_jpeg_to_batches' in msg, msg
+        else:
+            raise AssertionError('no error without network')
+        try:
+            tc.main(['--data', root, '--device', 'cpu'])
+        except SystemExit as e:   # sys.exit(message): status 1
+            assert e.code not in (0, None) and 'no network' in str(e.code), e.code
+        else:
+            raise AssertionError('main() did not exit')
+
+
+def test_cifar_augment_matches_numpy_and_is_seeded():
+    x = np.random.default_rng(0).integers(0, 256, (6, 3, 32, 32), dtype=np.uint8)
+    images = tc.DeviceImages(x, 'cpu', np.dtype(np.float32))
+    padded = np.pad(x, ((0, 0), (0, 0), (2, 2), (2, 2)), mode='reflect')
+    flip0 = np.random.default_rng(1).random(6) < 0.5
+    plans = [tc.epoch_plan(np.random.default_rng(7), 6, flip0, epoch=0) for _ in range(2)]
+    assert all(np.array_equal(a, b) for a, b in zip(*plans)), 'the same seed gave different plans'
+    index, shifts, flips = plans[0]
+    crops = tc.augment(images, index, shifts, flips)
+    assert crops.shape == (6, 3, 32, 32) and crops.dtype == np.uint8, (crops.shape, crops.dtype)
+    for k, (i, (dy, dx), f) in enumerate(zip(index, shifts, flips)):
+        want = padded[i, :, 2 + dy:34 + dy, 2 + dx:34 + dx]
+        assert np.array_equal(crops.numpy()[k], want[:, :, ::-1] if f else want), (k, dy, dx, f)
+    # flips alternate between epochs; shifts and order are drawn anew
+    odd = tc.epoch_plan(np.random.default_rng(7), 6, flip0, epoch=1)
+    assert np.array_equal(odd[2], ~flip0[odd[0]]) and np.array_equal(flips, flip0[index])
+    batch = images.batch(*(tl.Tensor(a) for a in images.offsets(np.arange(6), np.zeros((6, 2), int), np.zeros(6))))
+    want = (x - tc.MEAN[:, None, None]) / tc.STD[:, None, None]
+    assert batch.dtype == np.float32 and np.allclose(batch.numpy(), want, atol=1e-4)
+
+
+def test_cifar_whitening_filters_whiten_patches():
+    x = _tiny_cifar(n_train=200)[0]
+    w = tc.whitening_filters(tc.DeviceImages(x, 'cpu', np.dtype(np.float32)), eps=0.0)
+    assert w.shape == (24, 3, 2, 2) and np.array_equal(w[12:], -w[:12])
+    z = (x - tc.MEAN[:, None, None]) / tc.STD[:, None, None]
+    patches = np.stack([z[:, :, i:i + 31, j:j + 31] for i in (0, 1) for j in (0, 1)], axis=2)
+    patches = patches.transpose(0, 3, 4, 1, 2).reshape(-1, 12)
+    out = patches @ w[:12].reshape(12, -1).T.astype(np.float64)
+    assert np.allclose(out.T @ out / len(out), np.eye(12), atol=1e-3)
+
+
+def test_cifar_short_run_loss_falls():
+    with tempfile.TemporaryDirectory() as root:
+        _write_batches(os.path.join(root, 'cifar-10-batches-py'), *_tiny_cifar(n_train=200, n_test=50))
+        # batch 20 instead of 1024: a larger lr per example keeps the steps as large
+        result = _train(_args(root, '--epochs', '4', '--tta', 'flip', '--lr', '100'))
+    losses = [r['train_loss'] for r in result['epochs']]
+    assert len(losses) == 4 and all(b < a for a, b in zip(losses, losses[1:])) and losses[-1] < 0.85 * losses[0], losses
+    assert result['test_acc'] >= 0.4, result['test_acc']
+
+
+def test_cifar_resume_equals_uninterrupted():
+    with tempfile.TemporaryDirectory() as root:
+        _write_batches(os.path.join(root, 'cifar-10-batches-py'), *_tiny_cifar(n_train=80, n_test=20))
+        ck, log = os.path.join(root, 'ck.npz'), os.path.join(root, 'log.jsonl')
+        whole = _train(_args(root, '--epochs', '2.5', '--seed', '3'))
+        first = _train(_args(root, '--epochs', '2.5', '--seed', '3', '--save', ck, '--stop-after', '1'))
+        assert first['steps'] == 4 and os.path.exists(ck) and not os.path.exists(ck + '.tmp')
+        rest = _train(_args(root, '--epochs', '2.5', '--seed', '3', '--resume', ck, '--log', log))
+        assert rest['steps'] == whole['steps'] == 10, (rest['steps'], whole['steps'])
+        a, b = whole['model'].state_dict(), rest['model'].state_dict()
+        for k in a:
+            assert np.array_equal(a[k], b[k]), f'{k} differs after resuming'
+        assert rest['test_acc'] == whole['test_acc']
+        assert [r['train_loss'] for r in rest['epochs']] == [r['train_loss'] for r in whole['epochs'][1:]]
+        with open(log) as f:
+            assert [json.loads(line)['epoch'] for line in f] == [2, 3]
+        try:   # other settings than the checkpoint's are refused
+            _train(_args(root, '--epochs', '3', '--seed', '3', '--resume', ck))
+        except ValueError as e:
+            assert 'same settings' in str(e), str(e)
+        else:
+            raise AssertionError('resumed with different settings')
+
+
+def test_cifar_net_and_optimizer_match_pytorch():
+    """The same net written in PyTorch, loaded with our initial weights, gives the same logits and the
+    same weights after three steps of the same optimizer settings (need_torch, torch, F: test_all.py's)."""
+    need_torch()
+    widths, n = (8, 16, 16), 16
+    x = np.random.default_rng(0).integers(0, 256, (n, 3, 32, 32), dtype=np.uint8)
+    y = np.arange(n) % 10
+    images = tc.DeviceImages(x, 'cpu', np.dtype(np.float32))
+    tl.manual_seed(0)
+    model = tc.make_model(tc.whitening_filters(images), widths)
+    opt, lrs = tc.make_optimizer(model, 11.5, 0.0153, n)
+
+    def group(c_in, c_out):
+        return torch.nn.ModuleDict(dict(
+            conv1=torch.nn.Conv2d(c_in, c_out, 3, padding=1, bias=False),
+            norm1=torch.nn.BatchNorm2d(c_out, eps=1e-12, momentum=0.4),
+            conv2=torch.nn.Conv2d(c_out, c_out, 3, padding=1, bias=False),
+            norm2=torch.nn.BatchNorm2d(c_out, eps=1e-12, momentum=0.4)))
+    net = torch.nn.ModuleDict(dict(whiten=torch.nn.Conv2d(3, 24, 2), head=torch.nn.Linear(widths[2], 10, bias=False),
+                                   blocks=torch.nn.ModuleList([group(24, widths[0]), group(widths[0], widths[1]),
+                                                               group(widths[1], widths[2])])))
+    def forward(x):
+        x = F.gelu(net['whiten'](x))
+        for b in net['blocks']:
+            x = F.gelu(b['norm2'](b['conv2'](F.gelu(b['norm1'](F.max_pool2d(b['conv1'](x), 2))))))
+        return net['head'](F.max_pool2d(x, 3).flatten(1)) / 9
+    net.load_state_dict({k: torch.tensor(v) for k, v in model.state_dict().items()})
+    named = dict(net.named_parameters())
+    shifts = [p for k, p in named.items() if 'norm' in k and k.endswith('bias')]
+    others = [p for k, p in named.items() if 'norm' not in k and not k.startswith('whiten')]
+    momentum = 0.85
+    scale = 1024 * (1 + 1 / (1 - momentum))
+    lr, decay = 11.5 / scale, 0.0153 * n / scale
+    topt = torch.optim.SGD([dict(params=shifts, lr=64 * lr, weight_decay=decay / (64 * lr)),
+                            dict(params=others, lr=lr, weight_decay=decay / lr),
+                            dict(params=[named['whiten.bias']], lr=lr, weight_decay=decay / lr)],
+                           momentum=momentum, nesterov=True)
+    offsets = images.offsets(np.arange(n), np.zeros((n, 2), int), np.zeros(n, bool))
+    xb = images.batch(*(tl.Tensor(a) for a in offsets))
+    for multiplier in (0.2, 0.5, 1.0):
+        for g, h, base in zip(opt.param_groups, topt.param_groups, lrs):
+            g['lr'] = h['lr'] = base * multiplier
+        logits, loss = tc.train_step(model, opt, xb, tl.Tensor(y))
+        tlogits = forward(torch.tensor(xb.numpy()))
+        tloss = F.cross_entropy(tlogits, torch.tensor(y), label_smoothing=0.2, reduction='sum')
+        topt.zero_grad()
+        tloss.backward()
+        topt.step()
+        assert np.allclose(logits.numpy(), tlogits.detach().numpy(), atol=1e-5), 'logits differ from PyTorch'
+    ours, theirs = model.state_dict(), net.state_dict()
+    for k in ours:
+        if k.endswith('num_batches_tracked'):   # tc's functional BatchNorm+GELU leaves the unused counter alone
+            continue
+        assert np.allclose(ours[k], theirs[k].numpy(), atol=1e-5), f'{k} differs from PyTorch after three steps'
+
+
+def test_cifar_gpu_matches_cpu():
+    """A short float32 run gives the CPU's losses on the GPU; float16 trains too (need_cuda: test_all.py's)."""
+    need_cuda()
+    with tempfile.TemporaryDirectory() as root:
+        _write_batches(os.path.join(root, 'cifar-10-batches-py'), *_tiny_cifar(n_train=200, n_test=50))
+        runs = [_train(tc.parse_args(['--data', root, '--device', device, '--dtype', dtype, '--widths', '8,16,16',
+                                        '--batch-size', '40', '--epochs', '2', '--lr', '100', '--tta', 'flip']))
+                for device, dtype in (('cpu', 'float32'), ('cuda', 'float32'), ('cuda', 'float16'))]
+    cpu, gpu, half = ([r['train_loss'] for r in run['epochs']] for run in runs)
+    assert np.allclose(cpu, gpu, rtol=1e-3), (cpu, gpu)
+    assert np.all(np.isfinite(half)) and half[-1] < half[0], half
 
 
 # ===== runner =====
