@@ -12,6 +12,10 @@ CPU times: medians of wall-clock calls. Before timing, every row compares our re
 once; a mismatch is flagged under its table. With $OUT set, the full log (the spread of every
 timing, the checks) goes to $OUT/bench.log and the tables to $OUT/bench.md.
 
+Tables: elementwise (ReLU, BatchNorm), conv (train_cifar.py's convolutions, max-pool, cross-entropy),
+gru (tl.GRU against cuDNN's), train_step (train_cifar.py's training step against the same net in
+PyTorch eager), cpu. Slow GPU rows (the GRU) take fewer calls, at least 3.
+
 A new table is a function returning a Table and one line in main's list.
 """
 import argparse
@@ -89,8 +93,21 @@ def cpu_time(fn, budget_s=CPU_BUDGET_S):
 
 
 def copies(nbytes):
-    """How many input sets of nbytes each to rotate among so that one round overflows L2 twice."""
-    return max(2, math.ceil(2 * L2_BYTES / nbytes))
+    """How many input sets of nbytes each to rotate among so that one round overflows L2 twice (no more
+    than the timed calls read)."""
+    return min(GPU_REPS, max(2, math.ceil(2 * L2_BYTES / nbytes)))
+
+
+def cuda_time_within(fn, sets, framework, budget_s):
+    """cuda_time with as many calls as fit in about budget_s (3 to GPU_REPS timed), for slow ops: two
+    untimed calls first (the first may compile or allocate), the second by wall clock."""
+    fn(*sets[0])
+    cuda_sync()
+    start = time.perf_counter()
+    fn(*sets[1 % len(sets)])
+    cuda_sync()
+    reps = max(3, min(GPU_REPS, int(budget_s / (time.perf_counter() - start))))
+    return cuda_time(fn, sets, framework, warmup=min(GPU_WARMUP, max(1, reps // 5)), reps=reps)
 
 
 @functools.lru_cache(maxsize=None)
@@ -125,10 +142,11 @@ class Table:
     def __init__(self, title, ceiling=None):
         self.title, self.ceiling, self.rows, self.notes, self.failures = title, ceiling, [], [], 0
 
-    def add(self, op, ours, theirs, nbytes=None, target=None):
-        """ours, theirs: per-call ms; nbytes: bytes the op moves at least; target: ('copy', f) for at
-        least f of the copy rate, ('torch', r) for at most r times PyTorch's time."""
-        self.rows.append((op, statistics.median(ours), statistics.median(theirs), nbytes, target))
+    def add(self, op, ours, theirs, nbytes=None, target=None, flops=None):
+        """ours, theirs: per-call ms; nbytes: bytes the op moves at least; flops: floating-point operations
+        per call; target: ('copy', f) for at least f of the copy rate, ('torch', r) for at most r times
+        PyTorch's time."""
+        self.rows.append((op, statistics.median(ours), statistics.median(theirs), nbytes, flops, target))
         log(f'  {op}: ours {spread(ours)}; torch {spread(theirs)}', echo=False)
 
     def note(self, line):
@@ -160,10 +178,14 @@ class Table:
                       f'by more than {tol:g} x max|torch|')
 
     def markdown(self):
-        lines = [f'### {self.title}', '',
-                 '| op | ours ms | torch ms | ours/torch | ours GB/s | % of copy | target | met? |',
-                 '| --- | ---: | ---: | ---: | ---: | ---: | --- | --- |']
-        for op, ours, theirs, nbytes, target in self.rows:
+        """The table; the GB/s and TFLOP/s columns only where some row has bytes or flops."""
+        with_bytes, with_flops = any(r[3] for r in self.rows), any(r[4] for r in self.rows)
+        head = ['op', 'ours ms', 'torch ms', 'ours/torch'] + ['ours GB/s', '% of copy'] * with_bytes + \
+               ['ours TFLOP/s', 'torch TFLOP/s'] * with_flops + ['target', 'met?']
+        lines = [f'### {self.title}', '', f'| {" | ".join(head)} |',
+                 '| --- | ' + '---: | ' * (len(head) - 3) + '--- | --- |']
+        shown = lambda v, spec: '-' if v is None else format(v, spec)
+        for op, ours, theirs, nbytes, flops, target in self.rows:
             gbs = nbytes / ours / 1e6 if nbytes else None
             of_copy = gbs / self.ceiling if gbs and self.ceiling else None
             goal, met = '', ''
@@ -171,10 +193,39 @@ class Table:
                 goal, met = f'>= {target[1]:.0%} of copy', of_copy is not None and of_copy >= target[1]
             elif target:
                 goal, met = f'<= {target[1]}x torch', ours <= target[1] * theirs
-            lines.append(f'| {op} | {ours:.4f} | {theirs:.4f} | {ours / theirs:.2f} | '
-                         f'{"-" if gbs is None else f"{gbs:.0f}"} | {"-" if of_copy is None else f"{of_copy:.0%}"} | '
-                         f'{goal} | {"" if not goal else "yes" if met else "NO"} |')
+            cells = [op, f'{ours:.4f}', f'{theirs:.4f}', f'{ours / theirs:.2f}']
+            if with_bytes:
+                cells += [shown(gbs, '.0f'), shown(of_copy, '.0%')]
+            if with_flops:
+                cells += [shown(flops and flops / ours / 1e9, '.1f'), shown(flops and flops / theirs / 1e9, '.1f')]
+            cells += [goal, '' if not goal else 'yes' if met else 'NO']
+            lines.append(f'| {" | ".join(cells)} |')
         return '\n'.join(lines + [''] + [f'- {n}' for n in self.notes])
+
+
+def function_fwd_bwd(cls, inputs, g, **params):
+    """(y, gradients) of tinygrad_lite Function `cls` on tl tensors `inputs`: its forward, then its
+    backward of g, as a training step runs the op inside its graph (without the copy that y.backward()
+    makes of a leaf's gradient into .grad)."""
+    ctx = cls(inputs)
+    y = ctx.forward(*[t.data for t in inputs], **params)
+    grads = ctx.backward(g)
+    return (y,) + (grads if isinstance(grads, tuple) else (grads,))
+
+
+def gpu_randn(shape, dtype, scale=1.0):
+    return (cp.random.standard_normal(shape, dtype=cp.float32) * scale).astype(dtype)
+
+
+def channels_last(a):
+    """NCHW-shaped a in channels-last memory, the layout tinygrad_lite's GPU convs return."""
+    return cp.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+
+
+def torch_channels_last(a, requires_grad=False):
+    """The torch tensor of NCHW-shaped a in PyTorch's channels_last format: on a's memory where a is
+    channels-last, else a channels-last copy."""
+    return torch.from_dlpack(a).contiguous(memory_format=torch.channels_last).requires_grad_(requires_grad)
 
 
 # ================================================================ GPU: ReLU and BatchNorm (issue 3)
@@ -282,6 +333,321 @@ def _bn_rows(table, dtype, act):
                    f'ours (Function) / that = {statistics.median(function_ms) / ms:.2f}')
 
 
+# ================================================================ GPU: convolution, pooling, cross-entropy (issue 5)
+
+CIFAR_BATCH = 1024
+# train_cifar.py's convs: (C_in, C_out, input height = width, kernel, padding, bias). The whitening conv
+# reads the augmented images (NCHW, from the gather); each block's first conv runs before its 2x2
+# max-pool (31 -> 15 -> 7 -> 3); 256->256 at 7x7 is both block 2's second conv and block 3's first.
+CIFAR_CONVS = [(3, 24, 32, 2, 0, True), (24, 64, 31, 3, 1, False), (64, 64, 15, 3, 1, False),
+               (64, 256, 15, 3, 1, False), (256, 256, 7, 3, 1, False), (256, 256, 3, 3, 1, False)]
+CROSS_ENTROPY_SHAPES = [(1024, 10), (65536, 1000)]
+
+
+def bench_conv():
+    torch.backends.cudnn.benchmark = True
+    copy_gbs, copy_detail = copy_rate()
+    table = Table(f"GPU: train_cifar.py's convolutions (batch {CIFAR_BATCH}), max-pool and cross-entropy",
+                  ceiling=copy_gbs)
+    table.note(f'copy rate {copy_gbs:.0f} GB/s (read + written, D2D 256 MiB: {copy_detail} GB/s)')
+    table.note('fwd: the public op (tl.conv2d, tl.max_pool2d, tl.cross_entropy) without recording; fwd+bwd: '
+               "the op's Function forward then backward (as inside a training step's graph), against "
+               'torch.autograd.grad; every gradient (input, weight, bias) computed on both sides (in the net, '
+               'the whitening conv needs its bias gradient only)')
+    table.note(f'convs: ours get the layout the previous layer gives them (the images NCHW, later inputs and '
+               f'all output gradients channels-last); PyTorch channels_last throughout (weights too), '
+               f'cudnn.benchmark on, cudnn.allow_tf32 = {torch.backends.cudnn.allow_tf32} (float32 convs may use '
+               f"TF32), ours TF32 only with CUPY_TF32=1 (here {os.environ.get('CUPY_TF32', 'unset')}); "
+               'TFLOP/s counts 2 N Ho Wo C_out C_in kh kw per pass, 3 passes for fwd+bwd')
+    table.note("the public tl.cross_entropy (the fwd rows) checks the targets' range on the host, a device sync "
+               'per call, which the fwd+bwd rows (the Function) skip')
+    for dtype in (np.float16, np.float32):
+        for spec in CIFAR_CONVS:
+            table.guard(f'conv {spec[0]}->{spec[1]} at {spec[2]}x{spec[2]} {np.dtype(dtype).name}', _conv_rows,
+                        table, spec, dtype)
+    table.guard('max_pool2d', _max_pool_rows, table)
+    for n, classes in CROSS_ENTROPY_SHAPES:
+        table.guard(f'cross-entropy {n}x{classes}', _cross_entropy_rows, table, n, classes)
+    return table
+
+
+def _conv_rows(table, spec, dtype):
+    c_in, c_out, size, k, pad, has_bias = spec
+    n, out = CIFAR_BATCH, size + 2 * pad - k + 1
+    itemsize = np.dtype(dtype).itemsize
+    layout = (lambda a: a) if c_in == 3 else channels_last
+    xs = [layout(gpu_randn((n, c_in, size, size), dtype))
+          for _ in range(copies(itemsize * n * (c_in * size * size + c_out * out * out)))]
+    gs = [channels_last(gpu_randn((n, c_out, out, out), dtype)) for _ in xs]
+    w = gpu_randn((c_out, c_in, k, k), dtype, scale=1 / math.sqrt(c_in * k * k))
+    params = [tl.Tensor(w, requires_grad=True)]
+    params_t = [torch_channels_last(w, requires_grad=True)]
+    if has_bias:
+        b, bt = shared(gpu_randn((c_out,), dtype, scale=0.1), True)
+        params, params_t = params + [b], params_t + [bt]
+    ours = [(tl.Tensor(x, requires_grad=True), g) for x, g in zip(xs, gs)]
+    theirs = [(torch_channels_last(x, requires_grad=True), torch.from_dlpack(g)) for x, g in zip(xs, gs)]
+
+    def ours_fwd(x, g):
+        return tl.conv2d(x, *params, padding=pad)
+
+    def theirs_fwd(x, g):
+        return F.conv2d(x, *params_t, padding=pad)
+
+    def ours_fwd_bwd(x, g):
+        return function_fwd_bwd(tl.Convolution, [x] + params, g, stride=(1, 1), padding=(pad, pad))
+
+    def theirs_fwd_bwd(x, g):
+        y = theirs_fwd(x, g)
+        return (y,) + torch.autograd.grad(y, [x] + params_t, g)
+
+    label = f'conv {k}x{k} {c_in}->{c_out}{" +bias" if has_bias else ""} at {size}x{size} {np.dtype(dtype).name}'
+    tol = 1e-2 if dtype == np.float16 else 5e-3
+    for what, a, t in zip(('y', 'dx', 'dweight', 'dbias'), ours_fwd_bwd(*ours[0]), theirs_fwd_bwd(*theirs[0])):
+        table.check(f'{label} {what}', a, t, tol)
+    flops = 2 * n * out * out * c_out * c_in * k * k
+    with tl.no_grad(), torch.no_grad():
+        table.add(f'{label} fwd', cuda_time(ours_fwd, ours, 'tl'), cuda_time(theirs_fwd, theirs, 'torch'), flops=flops)
+    table.add(f'{label} fwd+bwd', cuda_time(ours_fwd_bwd, ours, 'tl'), cuda_time(theirs_fwd_bwd, theirs, 'torch'),
+              flops=3 * flops, target=('torch', 1.5))
+
+
+def _max_pool_rows(table):
+    """max_pool2d(2) where train_cifar.py's largest one runs: after the first block's conv, float16,
+    channels-last (the conv's output layout) on both sides."""
+    n, c, size = CIFAR_BATCH, 64, 31
+    xbytes, ybytes = 2 * n * c * size * size, 2 * n * c * (size // 2) ** 2
+    xs = [channels_last(gpu_randn((n, c, size, size), np.float16)) for _ in range(copies(xbytes + ybytes))]
+    gs = [channels_last(gpu_randn((n, c, size // 2, size // 2), np.float16)) for _ in xs]
+    ours = [(tl.Tensor(x, requires_grad=True), g) for x, g in zip(xs, gs)]
+    theirs = [(torch.from_dlpack(x).requires_grad_(), torch.from_dlpack(g)) for x, g in zip(xs, gs)]
+
+    def ours_fwd_bwd(x, g):
+        return function_fwd_bwd(tl.MaxPool, [x], g, kernel=(2, 2), stride=(2, 2))
+
+    def theirs_fwd_bwd(x, g):
+        y = F.max_pool2d(x, 2)
+        return y, torch.autograd.grad(y, x, g)[0]
+
+    label = f'max_pool2d(2) {n}x{c}x{size}x{size} float16 channels-last'
+    (y, dx), (yt, dxt) = ours_fwd_bwd(*ours[0]), theirs_fwd_bwd(*theirs[0])
+    table.check(f'{label} y', y, yt, 0)
+    table.check(f'{label} dx', dx, dxt, 0)
+    with tl.no_grad(), torch.no_grad():
+        table.add(f'{label} fwd', cuda_time(lambda x, g: tl.max_pool2d(x, 2), ours, 'tl'),
+                  cuda_time(lambda x, g: F.max_pool2d(x, 2), theirs, 'torch'), xbytes + ybytes, ('copy', 0.8))
+    table.add(f'{label} fwd+bwd', cuda_time(ours_fwd_bwd, ours, 'tl'), cuda_time(theirs_fwd_bwd, theirs, 'torch'),
+              2 * (xbytes + ybytes), ('copy', 0.8))
+
+
+def _cross_entropy_rows(table, n, classes):
+    """Softmax cross-entropy of float32 logits, label smoothing 0.2, summed (train_cifar.py's loss)."""
+    xbytes, tbytes = 4 * n * classes, 8 * n
+    xs = [gpu_randn((n, classes), np.float32, scale=2.0) for _ in range(copies(xbytes))]
+    ts = [cp.random.randint(0, classes, n, dtype=np.int64) for _ in xs]
+    one = cp.ones((), np.float32)
+    ours = [(tl.Tensor(x, requires_grad=True), tl.Tensor(t)) for x, t in zip(xs, ts)]
+    theirs = [(torch.from_dlpack(x).requires_grad_(), torch.from_dlpack(t)) for x, t in zip(xs, ts)]
+
+    def ours_fwd(x, t):
+        return tl.cross_entropy(x, t, label_smoothing=0.2, reduction='sum')
+
+    def theirs_fwd(x, t):
+        return F.cross_entropy(x, t, label_smoothing=0.2, reduction='sum')
+
+    def ours_fwd_bwd(x, t):
+        return function_fwd_bwd(tl.CrossEntropy, [x], one, target=t.data, smoothing=0.2, reduction='sum')[:2]
+
+    def theirs_fwd_bwd(x, t):
+        loss = theirs_fwd(x, t)
+        return loss, torch.autograd.grad(loss, x)[0]
+
+    label = f'cross-entropy {n}x{classes} float32, smoothing 0.2, sum'
+    (loss, dx), (loss_t, dx_t) = ours_fwd_bwd(*ours[0]), theirs_fwd_bwd(*theirs[0])
+    table.check(f'{label} loss', loss, loss_t, 1e-4)
+    table.check(f'{label} dlogits', dx, dx_t, 1e-4)
+    # the small case is launch-bound (40 KB): no copy-rate target there
+    target = ('copy', 0.8) if xbytes >= L2_BYTES else None
+    with tl.no_grad(), torch.no_grad():
+        table.add(f'{label} fwd', cuda_time(ours_fwd, ours, 'tl'), cuda_time(theirs_fwd, theirs, 'torch'),
+                  xbytes + tbytes, target)
+    table.add(f'{label} fwd+bwd', cuda_time(ours_fwd_bwd, ours, 'tl'), cuda_time(theirs_fwd_bwd, theirs, 'torch'),
+              3 * xbytes + 2 * tbytes, target)
+
+
+# ================================================================ GPU: GRU (issue 4)
+
+GRU_SHAPES = [   # (T, B, input, hidden, dtype)
+    (1, 16, 32, 128, np.float32), (100, 16, 32, 128, np.float32), (100, 64, 256, 256, np.float32),
+    (100, 64, 512, 512, np.float32), (100, 64, 1024, 1024, np.float32), (50, 256, 512, 512, np.float32),
+    (200, 8, 256, 256, np.float32), (100, 64, 512, 512, np.float16)]
+GRU_BUDGET_S = 1.0   # per timing: slow paths get fewer calls
+
+
+def bench_gru():
+    table = Table('GPU: tl.GRU against torch.nn.GRU (cuDNN), one layer, (T, B, input, hidden)')
+    table.note(f'torch.backends.cudnn.allow_tf32 = {torch.backends.cudnn.allow_tf32} as PyTorch sets it by '
+               'default: with True, cuDNN may run the float32 GRU in TF32')
+    table.note('fwd: inference (tl.no_grad / torch.no_grad); fwd+bwd: output.backward(g) with the input and every '
+               'parameter requiring gradients (ours also copies each leaf\'s gradient into .grad); each timing '
+               f'takes as many calls as fit in about {GRU_BUDGET_S:g} s (3 to {GPU_REPS})')
+    for shape in GRU_SHAPES:
+        table.guard(f'GRU {shape}', _gru_rows, table, *shape)
+    return table
+
+
+def _gru_rows(table, steps, batch, n_in, hidden, dtype):
+    itemsize = np.dtype(dtype).itemsize
+    xs = [gpu_randn((steps, batch, n_in), dtype) for _ in range(copies(itemsize * steps * batch * (n_in + hidden)))]
+    pairs = [(shared(x, True), shared(gpu_randn((steps, batch, hidden), dtype))) for x in xs]
+    ours = [(x, g) for (x, _), (g, _) in pairs]
+    theirs = [(xt, gt) for (_, xt), (_, gt) in pairs]
+    gru, gru_t = tl.GRU(n_in, hidden), torch.nn.GRU(n_in, hidden)
+    for name, p in gru.named_parameters():
+        p.data[...] = getattr(gru_t, name).detach().numpy()
+    gru.to(ours[0][0].device, dtype)
+    gru_t.to(theirs[0][0].device, getattr(torch, np.dtype(dtype).name))
+
+    def ours_fwd_bwd(x, g):
+        gru.zero_grad()
+        x.grad = None
+        out = gru(x)[0]
+        out.backward(g)
+        return out
+
+    def theirs_fwd_bwd(x, g):
+        gru_t.zero_grad()
+        x.grad = None
+        out = gru_t(x)[0]
+        out.backward(g)
+        return out
+
+    label = f'GRU T={steps} B={batch} {n_in}->{hidden} {np.dtype(dtype).name}'
+    tol = 2e-2 if dtype == np.float16 else 1e-2
+    (x, _), (xt, _) = ours[0], theirs[0]
+    table.check(f'{label} output', ours_fwd_bwd(*ours[0]).data, theirs_fwd_bwd(*theirs[0]), tol)
+    table.check(f'{label} dx', x.grad.data, xt.grad, tol)
+    table.check(f'{label} dweight_hh', gru.weight_hh_l0.grad.data, gru_t.weight_hh_l0.grad, tol)
+    with tl.no_grad(), torch.no_grad():
+        table.add(f'{label} fwd', cuda_time_within(lambda x, g: gru(x), ours, 'tl', GRU_BUDGET_S),
+                  cuda_time_within(lambda x, g: gru_t(x), theirs, 'torch', GRU_BUDGET_S), target=('torch', 0.33))
+    table.add(f'{label} fwd+bwd', cuda_time_within(ours_fwd_bwd, ours, 'tl', GRU_BUDGET_S),
+              cuda_time_within(theirs_fwd_bwd, theirs, 'torch', GRU_BUDGET_S), target=('torch', 0.5))
+
+
+# ================================================================ GPU: the training step (issue 6)
+
+def bench_train_step():
+    import train_cifar   # here, so that the other tables run without its dependencies (tqdm)
+    torch.backends.cudnn.benchmark = True
+    table = Table(f"GPU: one training step of train_cifar.py's net (batch {CIFAR_BATCH}, float16 activations, "
+                  'float32 master weights)')
+    table.guard('training step', _train_step_rows, table, train_cifar)
+    return table
+
+
+def torch_twin(model):
+    """train_cifar.Net `model` in PyTorch: the same layers under the same names, its weights, buffers and
+    frozen parameters copied."""
+    nn = torch.nn
+
+    class ConvGroup(nn.Module):
+        def __init__(self, group):
+            super().__init__()
+            c_out, c_in = group.conv1.weight.shape[:2]
+            self.conv1 = nn.Conv2d(c_in, c_out, 3, padding=1, bias=False)
+            self.norm1 = nn.BatchNorm2d(c_out, eps=group.norm1.eps, momentum=group.norm1.momentum)
+            self.conv2 = nn.Conv2d(c_out, c_out, 3, padding=1, bias=False)
+            self.norm2 = nn.BatchNorm2d(c_out, eps=group.norm2.eps, momentum=group.norm2.momentum)
+
+        def forward(self, x):
+            x = F.gelu(self.norm1(F.max_pool2d(self.conv1(x), 2)))
+            return F.gelu(self.norm2(self.conv2(x)))
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            c_out, c_in, k = model.whiten.weight.shape[:3]
+            self.whiten = nn.Conv2d(c_in, c_out, k, bias=True)
+            self.blocks = nn.ModuleList([ConvGroup(group) for group in model.blocks])
+            self.head = nn.Linear(*reversed(model.head.weight.shape), bias=False)
+
+        def forward(self, x):
+            x = F.gelu(self.whiten(x))
+            for block in self.blocks:
+                x = block(x)
+            x = F.max_pool2d(x, x.shape[2:]).flatten(1)
+            return self.head(x) * model.logit_scale
+
+    twin = Net()
+    twin.load_state_dict({name: torch.from_numpy(np.asarray(a)) for name, a in model.state_dict().items()})
+    frozen = {name for name, p in model.named_parameters() if not p.requires_grad}
+    for name, p in twin.named_parameters():
+        p.requires_grad_(name not in frozen)
+    return twin
+
+
+def torch_optimizer(opt, model, twin):
+    """torch.optim.SGD with tl optimizer `opt`'s groups (lr, momentum, Nesterov, weight decay) over the
+    twin's parameters of the same names."""
+    names = {id(p): name for name, p in model.named_parameters()}
+    params = dict(twin.named_parameters())
+    groups = [{'params': [params[names[id(p)]] for p in g['params']], 'lr': g['lr'], 'momentum': g['momentum'],
+               'nesterov': g['nesterov'], 'weight_decay': g['weight_decay']} for g in opt.param_groups]
+    return torch.optim.SGD(groups, lr=opt.defaults['lr'])
+
+
+def _train_step_rows(table, tc):
+    args = tc.parse_args([])   # train_cifar.py's defaults: lr, weight decay
+    batch = CIFAR_BATCH
+    model = tc.make_model()
+    twin = torch_twin(model)
+    xs = [gpu_randn((batch, 3, 32, 32), np.float16) for _ in range(2)]   # the gather's NCHW images
+    ys = [cp.random.randint(0, 10, batch, dtype=np.int64) for _ in xs]
+    ours = [(tl.Tensor(x), tl.Tensor(y)) for x, y in zip(xs, ys)]
+    theirs = [(torch_channels_last(x), torch.from_dlpack(y)) for x, y in zip(xs, ys)]
+    model.to(ours[0][0].device)
+    opt, _ = tc.make_optimizer(model, args.lr, args.weight_decay, batch)
+    twin.to(theirs[0][0].device, memory_format=torch.channels_last)
+    opt_t = torch_optimizer(opt, model, twin)
+
+    def ours_step(x, y):
+        return tc.train_step(model, opt, x, y)
+
+    def theirs_step(x, y):
+        with torch.autocast(x.device.type, dtype=torch.float16):
+            logits = twin(x)
+        loss = F.cross_entropy(logits.float(), y, label_smoothing=tc.LABEL_SMOOTHING, reduction='sum')
+        opt_t.zero_grad()
+        loss.backward()
+        opt_t.step()
+        return logits, loss
+
+    def first_step(step, sets):
+        start = time.perf_counter()
+        out = step(*sets[0])
+        cuda_sync()
+        return out, time.perf_counter() - start
+
+    (logits, loss), ours_first_s = first_step(ours_step, ours)
+    (logits_t, loss_t), theirs_first_s = first_step(theirs_step, theirs)
+    # the two nets start from the same weights, so the first step's forward pass must agree
+    table.check('first step logits', logits.data, logits_t, 3e-2)
+    table.check('first step loss', loss.data, loss_t, 1e-2)
+    ours_ms, theirs_ms = cuda_time(ours_step, ours, 'tl'), cuda_time(theirs_step, theirs, 'torch')
+    table.add(f'training step, batch {batch} float16', ours_ms, theirs_ms, target=('torch', 1.2))
+    table.note(f'first step of a fresh net: ours {ours_first_s:.2f} s, torch {theirs_first_s:.2f} s (ours: '
+               'lazy CuPy compiles, from its disk cache after the first run ever, and memory-pool growth; '
+               "kernels.cu was loaded at start-up, see the header; torch: cuDNN's autotuning). Tables run "
+               'before this one in the same process warm some caches: --only train_step gives the cold figure')
+    table.note(f'{batch * 1e3 / statistics.median(ours_ms):.0f} images/s ours, '
+               f'{batch * 1e3 / statistics.median(theirs_ms):.0f} torch; the step is train_cifar.train_step '
+               '(forward, summed label-smoothed cross-entropy, backward, Nesterov SGD in 3 groups), without '
+               "the per-step lr assignment and the Lookahead update every 5 steps")
+    table.note('torch: the same net and weights (torch_twin), eager, autocast float16 over float32 master weights, '
+               'channels_last, cudnn.benchmark on, torch.optim.SGD (foreach) with the same groups')
+
+
 # ================================================================ CPU: BatchNorm2d, conv, GRU
 
 def bench_cpu():
@@ -340,7 +706,7 @@ def _cpu_conv_rows(table, rng):
     ours(), theirs()
     table.check('CPU conv dx', x.grad.data, xt.grad, 1e-4)
     table.check('CPU conv dweight', w.grad.data, wt.grad, 1e-4)
-    table.add('conv 3x3 64->64 fwd+bwd 64x64x32x32', cpu_time(ours), cpu_time(theirs))
+    table.add('conv 3x3 64->64 fwd+bwd 64x64x32x32', cpu_time(ours), cpu_time(theirs), target=('torch', 2))
 
 
 def _cpu_gru_rows(table, rng):
@@ -362,7 +728,7 @@ def _cpu_gru_rows(table, rng):
 
     ours(), theirs()
     table.check('CPU GRU dweight_hh', gru.weight_hh_l0.grad.data, gru_t.weight_hh_l0.grad, 1e-3)
-    table.add('GRU (T=100, B=64, 256->256) fwd+bwd', cpu_time(ours), cpu_time(theirs))
+    table.add('GRU (T=100, B=64, 256->256) fwd+bwd', cpu_time(ours), cpu_time(theirs), target=('torch', 1.5))
 
 
 # ================================================================ main
@@ -396,6 +762,9 @@ def main():
     global _log_file
     tables = [   # name, function, needs the GPU
         ('elementwise', bench_elementwise, True),
+        ('conv', bench_conv, True),
+        ('gru', bench_gru, True),
+        ('train_step', bench_train_step, True),
         ('cpu', bench_cpu, False),
     ]
     parser = argparse.ArgumentParser(description='tinygrad_lite against PyTorch, side by side.')
