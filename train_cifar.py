@@ -324,6 +324,33 @@ def train_step(model, opt, x, y):
     return logits, loss
 
 
+class CapturedStep:
+    """train_step recorded into a CUDA graph and replayed: on the GPU a step is then one launch
+    instead of hundreds. The first call runs eagerly (it creates the optimizer's momentum buffers), the
+    second records the step and replays it; later calls copy the batch into the recorded input arrays
+    and replay. The learning rates live in one-element tensors on the device, refilled every step."""
+    def __init__(self, model, opt, device):
+        self.model, self.opt, self.graph = model, opt, None
+        self.rates = [tl.Tensor(np.float32(0), device=device) for _ in opt.param_groups]
+
+    def __call__(self, x, y, rates):
+        for rate, group, value in zip(self.rates, self.opt.param_groups, rates):
+            rate.data.fill(value)
+            group['lr'] = rate
+        if self.graph is None and not self.opt.state:
+            return train_step(self.model, self.opt, x, y)
+        if self.graph is None:
+            self.x, self.y = x.clone().detach(), y.clone().detach()
+            self.graph = tl.CUDAGraph()
+            with self.graph.capture():
+                self.logits, self.loss = train_step(self.model, self.opt, self.x, self.y)
+        else:
+            self.x.data[...] = x.data
+            self.y.data[...] = y.data
+        self.graph.replay()
+        return self.logits, self.loss
+
+
 def evaluate(model, images, labels, tta='off', batch_size=1000):
     """(accuracy of the plain view, accuracy of the logits averaged over TTA_VIEWS[tta]) in one pass."""
     model.eval()
@@ -419,6 +446,7 @@ def train(args):
         rng.bit_generator.state, flip0 = ck['rng'], ck['flip0']
         start_epoch, step, train_time = ck['epoch'], ck['step'], ck['train_time']
         print(f'resumed from {args.resume} after epoch {start_epoch} (step {step} of {total_steps})', flush=True)
+    captured = CapturedStep(model, opt, device) if device != 'cpu' and args.cuda_graph == 'on' else None
     schedule = lr_schedule(total_steps)
     decay = 0.95 ** 5 * (np.arange(total_steps + 1) / total_steps) ** 3
     print(f'{len(x_train)} training images, {test_images.n} test; {device} {dtype.name}; batch {batch}, '
@@ -439,12 +467,16 @@ def train(args):
         loss_sum = correct = 0
         for i in range(steps):
             s = slice(i * batch, (i + 1) * batch)
-            for group, lr in zip(opt.param_groups, base_lrs):
-                group['lr'] = float(lr * schedule[step])
+            rates = [float(lr * schedule[step]) for lr in base_lrs]
             if epoch >= WHITEN_BIAS_EPOCHS:
-                opt.param_groups[2]['lr'] = 0.0
-            y = labels[s]
-            logits, loss = train_step(model, opt, train_images.batch(base[s], xstep[s]), y)
+                rates[2] = 0.0
+            x, y = train_images.batch(base[s], xstep[s]), labels[s]
+            if captured is not None:
+                logits, loss = captured(x, y, rates)
+            else:
+                for group, rate in zip(opt.param_groups, rates):
+                    group['lr'] = rate
+                logits, loss = train_step(model, opt, x, y)
             step += 1
             if step % 5 == 0:
                 lookahead.update(float(decay[step]))
@@ -511,6 +543,8 @@ def parse_args(argv=None):
     p.add_argument('--stop-after', type=int, default=None, metavar='E',
                    help='stop after epoch E (the schedule still spans --epochs): with --save, --resume later')
     p.add_argument('--log', metavar='PATH', help='write one JSON line per epoch')
+    p.add_argument('--cuda-graph', choices=['on', 'off'], default='on',
+                   help='on the GPU, record the training step into a CUDA graph and replay it (default on)')
     args = p.parse_args(argv)
     if args.epochs <= 0 or args.batch_size <= 0:
         p.error('--epochs and --batch-size must be positive')
