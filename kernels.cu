@@ -515,6 +515,531 @@ __global__ void bn_bwd_dx(const T* __restrict__ x, const T* __restrict__ dy,
         for_units<1, true>(N, C, S, g, k, chunks, elem);
 }
 
+// ===== GRU =====
+// One layer of torch.nn.GRU over every step, gates r, z, n. The host computes xg = x W_ih^T for all
+// steps with one matmul; with hg = h W_hh^T + b_hh:
+//   r = sigmoid(xg_r + b_ir + hg_r), z = sigmoid(xg_z + b_iz + hg_z),
+//   n = tanh(xg_n + b_in + r hg_n),  h' = n + z (h - n).
+// Forward saves gates[t] = [r | z | n | hg_n] (T, B, 4H). Backward, with dh the gradient reaching h_t:
+//   da_z = dh (h_prev - n) z (1 - z),  da_n = dh (1 - z) (1 - n^2),  da_r = da_n hg_n r (1 - r)
+//   dg_ih[t] = [da_r | da_z | da_n],  dg_hh[t] = [da_r | da_z | da_n r],  dh_prev = dg_hh[t] W_hh + dh z.
+//
+// Persistent kernels (a cooperative launch: every block resident): block (ib, iu) = (blockIdx.x / nu,
+// blockIdx.x % nu) owns batch rows [ib BB, +BB) and hidden units [iu J, +J). It keeps the W_hh rows of
+// its units in shared memory for the whole sequence (forward: the r, z, n rows of its units; backward:
+// its columns of W_hh, i.e. rows of W_hh^T) and per step multiplies them by the previous h (backward:
+// by dg_hh[t]) of its rows, staged from L2 in k-chunks of KC. The nu blocks of a batch group meet at a
+// flag barrier in global memory after every step.
+// Warps compute the product on tiles of 16 batch rows by 8 units (forward: by 8 units of each of the
+// 3 gates) in the mma.sync C layout: SIMT float FMAs (float, TC = 0), TF32 mma (float, TC = 1) or f16
+// mma (__half). The k extent is split across the warps of a tile; partial sums meet in shared memory,
+// then every thread finishes up to 4 (row, unit) cells: gates, outputs, and what the next step reads.
+// The fallback runs per step: the product from cuBLAS, then gru_gates_fwd / gru_gates_bwd.
+namespace gru {
+
+enum { NT = 256, NW = NT / 32, CPT = 4 };   // threads (tinygrad_lite's _BLOCK), warps, (row, unit) cells per thread
+
+__host__ __device__ constexpr int round_up(int a, int b) { return (a + b - 1) / b * b; }
+
+// Row stride in elements of a shared tile of k-extent n: 16 bytes past a multiple of 128 bytes, so that
+// 8 consecutive rows read at one k fall into 8 distinct 16-byte bank groups; it covers round_up(n, 16).
+template <typename T>
+__device__ __forceinline__ int smem_ld(int n) {
+    constexpr int E = 16 / sizeof(T);
+    return round_up(n, 8 * E) + E;
+}
+
+__device__ __forceinline__ float to_f(float v) { return v; }
+__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
+template <typename T> __device__ __forceinline__ T from_f(float v);
+template <> __device__ __forceinline__ float from_f<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + __expf(-x)); }
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// dst[r * ldd + k] = row(r)[k] for r < nrows, k < round_up(ncols, 16); a null row and k >= ncols read
+// as zero. vec: ncols and every row start are multiples of 16 bytes (16-byte async copies). Reads
+// bypass L1 (other blocks write these rows during the kernel). Waits for its own copies; the caller
+// puts a __syncthreads() between this and any reader.
+template <typename T, typename RowFn>
+__device__ __forceinline__ void copy_rows(T* dst, int ldd, int nrows, int ncols, bool vec, RowFn row) {
+    const int kpad = round_up(ncols, 16);
+    if (vec) {
+        constexpr int E = 16 / sizeof(T);
+        const int nv = kpad / E;
+        for (int i = threadIdx.x; i < nrows * nv; i += blockDim.x) {
+            const int r = i / nv, k = (i - r * nv) * E;
+            const T* s = row(r);
+            T* d = dst + r * ldd + k;
+            if (s != nullptr && k < ncols)
+                cp_async16(d, s + k);
+            else
+                *reinterpret_cast<float4*>(d) = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        cp_async_wait();
+    } else {
+        for (int i = threadIdx.x; i < nrows * kpad; i += blockDim.x) {
+            const int r = i / kpad, k = i - r * kpad;
+            const T* s = row(r);
+            dst[r * ldd + k] = (s != nullptr && k < ncols) ? __ldcg(s + k) : from_f<T>(0.f);
+        }
+    }
+}
+
+__device__ __forceinline__ void flag_store(unsigned long long* p, unsigned long long v) {
+    asm volatile("st.release.gpu.global.u64 [%0], %1;\n" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ unsigned long long flag_load(const unsigned long long* p) {
+    unsigned long long v;
+    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];\n" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// Barrier flags (1 + multiprocessors, zeroed once per GPU): flags[0] holds the launch epoch e,
+// flags[1 + b] the last value block b published, (e << 32) | count. A launch reads e at its start and
+// block 0 advances it once every block is done, so flags of earlier launches always compare lower
+// (also when a captured CUDA graph replays the launch) and nothing needs resetting. One such kernel
+// runs at a time.
+struct Flags {
+    unsigned long long* f;
+    unsigned long long e;
+
+    __device__ explicit Flags(unsigned long long* flags) : f(flags), e(flag_load(flags) << 32) {}
+
+    // barrier of the n blocks [b0, b0 + n): publish `count`, wait until all of them published it
+    __device__ void sync(int b0, int n, unsigned count) const {
+        const unsigned long long v = e | count;
+        __syncthreads();
+        if (threadIdx.x == 0) flag_store(f + 1 + blockIdx.x, v);
+        if (threadIdx.x < 32)
+            for (int i = threadIdx.x; i < n; i += 32)
+                while (static_cast<long long>(flag_load(f + 1 + b0 + i) - v) < 0) {
+                }
+        __syncthreads();
+    }
+
+    __device__ void finish() const {
+        const unsigned long long done = e | 0xffffffffull;
+        __syncthreads();
+        if (threadIdx.x == 0) flag_store(f + 1 + blockIdx.x, done);
+        if (blockIdx.x == 0) {
+            if (threadIdx.x < 32)
+                for (int i = threadIdx.x; i < static_cast<int>(gridDim.x); i += 32)
+                    while (static_cast<long long>(flag_load(f + 1 + i) - done) < 0) {
+                    }
+            __syncthreads();
+            if (threadIdx.x == 0) flag_store(f, (e >> 32) + 1);
+        }
+    }
+};
+
+// ----- warp tile products: acc[q][c] += sum_k A[row][k] W_q[col][k] over k-steps s = s0, s0 + ds, ...
+// below ns, where lane = 4 g + t holds row = g + 8 (c >> 1), col = 2 t + (c & 1) (the mma C layout).
+// A points at row 0 of the 16-row tile, W[q] at row 0 of n-tile q (8 rows); both at the same k.
+template <typename T, bool TC> struct TileMma;
+
+template <> struct TileMma<float, false> {   // SIMT, exact float
+    static constexpr int STEP = 4;
+    template <int NQ>
+    __device__ static void run(float (&acc)[3][4], const float* A, int lda, const float* const (&W)[3], int ldw,
+                               int s0, int ns, int ds) {
+        const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+        const float* a0 = A + g * lda;
+        const float* a1 = a0 + 8 * lda;
+        const float* w[NQ];
+#pragma unroll
+        for (int q = 0; q < NQ; ++q) w[q] = W[q] + 2 * t * ldw;
+#pragma unroll 2
+        for (int s = s0; s < ns; s += ds) {
+            const int k = s * STEP;
+            const float4 x0 = *reinterpret_cast<const float4*>(a0 + k);
+            const float4 x1 = *reinterpret_cast<const float4*>(a1 + k);
+#pragma unroll
+            for (int q = 0; q < NQ; ++q) {
+#pragma unroll
+                for (int u = 0; u < 2; ++u) {
+                    const float4 v = *reinterpret_cast<const float4*>(w[q] + u * ldw + k);
+                    acc[q][u] = fmaf(x0.x, v.x, fmaf(x0.y, v.y, fmaf(x0.z, v.z, fmaf(x0.w, v.w, acc[q][u]))));
+                    acc[q][2 + u] = fmaf(x1.x, v.x, fmaf(x1.y, v.y, fmaf(x1.z, v.z, fmaf(x1.w, v.w, acc[q][2 + u]))));
+                }
+            }
+        }
+    }
+};
+
+__device__ __forceinline__ unsigned tf32(float x) {
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_f16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <> struct TileMma<float, true> {    // TF32 tensor cores, m16n8k8
+    static constexpr int STEP = 8;
+    template <int NQ>
+    __device__ static void run(float (&acc)[3][4], const float* A, int lda, const float* const (&W)[3], int ldw,
+                               int s0, int ns, int ds) {
+        const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+        const float* a0 = A + g * lda + t;
+        const float* a1 = a0 + 8 * lda;
+        const float* w[NQ];
+#pragma unroll
+        for (int q = 0; q < NQ; ++q) w[q] = W[q] + g * ldw + t;
+#pragma unroll 2
+        for (int s = s0; s < ns; s += ds) {
+            const int k = s * STEP;
+            const unsigned a[4] = {tf32(a0[k]), tf32(a1[k]), tf32(a0[k + 4]), tf32(a1[k + 4])};
+#pragma unroll
+            for (int q = 0; q < NQ; ++q) mma_tf32(acc[q], a, tf32(w[q][k]), tf32(w[q][k + 4]));
+        }
+    }
+};
+
+template <> struct TileMma<__half, true> {   // f16 tensor cores, m16n8k16, float accumulation
+    static constexpr int STEP = 16;
+    template <int NQ>
+    __device__ static void run(float (&acc)[3][4], const __half* A, int lda, const __half* const (&W)[3], int ldw,
+                               int s0, int ns, int ds) {
+        const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+        const __half* a0 = A + g * lda + 2 * t;
+        const __half* a1 = a0 + 8 * lda;
+        const __half* w[NQ];
+#pragma unroll
+        for (int q = 0; q < NQ; ++q) w[q] = W[q] + g * ldw + 2 * t;
+        auto pair = [](const __half* p) { return *reinterpret_cast<const unsigned*>(p); };
+#pragma unroll 2
+        for (int s = s0; s < ns; s += ds) {
+            const int k = s * STEP;
+            const unsigned a[4] = {pair(a0 + k), pair(a1 + k), pair(a0 + k + 8), pair(a1 + k + 8)};
+#pragma unroll
+            for (int q = 0; q < NQ; ++q) mma_f16(acc[q], a, pair(w[q] + k), pair(w[q] + k + 8));
+        }
+    }
+};
+
+// The block's layout in shared memory and its warp tiles. Weight rows: forward 3 Jp (gate-major, row
+// q Jp + u), backward Jp (row u = unit). Operand tile A: MTp rows of k-extent KC. red: the partial sums
+// of the k-split, cell-major. A warp tile is 16 rows by 8 units (forward: by 8 units x 3 gates), so
+// both directions have (MTp / 16) (Jp / 8) tiles; the host keeps that at most NW.
+template <typename T, bool FWD>
+struct Block {
+    static constexpr int NQ = FWD ? 3 : 1;   // n-tiles per warp tile
+    int j0, jn, b0, bn, Jp, MTp, K, kc, ldw, lda, tasks, kwn, ncell;
+    T* Ws;
+    T* As;
+    float* red;
+
+    __device__ Block(int B, int H, int nu, int J, int BB, int KC) {
+        const int iu = blockIdx.x % nu, ib = blockIdx.x / nu;
+        j0 = iu * J;
+        jn = max(0, min(J, H - j0));
+        b0 = ib * BB;
+        bn = max(0, min(BB, B - b0));
+        Jp = round_up(J, 8);
+        MTp = round_up(BB, 16);
+        K = FWD ? H : 3 * H;
+        kc = KC;
+        ldw = smem_ld<T>(K);
+        lda = smem_ld<T>(kc);
+        tasks = (MTp / 16) * (Jp / 8);
+        kwn = NW / tasks;   // warps per tile
+        ncell = bn * jn;
+        extern __shared__ __align__(16) unsigned char gru_smem[];
+        Ws = reinterpret_cast<T*>(gru_smem);
+        As = Ws + NQ * Jp * ldw;
+        red = reinterpret_cast<float*>(As + MTp * lda);
+    }
+    // index in red of cell (row, unit), n-tile q, for the k-split part kw
+    __device__ int red_at(int kw, int q, int row, int unit) const {
+        return kw * tasks * 128 * NQ + (q * MTp + row) * Jp + unit;
+    }
+    // the blocks of this block's batch group: the barrier's members
+    __device__ void sync(const Flags& fl, int nu, unsigned count) const {
+        fl.sync(blockIdx.x - blockIdx.x % nu, nu, count);
+    }
+};
+
+// Accumulates the block's warp tiles over the operand tile A (k-chunk starting at k0, length len).
+template <typename T, bool TC, bool FWD>
+__device__ __forceinline__ void tile_products(const Block<T, FWD>& bk, const T* A, int k0, int len,
+                                              float (&acc)[3][4]) {
+    using M = TileMma<T, TC>;
+    const int warp = threadIdx.x >> 5;
+    if (warp >= bk.tasks * bk.kwn) return;
+    const int task = warp % bk.tasks, kw = warp / bk.tasks;
+    const int mt = task / (bk.Jp / 8), ut = task % (bk.Jp / 8);
+    const T* W[3];
+#pragma unroll
+    for (int q = 0; q < Block<T, FWD>::NQ; ++q) W[q] = bk.Ws + (q * bk.Jp + ut * 8) * bk.ldw + k0;
+    M::template run<Block<T, FWD>::NQ>(acc, A + mt * 16 * bk.lda, bk.lda, W, bk.ldw, kw,
+                                       (len + M::STEP - 1) / M::STEP, bk.kwn);
+}
+
+template <typename T, bool FWD>
+__device__ __forceinline__ void store_partials(const Block<T, FWD>& bk, const float (&acc)[3][4]) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (warp >= bk.tasks * bk.kwn) return;
+    const int task = warp % bk.tasks, kw = warp / bk.tasks;
+    const int mt = task / (bk.Jp / 8), ut = task % (bk.Jp / 8);
+#pragma unroll
+    for (int q = 0; q < Block<T, FWD>::NQ; ++q)
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+            bk.red[bk.red_at(kw, q, mt * 16 + (lane >> 2) + 8 * (c >> 1), ut * 8 + 2 * (lane & 3) + (c & 1))] = acc[q][c];
+}
+
+// The product of the current step for the block: the A tile is h_{t-1} (forward) or dg_hh[t] (backward)
+// rows [b0, b0 + bn) of src (row stride K, null: zeros), staged here in k-chunks. Leaves the partial
+// sums in red, then synchronises.
+template <typename T, bool TC, bool FWD>
+__device__ __forceinline__ void step_product(const Block<T, FWD>& bk, const T* src) {
+    float acc[3][4] = {};
+    const bool vec = bk.K % (16 / sizeof(T)) == 0;
+    for (int k0 = 0; k0 < bk.K; k0 += bk.kc) {
+        const int len = min(bk.kc, bk.K - k0);
+        __syncthreads();
+        copy_rows(bk.As, bk.lda, bk.MTp, len, vec, [&](int r) -> const T* {
+            return (src != nullptr && r < bk.bn) ? src + static_cast<size_t>(bk.b0 + r) * bk.K + k0 : nullptr;
+        });
+        __syncthreads();
+        tile_products<T, TC>(bk, bk.As, k0, len, acc);
+    }
+    store_partials(bk, acc);
+    __syncthreads();
+}
+
+}  // namespace gru
+
+// xg (T, B, 3H) = x W_ih^T without bias; w_hh (3H, H); b_ih, b_hh, h0 may be null. Writes out (T, B, H)
+// and gates (T, B, 4H). A cooperative launch of nb * nu blocks of gru::NT threads.
+template <typename T, int TC>
+__global__ void __launch_bounds__(gru::NT, 1)
+gru_fwd_persistent(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __restrict__ b_ih,
+                   const T* __restrict__ b_hh, const T* __restrict__ h0, T* out, T* __restrict__ gates,
+                   unsigned long long* flags, int steps, int B, int H, int nu, int J, int BB, int KC) {
+    using namespace gru;
+    const Block<T, true> bk(B, H, nu, J, BB, KC);
+    const Flags fl(flags);
+    const bool vec = H % (16 / sizeof(T)) == 0;
+    copy_rows(bk.Ws, bk.ldw, 3 * bk.Jp, H, vec, [&](int r) -> const T* {
+        const int q = r / bk.Jp, u = r - q * bk.Jp;
+        return u < bk.jn ? w_hh + static_cast<size_t>(q * H + bk.j0 + u) * H : nullptr;
+    });
+
+    // cell i of this thread: local row cr[i], unit cu[i]; bias = (b_ir + b_hr, b_iz + b_hz, b_in, b_hn)
+    int cr[CPT], cu[CPT];
+    float bias[CPT][4], hp[CPT];
+#pragma unroll
+    for (int i = 0; i < CPT; ++i) {
+        const int cid = threadIdx.x + i * NT;
+        cr[i] = bk.jn > 0 ? cid / bk.jn : 0;
+        cu[i] = cid - cr[i] * bk.jn;
+        if (cid < bk.ncell) {
+            const int b = bk.b0 + cr[i], j = bk.j0 + cu[i];
+#pragma unroll
+            for (int q = 0; q < 3; ++q) bias[i][q] = b_ih != nullptr ? to_f(b_ih[q * H + j]) : 0.f;
+            bias[i][3] = b_hh != nullptr ? to_f(b_hh[2 * H + j]) : 0.f;
+            if (b_hh != nullptr) {
+                bias[i][0] += to_f(b_hh[j]);
+                bias[i][1] += to_f(b_hh[H + j]);
+            }
+            hp[i] = h0 != nullptr ? to_f(h0[static_cast<size_t>(b) * H + j]) : 0.f;
+        }
+    }
+
+    for (int t = 0; t < steps; ++t) {
+        float xv[CPT][3];
+#pragma unroll
+        for (int i = 0; i < CPT; ++i)
+            if (threadIdx.x + i * NT < bk.ncell) {
+                const T* p = xg + (static_cast<size_t>(t) * B + bk.b0 + cr[i]) * 3 * H + bk.j0 + cu[i];
+#pragma unroll
+                for (int q = 0; q < 3; ++q) xv[i][q] = to_f(__ldg(p + q * H));
+            }
+        step_product<T, TC != 0>(bk, t == 0 ? h0 : out + static_cast<size_t>(t - 1) * B * H);
+#pragma unroll
+        for (int i = 0; i < CPT; ++i)
+            if (threadIdx.x + i * NT < bk.ncell) {
+                float s[3] = {0.f, 0.f, 0.f};
+                for (int kw = 0; kw < bk.kwn; ++kw)
+#pragma unroll
+                    for (int q = 0; q < 3; ++q) s[q] += bk.red[bk.red_at(kw, q, cr[i], cu[i])];
+                const float r = sigmoid(xv[i][0] + s[0] + bias[i][0]);
+                const float z = sigmoid(xv[i][1] + s[1] + bias[i][1]);
+                const float hn = s[2] + bias[i][3];
+                const float n = tanhf(xv[i][2] + bias[i][2] + r * hn);
+                const T h = from_f<T>(n + z * (hp[i] - n));
+                hp[i] = to_f(h);
+                const int b = bk.b0 + cr[i], j = bk.j0 + cu[i];
+                out[(static_cast<size_t>(t) * B + b) * H + j] = h;
+                T* g = gates + (static_cast<size_t>(t) * B + b) * 4 * H + j;
+                g[0] = from_f<T>(r);
+                g[H] = from_f<T>(z);
+                g[2 * H] = from_f<T>(n);
+                g[3 * H] = from_f<T>(hn);
+            }
+        if (t + 1 < steps) bk.sync(fl, nu, t + 1);
+    }
+    fl.finish();
+}
+
+// dout (T, B, H); h0 may be null; w_hhT = W_hh^T (H, 3H). Writes dg_ih, dg_hh (T, B, 3H) and dh0 (B, H).
+// A cooperative launch of nb * nu blocks of gru::NT threads.
+template <typename T, int TC>
+__global__ void __launch_bounds__(gru::NT, 1)
+gru_bwd_persistent(const T* __restrict__ dout, const T* __restrict__ gates, const T* __restrict__ out,
+                   const T* __restrict__ h0, const T* __restrict__ w_hhT, T* __restrict__ dg_ih, T* dg_hh,
+                   T* __restrict__ dh0, unsigned long long* flags, int steps, int B, int H, int nu, int J, int BB,
+                   int KC) {
+    using namespace gru;
+    const Block<T, false> bk(B, H, nu, J, BB, KC);
+    const Flags fl(flags);
+    const bool vec = H % (16 / sizeof(T)) == 0;
+    copy_rows(bk.Ws, bk.ldw, bk.Jp, 3 * H, vec, [&](int u) -> const T* {
+        return u < bk.jn ? w_hhT + static_cast<size_t>(bk.j0 + u) * 3 * H : nullptr;
+    });
+
+    int cr[CPT], cu[CPT];
+    float dh[CPT], carry[CPT], gv[CPT][4], hpv[CPT], dov[CPT];
+#pragma unroll
+    for (int i = 0; i < CPT; ++i) {
+        const int cid = threadIdx.x + i * NT;
+        cr[i] = bk.jn > 0 ? cid / bk.jn : 0;
+        cu[i] = cid - cr[i] * bk.jn;
+    }
+    // what the gate step t reads: r, z, n, hg_n, h_{t-1} and dout[t]
+    auto load_step = [&](int t) {
+#pragma unroll
+        for (int i = 0; i < CPT; ++i)
+            if (threadIdx.x + i * NT < bk.ncell) {
+                const size_t b = bk.b0 + cr[i], bj = b * H + bk.j0 + cu[i];
+                const T* g = gates + (static_cast<size_t>(t) * B + b) * 4 * H + bk.j0 + cu[i];
+#pragma unroll
+                for (int q = 0; q < 4; ++q) gv[i][q] = to_f(__ldg(g + q * H));
+                hpv[i] = t > 0 ? to_f(__ldg(out + static_cast<size_t>(t - 1) * B * H + bj))
+                               : (h0 != nullptr ? to_f(__ldg(h0 + bj)) : 0.f);
+                dov[i] = to_f(__ldg(dout + static_cast<size_t>(t) * B * H + bj));
+            }
+    };
+    // dh holds the gradient reaching h_t: write dg_ih[t] and dg_hh[t], keep dh z for dh_{t-1}
+    auto gate_step = [&](int t) {
+#pragma unroll
+        for (int i = 0; i < CPT; ++i)
+            if (threadIdx.x + i * NT < bk.ncell) {
+                const float r = gv[i][0], z = gv[i][1], n = gv[i][2], hn = gv[i][3], d = dh[i];
+                const float daz = d * (hpv[i] - n) * z * (1.f - z);
+                const float dan = d * (1.f - z) * (1.f - n * n);
+                const float dar = dan * hn * r * (1.f - r);
+                carry[i] = d * z;
+                const size_t o = (static_cast<size_t>(t) * B + bk.b0 + cr[i]) * 3 * H + bk.j0 + cu[i];
+                dg_ih[o] = dg_hh[o] = from_f<T>(dar);
+                dg_ih[o + H] = dg_hh[o + H] = from_f<T>(daz);
+                dg_ih[o + 2 * H] = from_f<T>(dan);
+                dg_hh[o + 2 * H] = from_f<T>(dan * r);
+            }
+    };
+
+    load_step(steps - 1);
+#pragma unroll
+    for (int i = 0; i < CPT; ++i)
+        if (threadIdx.x + i * NT < bk.ncell) dh[i] = dov[i];
+    gate_step(steps - 1);
+    for (int s = 0; s < steps; ++s) {
+        const int t = steps - 1 - s;   // this iteration: dh_{t-1} = dg_hh[t] W_hh + carry (+ dout[t-1])
+        bk.sync(fl, nu, s + 1);
+        if (t > 0) load_step(t - 1);
+        step_product<T, TC != 0>(bk, dg_hh + static_cast<size_t>(t) * B * 3 * H);
+#pragma unroll
+        for (int i = 0; i < CPT; ++i)
+            if (threadIdx.x + i * NT < bk.ncell) {
+                float sum = carry[i];
+                for (int kw = 0; kw < bk.kwn; ++kw) sum += bk.red[bk.red_at(kw, 0, cr[i], cu[i])];
+                dh[i] = sum + (t > 0 ? dov[i] : 0.f);
+            }
+        if (t > 0) {
+            gate_step(t - 1);
+        } else {
+#pragma unroll
+            for (int i = 0; i < CPT; ++i)
+                if (threadIdx.x + i * NT < bk.ncell)
+                    dh0[static_cast<size_t>(bk.b0 + cr[i]) * H + bk.j0 + cu[i]] = from_f<T>(dh[i]);
+        }
+    }
+    fl.finish();
+}
+
+// Fallback, one step forward: hg = h_{t-1} W_hh^T (no bias) from cuBLAS; hprev may be null (zeros).
+template <typename T>
+__global__ void gru_gates_fwd(const T* __restrict__ xg, const T* __restrict__ hg, const T* __restrict__ b_ih,
+                              const T* __restrict__ b_hh, const T* __restrict__ hprev, T* __restrict__ out,
+                              T* __restrict__ gates, int B, int H) {
+    using namespace gru;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < B * H; i += gridDim.x * blockDim.x) {
+        const int b = i / H, j = i - b * H;
+        const T* x = xg + static_cast<size_t>(b) * 3 * H + j;
+        const T* h = hg + static_cast<size_t>(b) * 3 * H + j;
+        float bi[3] = {0.f, 0.f, 0.f}, bh[3] = {0.f, 0.f, 0.f};
+        for (int q = 0; q < 3; ++q) {
+            if (b_ih != nullptr) bi[q] = to_f(b_ih[q * H + j]);
+            if (b_hh != nullptr) bh[q] = to_f(b_hh[q * H + j]);
+        }
+        const float r = sigmoid(to_f(x[0]) + bi[0] + to_f(h[0]) + bh[0]);
+        const float z = sigmoid(to_f(x[H]) + bi[1] + to_f(h[H]) + bh[1]);
+        const float hn = to_f(h[2 * H]) + bh[2];
+        const float n = tanhf(to_f(x[2 * H]) + bi[2] + r * hn);
+        const float hp = hprev != nullptr ? to_f(hprev[i]) : 0.f;
+        out[i] = from_f<T>(n + z * (hp - n));
+        T* g = gates + static_cast<size_t>(b) * 4 * H + j;
+        g[0] = from_f<T>(r);
+        g[H] = from_f<T>(z);
+        g[2 * H] = from_f<T>(n);
+        g[3 * H] = from_f<T>(hn);
+    }
+}
+
+// Fallback, one step backward: dh = carry + dout_t + dh_mm (dh_mm = dg_hh[t+1] W_hh from cuBLAS, null at
+// the last step); writes dg_ih[t], dg_hh[t] and carry = dh z (float, in place). hprev may be null.
+template <typename T>
+__global__ void gru_gates_bwd(const T* __restrict__ dout_t, const T* __restrict__ dh_mm, float* __restrict__ carry,
+                              const T* __restrict__ gates, const T* __restrict__ hprev, T* __restrict__ dg_ih,
+                              T* __restrict__ dg_hh, int B, int H) {
+    using namespace gru;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < B * H; i += gridDim.x * blockDim.x) {
+        const int b = i / H, j = i - b * H;
+        const T* g = gates + static_cast<size_t>(b) * 4 * H + j;
+        const float r = to_f(g[0]), z = to_f(g[H]), n = to_f(g[2 * H]), hn = to_f(g[3 * H]);
+        const float d = carry[i] + to_f(dout_t[i]) + (dh_mm != nullptr ? to_f(dh_mm[i]) : 0.f);
+        const float hp = hprev != nullptr ? to_f(hprev[i]) : 0.f;
+        const float daz = d * (hp - n) * z * (1.f - z);
+        const float dan = d * (1.f - z) * (1.f - n * n);
+        const float dar = dan * hn * r * (1.f - r);
+        carry[i] = d * z;
+        const size_t o = static_cast<size_t>(b) * 3 * H + j;
+        dg_ih[o] = dg_hh[o] = from_f<T>(dar);
+        dg_ih[o + H] = dg_hh[o + H] = from_f<T>(daz);
+        dg_ih[o + 2 * H] = from_f<T>(dan);
+        dg_hh[o + 2 * H] = from_f<T>(dan * r);
+    }
+}
+
 // ===== conv (im2col/col2im) =====
 // cols[m, (i*kw + j)*C + c] = x[n, ho*sh - ph + i, wo*sw - pw + j, c] (0 outside the image),
 // m = (n*Ho + ho)*Wo + wo, so the forward conv is cols @ W2^T with W2 = w.transpose(0,2,3,1)
@@ -872,12 +1397,16 @@ __global__ void cross_entropy_bwd(const T* __restrict__ x, const I* __restrict__
 
 // ===== optimizers =====
 // One SGD step in place, PyTorch's rule: d = g + wd p; with momentum, buf = d on the first step, else
-// momentum buf + (1 - dampening) d, and d = d + momentum buf (Nesterov) or buf; then p -= lr d.
+// momentum buf + (1 - dampening) d, and d = d + momentum buf (Nesterov) or buf; then p -= lr d. The
+// learning rate is read from device memory where lr_on_device is given (a CUDA graph replays the step
+// with each new rate).
 template <typename T>
-__global__ void sgd_step(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ buf, long long n, double lr,
-                         double weight_decay, double momentum, double dampening, int nesterov, int first)
+__global__ void sgd_step(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ buf, long long n,
+                         const float* __restrict__ lr_on_device, double lr, double weight_decay, double momentum,
+                         double dampening, int nesterov, int first)
 {
     using A = acc_t<T>;
+    if (lr_on_device) lr = *lr_on_device;
     for (long long i = global_id(); i < n; i += global_threads()) {
         A d = A(g[i]) + A(weight_decay) * A(p[i]);
         if (momentum != 0) {

@@ -4,6 +4,7 @@ NumPy on the CPU, CuPy on the GPU (optional), fused GPU kernels from kernels.cu 
 The public interface follows PyTorch's names and semantics: see README.md.
 """
 import contextlib
+import ctypes
 import json
 import math
 import os
@@ -86,11 +87,75 @@ def _sum(a, axis=None, keepdims=False, scale=1):
     return total if scale == 1 else total * a.dtype.type(scale) if a.dtype.kind == 'f' else total * scale
 
 
-def _matmul(a, b):
-    """np.matmul; float16 on the CPU multiplies in float32 (NumPy has no float16 GEMM)."""
-    if a.dtype == np.float16 and _xp(a) is np:
-        return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(np.float16)
-    return _xp(a).matmul(a, b)
+def _matmul(a, b, out_dtype=None):
+    """np.matmul; float16 on the CPU multiplies in float32 (NumPy has no float16 GEMM). On the GPU,
+    matrices and equal-sized stacks of them go to cuBLAS through _gemm, which a CUDA graph can capture."""
+    if _xp(a) is np:
+        if a.dtype == np.float16:
+            return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(out_dtype or np.float16)
+        return np.matmul(a, b).astype(out_dtype or a.dtype, copy=False)
+    if a.ndim == b.ndim and a.ndim in (2, 3) and a.shape[:-2] == b.shape[:-2] and a.dtype == b.dtype in _CUDA_TYPES:
+        return _gemm(a, b, out_dtype or a.dtype)
+    return cp.matmul(a, b).astype(out_dtype or a.dtype, copy=False)
+
+
+_CUDA_TYPES = {np.dtype(np.float16): 2, np.dtype(np.float32): 0, np.dtype(np.float64): 1}   # cudaDataType
+_cublas = {}   # GPU index -> (libcublas, handle, workspace)
+
+
+def _cublas_handle():
+    """A cuBLAS handle of our own, called through ctypes: CuPy's cuBLAS wrappers refuse to run while a
+    stream is captured into a CUDA graph, the C API records into the graph."""
+    index = cp.cuda.runtime.getDevice()
+    if index not in _cublas:
+        cp.cuda.device.get_cublas_handle()   # CuPy loads libcublas into the process: use the same library
+        with open('/proc/self/maps') as maps:
+            path = next(line.split()[-1] for line in maps if 'libcublas.so' in line)
+        lib, handle = ctypes.CDLL(path), ctypes.c_void_p()
+        workspace = cp.empty(32 << 20, np.uint8)   # fixed, so that captured GEMMs allocate nothing
+        if lib.cublasCreate_v2(ctypes.byref(handle)) or \
+                lib.cublasSetWorkspace_v2(handle, ctypes.c_void_p(workspace.data.ptr), ctypes.c_size_t(workspace.nbytes)):
+            raise RuntimeError("cuBLAS: cannot create a handle")
+        _cublas[index] = lib, handle, workspace
+    return _cublas[index]
+
+
+def _gemm(a, b, out_dtype):
+    """a @ b for CuPy matrices (m, k) @ (k, n), or stacks (s, m, k) @ (s, k, n), in one cuBLAS call.
+    cuBLAS is column-major, so it computes c^T = b^T a^T: a C-contiguous row-major matrix is its own
+    transpose there, an F-contiguous one needs the transpose flag."""
+    lib, handle, _ = _cublas_handle()
+    (m, k), n, batch = a.shape[-2:], b.shape[-1], a.shape[0] if a.ndim == 3 else 1
+    c = cp.empty(a.shape[:-2] + (m, n), out_dtype)
+    if 0 in (m, n, k, batch):
+        c.fill(0)
+        return c
+
+    def operand(x):   # (transpose flag, leading dimension, batch stride, array)
+        inner, packed = x.strides[-2:], x.ndim == 2 or x.strides[0] == x.shape[-1] * x.shape[-2] * x.itemsize
+        if packed and inner == (x.shape[-1] * x.itemsize, x.itemsize):
+            return 0, x.shape[-1], x.size // batch, x
+        if packed and inner == (x.itemsize, x.shape[-2] * x.itemsize):
+            return 1, x.shape[-2], x.size // batch, x
+        return operand(x.copy())   # a fresh C-contiguous copy has the canonical strides
+
+    (flag_a, ld_a, stride_a, a), (flag_b, ld_b, stride_b, b) = operand(a), operand(b)
+    scalar = ctypes.c_double if a.dtype == np.float64 else ctypes.c_float
+    one, zero = scalar(1), scalar(0)
+    compute = 70 if a.dtype == np.float64 else 68   # CUBLAS_COMPUTE_64F, CUBLAS_COMPUTE_32F
+    t_ab, t_c, ptr = _CUDA_TYPES[a.dtype], _CUDA_TYPES[np.dtype(out_dtype)], lambda x: ctypes.c_void_p(x.data.ptr)
+    lib.cublasSetStream_v2(handle, ctypes.c_void_p(cp.cuda.get_current_stream().ptr))
+    if batch == 1 and a.ndim == 2:
+        status = lib.cublasGemmEx(handle, flag_b, flag_a, n, m, k, ctypes.byref(one), ptr(b), t_ab, ld_b, ptr(a), t_ab, ld_a,
+                                  ctypes.byref(zero), ptr(c), t_c, n, compute, -1)
+    else:
+        status = lib.cublasGemmStridedBatchedEx(
+            handle, flag_b, flag_a, n, m, k, ctypes.byref(one), ptr(b), t_ab, ld_b, ctypes.c_longlong(stride_b),
+            ptr(a), t_ab, ld_a, ctypes.c_longlong(stride_a), ctypes.byref(zero), ptr(c), t_c, n, ctypes.c_longlong(m * n),
+            batch, compute, -1)
+    if status:
+        raise RuntimeError(f"cuBLAS GEMM of {a.shape} and {b.shape} failed with status {status}")
+    return c
 
 
 def _unbroadcast(grad, shape):
@@ -157,12 +222,16 @@ _KERNEL_INSTANCES = {
     'bn_fwd_stats': [(t,) for t in _FLOAT_C],
     **{name: [(t, str(act)) for t in _FLOAT_C for act in _ACTIVATIONS.values()]
        for name in ('bn_fwd_apply', 'bn_bwd_reduce', 'bn_bwd_dx')},
+    # GRU: (T, TC), TC = 1 for the tensor cores (float16, and float32 as TF32 where _gru_tf32 says so)
+    **{name: [('float', '0'), ('float', '1'), ('__half', '1')] for name in ('gru_fwd_persistent', 'gru_bwd_persistent')},
+    **{name: [('float',), ('__half',)] for name in ('gru_gates_fwd', 'gru_gates_bwd')},
     'batch_transpose': [(t,) for t in _FLOAT_C],
     **{name: [(t, v) for t in _FLOAT_C for v in _PACK[t]]
        for name in ('im2col_nhwc', 'col2im_nhwc', 'max_pool2d_fwd', 'max_pool2d_bwd', 'avg_pool2d_fwd', 'avg_pool2d_bwd')},
     **{name: [(t, 'long long', v) for t in _FLOAT_C for v in _PACK[t]] for name in ('cross_entropy_fwd', 'cross_entropy_bwd')},
     'sgd_step': [(t,) for t in _FLOAT_C],
 }
+_COOPERATIVE = {'gru_fwd_persistent', 'gru_bwd_persistent'}   # launched as cooperative grids (a module of their own)
 _BLOCK = 256   # threads per block of every kernel
 _modules = {}   # GPU index -> {name expression: RawKernel}, {} when kernels.cu is missing or broken
 
@@ -176,13 +245,15 @@ def _load_kernels():
     index = cp.cuda.runtime.getDevice()
     if index in _modules:
         return _modules[index]
-    _modules[index] = {}
+    _modules[index] = kernels = {}   # filled module by module: a failed cooperative one keeps the others
     try:
         with open(_KERNEL_PATH) as f:
             source = f.read()
-        expressions = _kernel_name_expressions()
-        module = cp.RawModule(code=source, options=('-std=c++17',), name_expressions=expressions)
-        _modules[index] = {e: module.get_function(e) for e in expressions}
+        for cooperative in (False, True):   # CuPy launches every kernel of a cooperative module cooperatively
+            expressions = [e for e in _kernel_name_expressions() if (e.split('<')[0] in _COOPERATIVE) == cooperative]
+            module = cp.RawModule(code=source, options=('-std=c++17',), name_expressions=expressions,
+                                  enable_cooperative_groups=cooperative)
+            kernels.update((e, module.get_function(e)) for e in expressions)
     except Exception as e:   # a missing file, a compile error: the composed CuPy paths serve instead
         warnings.warn(f"tinygrad_lite: fused kernels unavailable ({type(e).__name__}: {str(e)[:300]}); "
                       "using composed CuPy ops")
@@ -896,6 +967,247 @@ def _bn_backward_fused(x, mean, invstd, weight, bias, g, training, act):
     return shaped(dx3), sums[1], sums[0]
 
 
+# GRU, one layer over every step, gates r, z, n as in torch.nn.GRU. With xg = x W_ih^T + b_ih (all steps in
+# one product) and hg = h W_hh^T + b_hh:
+#   r = sigmoid(xg_r + hg_r), z = sigmoid(xg_z + hg_z), n = tanh(xg_n + r hg_n), h' = n + z (h - n),
+# keeping r, z, n and hg_n of every step. Backward, dh the gradient reaching h_t (dout[t] plus what flows
+# back from step t + 1):
+#   da_z = dh (h_prev - n) z (1 - z), da_n = dh (1 - z) (1 - n^2), da_r = da_n hg_n r (1 - r),
+#   dG_ih[t] = [da_r | da_z | da_n], dG_hh[t] = [da_r | da_z | da_n r], dh_prev = dG_hh[t] W_hh + dh z,
+# then over all steps at once: dx = dG_ih W_ih, dW_ih = dG_ih^T x, dW_hh = dG_hh^T h_prev, db = column sums.
+# The recurrence runs as the xp loop below (NumPy on the CPU; composed CuPy for float64 or without
+# kernels.cu), else in kernels.cu: one persistent kernel per direction where _gru_plan finds a layout
+# that fits on chip, or the fallback, per step a cuBLAS product and one gate kernel. The loop keeps xg and
+# the gates as contiguous (B, H) planes (NumPy runs 2-5x slower on strided rows), the kernels as rows
+# (T, B, 3H) and (T, B, 4H); both give dG_ih and dG_hh as (T, B, 3H) to the common all-steps products.
+_gru_path = None   # None: choose; 'persistent', 'fallback' or 'composed' forces that path on the GPU (tests)
+_gru_tf32 = os.environ.get('CUPY_TF32', '0') != '0'   # float32 recurrence on TF32 tensor cores, as CuPy's matmuls
+_GRU_MACS = {(4, 0): 96, (4, 1): 512, (2, 1): 1024}   # multiply-adds per clock and SM: FMA, TF32 mma, f16 mma
+_gru_devices = {}   # GPU index -> (multiprocessors, shared memory per block, the persistent kernels' barrier flags)
+_gru_layouts = {}   # (multiprocessors, shared memory, B, H, itemsize, TC) -> forward and backward layouts
+
+
+def _fill(values, given, missing=None):
+    """`values` placed in the True slots of `given`, `missing` in the others."""
+    values = iter(values)
+    return [next(values) if g else missing for g in given]
+
+
+class GRULayer(Function):
+    """One GRU layer: (x (T, B, in), w_ih, w_hh[, b_ih, b_hh][, h0 (B, H)]) -> out (T, B, H); `given` says
+    which of (x, w_ih, w_hh, b_ih, b_hh, h0) are there. float16 runs in float32 on the xp loop."""
+    def forward(self, *arrays, given):
+        x, w_ih, w_hh, b_ih, b_hh, h0 = _fill(arrays, given)
+        self.given, self.dtype, self.plans = given, x.dtype, _gru_plans(x, w_hh.shape[1])
+        ct = _stat_dtype(x.dtype) if self.plans is None else x.dtype
+        x, w_ih, w_hh, b_ih, b_hh, h0 = (a if a is None else a.astype(ct, copy=False) for a in (x, w_ih, w_hh, b_ih, b_hh, h0))
+        if self.plans is None:
+            out, gates = _gru_forward_loop(x, w_ih, w_hh, b_ih, b_hh, h0)
+        else:
+            w_hh, b_ih, b_hh, h0 = (_aligned(a) for a in (w_hh, b_ih, b_hh, h0))
+            out, gates = _gru_forward_fused(x, w_ih, w_hh, b_ih, b_hh, h0, self.plans[0])
+        self.saved = x, w_ih, w_hh, h0, out, gates
+        return out.astype(self.dtype, copy=False)
+
+    def backward(self, g):
+        x, w_ih, w_hh, h0, out, gates = self.saved
+        (steps, batch, hidden), xp = out.shape, _xp(out)
+        dg_ih, dg_hh = xp.empty((steps, batch, 3 * hidden), out.dtype), xp.empty((steps, batch, 3 * hidden), out.dtype)
+        g = g.astype(out.dtype, copy=False)
+        if self.plans is None:
+            dh0 = _gru_backward_loop(g, w_hh, h0, out, gates, dg_ih, dg_hh)
+        else:
+            dh0 = _gru_backward_fused(_aligned(g), w_hh, h0, out, gates, dg_ih, dg_hh, self.plans[1])
+        gi, gh = dg_ih.reshape(-1, 3 * hidden), dg_hh.reshape(-1, 3 * hidden)
+        need = _fill(self.needs_grad, self.given, False)
+        dw_hh = None
+        if need[2]:
+            dw_hh = _matmul(gh[batch:].T, out[:-1].reshape(-1, hidden))
+            if h0 is not None:
+                dw_hh += _matmul(gh[:batch].T, h0)
+        grads = (_matmul(gi, w_ih).reshape(x.shape) if need[0] else None,
+                 _matmul(gi.T, x.reshape(steps * batch, -1)) if need[1] else None, dw_hh,
+                 _sum(gi, 0) if need[3] else None, _sum(gh, 0) if need[4] else None, dh0 if need[5] else None)
+        return tuple(d if d is None else d.astype(self.dtype, copy=False) for d, given in zip(grads, self.given) if given)
+
+
+def _gru_forward_loop(x, w_ih, w_hh, b_ih, b_hh, h0):
+    """out (T, B, H) and gates (T, 4, B, H) = r, z, n, hg_n, step by step with in-place xp ops."""
+    xp, (steps, batch, _), hidden = _xp(x), x.shape, w_hh.shape[1]
+    xg = _matmul(x.reshape(steps * batch, -1), w_ih.reshape(3, hidden, -1).transpose(0, 2, 1)).reshape(3, steps, batch, hidden)
+    if b_ih is not None:
+        xg += b_ih.reshape(3, 1, 1, hidden)
+    if b_hh is not None:   # b_hr and b_hz add to the input side; b_hn stays inside r * (.)
+        xg[:2] += b_hh[:2 * hidden].reshape(2, 1, 1, hidden)
+    b_hn = 0 if b_hh is None else b_hh[2 * hidden:]
+    w_hh_t = xp.ascontiguousarray(w_hh.T)
+    out, gates = xp.empty((steps, batch, hidden), x.dtype), xp.empty((steps, 4, batch, hidden), x.dtype)
+    hg = xp.empty((batch, 3 * hidden), x.dtype)
+    h = xp.zeros((batch, hidden), x.dtype) if h0 is None else h0
+    for t in range(steps):
+        xp.matmul(h, w_hh_t, out=hg)
+        rz, n, hn = gates[t, :2], gates[t, 2], gates[t, 3]
+        xp.add(xg[:2, t], hg[:, :2 * hidden].reshape(batch, 2, hidden).transpose(1, 0, 2), out=rz)
+        rz *= 0.5   # sigmoid(a) = (tanh(a / 2) + 1) / 2
+        xp.tanh(rz, out=rz)
+        rz += 1
+        rz *= 0.5
+        xp.add(hg[:, 2 * hidden:], b_hn, out=hn)
+        xp.multiply(rz[0], hn, out=n)
+        n += xg[2, t]
+        xp.tanh(n, out=n)
+        xp.subtract(h, n, out=out[t])
+        h = out[t]
+        h *= rz[1]
+        h += n
+    return out, gates
+
+
+def _gru_backward_loop(g, w_hh, h0, out, gates, dg_ih, dg_hh):
+    """Fill dg_ih and dg_hh step by step with in-place xp ops; returns the gradient of h0."""
+    xp, (steps, batch, hidden) = _xp(g), out.shape
+    dh, a = xp.zeros((batch, hidden), g.dtype), xp.empty((batch, hidden), g.dtype)
+    dar, daz, dan, dnr = xp.empty((4, batch, hidden), g.dtype)
+    for t in range(steps - 1, -1, -1):
+        dh += g[t]
+        r, z, n, hn = gates[t]
+        h_prev = out[t - 1] if t else h0
+        if h_prev is None:   # da_z = dh (h_prev - n) z (1 - z)
+            xp.negative(n, out=daz)
+        else:
+            xp.subtract(h_prev, n, out=daz)
+        daz *= dh
+        xp.subtract(1, z, out=a)
+        daz *= a
+        daz *= z
+        xp.multiply(dh, a, out=dan)   # da_n = dh (1 - z) (1 - n^2)
+        xp.multiply(n, n, out=a)
+        xp.subtract(1, a, out=a)
+        dan *= a
+        xp.subtract(1, r, out=a)   # da_r = da_n hg_n r (1 - r)
+        a *= r
+        xp.multiply(dan, hn, out=dar)
+        dar *= a
+        xp.multiply(dan, r, out=dnr)
+        xp.concatenate((dar, daz, dan), axis=1, out=dg_ih[t])
+        xp.concatenate((dar, daz, dnr), axis=1, out=dg_hh[t])
+        dh *= z   # dh_prev = dG_hh[t] W_hh + dh z
+        xp.matmul(dg_hh[t], w_hh, out=a)
+        dh += a
+    return dh
+
+
+def _gru_forward_fused(x, w_ih, w_hh, b_ih, b_hh, h0, plan):
+    """out (T, B, H) and gates (T, B, 4H) on the GPU: the persistent kernel with layout `plan`, or (plan None)
+    per step a cuBLAS product and gru_gates_fwd. The kernels add the biases."""
+    xp, (steps, batch, _), hidden = _xp(x), x.shape, w_hh.shape[1]
+    xg = _matmul(x.reshape(steps * batch, -1), w_ih.T).reshape(steps, batch, 3 * hidden)
+    out, gates = xp.empty((steps, batch, hidden), x.dtype), xp.empty((steps, batch, 4 * hidden), x.dtype)
+    if plan is not None:
+        _gru_launch('gru_fwd_persistent', plan, (xg, w_hh, b_ih, b_hh, h0, out, gates), steps, batch, hidden)
+        return out, gates
+    hg, kernel = xp.empty((batch, 3 * hidden), x.dtype), _kernel('gru_gates_fwd', x.dtype)
+    for t in range(steps):
+        h_prev = out[t - 1] if t else h0
+        if h_prev is None:
+            hg.fill(0)
+        else:
+            xp.matmul(h_prev, w_hh.T, out=hg)
+        _launch_flat(kernel, batch * hidden, 1,
+                     (xg[t], hg, b_ih, b_hh, h_prev, out[t], gates[t], np.int32(batch), np.int32(hidden)))
+    return out, gates
+
+
+def _gru_backward_fused(g, w_hh, h0, out, gates, dg_ih, dg_hh, plan):
+    """Fill dg_ih and dg_hh on the GPU as _gru_forward_fused does; returns the gradient of h0."""
+    xp, (steps, batch, hidden) = _xp(g), out.shape
+    if plan is not None:
+        dh0 = xp.empty((batch, hidden), g.dtype)
+        _gru_launch('gru_bwd_persistent', plan, (g, gates, out, h0, xp.ascontiguousarray(w_hh.T), dg_ih, dg_hh, dh0),
+                    steps, batch, hidden)
+        return dh0
+    carry, dh_mm = xp.zeros((batch, hidden), np.float32), xp.empty((batch, hidden), g.dtype)
+    kernel = _kernel('gru_gates_bwd', g.dtype)
+    for t in range(steps - 1, -1, -1):   # dh_mm holds dG_hh[t + 1] W_hh, carry dh z of step t + 1
+        _launch_flat(kernel, batch * hidden, 1, (g[t], dh_mm if t < steps - 1 else None, carry, gates[t],
+                                                 out[t - 1] if t else h0, dg_ih[t], dg_hh[t], np.int32(batch),
+                                                 np.int32(hidden)))
+        xp.matmul(dg_hh[t], w_hh, out=dh_mm)
+    return (carry + dh_mm).astype(g.dtype)
+
+
+def _aligned(a):
+    """a C-contiguous and starting on a 16-byte boundary (the persistent kernels copy rows in 16-byte pieces)."""
+    if a is None:
+        return None
+    a = cp.ascontiguousarray(a)
+    return a if a.data.ptr % 16 == 0 else a.copy()
+
+
+def _gru_launch(name, plan, arrays, steps, batch, hidden):
+    """One cooperative launch of persistent kernel `name` with layout `plan` (_gru_plan)."""
+    groups, slices, units, rows, chunk, smem = plan
+    kernel = _kernel(name, arrays[0].dtype, int(arrays[0].dtype == np.float16 or _gru_tf32))
+    kernel.max_dynamic_shared_size_bytes = smem
+    sizes = tuple(np.int32(v) for v in (steps, batch, hidden, slices, units, rows, chunk))
+    kernel((groups * slices,), (_BLOCK,), arrays + (_gru_device()[2],) + sizes, shared_mem=smem)
+
+
+def _gru_device():
+    index = cp.cuda.runtime.getDevice()
+    if index not in _gru_devices:
+        props = cp.cuda.runtime.getDeviceProperties(index)
+        sms = props['multiProcessorCount']
+        _gru_devices[index] = sms, props['sharedMemPerBlockOptin'], cp.zeros(1 + sms, np.uint64)
+    return _gru_devices[index]
+
+
+def _gru_plans(x, hidden):
+    """How the recurrence of x runs: None for the xp loop (NumPy; on the GPU float64, no kernels.cu, or
+    'composed'), else the (forward, backward) layouts of the persistent kernels, None each for the fallback."""
+    if _xp(x) is np or _gru_path == 'composed' or _kernel('gru_gates_fwd', x.dtype) is None:
+        return None
+    tc, plans = int(x.dtype == np.float16 or _gru_tf32), (None, None)
+    if _gru_path != 'fallback' and _kernel('gru_fwd_persistent', x.dtype, tc) is not None:
+        key = _gru_device()[:2] + (x.shape[1], hidden, x.itemsize, tc)
+        if key not in _gru_layouts:
+            _gru_layouts[key] = tuple(_gru_plan(forward, *key) for forward in (True, False))
+        plans = _gru_layouts[key]
+    if _gru_path == 'persistent' and None in plans:
+        raise ValueError(f"GRU: no persistent kernels for batch {x.shape[1]} and hidden size {hidden} (they do not "
+                         "fit on chip, or kernels.cu's cooperative module did not load)")
+    return plans
+
+
+def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc):
+    """The layout (nb, nu, J, BB, KC, shared memory bytes) of a persistent kernel with the least estimated clocks
+    per step, None where none fits: nb batch groups of BB rows times nu slices of J units, a block each, all
+    resident at once (nb nu <= SMs). A block holds its units' rows of W_hh in shared memory (3J of H forward,
+    J of 3H backward), stages the step's operand rows in k-chunks of KC, owns at most 4 (row, unit) cells per
+    thread and at most one warp tile of 16 rows by 8 units per warp (kernels.cu's Block)."""
+    up = lambda a, b: -(-a // b) * b
+    row_bytes = lambda n: (up(n, 128 // itemsize) + 16 // itemsize) * itemsize   # kernels.cu's smem_ld
+    k = hidden if forward else 3 * hidden
+    partials = _BLOCK // 32 * 384 * 4   # the k-split's partial sums (Block::red)
+    best = None
+    for units in sorted({min(hidden, j) for j in range(8, hidden + 8, 8)}):
+        slices, w_rows = -(-hidden // units), up(units, 8) * (3 if forward else 1)
+        weights = w_rows * row_bytes(k)
+        for rows in sorted({-(-batch // n) for n in range(1, batch + 1)}):
+            groups, m_rows = -(-batch // rows), up(rows, 16)
+            if m_rows // 16 * up(units, 8) // 8 > _BLOCK // 32 or rows * units > 4 * _BLOCK or groups * slices > sms:
+                continue
+            chunk = up(k, 64)
+            while chunk > 64 and weights + m_rows * row_bytes(chunk) + partials > smem_max:
+                chunk -= 64
+            smem = weights + m_rows * row_bytes(chunk) + partials
+            cost = (m_rows * w_rows * up(k, 16) / _GRU_MACS[itemsize, tc] + m_rows * k * itemsize / 64
+                    + 800 * -(-k // chunk) + 8 * slices + 2100 + 200 * -(-rows * units // _BLOCK))
+            if smem <= smem_max and (best is None or (cost, groups * slices) < best[0]):
+                best = (cost, groups * slices), (groups, slices, units, rows, chunk, smem)
+    return None if best is None else best[1]
+
+
 def _windows(x, kh, kw, stride):
     """The (N, Ho, Wo, kh, kw, C) sliding windows of an (N, H, W, C) array, as a view."""
     n, h, w, c = x.shape
@@ -963,6 +1275,21 @@ def _compute_dtype(x):
     return np.dtype(np.float32) if x.dtype == np.float16 and _xp(x) is np else x.dtype
 
 
+def _weight_grad(cols, dy):
+    """cols^T dy: a reduction over N*Ho*Wo rows, which cuBLAS runs slowly as one product when the
+    result is small (the whitening conv: 12 x 24 over a million rows), so it runs as a stack of
+    products over row chunks summed in float32."""
+    rows = cols.shape[0]
+    chunks = 1
+    while chunks < 64 and rows % (2 * chunks) == 0 and rows // (2 * chunks) >= 4096:
+        chunks *= 2
+    if chunks == 1:
+        return _matmul(cols.T, dy)
+    parts = _matmul(cols.reshape(chunks, -1, cols.shape[1]).transpose(0, 2, 1), dy.reshape(chunks, -1, dy.shape[1]),
+                    out_dtype=_stat_dtype(dy.dtype))
+    return parts.sum(axis=0).astype(dy.dtype)
+
+
 class Convolution(Function):
     """Cross-correlation as one matrix product over the unfolded input, channels-last: cols
     (N*Ho*Wo, kh*kw*C) times the weight as (C_out, kh*kw*C); the output is NCHW-shaped in channels-last
@@ -975,7 +1302,7 @@ class Convolution(Function):
         self.flat_weight = weight.transpose(0, 2, 3, 1).reshape(cout, -1).astype(ct, copy=False)
         cols = _im2col(x.astype(ct, copy=False), kh, kw, stride, padding)
         self.cols = cols if self.needs_grad[1] else None
-        y = cols @ self.flat_weight.T
+        y = _matmul(cols, self.flat_weight.T)
         if bias is not None:
             y += bias.astype(ct, copy=False)
         ho, wo = (h + 2 * padding[0] - kh) // stride[0] + 1, (w + 2 * padding[1] - kw) // stride[1] + 1
@@ -986,9 +1313,9 @@ class Convolution(Function):
         dy = _nhwc(g.astype(self.flat_weight.dtype, copy=False)).reshape(-1, cout)
         dx = dw = db = None
         if self.needs_grad[0]:
-            dx = _col2im_image(dy @ self.flat_weight, self.shape, kh, kw, self.stride, self.padding).astype(self.dtype, copy=False)
+            dx = _col2im_image(_matmul(dy, self.flat_weight), self.shape, kh, kw, self.stride, self.padding).astype(self.dtype, copy=False)
         if self.needs_grad[1]:
-            dw = (self.cols.T @ dy).reshape(kh, kw, c, cout).transpose(3, 2, 0, 1).astype(self.dtype)
+            dw = _weight_grad(self.cols, dy).reshape(kh, kw, c, cout).transpose(3, 2, 0, 1).astype(self.dtype)
         if len(self.needs_grad) > 2 and self.needs_grad[2]:
             db = dy.sum(axis=0, dtype=_stat_dtype(dy.dtype)).astype(self.dtype)
         return dx, dw, db
@@ -1711,14 +2038,13 @@ def dropout(x, p=0.5, training=True):
     return x * Tensor._wrap(keep / x.dtype.type(1 - p) if p < 1 else keep, x.device)
 
 
-def _gru_cell(x_gates, h, weight_hh, bias_hh):
-    """One GRU step from the input's gate pre-activations x_gates = x W_ih^T + b_ih, gates in the order r, z, n."""
-    size = h.shape[-1]
-    h_gates = linear(h, weight_hh, bias_hh)
-    r = (x_gates[..., :size] + h_gates[..., :size]).sigmoid()
-    z = (x_gates[..., size:2 * size] + h_gates[..., size:2 * size]).sigmoid()
-    n = (x_gates[..., 2 * size:] + r * h_gates[..., 2 * size:]).tanh()
-    return (1 - z) * n + z * h
+def _gru_layer(x, w_ih, w_hh, b_ih, b_hh, h0):
+    """GRULayer over x and the given ones of the optional biases and h0."""
+    inputs = (x, w_ih, w_hh, b_ih, b_hh, h0)
+    for t in inputs[1:]:
+        if t is not None and t.dtype != x.dtype:
+            raise TypeError(f"GRU: input of dtype {x.dtype} with parameters or h0 of dtype {t.dtype}")
+    return GRULayer.apply(*[t for t in inputs if t is not None], given=tuple(t is not None for t in inputs))
 
 
 # ================================================================ modules
@@ -1995,11 +2321,11 @@ class GRUCell(Module):
     def forward(self, x, h=None):
         if x.shape[-1] != self.input_size:
             raise ValueError(f"GRUCell: input of shape {x.shape} for input_size {self.input_size}")
-        if h is None:
-            h = zeros(*x.shape[:-1], self.hidden_size, device=x.device, dtype=x.dtype)
-        elif h.shape != x.shape[:-1] + (self.hidden_size,):
+        if h is not None and h.shape != x.shape[:-1] + (self.hidden_size,):
             raise ValueError(f"GRUCell: hidden state of shape {h.shape} for input of shape {x.shape}")
-        return _gru_cell(linear(x, self.weight_ih, self.bias_ih), h, self.weight_hh, self.bias_hh)
+        out = _gru_layer(x.reshape(1, -1, self.input_size), self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh,
+                         None if h is None else h.reshape(-1, self.hidden_size))   # one step of a GRU layer
+        return out.reshape(*x.shape[:-1], self.hidden_size)
 
 
 class GRU(Module):
@@ -2015,21 +2341,14 @@ class GRU(Module):
                              f"got {x.shape}")
         if self.batch_first:
             x = x.transpose(0, 1)
-        steps, batch = x.shape[:2]
-        expected = (self.num_layers, batch, self.hidden_size)
+        expected = (self.num_layers, x.shape[1], self.hidden_size)
         if h0 is not None and h0.shape != expected:
             raise ValueError(f"GRU: h0 of shape {h0.shape}, expected {expected}")
         finals = []
         for k in range(self.num_layers):
-            w_ih, w_hh, b_ih, b_hh = (getattr(self, f'{n}_l{k}') for n in ('weight_ih', 'weight_hh', 'bias_ih', 'bias_hh'))
-            x_gates = linear(x, w_ih, b_ih)   # the input projection of every step in one product
-            h = h0[k] if h0 is not None else zeros(batch, self.hidden_size, device=x.device, dtype=x.dtype)
-            outputs = []
-            for t in range(steps):
-                h = _gru_cell(x_gates[t], h, w_hh, b_hh)
-                outputs.append(h)
-            x = stack(outputs)
-            finals.append(h)
+            params = (getattr(self, f'{n}_l{k}') for n in ('weight_ih', 'weight_hh', 'bias_ih', 'bias_hh'))
+            x = _gru_layer(x, *params, None if h0 is None else h0[k])
+            finals.append(x[-1])
         return (x.transpose(0, 1) if self.batch_first else x), stack(finals)
 
 
@@ -2098,6 +2417,11 @@ class Optimizer:
         self.state = state
 
 
+def _rate(group):
+    """A group's learning rate: a number, or a one-element tensor (which a CUDA graph reads anew each replay)."""
+    return group['lr'].data if isinstance(group['lr'], Tensor) else group['lr']
+
+
 class SGD(Optimizer):
     def __init__(self, params, lr, momentum=0.0, nesterov=False, weight_decay=0.0, dampening=0.0):
         if nesterov and (momentum <= 0 or dampening != 0):
@@ -2112,8 +2436,11 @@ class SGD(Optimizer):
             first = momentum and 'momentum_buffer' not in state
             if first:
                 state['momentum_buffer'] = cp.empty_like(p)
-            _launch_flat(kernel, p.size, 1, (p, _like(g, p), state.get('momentum_buffer', p), np.int64(p.size),
-                                             *(np.float64(group[k]) for k in ('lr', 'weight_decay', 'momentum', 'dampening')),
+            lr = group['lr']
+            on_device = cp.ascontiguousarray(lr.data, np.float32) if isinstance(lr, Tensor) else None
+            _launch_flat(kernel, p.size, 1, (p, _like(g, p), state.get('momentum_buffer', p), np.int64(p.size), on_device,
+                                             *(np.float64(0 if k == 'lr' and on_device is not None else group[k])
+                                               for k in ('lr', 'weight_decay', 'momentum', 'dampening')),
                                              np.int32(group['nesterov']), np.int32(bool(first))))
             return
         if group['weight_decay']:
@@ -2126,7 +2453,7 @@ class SGD(Optimizer):
                 buf *= momentum
                 buf += (1 - group['dampening']) * g
             g = g + momentum * buf if group['nesterov'] else buf
-        p -= group['lr'] * g
+        p -= _rate(group) * g
 
 
 class Adam(Optimizer):
@@ -2138,7 +2465,7 @@ class Adam(Optimizer):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
 
     def _update(self, p, g, group, state):
-        xp, (beta1, beta2), lr, decay = _xp(p), group['betas'], group['lr'], group['weight_decay']
+        xp, (beta1, beta2), lr, decay = _xp(p), group['betas'], _rate(group), group['weight_decay']
         if not state:
             state.update(step=0, exp_avg=xp.zeros_like(p), exp_avg_sq=xp.zeros_like(p))
         state['step'] += 1
@@ -2161,6 +2488,45 @@ class AdamW(Adam):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
         super().__init__(params, lr, betas, eps, weight_decay)
+
+
+# ================================================================ CUDA graphs
+
+class CUDAGraph:
+    """GPU work recorded once and replayed with one launch, like torch.cuda.CUDAGraph: Python and
+    launch overhead vanish from a replayed training step. Warm up first (kernels compile, optimizer
+    state appears), then
+
+        graph = tl.CUDAGraph()
+        with graph.capture():
+            loss = step(static_x, static_y)   # recorded, not run
+        ...
+        static_x.data[...] = next_batch; graph.replay()   # runs it; loss.data holds the new value
+
+    A replay reads and writes the very arrays the capture saw: refill the inputs in place, and give
+    an optimizer learning rates as one-element tensors to change them between replays. Inside a
+    capture nothing may wait for the GPU (no .item(), .numpy() or printing of values). Arrays the
+    capture allocates come from a memory pool of the graph's own, so no later allocation overwrites
+    them."""
+    def __init__(self):
+        if not cuda_is_available():
+            raise RuntimeError("CUDAGraph needs CuPy and a GPU")
+        self.graph, self.pool = None, cp.cuda.MemoryPool()
+
+    @contextlib.contextmanager
+    def capture(self):
+        stream = cp.cuda.Stream(non_blocking=True)   # the legacy default stream cannot be captured
+        cp.cuda.get_current_stream().synchronize()
+        with stream, cp.cuda.using_allocator(self.pool.malloc):
+            stream.begin_capture()
+            try:
+                yield self
+            finally:
+                self.graph = stream.end_capture()
+
+    def replay(self):
+        """Run the recorded work on the current stream, after the work queued there before."""
+        self.graph.launch(cp.cuda.get_current_stream())
 
 
 # ================================================================ save and load
