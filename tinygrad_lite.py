@@ -1320,9 +1320,7 @@ class Convolution(Function):
         if self.needs_grad[1]:
             dw = _weight_grad(self.cols, dy).reshape(kh, kw, c, cout).transpose(3, 2, 0, 1).astype(self.dtype)
         if len(self.needs_grad) > 2 and self.needs_grad[2]:
-            # a GEMM with ones: a column sum over N*Ho*Wo rows, which a plain reduction runs on few blocks
-            ones = _xp(dy).ones((1, dy.shape[0]), dy.dtype)
-            db = _matmul(ones, dy, out_dtype=_stat_dtype(dy.dtype))[0].astype(self.dtype)
+            db = dy.sum(axis=0, dtype=_stat_dtype(dy.dtype)).astype(self.dtype)
         return dx, dw, db
 
 
