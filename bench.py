@@ -508,19 +508,16 @@ def _gru_rows(table, steps, batch, n_in, hidden, dtype):
     gru.to(ours[0][0].device, dtype)
     gru_t.to(theirs[0][0].device, getattr(torch, np.dtype(dtype).name))
 
-    def ours_fwd_bwd(x, g):
-        gru.zero_grad()
-        x.grad = None
-        out = gru(x)[0]
-        out.backward(g)
-        return out
+    def fwd_bwd(model):   # the same step for either framework's GRU
+        def run(x, g):
+            model.zero_grad()
+            x.grad = None
+            out = model(x)[0]
+            out.backward(g)
+            return out
+        return run
 
-    def theirs_fwd_bwd(x, g):
-        gru_t.zero_grad()
-        x.grad = None
-        out = gru_t(x)[0]
-        out.backward(g)
-        return out
+    ours_fwd_bwd, theirs_fwd_bwd = fwd_bwd(gru), fwd_bwd(gru_t)
 
     label = f'GRU T={steps} B={batch} {n_in}->{hidden} {np.dtype(dtype).name}'
     tol = 2e-2 if dtype == np.float16 else 1e-2

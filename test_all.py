@@ -1972,20 +1972,17 @@ def test_cifar_corrupt_file_is_named():
             head = f.read(200)
         with open(path, 'wb') as f:   # truncated
             f.write(head)
-        try:
-            tc.load_cifar(root, download=False)
-        except tc.DataError as e:
-            assert 'data_batch_3' in str(e) and 'truncated' in str(e), str(e)
-        else:
-            raise AssertionError('a truncated batch loaded without error')
+        def expect_error(word, what):
+            try:
+                tc.load_cifar(root, download=False)
+            except tc.DataError as e:
+                assert 'data_batch_3' in str(e) and word in str(e), str(e)
+            else:
+                raise AssertionError(f'{what} loaded without error')
+        expect_error('truncated', 'a truncated batch')
         with open(path, 'wb') as f:   # readable, but not CIFAR-shaped
             pickle.dump({b'data': np.zeros((2, 10), np.uint8), b'labels': [0, 1]}, f)
-        try:
-            tc.load_cifar(root, download=False)
-        except tc.DataError as e:
-            assert 'data_batch_3' in str(e) and '3072' in str(e), str(e)
-        else:
-            raise AssertionError('a batch of the wrong shape loaded without error')
+        expect_error('3072', 'a batch of the wrong shape')
 
 
 def test_cifar_download_md5_and_unpack():
