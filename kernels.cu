@@ -555,6 +555,19 @@ template <typename T> __device__ __forceinline__ T from_f(float v);
 template <> __device__ __forceinline__ float from_f<float>(float v) { return v; }
 template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
 
+// Global loads: read-only (ld_nc) or bypassing L1 (ld_cg). cuda_fp16.hpp's __half overloads of __ldg and
+// __ldcg are asm without volatile, which the compiler treats as pure and executes speculatively: it hoisted
+// gru_bwd_persistent's guarded h0 loads above their null check and the cell bound (an illegal address with
+// h0 null). The unsigned short overloads are volatile asm, ordered and never speculated.
+__device__ __forceinline__ float ld_nc(const float* p) { return __ldg(p); }
+__device__ __forceinline__ __half ld_nc(const __half* p) {
+    return __ushort_as_half(__ldg(reinterpret_cast<const unsigned short*>(p)));
+}
+__device__ __forceinline__ float ld_cg(const float* p) { return __ldcg(p); }
+__device__ __forceinline__ __half ld_cg(const __half* p) {
+    return __ushort_as_half(__ldcg(reinterpret_cast<const unsigned short*>(p)));
+}
+
 __device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + __expf(-x)); }
 
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
@@ -587,7 +600,7 @@ __device__ __forceinline__ void copy_rows(T* dst, int ldd, int nrows, int ncols,
         for (int i = threadIdx.x; i < nrows * kpad; i += blockDim.x) {
             const int r = i / kpad, k = i - r * kpad;
             const T* s = row(r);
-            dst[r * ldd + k] = (s != nullptr && k < ncols) ? __ldcg(s + k) : from_f<T>(0.f);
+            dst[r * ldd + k] = (s != nullptr && k < ncols) ? ld_cg(s + k) : from_f<T>(0.f);
         }
     }
 }
@@ -872,7 +885,7 @@ gru_fwd_persistent(const T* __restrict__ xg, const T* __restrict__ w_hh, const T
             if (threadIdx.x + i * NT < bk.ncell) {
                 const T* p = xg + (static_cast<size_t>(t) * B + bk.b0 + cr[i]) * 3 * H + bk.j0 + cu[i];
 #pragma unroll
-                for (int q = 0; q < 3; ++q) xv[i][q] = to_f(__ldg(p + q * H));
+                for (int q = 0; q < 3; ++q) xv[i][q] = to_f(ld_nc(p + q * H));
             }
         step_product<T, TC != 0>(bk, t == 0 ? h0 : out + static_cast<size_t>(t - 1) * B * H);
 #pragma unroll
@@ -933,10 +946,10 @@ gru_bwd_persistent(const T* __restrict__ dout, const T* __restrict__ gates, cons
                 const size_t b = bk.b0 + cr[i], bj = b * H + bk.j0 + cu[i];
                 const T* g = gates + (static_cast<size_t>(t) * B + b) * 4 * H + bk.j0 + cu[i];
 #pragma unroll
-                for (int q = 0; q < 4; ++q) gv[i][q] = to_f(__ldg(g + q * H));
-                hpv[i] = t > 0 ? to_f(__ldg(out + static_cast<size_t>(t - 1) * B * H + bj))
-                               : (h0 != nullptr ? to_f(__ldg(h0 + bj)) : 0.f);
-                dov[i] = to_f(__ldg(dout + static_cast<size_t>(t) * B * H + bj));
+                for (int q = 0; q < 4; ++q) gv[i][q] = to_f(ld_nc(g + q * H));
+                hpv[i] = t > 0 ? to_f(ld_nc(out + static_cast<size_t>(t - 1) * B * H + bj))
+                               : (h0 != nullptr ? to_f(ld_nc(h0 + bj)) : 0.f);
+                dov[i] = to_f(ld_nc(dout + static_cast<size_t>(t) * B * H + bj));
             }
     };
     // dh holds the gradient reaching h_t: write dg_ih[t] and dg_hh[t], keep dh z for dh_{t-1}

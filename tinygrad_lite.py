@@ -1168,10 +1168,7 @@ def _gru_plans(x, hidden):
     if _xp(x) is np or _gru_path == 'composed' or _kernel('gru_gates_fwd', x.dtype) is None:
         return None
     tc, plans = int(x.dtype == np.float16 or _gru_tf32), (None, None)
-    # float16 persistent kernels are chosen only when forced: on the H200 one float16 case (GRUCell,
-    # B=3, H=64, no h) made an illegal memory access that is not yet found
-    automatic = _gru_path is None and x.dtype != np.float16
-    if (automatic or _gru_path == 'persistent') and _kernel('gru_fwd_persistent', x.dtype, tc) is not None:
+    if _gru_path != 'fallback' and _kernel('gru_fwd_persistent', x.dtype, tc) is not None:
         key = _gru_device()[:2] + (x.shape[1], hidden, x.itemsize, tc)
         if key not in _gru_layouts:
             _gru_layouts[key] = tuple(_gru_plan(forward, *key) for forward in (True, False))
