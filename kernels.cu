@@ -83,6 +83,23 @@ __device__ __forceinline__ long long global_id() {
 }
 __device__ __forceinline__ long long global_threads() { return (long long)gridDim.x * blockDim.x; }
 
+// store(i, load(i)) for i = global_id(), + global_threads(), ... < count, in rounds of U: a round issues its
+// U loads before its first store, so a thread keeps U loads in flight (one is too few to reach the copy rate).
+template <int U, typename L, typename S>
+__device__ __forceinline__ void grid_stride_rounds(long long count, L load, S store)
+{
+    const long long stride = global_threads();
+    long long i = global_id();
+    for (; i + (U - 1) * stride < count; i += U * stride) {
+        decltype(load(i)) v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) v[u] = load(i + u * stride);
+#pragma unroll
+        for (int u = 0; u < U; ++u) store(i + u * stride, v[u]);
+    }
+    for (; i < count; i += stride) store(i, load(i));
+}
+
 // ===== ReLU =====
 
 template <typename T>
@@ -97,25 +114,22 @@ __device__ __forceinline__ G relu_grad_of(O out, G grad)
     return static_cast<acc_t<O>>(out) <= acc_t<O>(0) ? G(0.0f) : grad;
 }
 
-// y = max(x, 0) keeping NaN. 16-byte packs when both pointers allow, then a scalar tail.
+// y = max(x, 0) keeping NaN. 16-byte packs, 4 in flight per thread, when both pointers allow; then a scalar tail.
 template <typename T>
 __global__ void relu_fwd(const T* __restrict__ x, T* __restrict__ y, long long n)
 {
     constexpr int V = 16 / sizeof(T);
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     long long done = 0;
     if (aligned16(x) && aligned16(y)) {
-        const long long packs = n / V;
-        for (long long p = i; p < packs; p += stride) {
-            Pack<T, V> v = load_pack<V>(x + p * V);
+        grid_stride_rounds<4>(n / V, [&](long long p) { return load_pack<V>(x + p * V); },
+                              [&](long long p, Pack<T, V> v) {
 #pragma unroll
-            for (int k = 0; k < V; ++k) v.v[k] = relu_of(v.v[k]);
-            store_pack<V>(y + p * V, v);
-        }
-        done = packs * V;
+                                  for (int k = 0; k < V; ++k) v.v[k] = relu_of(v.v[k]);
+                                  store_pack<V>(y + p * V, v);
+                              });
+        done = n / V * V;
     }
-    for (long long e = done + i; e < n; e += stride) y[e] = relu_of(x[e]);
+    for (long long e = done + global_id(); e < n; e += global_threads()) y[e] = relu_of(x[e]);
 }
 
 // dx = out <= 0 ? 0 : grad, one select; grad and dx of type G, the saved output of type O.
@@ -163,18 +177,17 @@ template <typename A, int TANH> __device__ __forceinline__ A gelu_grad(A x) {
            x * A(0.3989422804014327) * exp_(A(-0.5) * x * x);
 }
 
-// y = gelu(x) over n elements: V-wide packs, then the scalar tail.
+// y = gelu(x) over n elements: V-wide packs, 4 in flight per thread, then the scalar tail.
 template <typename T, int V, int TANH>
 __global__ void gelu_fwd(const T* __restrict__ x, T* __restrict__ y, long long n) {
     using A = acc_t<T>;
     using P = Pack<T, V>;
     const long long nv = n / V;
-    for (long long t = global_id(); t < nv; t += global_threads()) {
-        P a = reinterpret_cast<const P*>(x)[t];
+    grid_stride_rounds<4>(nv, [&](long long t) { return reinterpret_cast<const P*>(x)[t]; }, [&](long long t, P a) {
 #pragma unroll
         for (int e = 0; e < V; ++e) a.v[e] = T(gelu_val<A, TANH>(A(a.v[e])));
         reinterpret_cast<P*>(y)[t] = a;
-    }
+    });
     for (long long t = nv * V + global_id(); t < n; t += global_threads())
         y[t] = T(gelu_val<A, TANH>(A(x[t])));
 }
