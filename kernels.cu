@@ -19,6 +19,8 @@ __device__ __forceinline__ Pack<T, N> load_pack(const T* p) { return *reinterpre
 template <int N, typename T>
 __device__ __forceinline__ void store_pack(T* p, const Pack<T, N>& v) { *reinterpret_cast<Pack<T, N>*>(p) = v; }
 
+template <typename P> struct Two { P a, b; };   // two loads carried together
+
 __device__ __forceinline__ bool aligned16(const void* p)
 {
     return (reinterpret_cast<unsigned long long>(p) & 15) == 0;
@@ -219,16 +221,21 @@ __global__ void gelu_bwd(const T* __restrict__ x, const T* __restrict__ dy, T* _
 // - column mode (cpg > 0, for S < 32): x is the (N, C*S) matrix, a group is cpg = 32 / S whole
 //   channels, i.e. cpg*S adjacent columns, one per lane, so every row read is contiguous; the N
 //   rows are cut into `chunks`, and the 8 warps of a block take every 8th row of its range.
-// The host picks chunks so that one wave of blocks fills every SM. The reductions write one
-// partial per block (per lane in column mode); the last block of a group to finish, counted in
-// ticket[group], folds the group's partials in double and finalizes its channels.
+// - rows mode (cpg < 0, for S == 1 with C a multiple of the 16-byte pack): a group is a tile of up to
+//   8 packs of channels, its N rows cut into `chunks`, each thread reading 16-byte packs of one fixed
+//   set of channels (see Rows below).
+// The host picks chunks so that one wave of blocks fills every SM (two blocks per SM in rows mode).
+// The reductions write one partial per block (per lane in column mode, per channel in rows mode);
+// the last block of a group to finish, counted in ticket[group], folds the group's partials in
+// double and finalizes its channels.
 
-// Calls f(e) for each unit of W elements (W divides S) of channel c in chunk k, e = offset of the
-// unit's first element, stepping blockDim.x units at a time; REV walks the chunk from its end. The
-// trip count is known up front so that the unrolled loop keeps several loads in flight.
-template <int W, bool REV, typename F>
-__device__ __forceinline__ void for_units(int N, int C, long long S, int c, int k, int chunks, F f)
+// Calls use(e, load(e)) for each unit of W elements (W divides S) of channel c in chunk k, e = offset
+// of the unit's first element, stepping blockDim.x units at a time; REV walks the chunk from its end.
+// Rounds of 4 units issue their 4 loads before the first use, so that each thread keeps 4 in flight.
+template <int W, bool REV, typename L, typename F>
+__device__ __forceinline__ void for_units(int N, int C, long long S, int c, int k, int chunks, L load, F use)
 {
+    constexpr int U = 4;
     const long long spv = S / W, P = (long long)N * spv;   // units per segment, per channel
     const long long p0 = P * k / chunks, p1 = P * (k + 1) / chunks;
     const int step = blockDim.x;
@@ -239,9 +246,8 @@ __device__ __forceinline__ void for_units(int N, int C, long long S, int c, int 
     const long long ds = step % spv, row = (long long)C * S;
     int n = int(p / spv);
     long long s = p - n * spv;   // unit p is unit s of segment (n, c)
-#pragma unroll 4
-    for (int i = 0; i < count; ++i) {
-        f((long long)n * row + (long long)c * S + s * W);
+    auto next = [&]() {   // this unit's offset, then on to the next one
+        const long long e = (long long)n * row + (long long)c * S + s * W;
         if (REV) {
             n -= dn; s -= ds;
             if (s < 0) { s += spv; --n; }
@@ -249,7 +255,34 @@ __device__ __forceinline__ void for_units(int N, int C, long long S, int c, int 
             n += dn; s += ds;
             if (s >= spv) { s -= spv; ++n; }
         }
+        return e;
+    };
+    int i = 0;
+    for (; i + U <= count; i += U) {
+        long long e[U];
+        decltype(load(0LL)) v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) e[u] = next();
+#pragma unroll
+        for (int u = 0; u < U; ++u) v[u] = load(e[u]);
+#pragma unroll
+        for (int u = 0; u < U; ++u) use(e[u], v[u]);
     }
+    for (; i < count; ++i) {
+        const long long e = next();
+        use(e, load(e));
+    }
+}
+
+// Segment mode runs in 16-byte packs where S and the pointers allow, else element by element:
+// body(Width<V>()) or body(Width<1>()), body a generic lambda reading the width as decltype(w)::value.
+template <int N> struct Width { static constexpr int value = N; };
+
+template <int V, typename F>
+__device__ __forceinline__ void by_width(bool packs, F body)
+{
+    if (packs) body(Width<V>());
+    else body(Width<1>());
 }
 
 // Column mode: calls f(e) for column j in every row of chunk k that this thread's warp takes.
@@ -359,6 +392,122 @@ __device__ __forceinline__ void group_totals(const A* part, int g, int chunks, i
     }
 }
 
+// Rows mode (cpg < 0), for S == 1 (channels-last activations, BatchNorm1d) with C a multiple of
+// V = 16 / sizeof(T) and 16-byte aligned arrays: x is the (N, C) matrix read in 16-byte packs of V
+// channels, P = C / V packs a row. Group g is the tile of pack columns [g Pt, g Pt + Pt), Pt = min(P, 8);
+// thread t of a block owns pack column q = g Pt + t % Pt and every R-th row (R = blockDim / Pt) of
+// the block's chunk of rows, from row t / Pt on, so its V channels never change: their constants and
+// sums stay in registers. Threads past R Pt, or past the last column, idle. Tiles keep each group's
+// partials (Pt V channels x chunks) few enough for its last block to fold quickly.
+struct Rows {
+    int q, r, R, n0, n1;
+    bool active;
+};
+
+__device__ __forceinline__ int rows_tile(int C, int V) { return min(C / V, 8); }
+
+__device__ __forceinline__ Rows rows_of(int N, int C, int V, int g, int k, int chunks)
+{
+    Rows L;
+    const int Pt = rows_tile(C, V), q = g * Pt + threadIdx.x % Pt;
+    L.R = blockDim.x / Pt;
+    L.r = threadIdx.x / Pt;
+    L.active = L.r < L.R && q < C / V;
+    L.q = L.active ? q : g * Pt;   // idle threads keep a valid column for their (unused) constants
+    L.n0 = int((long long)N * k / chunks);
+    L.n1 = L.active ? int((long long)N * (k + 1) / chunks) : L.n0;
+    return L;
+}
+
+// Calls use(e, load(e)) for the offset e of this thread's pack in each of its rows, REV from the
+// chunk's end, in rounds of 4 rows whose loads are all issued before the first use: a thread keeps 4
+// loads in flight, as few resident threads need to (the compiler does not hoist loads past the stores
+// and arithmetic of a lambda).
+template <bool REV, typename L, typename F>
+__device__ __forceinline__ void for_row_packs(const Rows& rows, int C, int V, L load, F use)
+{
+    constexpr int U = 4;
+    const int count = rows.n1 - rows.n0 > rows.r ? (rows.n1 - rows.n0 - rows.r + rows.R - 1) / rows.R : 0;
+    auto at = [&](int i) {
+        return (long long)(REV ? rows.n1 - 1 - rows.r - i * rows.R : rows.n0 + rows.r + i * rows.R) * C + (long long)rows.q * V;
+    };
+    int i = 0;
+    for (; i + U <= count; i += U) {
+        decltype(load(0LL)) v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) v[u] = load(at(i + u));
+#pragma unroll
+        for (int u = 0; u < U; ++u) use(at(i + u), v[u]);
+    }
+    for (; i < count; ++i) use(at(i), load(at(i)));
+}
+
+// Rows mode's publish + group_totals: sums each thread's V pairs over the block's threads of the same
+// pack column, stores the block's pair per channel of tile g at part[2 ((g chunks + k) Ct + j)]
+// (Ct = Pt V, j the channel in the tile), and in the tile's last block to finish (counted in
+// ticket[g], re-armed there) folds the tile's chunks in double and calls f(c, t1, t2) per channel.
+template <typename A, int V, typename F>
+__device__ __forceinline__ void rows_publish(const A (&s1)[V], const A (&s2)[V], const Rows& L, A* part, int* ticket,
+                                             int g, int k, int chunks, int C, F f)
+{
+    __shared__ A red[2][256 * V];   // the host launches 256-thread blocks
+    __shared__ double tot[2][256];
+    __shared__ bool last;
+    const int t = threadIdx.x, Pt = rows_tile(C, V), Ct = Pt * V, c0 = g * Ct, Cg = min(Ct, C - c0);
+#pragma unroll
+    for (int u = 0; u < V; ++u) {
+        red[0][t * V + u] = s1[u];
+        red[1][t * V + u] = s2[u];
+    }
+    __syncthreads();
+    A* mine = part + 2 * ((long long)g * chunks + k) * Ct;
+    if (t < Cg) {
+        A a = 0, b = 0;
+        for (int r = 0; r < L.R; ++r) {
+            a += red[0][(r * Pt + t / V) * V + t % V];
+            b += red[1][(r * Pt + t / V) * V + t % V];
+        }
+        mine[2 * t] = a;
+        mine[2 * t + 1] = b;
+        __threadfence();
+    }
+    __syncthreads();
+    if (t == 0) last = atomicAdd(ticket + g, 1) == chunks - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    if (t == 0) ticket[g] = 0;
+    // subs threads per channel (Cg <= 64 <= blockDim / 4), each summing every subs-th chunk, 8 loads at a time
+    const int subs = blockDim.x / Cg, j = t % Cg, sub = t / Cg;
+    const A* tile = part + 2 * (long long)g * chunks * Ct;
+    double a = 0, b = 0;
+    if (sub < subs)
+        for (int k0 = sub; k0 < chunks; k0 += 8 * subs) {
+            A pa[8], pb[8];
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                const int kk = k0 + i * subs;
+                pa[i] = kk < chunks ? __ldcg(tile + 2 * ((long long)kk * Ct + j)) : A(0);
+                pb[i] = kk < chunks ? __ldcg(tile + 2 * ((long long)kk * Ct + j) + 1) : A(0);
+            }
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                a += double(pa[i]);
+                b += double(pb[i]);
+            }
+        }
+    tot[0][t] = a;
+    tot[1][t] = b;
+    __syncthreads();
+    if (t < Cg) {
+        for (int s = 1; s < subs; ++s) {
+            a += tot[0][s * Cg + t];
+            b += tot[1][s * Cg + t];
+        }
+        f(c0 + t, a, b);
+    }
+}
+
 // Training statistics. Each thread sums v = x - K and v*v, K = the channel's first element x[0, c, 0]
 // (a shift that keeps a large mean from cancelling the variance in float); the finalizing block
 // writes mean, invstd = 1/sqrt(var + eps) (biased var) and updates the running statistics
@@ -373,28 +522,9 @@ __global__ void bn_fwd_stats(const T* __restrict__ x, acc_t<T>* __restrict__ par
     constexpr int V = 16 / sizeof(T);
     const int g = blockIdx.x / chunks, k = blockIdx.x % chunks, lane = threadIdx.x & 31;
     const long long W = (long long)C * S, j = (long long)g * cpg * S + lane;   // column mode
-    const bool active = !cpg || (lane < cpg * S && j < W);
+    const bool active = cpg == 0 || (cpg > 0 && lane < cpg * S && j < W);
     const A K = active ? A(x[(cpg ? j / S : g) * S]) : A(0);
-    A s1 = 0, s2 = 0;
-    auto add = [&](A v) {
-        v -= K;
-        s1 += v;
-        s2 = fma_acc(v, v, s2);
-    };
-    auto elem = [&](long long e) { add(A(x[e])); };
-    if (cpg) {
-        if (active) for_rows<false>(N, W, j, k, chunks, elem);
-    } else if (S % V == 0 && aligned16(x)) {
-        for_units<V, false>(N, C, S, g, k, chunks, [&](long long e) {
-            const Pack<T, V> p = load_pack<V>(x + e);
-#pragma unroll
-            for (int u = 0; u < V; ++u) add(A(p.v[u]));
-        });
-    } else {
-        for_units<1, false>(N, C, S, g, k, chunks, elem);
-    }
-    if (!publish(s1, s2, part, ticket, g, k, chunks, cpg)) return;
-    group_totals(part, g, chunks, cpg, S, C, [&](int c, double t1, double t2) {
+    auto finalize = [&](int c, double t1, double t2) {
         const double M = double(N) * double(S), d = t1 / M, var = fmax(t2 / M - d * d, 0.0);
         const double mu = double(x[(long long)c * S]) + d;
         mean[c] = A(mu);
@@ -403,7 +533,42 @@ __global__ void bn_fwd_stats(const T* __restrict__ x, acc_t<T>* __restrict__ par
             running_mean[c] = A((1.0 - momentum) * double(running_mean[c]) + momentum * mu);
             running_var[c] = A((1.0 - momentum) * double(running_var[c]) + momentum * var * M / (M - 1.0));
         }
-    });
+    };
+    if (cpg < 0) {
+        const Rows L = rows_of(N, C, V, g, k, chunks);
+        const Pack<T, V> Ks = load_pack<V>(x + L.q * V);   // row 0
+        A s1[V] = {}, s2[V] = {};
+        for_row_packs<false>(L, C, V, [&](long long e) { return load_pack<V>(x + e); }, [&](long long, const Pack<T, V>& p) {
+#pragma unroll
+            for (int u = 0; u < V; ++u) {
+                const A v = A(p.v[u]) - A(Ks.v[u]);
+                s1[u] += v;
+                s2[u] = fma_acc(v, v, s2[u]);
+            }
+        });
+        rows_publish<A, V>(s1, s2, L, part, ticket, g, k, chunks, C, finalize);
+        return;
+    }
+    A s1 = 0, s2 = 0;
+    auto add = [&](A v) {
+        v -= K;
+        s1 += v;
+        s2 = fma_acc(v, v, s2);
+    };
+    if (cpg) {
+        if (active) for_rows<false>(N, W, j, k, chunks, [&](long long e) { add(A(x[e])); });
+    } else {
+        by_width<V>(S % V == 0 && aligned16(x), [&](auto w) {
+            constexpr int U = decltype(w)::value;
+            for_units<U, false>(N, C, S, g, k, chunks, [&](long long e) { return load_pack<U>(x + e); },
+                                [&](long long, const Pack<T, U>& p) {
+#pragma unroll
+                                    for (int u = 0; u < U; ++u) add(A(p.v[u]));
+                                });
+        });
+    }
+    if (!publish(s1, s2, part, ticket, g, k, chunks, cpg)) return;
+    group_totals(part, g, chunks, cpg, S, C, finalize);
 }
 
 // y = act((x - mean) * invstd * w + b). Training: stat holds invstd. Eval (invstd_out given): mean and
@@ -419,29 +584,45 @@ __global__ void bn_fwd_apply(const T* __restrict__ x, T* __restrict__ y,
     typedef acc_t<T> A;
     constexpr int V = 16 / sizeof(T);
     const int g = blockIdx.x / chunks, k = blockIdx.x % chunks, lane = threadIdx.x & 31;
+    // the channel's constants; eval: the first chunk saves mean and invstd
+    auto chan = [&](int c, bool saves) {
+        const A inv = invstd_out ? A(1.0 / sqrt(double(stat[c]) + eps)) : stat[c];
+        const Chan<A> ch = load_chan(mean, inv, w, b, c);
+        if (invstd_out && k == 0 && saves) {
+            mean_out[c] = ch.mean;
+            invstd_out[c] = inv;
+        }
+        return ch;
+    };
+    if (cpg < 0) {
+        const Rows L = rows_of(N, C, V, g, k, chunks);
+        Chan<A> ch[V];
+#pragma unroll
+        for (int u = 0; u < V; ++u) ch[u] = chan(L.q * V + u, L.active && L.r == 0);
+        for_row_packs<true>(L, C, V, [&](long long e) { return load_pack<V>(x + e); }, [&](long long e, Pack<T, V> p) {
+#pragma unroll
+            for (int u = 0; u < V; ++u) p.v[u] = T(act_fwd<ACT>(ch[u].pre(A(p.v[u]) - ch[u].mean)));
+            store_pack<V>(y + e, p);
+        });
+        return;
+    }
     const long long W = (long long)C * S, j = (long long)g * cpg * S + lane;   // column mode
     if (cpg && (lane >= cpg * S || j >= W)) return;
-    const int c = cpg ? int(j / S) : g;
-    const A inv = invstd_out ? A(1.0 / sqrt(double(stat[c]) + eps)) : stat[c];
-    const Chan<A> ch = load_chan(mean, inv, w, b, c);
-    if (invstd_out && k == 0 && (cpg ? j % S == 0 : threadIdx.x == 0)) {
-        mean_out[c] = ch.mean;
-        invstd_out[c] = inv;
-    }
+    const Chan<A> ch = chan(cpg ? int(j / S) : g, cpg ? j % S == 0 : threadIdx.x == 0);
     auto f = [&](A v) { return act_fwd<ACT>(ch.pre(v - ch.mean)); };
-    auto elem = [&](long long e) { y[e] = T(f(A(x[e]))); };
-    if (cpg)
-        for_rows<true>(N, W, j, k, chunks, elem);
-    else if (S % V == 0 && aligned16(x) && aligned16(y))
-        for_units<V, true>(N, C, S, g, k, chunks, [&](long long e) {
-            const Pack<T, V> p = load_pack<V>(x + e);
-            Pack<T, V> q;
+    if (cpg) {
+        for_rows<true>(N, W, j, k, chunks, [&](long long e) { y[e] = T(f(A(x[e]))); });
+        return;
+    }
+    by_width<V>(S % V == 0 && aligned16(x) && aligned16(y), [&](auto w) {
+        constexpr int U = decltype(w)::value;
+        for_units<U, true>(N, C, S, g, k, chunks, [&](long long e) { return load_pack<U>(x + e); },
+                           [&](long long e, Pack<T, U> p) {
 #pragma unroll
-            for (int u = 0; u < V; ++u) q.v[u] = T(f(A(p.v[u])));
-            store_pack<V>(y + e, q);
-        });
-    else
-        for_units<1, true>(N, C, S, g, k, chunks, elem);
+                               for (int u = 0; u < U; ++u) p.v[u] = T(f(A(p.v[u])));
+                               store_pack<U>(y + e, p);
+                           });
+    });
 }
 
 // Backward reductions, per channel: sums[c] = sum(g) (= dbias) and sums[C + c] = sum(g * xhat)
@@ -457,6 +638,30 @@ __global__ void bn_bwd_reduce(const T* __restrict__ x, const T* __restrict__ dy,
     typedef acc_t<T> A;
     constexpr int V = 16 / sizeof(T);
     const int g = blockIdx.x / chunks, k = blockIdx.x % chunks, lane = threadIdx.x & 31;
+    auto store_sums = [&](int c, double t1, double t2) {
+        sums[c] = A(t1);
+        sums[C + c] = A(t2);
+    };
+    if (cpg < 0) {
+        const Rows L = rows_of(N, C, V, g, k, chunks);
+        Chan<A> ch[V];
+        A s1[V] = {}, s2[V] = {};
+#pragma unroll
+        for (int u = 0; u < V; ++u) ch[u] = load_chan(mean, invstd[L.q * V + u], w, b, L.q * V + u);
+        auto load = [&](long long e) { return Two<Pack<T, V>>{load_pack<V>(x + e), load_pack<V>(dy + e)}; };
+        for_row_packs<false>(L, C, V, load, [&](long long, const Two<Pack<T, V>>& p) {
+#pragma unroll
+            for (int u = 0; u < V; ++u) {
+                const A xc = A(p.a.v[u]) - ch[u].mean, gr = act_grad<ACT>(ch[u].pre(xc), A(p.b.v[u]));
+                s1[u] += gr;
+                s2[u] = fma_acc(gr, xc, s2[u]);
+            }
+        });
+#pragma unroll
+        for (int u = 0; u < V; ++u) s2[u] *= ch[u].invstd;
+        rows_publish<A, V>(s1, s2, L, part, ticket, g, k, chunks, C, store_sums);
+        return;
+    }
     const long long W = (long long)C * S, j = (long long)g * cpg * S + lane;   // column mode
     const bool active = !cpg || (lane < cpg * S && j < W);
     const int c = cpg ? int(j / S) : g;
@@ -467,24 +672,32 @@ __global__ void bn_bwd_reduce(const T* __restrict__ x, const T* __restrict__ dy,
         s1 += gr;
         s2 = fma_acc(gr, xc, s2);
     };
-    auto elem = [&](long long e) { add(A(x[e]), A(dy[e])); };
     if (cpg) {
-        if (active) for_rows<false>(N, W, j, k, chunks, elem);
-    } else if (S % V == 0 && aligned16(x) && aligned16(dy)) {
-        for_units<V, false>(N, C, S, g, k, chunks, [&](long long e) {
-            const Pack<T, V> px = load_pack<V>(x + e), pd = load_pack<V>(dy + e);
-#pragma unroll
-            for (int u = 0; u < V; ++u) add(A(px.v[u]), A(pd.v[u]));
-        });
+        if (active) for_rows<false>(N, W, j, k, chunks, [&](long long e) { add(A(x[e]), A(dy[e])); });
     } else {
-        for_units<1, false>(N, C, S, g, k, chunks, elem);
+        by_width<V>(S % V == 0 && aligned16(x) && aligned16(dy), [&](auto w) {
+            constexpr int U = decltype(w)::value;
+            for_units<U, false>(N, C, S, g, k, chunks,
+                                [&](long long e) { return Two<Pack<T, U>>{load_pack<U>(x + e), load_pack<U>(dy + e)}; },
+                                [&](long long, const Two<Pack<T, U>>& p) {
+#pragma unroll
+                                    for (int u = 0; u < U; ++u) add(A(p.a.v[u]), A(p.b.v[u]));
+                                });
+        });
     }
     s2 *= ch.invstd;
     if (!publish(s1, s2, part, ticket, g, k, chunks, cpg)) return;
-    group_totals(part, g, chunks, cpg, S, C, [&](int c, double t1, double t2) {
-        sums[c] = A(t1);
-        sums[C + c] = A(t2);
-    });
+    group_totals(part, g, chunks, cpg, S, C, store_sums);
+}
+
+// The packs of x (where needed, else zeros) and dy at offset e.
+template <int U, typename T>
+__device__ __forceinline__ Two<Pack<T, U>> load_x_dy(const T* x, const T* dy, long long e, bool need_x)
+{
+    Two<Pack<T, U>> p = {};
+    if (need_x) p.a = load_pack<U>(x + e);
+    p.b = load_pack<U>(dy + e);
+    return p;
 }
 
 // dx. Training (sums given): dx = w*invstd * (g - sum(g)/M - xhat * sum(g*xhat)/M), M = N*S, written as
@@ -500,32 +713,52 @@ __global__ void bn_bwd_dx(const T* __restrict__ x, const T* __restrict__ dy,
     typedef acc_t<T> A;
     constexpr int V = 16 / sizeof(T);
     const int g = blockIdx.x / chunks, k = blockIdx.x % chunks, lane = threadIdx.x & 31;
-    const long long W = (long long)C * S, j = (long long)g * cpg * S + lane;   // column mode
-    if (cpg && (lane >= cpg * S || j >= W)) return;
-    const int c = cpg ? int(j / S) : g;
-    const Chan<A> ch = load_chan(mean, invstd[c], w, b, c);
     const bool need_x = sums || ACT != ACT_NONE;
     const A M = A(double(N) * double(S));
-    const A bx = sums ? -ch.scale * ch.invstd * (sums[C + c] / M) : A(0);
-    const A e0 = sums ? -ch.scale * (sums[c] / M) : A(0);
-    auto f = [&](A xv, A dv) {   // xv is ignored unless need_x
-        const A xc = need_x ? xv - ch.mean : A(0);
-        return fma_acc(ch.scale, act_grad<ACT>(ch.pre(xc), dv), fma_acc(bx, xc, e0));
+    struct DxChan {   // dx = scale * act'(...) * dy + bx * (x - mean) + e0
+        Chan<A> ch;
+        A bx, e0;
+        __device__ A operator()(bool need_x, A xv, A dv) const {   // xv is ignored unless need_x
+            const A xc = need_x ? xv - ch.mean : A(0);
+            return fma_acc(ch.scale, act_grad<ACT>(ch.pre(xc), dv), fma_acc(bx, xc, e0));
+        }
     };
-    auto elem = [&](long long e) { dx[e] = T(f(need_x ? A(x[e]) : A(0), A(dy[e]))); };
-    if (cpg)
-        for_rows<true>(N, W, j, k, chunks, elem);
-    else if (S % V == 0 && aligned16(x) && aligned16(dy) && aligned16(dx))
-        for_units<V, true>(N, C, S, g, k, chunks, [&](long long e) {
-            Pack<T, V> px = {};
-            if (need_x) px = load_pack<V>(x + e);
-            Pack<T, V> pd = load_pack<V>(dy + e);
+    auto chan = [&](int c) {
+        const Chan<A> ch = load_chan(mean, invstd[c], w, b, c);
+        return DxChan{ch, sums ? -ch.scale * ch.invstd * (sums[C + c] / M) : A(0), sums ? -ch.scale * (sums[c] / M) : A(0)};
+    };
+    if (cpg < 0) {
+        const Rows L = rows_of(N, C, V, g, k, chunks);
+        DxChan d[V];
 #pragma unroll
-            for (int u = 0; u < V; ++u) pd.v[u] = T(f(A(px.v[u]), A(pd.v[u])));
-            store_pack<V>(dx + e, pd);
+        for (int u = 0; u < V; ++u) d[u] = chan(L.q * V + u);
+        for_row_packs<true>(L, C, V, [&](long long e) { return load_x_dy<V>(x, dy, e, need_x); },
+                            [&](long long e, const Two<Pack<T, V>>& p) {
+            Pack<T, V> out;
+#pragma unroll
+            for (int u = 0; u < V; ++u) out.v[u] = T(d[u](need_x, A(p.a.v[u]), A(p.b.v[u])));
+            store_pack<V>(dx + e, out);
         });
-    else
-        for_units<1, true>(N, C, S, g, k, chunks, elem);
+        return;
+    }
+    const long long W = (long long)C * S, j = (long long)g * cpg * S + lane;   // column mode
+    if (cpg && (lane >= cpg * S || j >= W)) return;
+    const DxChan dc = chan(cpg ? int(j / S) : g);
+    auto f = [&](A xv, A dv) { return dc(need_x, xv, dv); };
+    if (cpg) {
+        for_rows<true>(N, W, j, k, chunks, [&](long long e) { dx[e] = T(f(need_x ? A(x[e]) : A(0), A(dy[e]))); });
+        return;
+    }
+    by_width<V>(S % V == 0 && aligned16(x) && aligned16(dy) && aligned16(dx), [&](auto w) {
+        constexpr int U = decltype(w)::value;
+        for_units<U, true>(N, C, S, g, k, chunks, [&](long long e) { return load_x_dy<U>(x, dy, e, need_x); },
+                           [&](long long e, const Two<Pack<T, U>>& p) {
+                               Pack<T, U> out;
+#pragma unroll
+                               for (int u = 0; u < U; ++u) out.v[u] = T(f(A(p.a.v[u]), A(p.b.v[u])));
+                               store_pack<U>(dx + e, out);
+                           });
+    });
 }
 
 // ===== GRU =====

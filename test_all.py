@@ -1745,8 +1745,8 @@ BN_FAMILIES = {
                 bn_case((3, 6, 5, 7), 'channels_last', grad_layout='contiguous'), bn_case((5, 6, 7, 9), 'step')],
     'stats_dtype': [bn_case((7, 5, 13), stats='other'), bn_case((4, 6, 8, 8), stats='other')],
     'large': [bn_case((64, 40, 33, 33)), bn_case((32, 8, 32, 32))],   # several chunks per channel
-    # S = 1 (channels-last activations, BatchNorm1d) at more sizes: rows of whole 16-byte packs or not,
-    # more channels than a block has threads, several chunks of rows
+    # S = 1 with rows of whole 16-byte packs (kernels.cu's rows mode where aligned): pack columns that
+    # divide a block or not (idle threads), more channels than a block has threads, several chunks
     'rows': [bn_case((300, 48)), bn_case((50, 264)), bn_case((64, 32, 9, 9), 'channels_last'),
              bn_case((6, 24, 5, 7), 'channels_last'), bn_case((9, 64, 3, 5), 'channels_last', grad_layout='contiguous'),
              bn_case((40, 48), 'offset1')],
