@@ -85,6 +85,20 @@ __device__ __forceinline__ long long global_id() {
 }
 __device__ __forceinline__ long long global_threads() { return (long long)gridDim.x * blockDim.x; }
 
+// Flat index t of an (N, H, W, CV) array as its (n, h, w, cv): the NHWC kernels' thread-to-pixel map.
+struct Pixel { int n, h, w, cv; };
+__device__ __forceinline__ Pixel pixel_of(long long t, int H, int W, int CV)
+{
+    Pixel q;
+    q.cv = (int)(t % CV);
+    long long p = t / CV;
+    q.w = (int)(p % W);
+    p /= W;
+    q.h = (int)(p % H);
+    q.n = (int)(p / H);
+    return q;
+}
+
 // store(i, load(i)) for i = global_id(), + global_threads(), ... < count, in rounds of U: a round issues its
 // U loads before its first store, so a thread keeps U loads in flight (one is too few to reach the copy rate).
 template <int U, typename L, typename S>
@@ -343,13 +357,27 @@ __device__ __forceinline__ void block_sum2(A& a, A& b, bool cols)
     }
 }
 
+// After each block of a group has stored (and fenced) its partials: counts this block in *ticket and
+// returns true in the group's last block to arrive, once every partial of the group is visible to it;
+// that block also re-arms *ticket for the next call.
+__device__ __forceinline__ bool last_to_finish(int* ticket, int chunks)
+{
+    __shared__ bool last;
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(ticket, 1) == chunks - 1;
+    __syncthreads();
+    if (!last) return false;
+    __threadfence();
+    if (threadIdx.x == 0) *ticket = 0;
+    return true;
+}
+
 // Reduces (s1, s2) over the block, stores the block's partial (32 per block in column mode, one
 // per lane) and counts the block in ticket[g]. Returns true in the group's last block, after which
 // every partial of the group is visible to it; that block also re-arms ticket[g] for the next call.
 template <typename A>
 __device__ __forceinline__ bool publish(A s1, A s2, A* part, int* ticket, int g, int k, int chunks, int cpg)
 {
-    __shared__ bool last;
     block_sum2(s1, s2, cpg > 0);
     if (threadIdx.x < 32) {
         const long long slot = cpg ? ((long long)g * chunks + k) * 32 + threadIdx.x : (long long)g * chunks + k;
@@ -359,13 +387,7 @@ __device__ __forceinline__ bool publish(A s1, A s2, A* part, int* ticket, int g,
         }
         __threadfence();
     }
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(ticket + g, 1) == chunks - 1;
-    __syncthreads();
-    if (!last) return false;
-    __threadfence();
-    if (threadIdx.x == 0) ticket[g] = 0;
-    return true;
+    return last_to_finish(ticket + g, chunks);
 }
 
 // In the last block of group g: folds in double the partials of each of the group's channels (one
@@ -452,7 +474,6 @@ __device__ __forceinline__ void rows_publish(const A (&s1)[V], const A (&s2)[V],
 {
     __shared__ A red[2][256 * V];   // the host launches 256-thread blocks
     __shared__ double tot[2][256];
-    __shared__ bool last;
     const int t = threadIdx.x, Pt = rows_tile(C, V), Ct = Pt * V, c0 = g * Ct, Cg = min(Ct, C - c0);
 #pragma unroll
     for (int u = 0; u < V; ++u) {
@@ -471,12 +492,7 @@ __device__ __forceinline__ void rows_publish(const A (&s1)[V], const A (&s2)[V],
         mine[2 * t + 1] = b;
         __threadfence();
     }
-    __syncthreads();
-    if (t == 0) last = atomicAdd(ticket + g, 1) == chunks - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    if (t == 0) ticket[g] = 0;
+    if (!last_to_finish(ticket + g, chunks)) return;
     // subs threads per channel (Cg <= 64 <= blockDim / 4), each summing every subs-th chunk, 8 loads at a time
     const int subs = blockDim.x / Cg, j = t % Cg, sub = t / Cg;
     const A* tile = part + 2 * (long long)g * chunks * Ct;
@@ -1363,11 +1379,7 @@ __global__ void col2im_nhwc(const T* __restrict__ dcols, T* __restrict__ dx, int
     const int CV = C / V;
     const long long K = (long long)kh * kw * C, total = (long long)N * H * W * CV;
     for (long long t = global_id(); t < total; t += global_threads()) {
-        const int cv = (int)(t % CV);
-        long long p = t / CV;
-        const int w = (int)(p % W);
-        p /= W;
-        const int h = (int)(p % H), n = (int)(p / H);
+        const auto [n, h, w, cv] = pixel_of(t, H, W, CV);
         const int hp = h + ph, wp = w + pw;
         int i0, iend, j0, jend;
         taps_over(hp, kh, sh, Ho, i0, iend);
@@ -1438,11 +1450,7 @@ __global__ void max_pool2d_fwd(const T* __restrict__ x, T* __restrict__ y,
     const int CV = C / V;
     const long long total = (long long)N * Ho * Wo * CV;
     for (long long t = global_id(); t < total; t += global_threads()) {
-        const int cv = (int)(t % CV);
-        long long p = t / CV;
-        const int wo = (int)(p % Wo);
-        p /= Wo;
-        const int ho = (int)(p % Ho), n = (int)(p / Ho);
+        const auto [n, ho, wo, cv] = pixel_of(t, Ho, Wo, CV);
         const T* base = x + (((long long)n * H + ho * sh) * W + wo * sw) * C + cv * V;
         A best[V];
         I arg;
@@ -1477,11 +1485,7 @@ __global__ void max_pool2d_bwd(const T* __restrict__ dy, const unsigned char* __
     const int CV = C / V;
     const long long total = (long long)N * H * W * CV;
     for (long long t = global_id(); t < total; t += global_threads()) {
-        const int cv = (int)(t % CV);
-        long long p = t / CV;
-        const int w = (int)(p % W);
-        p /= W;
-        const int h = (int)(p % H), n = (int)(p / H);
+        const auto [n, h, w, cv] = pixel_of(t, H, W, CV);
         int hlo, hhi, wlo, whi;
         windows_over(h, kh, sh, Ho, hlo, hhi);
         windows_over(w, kw, sw, Wo, wlo, whi);
@@ -1515,11 +1519,7 @@ __global__ void avg_pool2d_fwd(const T* __restrict__ x, T* __restrict__ y, int N
     const A scale = A(1) / A(kh * kw);
     const long long total = (long long)N * Ho * Wo * CV;
     for (long long t = global_id(); t < total; t += global_threads()) {
-        const int cv = (int)(t % CV);
-        long long p = t / CV;
-        const int wo = (int)(p % Wo);
-        p /= Wo;
-        const int ho = (int)(p % Ho), n = (int)(p / Ho);
+        const auto [n, ho, wo, cv] = pixel_of(t, Ho, Wo, CV);
         const T* base = x + (((long long)n * H + ho * sh) * W + wo * sw) * C + cv * V;
         A acc[V];
 #pragma unroll
@@ -1547,11 +1547,7 @@ __global__ void avg_pool2d_bwd(const T* __restrict__ dy, T* __restrict__ dx, int
     const A scale = A(1) / A(kh * kw);
     const long long total = (long long)N * H * W * CV;
     for (long long t = global_id(); t < total; t += global_threads()) {
-        const int cv = (int)(t % CV);
-        long long p = t / CV;
-        const int w = (int)(p % W);
-        p /= W;
-        const int h = (int)(p % H), n = (int)(p / H);
+        const auto [n, h, w, cv] = pixel_of(t, H, W, CV);
         int hlo, hhi, wlo, whi;
         windows_over(h, kh, sh, Ho, hlo, hhi);
         windows_over(w, kw, sw, Wo, wlo, whi);
