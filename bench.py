@@ -692,7 +692,7 @@ def _train_step_rows(table, tc):
     ours_ms, theirs_ms = cuda_time(ours_step, ours, 'tl'), cuda_time(theirs_step, theirs, 'torch')
     table.add(f'training step, batch {batch} float16, eager', ours_ms, theirs_ms)
     captured = tc.CapturedStep(model, opt, ours[0][0].device)   # as train_cifar.py runs it by default
-    rates = [g['lr'] if not isinstance(g['lr'], tl.Tensor) else g['lr'].item() for g in opt.param_groups]
+    rates = [g['lr'] for g in opt.param_groups]   # floats until CapturedStep turns them into tensors
     graph_ms = cuda_time(lambda x, y: captured(x, y, rates), ours, 'tl')
     table.add(f'training step, batch {batch} float16, ours replayed from a CUDA graph (train_cifar.py\'s default) '
               'against torch eager', graph_ms, theirs_ms, target=('torch', 1.2))

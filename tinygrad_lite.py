@@ -904,10 +904,10 @@ def _bn_layout(x):
 
 
 def _bn_grid(kernel, shape, itemsize, packed_rows):
-    """(blocks, chunks, channels per group, groups): each channel (or group of 32 // S channels when
-    S < 32) cut into as many chunks as one wave of resident blocks allows, with at least 4 units of
-    work per thread; with packed_rows (kernels.cu's rows mode, per_group -1), tiles of channels times
-    chunks of rows for two blocks per SM."""
+    """(blocks, chunks, channels per group, groups, partial pairs per block): each channel (or group of
+    32 // S channels when S < 32) cut into as many chunks as one wave of resident blocks allows, with at
+    least 4 units of work per thread; with packed_rows (kernels.cu's rows mode, per_group -1), tiles of
+    channels times chunks of rows for two blocks per SM."""
     n, c, s = shape
     key = (id(kernel), cp.cuda.runtime.getDevice(), shape, itemsize, packed_rows)
     if key not in _bn_grids:
@@ -915,18 +915,18 @@ def _bn_grid(kernel, shape, itemsize, packed_rows):
         if packed_rows:   # tiles of up to 8 packs of channels, each a group
             packs = c * itemsize // 16
             tile = min(packs, 8)
-            groups, per_group = -(-packs // tile), -1
+            groups, per_group, partials = -(-packs // tile), -1, tile * 16 // itemsize   # a tile's channels
             sms = cp.cuda.Device().attributes['MultiProcessorCount']
             chunks = max(1, min(2 * sms // groups, n // (4 * (_BLOCK // tile))))
         elif s < 32:
-            per_group = 32 // s
+            per_group, partials = 32 // s, 32   # one per lane
             groups = -(-c // per_group)
             chunks = max(1, min(resident // groups, n // (4 * _BLOCK // 32)))
         else:
-            per_group, groups, width = 0, c, 16 // itemsize
+            per_group, groups, width, partials = 0, c, 16 // itemsize, 1
             units = n * (s // width if s % width == 0 else s)
             chunks = max(1, min(resident // groups, units // (4 * _BLOCK)))
-        _bn_grids[key] = (groups * chunks, chunks, per_group, groups)
+        _bn_grids[key] = (groups * chunks, chunks, per_group, groups, partials)
     return _bn_grids[key]
 
 
@@ -936,14 +936,13 @@ def _bn_launch(name, x3, args, *template, scratch_at=None):
     (the counters are zero between calls: each group's last block re-arms its own)."""
     kernel = _kernel(name, x3.dtype, *template)
     n, c, s = x3.shape
-    packed_rows = s == 1 and c * x3.itemsize % 16 == 0 and c * x3.itemsize // 16 <= _BLOCK and \
-        all(a.data.ptr % 16 == 0 for a in args if isinstance(a, cp.ndarray) and a.size == x3.size)
-    blocks, chunks, per_group, groups = _bn_grid(kernel, x3.shape, x3.itemsize, packed_rows)
+    packed_rows = s == 1 and c * x3.itemsize // 16 <= _BLOCK and \
+        _width(x3.dtype, c, *[a for a in args if isinstance(a, cp.ndarray) and a.size == x3.size]) > 1
+    blocks, chunks, per_group, groups, per_block = _bn_grid(kernel, x3.shape, x3.itemsize, packed_rows)
     if scratch_at is not None:
         device = cp.cuda.runtime.getDevice()
         if device not in _bn_tickets or _bn_tickets[device].size < groups:
             _bn_tickets[device] = cp.zeros(max(groups, 1024), np.int32)
-        per_block = min(c, 128 // x3.itemsize) if packed_rows else 32 if per_group else 1   # a tile's channels
         partials = cp.empty(blocks * per_block * 2, _stat_dtype(x3.dtype))
         args = args[:scratch_at] + (partials, _bn_tickets[device]) + args[scratch_at:]
     kernel((blocks,), (_BLOCK,), args + (np.int32(n), np.int32(c), np.int64(s), np.int32(chunks), np.int32(per_group)))
