@@ -28,31 +28,6 @@ __device__ __forceinline__ bool aligned16(const void* p)
 
 __device__ __forceinline__ float fma_acc(float a, float b, float c) { return fmaf(a, b, c); }
 __device__ __forceinline__ double fma_acc(double a, double b, double c) { return fma(a, b, c); }
-__device__ __forceinline__ float norm_cdf(float z) { return normcdff(z); }
-__device__ __forceinline__ double norm_cdf(double z) { return normcdf(z); }
-__device__ __forceinline__ float norm_pdf(float z) { return 0.3989422804014327f * expf(-0.5f * z * z); }
-__device__ __forceinline__ double norm_pdf(double z) { return 0.3989422804014327 * exp(-0.5 * z * z); }
-
-enum { ACT_NONE = 0, ACT_RELU = 1, ACT_GELU = 2 };
-
-template <int ACT, typename A>
-__device__ __forceinline__ A act_fwd(A z)
-{
-    if (ACT == ACT_RELU) return z < A(0) ? A(0) : z;   // NaN passes, as in PyTorch
-    if (ACT == ACT_GELU) return z * norm_cdf(z);        // exact GELU: z * Phi(z)
-    return z;
-}
-
-// g * act'(z). ReLU as PyTorch's threshold_backward: z <= 0 selects 0, so a NaN gradient at an
-// inactive unit becomes 0.
-template <int ACT, typename A>
-__device__ __forceinline__ A act_grad(A z, A g)
-{
-    if (ACT == ACT_RELU) return z <= A(0) ? A(0) : g;
-    if (ACT == ACT_GELU) return g * (norm_cdf(z) + z * norm_pdf(z));
-    return g;
-}
-
 // A plain integer type of B bytes: im2col only copies bits.
 template <int B> struct Bits;
 template <> struct Bits<16> { using type = uint4; };
@@ -227,6 +202,26 @@ __global__ void gelu_bwd(const T* __restrict__ x, const T* __restrict__ dy, T* _
 }
 
 // ===== BatchNorm =====
+// The activation a fused BatchNorm applies to its output: act_fwd(z), and g * act'(z). ReLU's derivative
+// as PyTorch's threshold_backward: z <= 0 selects 0, so a NaN gradient at an inactive unit becomes 0.
+enum { ACT_NONE = 0, ACT_RELU = 1, ACT_GELU = 2 };
+
+template <int ACT, typename A>
+__device__ __forceinline__ A act_fwd(A z)
+{
+    if (ACT == ACT_RELU) return z < A(0) ? A(0) : z;   // NaN passes, as in PyTorch
+    if (ACT == ACT_GELU) return gelu_val<A, 0>(z);
+    return z;
+}
+
+template <int ACT, typename A>
+__device__ __forceinline__ A act_grad(A z, A g)
+{
+    if (ACT == ACT_RELU) return z <= A(0) ? A(0) : g;
+    if (ACT == ACT_GELU) return g * gelu_grad<A, 0>(z);
+    return g;
+}
+
 // x is read as (N, C, S): S = H*W for 2d, L for (N, C, L), 1 for (N, C). Every kernel runs
 // groups x chunks blocks (blockIdx = group * chunks + chunk):
 // - segment mode (cpg == 0, for S >= 32): a group is one channel; its N*S elements (N segments of
@@ -238,18 +233,18 @@ __global__ void gelu_bwd(const T* __restrict__ x, const T* __restrict__ dy, T* _
 // - rows mode (cpg < 0, for S == 1 with C a multiple of the 16-byte pack): a group is a tile of up to
 //   8 packs of channels, its N rows cut into `chunks`, each thread reading 16-byte packs of one fixed
 //   set of channels (see Rows below).
-// The host picks chunks so that one wave of blocks fills every SM (two blocks per SM in rows mode).
+// The host picks chunks so that one wave of blocks fills every SM (two blocks per SM in rows mode),
+// except for the elementwise kernels (apply, dx) outside rows mode: one round of 4 units per thread.
 // The reductions write one partial per block (per lane in column mode, per channel in rows mode);
 // the last block of a group to finish, counted in ticket[group], folds the group's partials in
 // double and finalizes its channels.
 
 // Calls use(e, load(e)) for each unit of W elements (W divides S) of channel c in chunk k, e = offset
 // of the unit's first element, stepping blockDim.x units at a time; REV walks the chunk from its end.
-// Rounds of 4 units issue their 4 loads before the first use, so that each thread keeps 4 in flight.
-template <int W, bool REV, typename L, typename F>
+// Rounds of U units issue their U loads before the first use, so that each thread keeps U in flight.
+template <int W, bool REV, int U = 4, typename L, typename F>
 __device__ __forceinline__ void for_units(int N, int C, long long S, int c, int k, int chunks, L load, F use)
 {
-    constexpr int U = 4;
     const long long spv = S / W, P = (long long)N * spv;   // units per segment, per channel
     const long long p0 = P * k / chunks, p1 = P * (k + 1) / chunks;
     const int step = blockDim.x;
@@ -576,7 +571,7 @@ __global__ void bn_fwd_stats(const T* __restrict__ x, acc_t<T>* __restrict__ par
     } else {
         by_width<V>(S % V == 0 && aligned16(x), [&](auto w) {
             constexpr int U = decltype(w)::value;
-            for_units<U, false>(N, C, S, g, k, chunks, [&](long long e) { return load_pack<U>(x + e); },
+            for_units<U, false, 8>(N, C, S, g, k, chunks, [&](long long e) { return load_pack<U>(x + e); },
                                 [&](long long, const Pack<T, U>& p) {
 #pragma unroll
                                     for (int u = 0; u < U; ++u) add(A(p.v[u]));
