@@ -39,6 +39,8 @@ __device__ __forceinline__ float erf_(float x) { return erff(x); }
 __device__ __forceinline__ double erf_(double x) { return erf(x); }
 __device__ __forceinline__ float exp_(float x) { return expf(x); }
 __device__ __forceinline__ double exp_(double x) { return exp(x); }
+__device__ __forceinline__ float fast_exp(float x) { return __expf(x); }   // a few ulp: for sums of exponentials
+__device__ __forceinline__ double fast_exp(double x) { return exp(x); }
 __device__ __forceinline__ float log_(float x) { return logf(x); }
 __device__ __forceinline__ double log_(double x) { return log(x); }
 __device__ __forceinline__ float tanh_(float x) { return tanhf(x); }
@@ -1584,6 +1586,7 @@ __global__ void cross_entropy_fwd(const T* __restrict__ x, const I* __restrict__
                                   acc_t<T> eps, int lanes) {
     using A = acc_t<T>;
     using P = Pack<T, V>;
+    constexpr int U = 4;   // packs a lane loads per round, all issued before the first is used
     const int lane = threadIdx.x & (lanes - 1);
     const long long warp_row0 = (global_id() & ~31LL) / lanes;
     const long long row_step = global_threads() / lanes;
@@ -1592,17 +1595,32 @@ __global__ void cross_entropy_fwd(const T* __restrict__ x, const I* __restrict__
         const long long row = r0 + (threadIdx.x & 31) / lanes;
         const bool valid = row < N;
         const long long y = valid ? (long long)target[row] : -1;
+        const P* xr = reinterpret_cast<const P*>(x + row * K);
         A m = neg_inf<A>(), s = A(0), sx = A(0), xy = A(0), found = A(0);
-        for (int pv = lane; valid && pv < KV; pv += lanes) {
-            const P v = reinterpret_cast<const P*>(x + row * K)[pv];
+        for (int p0 = lane; valid && p0 < KV; p0 += U * lanes) {
+            P v[U];
 #pragma unroll
-            for (int e = 0; e < V; ++e) {
-                const A a = A(v.v[e]);
-                if (a > m) { s = s * exp_(m - a) + A(1); m = a; }
-                else s += exp_(a - m);
-                sx += a;
-                if (pv * V + e == y) { xy = a; found = A(1); }
-            }
+            for (int u = 0; u < U; ++u)
+                if (p0 + u * lanes < KV) v[u] = xr[p0 + u * lanes];
+            A top = m;   // the round's running max: one rescale of s per round (a NaN shows in s below)
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+#pragma unroll
+                for (int e = 0; e < V; ++e)
+                    if (p0 + u * lanes < KV) top = fmax(top, A(v[u].v[e]));
+            if (top != m) s *= fast_exp(m - top);
+            m = top;
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+#pragma unroll
+                for (int e = 0; e < V; ++e) {
+                    const int k = (p0 + u * lanes) * V + e;
+                    if (k >= K) continue;
+                    const A a = A(v[u].v[e]);
+                    s += fast_exp(a - m);
+                    sx += a;
+                    if (k == y) { xy = a; found = A(1); }
+                }
         }
         for (int off = lanes / 2; off > 0; off >>= 1) {
             const A om = __shfl_xor_sync(0xffffffffu, m, off, lanes);
@@ -1628,6 +1646,7 @@ __global__ void cross_entropy_bwd(const T* __restrict__ x, const I* __restrict__
                                   acc_t<T> eps, int lanes) {
     using A = acc_t<T>;
     using P = Pack<T, V>;
+    constexpr int U = 4;   // as in forward
     const int lane = threadIdx.x & (lanes - 1);
     const long long row_step = global_threads() / lanes;
     const int KV = K / V;
@@ -1635,12 +1654,22 @@ __global__ void cross_entropy_bwd(const T* __restrict__ x, const I* __restrict__
     for (long long row = global_id() / lanes; row < N; row += row_step) {
         const long long y = (long long)target[row];
         const A l = lse[row], gs = g[row * gstride] * scale;
-        for (int pv = lane; pv < KV; pv += lanes) {
-            P v = reinterpret_cast<const P*>(x + row * K)[pv];
+        const P* xr = reinterpret_cast<const P*>(x + row * K);
+        P* dr = reinterpret_cast<P*>(dx + row * K);
+        for (int p0 = lane; p0 < KV; p0 += U * lanes) {
+            P v[U];
 #pragma unroll
-            for (int e = 0; e < V; ++e)
-                v.v[e] = T((exp_(A(v.v[e]) - l) - (pv * V + e == y ? on : off)) * gs);
-            reinterpret_cast<P*>(dx + row * K)[pv] = v;
+            for (int u = 0; u < U; ++u)
+                if (p0 + u * lanes < KV) v[u] = xr[p0 + u * lanes];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int pv = p0 + u * lanes;
+                if (pv >= KV) continue;
+#pragma unroll
+                for (int e = 0; e < V; ++e)
+                    v[u].v[e] = T((fast_exp(A(v[u].v[e]) - l) - (pv * V + e == y ? on : off)) * gs);
+                dr[pv] = v[u];
+            }
         }
     }
 }

@@ -1824,6 +1824,41 @@ for _dt in FLOATS:
     register(f'test_relu_nan_grad_cpu_{np.dtype(_dt).name}', lambda dt=_dt: check_relu_nan_grad('cpu', dt))
 
 
+# Cross-entropy, forward and backward, in the layouts its kernels meet
+CE_CASES = [   # logits' shape, layout, label smoothing, reduction
+    ((37, 1000), 'contiguous', 0.2, 'sum'),   # 16-byte packs; two rounds of packs per lane, the second partial
+    ((3, 2048), 'contiguous', 0.0, 'mean'),   # whole rounds
+    ((300, 10), 'contiguous', 0.1, 'none'),   # a few lanes per row, several rows per warp
+    ((5, 7), 'offset1', 0.3, 'mean')]         # element by element
+
+
+def ce_results(logits, target, smoothing, reduction, dy):
+    xt = tl.Tensor(logits, requires_grad=True)
+    loss = tl.cross_entropy(xt, tl.Tensor(target), label_smoothing=smoothing, reduction=reduction)
+    loss.backward(tl.Tensor(dy))
+    return {'loss': loss.numpy(), 'dlogits': xt.grad.numpy()}
+
+
+def check_cross_entropy(mode, dtype):
+    need_cuda()
+    for shape, layout, smoothing, reduction in CE_CASES:
+        r = rng(('ce', np.dtype(dtype).name, shape))
+        logits = (3 * r.standard_normal(shape)).astype(dtype)
+        target = r.integers(0, shape[1], shape[0])
+        dy = r.uniform(0.5, 2, shape[:1] if reduction == 'none' else ()).astype(dtype)
+        want = ce_results(logits, target, smoothing, reduction, dy)
+        on = on_gpu(logits, layout), cp.asarray(target), cp.asarray(dy)
+        got = gpu_paths(mode, ('cross_entropy_fwd', 'cross_entropy_bwd'),
+                        lambda: ce_results(*on[:2], smoothing, reduction, on[2]))
+        compare_paths(got, want, lambda a: FUSED_TOL[a.dtype], f'cross_entropy {shape} {layout} {reduction}')
+
+
+for _mode in ('fused', 'composed'):
+    for _dt in FLOATS:
+        _n = np.dtype(_dt).name
+        register(f'test_gpu_{_mode}_cross_entropy_{_n}', lambda m=_mode, dt=_dt: check_cross_entropy(m, dt))
+
+
 def test_gpu_fused_kernels_relu_batchnorm_listed():
     need_cuda()
     missing = sorted({'relu_fwd', 'relu_bwd', *BN_KERNELS} - set(tl.fused_kernels()))
