@@ -1427,8 +1427,25 @@ __global__ void batch_transpose(const T* __restrict__ in, T* __restrict__ out, i
 
 // ===== pooling =====
 // Windows kh x kw with stride (sh, sw), no padding; Ho = (H - kh)/sh + 1. NHWC with C channels;
-// NCHW data runs as NHWC with (N*C, H, W, 1). One thread per output (forward) or input (backward)
-// V-wide channel group.
+// NCHW data runs as NHWC with (N*C, H, W, 1). One thread per output V-wide channel group (forward,
+// and backward where windows do not overlap), else per input group (backward).
+
+// Backward where windows do not overlap (stride >= kernel): the thread of output group o writes dx in
+// o's tile, rows [ho sh, ho sh + sh) and columns [wo sw, wo sw + sw) (to the edge for the last window
+// of a row or column): tap(k) at window tap k = i kw + j, 0 between windows.
+template <typename T, int V, typename F>
+__device__ __forceinline__ void write_tile(T* dx, const Pixel& o, int H, int W, int C, int Ho, int Wo,
+                                           int kh, int kw, int sh, int sw, F tap) {
+    const int h0 = o.h * sh, w0 = o.w * sw;
+    const int h1 = o.h == Ho - 1 ? H : h0 + sh, w1 = o.w == Wo - 1 ? W : w0 + sw;
+    Pack<T, V> zero;
+#pragma unroll
+    for (int e = 0; e < V; ++e) zero.v[e] = T(0.0f);
+    for (int h = h0; h < h1; ++h)
+        for (int w = w0; w < w1; ++w)
+            store_pack<V>(dx + (((long long)o.n * H + h) * W + w) * C + o.cv * V,
+                          h - h0 < kh && w - w0 < kw ? tap((h - h0) * kw + w - w0) : zero);
+}
 
 // The range of ho whose window [ho*s, ho*s + k) holds h.
 __device__ __forceinline__ void windows_over(int h, int k, int s, int Ho, int& lo, int& hi) {
@@ -1436,7 +1453,30 @@ __device__ __forceinline__ void windows_over(int h, int k, int s, int Ho, int& l
     hi = min(h / s, Ho - 1);
 }
 
-// y = window max, idx = i*kw + j of the first maximum (a NaN wins, as in PyTorch).
+// best = the window's maximum, arg = its tap i*kw + j (the first maximum; a NaN wins, as in PyTorch),
+// per element of a pack: KH x KW taps known at compile time, so that all their loads issue at once, or
+// (KH = KW = 0) kh x kw at run time.
+template <int KH, int KW, typename T, int V>
+__device__ __forceinline__ void window_max(const T* base, int W, int C, int kh, int kw, acc_t<T> (&best)[V],
+                                           Pack<unsigned char, V>& arg) {
+    using A = acc_t<T>;
+    const int rows = KH ? KH : kh, cols = KW ? KW : kw;
+#pragma unroll
+    for (int e = 0; e < V; ++e) { best[e] = neg_inf<A>(); arg.v[e] = 0; }
+#pragma unroll
+    for (int i = 0; i < rows; ++i)
+#pragma unroll
+        for (int j = 0; j < cols; ++j) {
+            const Pack<T, V> v = load_pack<V>(base + ((long long)i * W + j) * C);
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                const A a = A(v.v[e]);
+                if (a > best[e] || a != a) { best[e] = a; arg.v[e] = (unsigned char)(i * cols + j); }
+            }
+        }
+}
+
+// y = window max, idx = its tap (window_max); 2x2 windows unrolled.
 template <typename T, int V>
 __global__ void max_pool2d_fwd(const T* __restrict__ x, T* __restrict__ y,
                                unsigned char* __restrict__ idx, int N, int H, int W, int C, int Ho,
@@ -1451,18 +1491,8 @@ __global__ void max_pool2d_fwd(const T* __restrict__ x, T* __restrict__ y,
         const T* base = x + (((long long)n * H + ho * sh) * W + wo * sw) * C + cv * V;
         A best[V];
         I arg;
-        const P first = *reinterpret_cast<const P*>(base);
-#pragma unroll
-        for (int e = 0; e < V; ++e) { best[e] = A(first.v[e]); arg.v[e] = 0; }
-        for (int i = 0; i < kh; ++i)
-            for (int j = 0; j < kw; ++j) {
-                const P v = *reinterpret_cast<const P*>(base + ((long long)i * W + j) * C);
-#pragma unroll
-                for (int e = 0; e < V; ++e) {
-                    const A a = A(v.v[e]);
-                    if (a > best[e] || a != a) { best[e] = a; arg.v[e] = (unsigned char)(i * kw + j); }
-                }
-            }
+        if (kh == 2 && kw == 2) window_max<2, 2>(base, W, C, kh, kw, best, arg);
+        else window_max<0, 0>(base, W, C, kh, kw, best, arg);
         P o;
 #pragma unroll
         for (int e = 0; e < V; ++e) o.v[e] = T(best[e]);
@@ -1480,6 +1510,19 @@ __global__ void max_pool2d_bwd(const T* __restrict__ dy, const unsigned char* __
     using P = Pack<T, V>;
     using I = Pack<unsigned char, V>;
     const int CV = C / V;
+    if (sh >= kh && sw >= kw) {
+        for (long long t = global_id(); t < (long long)N * Ho * Wo * CV; t += global_threads()) {
+            const P g = reinterpret_cast<const P*>(dy)[t];
+            const I a = reinterpret_cast<const I*>(idx)[t];
+            write_tile<T, V>(dx, pixel_of(t, Ho, Wo, CV), H, W, C, Ho, Wo, kh, kw, sh, sw, [&](int k) {
+                P v;
+#pragma unroll
+                for (int e = 0; e < V; ++e) v.v[e] = a.v[e] == k ? g.v[e] : T(0.0f);
+                return v;
+            });
+        }
+        return;
+    }
     const long long total = (long long)N * H * W * CV;
     for (long long t = global_id(); t < total; t += global_threads()) {
         const auto [n, h, w, cv] = pixel_of(t, H, W, CV);
@@ -1542,6 +1585,15 @@ __global__ void avg_pool2d_bwd(const T* __restrict__ dy, T* __restrict__ dx, int
     using P = Pack<T, V>;
     const int CV = C / V;
     const A scale = A(1) / A(kh * kw);
+    if (sh >= kh && sw >= kw) {
+        for (long long t = global_id(); t < (long long)N * Ho * Wo * CV; t += global_threads()) {
+            P g = reinterpret_cast<const P*>(dy)[t];
+#pragma unroll
+            for (int e = 0; e < V; ++e) g.v[e] = T(A(g.v[e]) * scale);
+            write_tile<T, V>(dx, pixel_of(t, Ho, Wo, CV), H, W, C, Ho, Wo, kh, kw, sh, sw, [&](int) { return g; });
+        }
+        return;
+    }
     const long long total = (long long)N * H * W * CV;
     for (long long t = global_id(); t < total; t += global_threads()) {
         const auto [n, h, w, cv] = pixel_of(t, H, W, CV);

@@ -1824,7 +1824,36 @@ for _dt in FLOATS:
     register(f'test_relu_nan_grad_cpu_{np.dtype(_dt).name}', lambda dt=_dt: check_relu_nan_grad('cpu', dt))
 
 
-# Cross-entropy, forward and backward, in the layouts its kernels meet
+# Pooling and cross-entropy, forward and backward, in the layouts their kernels meet
+POOL_CASES = [   # x's shape, kernel, stride, layout on the GPU
+    ((2, 16, 9, 9), 2, 2, 'channels_last'),   # 16-byte packs; odd size: the last row and column feed no window
+    ((1, 24, 7, 10), 3, 2, 'channels_last'),   # 3x3 windows (the forward's run-time window), overlapping
+    ((3, 5, 7, 7), 2, 1, 'channels_last'),     # overlapping windows; 5 channels: no packs
+    ((2, 3, 11, 8), (2, 3), (1, 2), 'contiguous'),   # NCHW
+    ((1, 8, 8, 9), 2, 3, 'channels_last'),     # stride > kernel: rows and columns between windows
+    ((1, 8, 6, 6), 2, 2, 'offset1')]           # unaligned
+
+
+def pool_results(op, x, dy, kernel, stride):
+    xt = tl.Tensor(x, requires_grad=True)
+    y = getattr(tl, op)(xt, kernel, stride)
+    y.backward(tl.Tensor(dy))
+    return {'output': y.numpy(), 'dx': xt.grad.numpy()}
+
+
+def check_pool(mode, op, dtype):
+    need_cuda()
+    for shape, kernel, stride, layout in POOL_CASES:
+        r = rng(('pool', op, np.dtype(dtype).name, shape))
+        (kh, kw), (sh, sw) = tl._pair(kernel), tl._pair(stride)
+        x = r.standard_normal(shape).astype(dtype)
+        dy = r.standard_normal(shape[:2] + ((shape[2] - kh) // sh + 1, (shape[3] - kw) // sw + 1)).astype(dtype)
+        want = pool_results(op, x, dy, kernel, stride)
+        on = on_gpu(x, layout), on_gpu(dy, layout)
+        got = gpu_paths(mode, (op + '_fwd', op + '_bwd'), lambda: pool_results(op, *on, kernel, stride))
+        compare_paths(got, want, lambda a: FUSED_TOL[a.dtype], f'{op} {shape} kernel {kernel} stride {stride} {layout}')
+
+
 CE_CASES = [   # logits' shape, layout, label smoothing, reduction
     ((37, 1000), 'contiguous', 0.2, 'sum'),   # 16-byte packs; two rounds of packs per lane, the second partial
     ((3, 2048), 'contiguous', 0.0, 'mean'),   # whole rounds
@@ -1856,6 +1885,8 @@ def check_cross_entropy(mode, dtype):
 for _mode in ('fused', 'composed'):
     for _dt in FLOATS:
         _n = np.dtype(_dt).name
+        for _op in ('max_pool2d', 'avg_pool2d'):
+            register(f'test_gpu_{_mode}_{_op}_{_n}', lambda m=_mode, o=_op, dt=_dt: check_pool(m, o, dt))
         register(f'test_gpu_{_mode}_cross_entropy_{_n}', lambda m=_mode, dt=_dt: check_cross_entropy(m, dt))
 
 

@@ -1377,7 +1377,8 @@ class _Pool(Function):
             return _col2im(dwin, (n, h, w, c), self.stride).transpose(0, 3, 1, 2)
         gk, shaped = _pool_rows(g, self.channels_last)
         dx = cp.empty((gk.shape[0], h, w, gk.shape[3]), g.dtype)
-        self._launch('_bwd', dx, (gk,) + self.kept + (dx,), gk)
+        tiles = all(s >= k for s, k in zip(self.stride, self.kernel))   # kernels.cu: a thread per gk pack
+        self._launch('_bwd', dx, (gk,) + self.kept + (dx,), gk if tiles else dx)
         return shaped(dx)
 
     def _launch(self, suffix, image, args, out):
