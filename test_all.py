@@ -428,6 +428,7 @@ op('conv2x2_stride2', lambda m, x, w, b: m.conv2d(x, w, b, 2), (1, 2, 6, 6), (4,
 op('conv3x3_stride2_pad1', lambda m, x, w, b: m.conv2d(x, w, b, 2, 1), (1, 2, 7, 7), (2, 2, 3, 3), (2,))
 op('conv_pairs', lambda m, x, w, b: m.conv2d(x, w, b, (2, 1), (0, 1)), (1, 2, 5, 6), (2, 2, 3, 2), (2,))
 op('conv_valid', lambda m, x, w, b: m.conv2d(x, w, b), (2, 1, 5, 5), (2, 1, 3, 3), (2,))
+op('conv_pad_past_kernel', lambda m, x, w: m.conv2d(x, w, None, 1, 2), (1, 2, 4, 5), (3, 2, 2, 3))   # ph >= kh
 op('max_pool2', lambda m, x: m.max_pool2d(x, 2), (2, 2, 4, 4))
 op('max_pool2_floor', lambda m, x: m.max_pool2d(x, 2), (1, 2, 5, 5))
 op('max_pool3_stride2', lambda m, x: m.max_pool2d(x, 3, 2), (1, 2, 7, 7))
