@@ -1329,12 +1329,12 @@ def _compute_dtype(x):
 
 
 def _weight_grad(cols, dy):
-    """cols^T dy: a reduction over N*Ho*Wo rows, which cuBLAS runs slowly as one product when the
-    result is small (the whitening conv: 12 x 24 over a million rows), so on the GPU it runs as a stack
-    of products over row chunks summed in float32 (on the CPU one product is twice as fast)."""
+    """cols^T dy on the GPU: a reduction over N*Ho*Wo rows, which cuBLAS runs slowly as one product when
+    the result is small (the whitening conv: 12 x 24 over a million rows), so it runs as a stack of
+    products over row chunks summed in float32."""
     rows = cols.shape[0]
     chunks = 1
-    while _xp(cols) is not np and chunks < 64 and rows % (2 * chunks) == 0 and rows // (2 * chunks) >= 4096:
+    while chunks < 64 and rows % (2 * chunks) == 0 and rows // (2 * chunks) >= 4096:
         chunks *= 2
     if chunks == 1:
         return _matmul(cols.T, dy)
