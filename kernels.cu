@@ -1627,7 +1627,7 @@ template <typename A>
 __device__ __forceinline__ void merge_lse(A& m, A& s, A om, A os) {
     const A nm = m > om ? m : om;
     const A ninf = neg_inf<A>();
-    s = (m == ninf ? A(0) : s * exp_(m - nm)) + (om == ninf ? A(0) : os * exp_(om - nm));
+    s = s * (m == ninf ? A(0) : exp_(m - nm)) + os * (om == ninf ? A(0) : exp_(om - nm));   // a NaN s stays
     m = nm;
 }
 
@@ -1669,7 +1669,7 @@ __global__ void cross_entropy_fwd(const T* __restrict__ x, const I* __restrict__
                     const int k = (p0 + u * lanes) * V + e;
                     if (k >= K) continue;
                     const A a = A(v[u].v[e]);
-                    s += fast_exp(a - m);
+                    s += a == neg_inf<A>() ? A(0) : fast_exp(a - m);   // also while m is -inf
                     sx += a;
                     if (k == y) { xy = a; found = A(1); }
                 }
@@ -1685,7 +1685,8 @@ __global__ void cross_entropy_fwd(const T* __restrict__ x, const I* __restrict__
         if (valid && lane == 0) {
             const A l = m + log_(s);
             lse[row] = l;
-            loss[row] = found > A(0) ? l - (A(1) - eps) * xy - eps / A(K) * sx : quiet_nan<A>();
+            const A smooth = eps > A(0) ? eps / A(K) * sx : A(0);   // without 0 * -inf
+            loss[row] = found > A(0) ? l - (A(1) - eps) * xy - smooth : quiet_nan<A>();
         }
     }
 }

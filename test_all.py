@@ -429,6 +429,7 @@ op('conv3x3_stride2_pad1', lambda m, x, w, b: m.conv2d(x, w, b, 2, 1), (1, 2, 7,
 op('conv_pairs', lambda m, x, w, b: m.conv2d(x, w, b, (2, 1), (0, 1)), (1, 2, 5, 6), (2, 2, 3, 2), (2,))
 op('conv_valid', lambda m, x, w, b: m.conv2d(x, w, b), (2, 1, 5, 5), (2, 1, 3, 3), (2,))
 op('conv_pad_past_kernel', lambda m, x, w: m.conv2d(x, w, None, 1, 2), (1, 2, 4, 5), (3, 2, 2, 3))   # ph >= kh
+op('conv_rect_pads', lambda m, x, w: m.conv2d(x, w, None, 1, (1, 2)), (1, 2, 5, 6), (3, 2, 2, 3))   # the CPU's flipped-kernel dx
 op('max_pool2', lambda m, x: m.max_pool2d(x, 2), (2, 2, 4, 4))
 op('max_pool2_floor', lambda m, x: m.max_pool2d(x, 2), (1, 2, 5, 5))
 op('max_pool3_stride2', lambda m, x: m.max_pool2d(x, 3, 2), (1, 2, 7, 7))
@@ -1626,13 +1627,15 @@ def on_gpu(a, layout='contiguous'):
 
 def assert_matches(got, want, tol, what):
     """got has want's dtype and shape, NaN exactly where want has NaN (an unwritten element reads as
-    NaN), and elsewhere max |got - want| <= tol * max |want| (tol 0: equal values)."""
+    NaN), want's infinities, and elsewhere max |got - want| <= tol * max |want| (tol 0: equal values)."""
     assert got.dtype == want.dtype and got.shape == want.shape, \
         f'{what}: {got.dtype} {got.shape}, expected {want.dtype} {want.shape}'
     nan = np.isnan(got) != np.isnan(want)
     assert not nan.any(), (f'{what}: NaN mismatch at {nan.sum()}/{nan.size} elements (left unwritten?), '
                            f'first at {np.argwhere(nan)[0].tolist()}')
-    known = ~np.isnan(want)
+    inf = np.isinf(got) | np.isinf(want)
+    assert (got[inf] == want[inf]).all(), f'{what}: infinities differ: {got[inf][:4]} vs {want[inf][:4]}'
+    known = np.isfinite(want)
     g, w = got[known].astype(np.float64), want[known].astype(np.float64)
     if tol == 0:
         bad = g != w
@@ -1832,7 +1835,7 @@ POOL_CASES = [   # x's shape, kernel, stride, layout on the GPU
     ((3, 5, 7, 7), 2, 1, 'channels_last'),     # overlapping windows; 5 channels: no packs
     ((2, 3, 11, 8), (2, 3), (1, 2), 'contiguous'),   # NCHW
     ((1, 8, 8, 9), 2, 3, 'channels_last'),     # stride > kernel: rows and columns between windows
-    ((1, 8, 6, 6), 2, 2, 'offset1')]           # unaligned
+    ((1, 8, 6, 6), 2, 2, 'offset1')]           # NCHW memory at an odd offset
 
 
 def pool_results(op, x, dy, kernel, stride):
@@ -1856,7 +1859,7 @@ def check_pool(mode, op, dtype):
 
 
 CE_CASES = [   # logits' shape, layout, label smoothing, reduction
-    ((37, 1000), 'contiguous', 0.2, 'sum'),   # 16-byte packs; two rounds of packs per lane, the second partial
+    ((37, 1000), 'contiguous', 0.2, 'sum'),   # 16-byte packs; in float32 two rounds per lane, the second partial
     ((3, 2048), 'contiguous', 0.0, 'mean'),   # whole rounds
     ((300, 10), 'contiguous', 0.1, 'none'),   # a few lanes per row, several rows per warp
     ((5, 7), 'offset1', 0.3, 'mean')]         # element by element
@@ -1883,9 +1886,44 @@ def check_cross_entropy(mode, dtype):
         compare_paths(got, want, lambda a: FUSED_TOL[a.dtype], f'cross_entropy {shape} {layout} {reduction}')
 
 
+def ce_nonfinite_case(dtype):
+    """Logits with -inf away from the targets (row 0: a few; row 1: the first 512, which in float32 is each
+    lane's whole first round of packs in kernels.cu) and a NaN (row 2), targets, and the loss's gradient."""
+    r = rng(('ce_nonfinite', np.dtype(dtype).name))
+    x = (2 * r.standard_normal((3, 1024))).astype(dtype)
+    x[0, [0, 3, 800]] = -np.inf
+    x[1, :512] = -np.inf
+    x[2, 40] = np.nan
+    return x, np.array([5, 700, 9]), r.uniform(0.5, 2, 3).astype(dtype)
+
+
+def check_cross_entropy_nonfinite(path, dtype):
+    """PyTorch's values: without smoothing the -inf rows' losses are finite, with it +inf; the NaN row's loss
+    and gradient are NaN; the other gradients are finite (softmax - q)."""
+    x, target, dy = ce_nonfinite_case(dtype)
+    for smoothing in (0.0, 0.2):
+        want = ce_results(x, target, smoothing, 'none', dy)
+        if path == 'cpu':
+            need_torch()
+            xt = torch.tensor(x.astype(np.float64), requires_grad=True)
+            loss = F.cross_entropy(xt, torch.tensor(target), label_smoothing=smoothing, reduction='none')
+            loss.backward(torch.tensor(dy.astype(np.float64)))
+            ref = {'loss': loss.detach().numpy().astype(dtype), 'dlogits': xt.grad.numpy().astype(dtype)}
+            for k, v in ref.items():
+                assert_matches(want[k], v, FUSED_TOL[np.dtype(dtype)], f'cross_entropy smoothing {smoothing}: {k} vs PyTorch')
+            continue
+        need_cuda()
+        on = cp.asarray(x), cp.asarray(target), cp.asarray(dy)
+        got = gpu_paths(path, ('cross_entropy_fwd', 'cross_entropy_bwd'), lambda: ce_results(*on[:2], smoothing, 'none', on[2]))
+        compare_paths(got, want, lambda a: FUSED_TOL[a.dtype], f'cross_entropy of non-finite logits, smoothing {smoothing}')
+
+
+for _dt in FLOATS:
+    register(f'test_cross_entropy_nonfinite_cpu_{np.dtype(_dt).name}', lambda dt=_dt: check_cross_entropy_nonfinite('cpu', dt))
 for _mode in ('fused', 'composed'):
     for _dt in FLOATS:
         _n = np.dtype(_dt).name
+        register(f'test_gpu_{_mode}_cross_entropy_nonfinite_{_n}', lambda m=_mode, dt=_dt: check_cross_entropy_nonfinite(m, dt))
         for _op in ('max_pool2d', 'avg_pool2d'):
             register(f'test_gpu_{_mode}_{_op}_{_n}', lambda m=_mode, o=_op, dt=_dt: check_pool(m, o, dt))
         register(f'test_gpu_{_mode}_cross_entropy_{_n}', lambda m=_mode, dt=_dt: check_cross_entropy(m, dt))

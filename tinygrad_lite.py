@@ -1303,7 +1303,7 @@ def _cpu_col_blocks(padded, kh, kw, stride):
     (2 cores; 1 MB blocks 34 ms, 16 MB 29)."""
     windows = _windows(padded, kh, kw, stride)   # (N, Ho, Wo, kh, kw, C)
     n, ho, wo = windows.shape[:3]
-    per_image = windows[0].size
+    per_image = math.prod(windows.shape[1:])
     step = max(1, (8 << 20) // (per_image * padded.itemsize))
     buffer = np.empty(min(step, n) * per_image, padded.dtype)
     for n0 in range(0, n, step):
@@ -1382,8 +1382,12 @@ class Convolution(Function):
         elif self.needs_grad[0]:
             dx = _col2im_image(_matmul(dy, self.flat_weight), self.shape, kh, kw, self.stride, self.padding).astype(self.dtype, copy=False)
         if self.needs_grad[1]:
-            flat = sum(cols.T @ dy[rows] for rows, cols in _cpu_col_blocks(self.padded, kh, kw, self.stride)) if cpu \
-                else _weight_grad(self.cols, dy)
+            if cpu:
+                flat = np.zeros((kh * kw * c, cout), dy.dtype)
+                for rows, cols in _cpu_col_blocks(self.padded, kh, kw, self.stride):
+                    flat += cols.T @ dy[rows]
+            else:
+                flat = _weight_grad(self.cols, dy)
             dw = flat.reshape(kh, kw, c, cout).transpose(3, 2, 0, 1).astype(self.dtype)
         if len(self.needs_grad) > 2 and self.needs_grad[2]:
             # a column sum over N*Ho*Wo rows as a product with ones: CuPy's reduction would run it on
@@ -1513,7 +1517,9 @@ class CrossEntropy(Function):
             logp = _log_softmax(logits, 1)
             self.probs = xp.exp(logp)
             picked = xp.take_along_axis(logp, target[:, None], axis=1)[:, 0]
-            rows = -(1 - smoothing) * picked - smoothing * logp.mean(axis=1)
+            rows = -(1 - smoothing) * picked
+            if smoothing:   # not 0 * -inf where a logit is -inf
+                rows = rows - smoothing * logp.mean(axis=1)
         if reduction == 'none':
             return rows.astype(self.dtype)
         return xp.asarray(rows.sum() / (n if reduction == 'mean' else 1)).astype(self.dtype)
