@@ -859,7 +859,7 @@ def _activation_grad(z, g, act):
 
 def _bn_forward(x, weight, bias, running_mean, running_var, training, momentum, eps, act):
     xp, (n, c), a = _xp(x), x.shape[:2], _stat_dtype(x.dtype)
-    x3 = x.reshape(n, c, -1).astype(a)
+    x3 = x.reshape(n, c, -1).astype(a, copy=False)   # read only
     if training:
         mean, var = x3.mean(axis=(0, 2)), x3.var(axis=(0, 2))
         if running_mean is not None:
@@ -869,24 +869,30 @@ def _bn_forward(x, weight, bias, running_mean, running_var, training, momentum, 
     else:
         mean, var = running_mean.astype(a), running_var.astype(a)
     invstd = 1 / xp.sqrt(var + eps)
-    z = (x3 - mean[:, None]) * (invstd * weight.astype(a))[:, None] + bias.astype(a)[:, None]
-    return _activation(z, act).astype(x.dtype).reshape(x.shape), mean, invstd
+    scale = invstd * weight.astype(a)
+    z = x3 * scale[:, None]   # in place from here: each whole-tensor temporary costs a pass over memory
+    z += (bias.astype(a) - mean * scale)[:, None]
+    return _activation(z, act).astype(x.dtype, copy=False).reshape(x.shape), mean, invstd
 
 
 def _bn_backward(x, mean, invstd, weight, bias, g, training, act):
-    (n, c), a = x.shape[:2], mean.dtype
-    xhat = (x.reshape(n, c, -1).astype(a) - mean[:, None]) * invstd[:, None]
-    g = g.reshape(n, c, -1).astype(a)
+    xp, (n, c), a = _xp(x), x.shape[:2], mean.dtype
+    xhat = x.reshape(n, c, -1).astype(a)   # a fresh array, updated in place (see _bn_forward)
+    xhat -= mean[:, None]
+    xhat *= invstd[:, None]
+    g = g.reshape(n, c, -1).astype(a, copy=False)
     w = weight.astype(a)
     if act is not None:   # the activation's derivative, at the pre-activation recomputed from x
         g = _activation_grad(xhat * w[:, None] + bias.astype(a)[:, None], g, act)
-    sum_g, sum_g_xhat = g.sum(axis=(0, 2)), (g * xhat).sum(axis=(0, 2))
-    scale = (w * invstd)[:, None]
-    if training:
-        dx = scale * (g - (sum_g[:, None] + xhat * sum_g_xhat[:, None]) / (xhat.size // c))
-    else:
-        dx = scale * g
-    return dx.astype(x.dtype).reshape(x.shape), sum_g_xhat, sum_g
+    sum_g, sum_g_xhat = g.sum(axis=(0, 2)), xp.einsum('ncs,ncs->c', g, xhat)
+    scale = w * invstd
+    dx = g * scale[:, None]
+    if training:   # dx = scale (g - (sum_g + xhat sum_g_xhat) / M)
+        m = xhat.size // c
+        xhat *= (scale * sum_g_xhat / m)[:, None]
+        xhat += (scale * sum_g / m)[:, None]
+        dx -= xhat
+    return dx.astype(x.dtype, copy=False).reshape(x.shape), sum_g_xhat, sum_g
 
 
 # The fused path: kernels.cu's BatchNorm section explains the (group, chunk) grid of these kernels.
