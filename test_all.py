@@ -1858,6 +1858,52 @@ def check_pool(mode, op, dtype):
         compare_paths(got, want, lambda a: FUSED_TOL[a.dtype], f'{op} {shape} kernel {kernel} stride {stride} {layout}')
 
 
+CONV_CASES = [   # x's shape, weight's shape, stride, padding, bias, x's layout on the GPU
+    ((3, 3, 9, 9), (24, 3, 2, 2), 1, 0, True, 'contiguous'),    # train_cifar's whitening conv: NCHW images, odd size
+    ((2, 24, 7, 7), (16, 24, 3, 3), 1, 1, False, 'channels_last'),   # its 3x3 convs: 16-byte packs in float16
+    ((1, 16, 5, 5), (8, 16, 3, 3), 1, 1, False, 'channels_last'),    # batch 1
+    ((2, 5, 7, 6), (3, 5, 3, 3), 2, 1, True, 'channels_last'),       # stride 2; 5 channels: no packs
+    ((2, 8, 6, 6), (8, 8, 1, 1), 1, 0, False, 'channels_last')]      # 1x1
+CONV_TOL = {np.dtype(np.float16): 1e-2, np.dtype(np.float32): 1e-4, np.dtype(np.float64): 1e-9}   # of max |ref|
+
+
+def conv_results(x, w, b, stride, padding, dy):
+    xt, wt = tl.Tensor(x, requires_grad=True), tl.Tensor(w, requires_grad=True)
+    bt = None if b is None else tl.Tensor(b, requires_grad=True)
+    y = tl.conv2d(xt, wt, bt, stride, padding)
+    y.backward(tl.Tensor(dy))
+    out = {'output': y.numpy(), 'dx': xt.grad.numpy(), 'dweight': wt.grad.numpy()}
+    return out if b is None else dict(out, dbias=bt.grad.numpy())
+
+
+def check_conv(path, dtype):
+    """tl.conv2d forward and every gradient: the CPU path against float64 PyTorch, the GPU paths (im2col,
+    col2im and cuBLAS, or composed CuPy) against the CPU path."""
+    if path != 'cpu':
+        need_cuda()
+    for xs, ws, stride, padding, bias, layout in CONV_CASES:
+        r = rng(('conv', np.dtype(dtype).name, xs, ws))
+        x, w = r.standard_normal(xs).astype(dtype), (r.standard_normal(ws) / np.sqrt(np.prod(ws[1:]))).astype(dtype)
+        b = r.standard_normal(ws[0]).astype(dtype) if bias else None
+        ho, wo = ((size + 2 * padding - k) // stride + 1 for size, k in zip(xs[2:], ws[2:]))
+        dy = r.standard_normal((xs[0], ws[0], ho, wo)).astype(dtype)
+        want = conv_results(x, w, b, stride, padding, dy)
+        what = f'conv2d x {xs} weight {ws} stride {stride} padding {padding} {layout}'
+        if path == 'cpu':
+            need_torch()
+            xt, wt = (torch.tensor(a.astype(np.float64), requires_grad=True) for a in (x, w))
+            bt = None if b is None else torch.tensor(b.astype(np.float64), requires_grad=True)
+            y = F.conv2d(xt, wt, bt, stride, padding)
+            y.backward(torch.tensor(dy.astype(np.float64)))
+            ref = {'output': y, 'dx': xt.grad, 'dweight': wt.grad, 'dbias': None if b is None else bt.grad}
+            for k, v in want.items():
+                assert_matches(v, ref[k].detach().numpy().astype(dtype), CONV_TOL[np.dtype(dtype)], f'{what}: {k} vs PyTorch')
+            continue
+        on = on_gpu(x, layout), cp.asarray(w), None if b is None else cp.asarray(b), on_gpu(dy, 'channels_last')
+        got = gpu_paths(path, ('im2col_nhwc', 'col2im_nhwc'), lambda: conv_results(*on[:3], stride, padding, on[3]))
+        compare_paths(got, want, lambda a: CONV_TOL[a.dtype], what)
+
+
 CE_CASES = [   # logits' shape, layout, label smoothing, reduction
     ((37, 1000), 'contiguous', 0.2, 'sum'),   # 16-byte packs; in float32 two rounds per lane, the second partial
     ((3, 2048), 'contiguous', 0.0, 'mean'),   # whole rounds
@@ -1920,9 +1966,11 @@ def check_cross_entropy_nonfinite(path, dtype):
 
 for _dt in FLOATS:
     register(f'test_cross_entropy_nonfinite_cpu_{np.dtype(_dt).name}', lambda dt=_dt: check_cross_entropy_nonfinite('cpu', dt))
+    register(f'test_conv_cases_cpu_{np.dtype(_dt).name}', lambda dt=_dt: check_conv('cpu', dt))
 for _mode in ('fused', 'composed'):
     for _dt in FLOATS:
         _n = np.dtype(_dt).name
+        register(f'test_gpu_{_mode}_conv_cases_{_n}', lambda m=_mode, dt=_dt: check_conv(m, dt))
         register(f'test_gpu_{_mode}_cross_entropy_nonfinite_{_n}', lambda m=_mode, dt=_dt: check_cross_entropy_nonfinite(m, dt))
         for _op in ('max_pool2d', 'avg_pool2d'):
             register(f'test_gpu_{_mode}_{_op}_{_n}', lambda m=_mode, o=_op, dt=_dt: check_pool(m, o, dt))
