@@ -389,8 +389,8 @@ def bench_conv():
                f'cudnn.benchmark on, cudnn.allow_tf32 = {torch.backends.cudnn.allow_tf32} (float32 convs may use '
                f"TF32), ours TF32 only with CUPY_TF32=1 (here {os.environ.get('CUPY_TF32', 'unset')}); "
                'TFLOP/s counts 2 N Ho Wo C_out C_in kh kw per pass, 3 passes for fwd+bwd')
-    table.note("the public tl.cross_entropy (the fwd rows) checks the targets' range on the host, a device sync "
-               'per call, which the fwd+bwd rows (the Function) skip')
+    table.note('the fwd rows call the public ops (argument checks and conversions in Python each call); the fwd+bwd '
+               'rows run the Functions')
     for dtype in (np.float16, np.float32):
         for spec in CIFAR_CONVS:
             table.guard(f'conv {spec[0]}->{spec[1]} at {spec[2]}x{spec[2]} {np.dtype(dtype).name}', _conv_rows,

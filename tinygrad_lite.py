@@ -2101,7 +2101,7 @@ def cross_entropy(logits, target, label_smoothing=0.0, reduction='mean'):
     checked = logits.device == 'cpu' or _fused(logits.data, 'cross_entropy_fwd', logits.dtype, np.int64, 1) is None
     if checked and target.numel() and (int(target.data.min()) < 0 or int(target.data.max()) >= logits.shape[1]):
         raise ValueError(f"cross_entropy: targets must lie in [0, {logits.shape[1]})")
-    return CrossEntropy.apply(logits, target=target.data.astype(np.int64), smoothing=float(label_smoothing),
+    return CrossEntropy.apply(logits, target=target.data.astype(np.int64, copy=False), smoothing=float(label_smoothing),
                               reduction=reduction)
 
 
