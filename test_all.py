@@ -1964,6 +1964,23 @@ def check_cross_entropy_nonfinite(path, dtype):
         compare_paths(got, want, lambda a: FUSED_TOL[a.dtype], f'cross_entropy of non-finite logits, smoothing {smoothing}')
 
 
+def test_conv_cpu_blocks_of_one_image():
+    """The CPU conv unfolds a few images at a time into one reused buffer: with a buffer of one image, every
+    block reuses it, and the results (stride 2: col2im for dx; stride 1: the flipped-weight conv) equal one block's."""
+    r = rng('conv_blocks')
+    x, w = r.standard_normal((3, 8, 6, 7)), r.standard_normal((5, 8, 3, 3))
+    for stride, dy_shape in ((2, (3, 5, 3, 4)), (1, (3, 5, 6, 7))):
+        dy = r.standard_normal(dy_shape)
+        one_block = conv_results(x, w, None, stride, 1, dy)
+        saved, tl._CPU_BLOCK_BYTES = tl._CPU_BLOCK_BYTES, 1
+        try:
+            blocks = conv_results(x, w, None, stride, 1, dy)
+        finally:
+            tl._CPU_BLOCK_BYTES = saved
+        for k, v in one_block.items():
+            assert_matches(blocks[k], v, 1e-12, f'stride {stride} {k}: blocks of one image vs one block')
+
+
 for _dt in FLOATS:
     register(f'test_cross_entropy_nonfinite_cpu_{np.dtype(_dt).name}', lambda dt=_dt: check_cross_entropy_nonfinite('cpu', dt))
     register(f'test_conv_cases_cpu_{np.dtype(_dt).name}', lambda dt=_dt: check_conv('cpu', dt))

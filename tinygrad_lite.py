@@ -1301,6 +1301,9 @@ def _col2im_image(dcols, shape, kh, kw, stride, padding):
     return dx.transpose(0, 3, 1, 2)
 
 
+_CPU_BLOCK_BYTES = 8 << 20   # _cpu_col_blocks' buffer
+
+
 def _cpu_col_blocks(padded, kh, kw, stride):
     """im2col of a zero-padded (N, H, W, C) NumPy array a few images at a time, into one reused buffer
     of about 8 MB that stays in cache: yields (rows, cols), the slice of output rows (n, ho, wo) of those
@@ -1310,7 +1313,7 @@ def _cpu_col_blocks(padded, kh, kw, stride):
     windows = _windows(padded, kh, kw, stride)   # (N, Ho, Wo, kh, kw, C)
     n, ho, wo = windows.shape[:3]
     per_image = math.prod(windows.shape[1:])
-    step = max(1, (8 << 20) // (per_image * padded.itemsize))
+    step = max(1, _CPU_BLOCK_BYTES // (per_image * padded.itemsize))
     buffer = np.empty(min(step, n) * per_image, padded.dtype)
     for n0 in range(0, n, step):
         block = windows[n0:n0 + step]
