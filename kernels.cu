@@ -1631,6 +1631,20 @@ __device__ __forceinline__ void merge_lse(A& m, A& s, A om, A os) {
     m = nm;
 }
 
+// A lane's packs of a row (lane, lane + lanes, ... < count) in rounds of U: use(p0, v) gets the round's
+// first pack index and its U packs, all loaded before the first is used (those past count are not loaded).
+template <int U, typename P, typename F>
+__device__ __forceinline__ void lane_rounds(const P* row, int lane, int lanes, int count, F use)
+{
+    for (int p0 = lane; p0 < count; p0 += U * lanes) {
+        P v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (p0 + u * lanes < count) v[u] = row[p0 + u * lanes];
+        use(p0, v);
+    }
+}
+
 template <typename T, typename I, int V>
 __global__ void cross_entropy_fwd(const T* __restrict__ x, const I* __restrict__ target,
                                   acc_t<T>* __restrict__ loss,
@@ -1649,11 +1663,7 @@ __global__ void cross_entropy_fwd(const T* __restrict__ x, const I* __restrict__
         const long long y = valid ? (long long)target[row] : -1;
         const P* xr = reinterpret_cast<const P*>(x + row * K);
         A m = neg_inf<A>(), s = A(0), sx = A(0), xy = A(0), found = A(0);
-        for (int p0 = lane; valid && p0 < KV; p0 += U * lanes) {
-            P v[U];
-#pragma unroll
-            for (int u = 0; u < U; ++u)
-                if (p0 + u * lanes < KV) v[u] = xr[p0 + u * lanes];
+        lane_rounds<U>(xr, lane, lanes, valid ? KV : 0, [&](int p0, const P (&v)[U]) {
             A top = m;   // the round's running max: one rescale of s per round (a NaN shows in s below)
 #pragma unroll
             for (int u = 0; u < U; ++u)
@@ -1673,7 +1683,7 @@ __global__ void cross_entropy_fwd(const T* __restrict__ x, const I* __restrict__
                     sx += a;
                     if (k == y) { xy = a; found = A(1); }
                 }
-        }
+        });
         for (int off = lanes / 2; off > 0; off >>= 1) {
             const A om = __shfl_xor_sync(0xffffffffu, m, off, lanes);
             const A os = __shfl_xor_sync(0xffffffffu, s, off, lanes);
@@ -1709,11 +1719,7 @@ __global__ void cross_entropy_bwd(const T* __restrict__ x, const I* __restrict__
         const A l = lse[row], gs = g[row * gstride] * scale;
         const P* xr = reinterpret_cast<const P*>(x + row * K);
         P* dr = reinterpret_cast<P*>(dx + row * K);
-        for (int p0 = lane; p0 < KV; p0 += U * lanes) {
-            P v[U];
-#pragma unroll
-            for (int u = 0; u < U; ++u)
-                if (p0 + u * lanes < KV) v[u] = xr[p0 + u * lanes];
+        lane_rounds<U>(xr, lane, lanes, KV, [&](int p0, P (&v)[U]) {
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 const int pv = p0 + u * lanes;
@@ -1723,7 +1729,7 @@ __global__ void cross_entropy_bwd(const T* __restrict__ x, const I* __restrict__
                     v[u].v[e] = T((fast_exp(A(v[u].v[e]) - l) - (pv * V + e == y ? on : off)) * gs);
                 dr[pv] = v[u];
             }
-        }
+        });
     }
 }
 
