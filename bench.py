@@ -387,7 +387,7 @@ def bench_conv():
     table.note(f'convs: ours get the layout the previous layer gives them (the images NCHW, later inputs and '
                f'all output gradients channels-last); PyTorch channels_last throughout (weights too), '
                f'cudnn.benchmark on, cudnn.allow_tf32 = {torch.backends.cudnn.allow_tf32} (float32 convs may use '
-               f"TF32), ours TF32 only with CUPY_TF32=1 (here {os.environ.get('CUPY_TF32', 'unset')}); "
+               f'TF32), ours tl.allow_tf32 = {tl.allow_tf32} (its default, the same meaning); '
                'TFLOP/s counts 2 N Ho Wo C_out C_in kh kw per pass, 3 passes for fwd+bwd')
     table.note('the fwd rows call the public ops (argument checks and conversions in Python each call); the fwd+bwd '
                'rows run the Functions')
@@ -520,8 +520,8 @@ GRU_BUDGET_S = 1.0   # per timing: slow paths get fewer calls
 
 def bench_gru():
     table = Table('GPU: tl.GRU against torch.nn.GRU (cuDNN), one layer, (T, B, input, hidden)')
-    table.note(f'torch.backends.cudnn.allow_tf32 = {torch.backends.cudnn.allow_tf32} as PyTorch sets it by '
-               'default: with True, cuDNN may run the float32 GRU in TF32')
+    table.note(f'torch.backends.cudnn.allow_tf32 = {torch.backends.cudnn.allow_tf32} and tl.allow_tf32 = '
+               f'{tl.allow_tf32}, as each library sets it by default: with True, float32 GRUs may run in TF32')
     table.note('fwd: inference (tl.no_grad / torch.no_grad); fwd+bwd: output.backward(g) with the input and every '
                'parameter requiring gradients (ours also copies each leaf\'s gradient into .grad); each timing '
                f'takes as many calls as fit in about {GRU_BUDGET_S:g} s (3 to {GPU_REPS})')

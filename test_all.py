@@ -38,6 +38,10 @@ try:
 except ImportError:
     torch = F = None
 
+# float32 GPU results are compared at float32 tolerance, so the convolutions and GRUs run exact float32
+# here; the *_tf32 tests check tinygrad_lite's default (TF32 allowed) at TF32's tolerance
+tl.allow_tf32 = False
+
 
 # ===== harness =====
 
@@ -1876,9 +1880,22 @@ def conv_results(x, w, b, stride, padding, dy):
     return out if b is None else dict(out, dbias=bt.grad.numpy())
 
 
-def check_conv(path, dtype):
+@contextlib.contextmanager
+def tf32(allowed):
+    saved, tl.allow_tf32 = tl.allow_tf32, allowed
+    try:
+        yield
+    finally:
+        tl.allow_tf32 = saved
+
+
+TF32_TOL = 5e-3   # of max |ref|: TF32 keeps 10 of float32's 23 mantissa bits
+
+
+def check_conv(path, dtype, allow_tf32=False):
     """tl.conv2d forward and every gradient: the CPU path against float64 PyTorch, the GPU paths (im2col,
-    col2im and cuBLAS, or composed CuPy) against the CPU path."""
+    col2im and cuBLAS, or composed CuPy) against the CPU path; allow_tf32: float32 products on TF32 (the
+    composed path, CuPy's matmul, stays exact float32), compared at TF32's tolerance."""
     if path != 'cpu':
         need_cuda()
     for xs, ws, stride, padding, bias, layout in CONV_CASES:
@@ -1900,8 +1917,9 @@ def check_conv(path, dtype):
                 assert_matches(v, ref[k].detach().numpy().astype(dtype), CONV_TOL[np.dtype(dtype)], f'{what}: {k} vs PyTorch')
             continue
         on = on_gpu(x, layout), cp.asarray(w), None if b is None else cp.asarray(b), on_gpu(dy, 'channels_last')
-        got = gpu_paths(path, ('im2col_nhwc', 'col2im_nhwc'), lambda: conv_results(*on[:3], stride, padding, on[3]))
-        compare_paths(got, want, lambda a: CONV_TOL[a.dtype], what)
+        with tf32(allow_tf32):
+            got = gpu_paths(path, ('im2col_nhwc', 'col2im_nhwc'), lambda: conv_results(*on[:3], stride, padding, on[3]))
+        compare_paths(got, want, lambda a: TF32_TOL if allow_tf32 else CONV_TOL[a.dtype], what)
 
 
 CE_CASES = [   # logits' shape, layout, label smoothing, reduction
@@ -1992,6 +2010,99 @@ for _mode in ('fused', 'composed'):
         for _op in ('max_pool2d', 'avg_pool2d'):
             register(f'test_gpu_{_mode}_{_op}_{_n}', lambda m=_mode, o=_op, dt=_dt: check_pool(m, o, dt))
         register(f'test_gpu_{_mode}_cross_entropy_{_n}', lambda m=_mode, dt=_dt: check_cross_entropy(m, dt))
+register('test_gpu_fused_conv_cases_float32_tf32', lambda: check_conv('fused', np.float32, allow_tf32=True))
+
+
+def test_gpu_allow_tf32_switches_conv_products():
+    """allow_tf32 True: a float32 conv's products round to TF32 (so they differ from exact float32, by
+    about TF32's resolution); False: exact float32, as the CPU."""
+    need_cuda()
+    r = rng('tf32 switch')
+    x, w = r.standard_normal((4, 128, 6, 6)).astype(np.float32), r.standard_normal((32, 128, 3, 3)).astype(np.float32)
+    want = tl.conv2d(tl.Tensor(x), tl.Tensor(w), padding=1).numpy()
+    got = {}
+    for allowed in (True, False):
+        with tf32(allowed):
+            got[allowed] = tl.conv2d(tl.Tensor(x, device='cuda'), tl.Tensor(w, device='cuda'), padding=1).numpy()
+    err = {k: np.abs(v - want).max() / np.abs(want).max() for k, v in got.items()}
+    assert err[False] < 1e-5 and 1e-5 < err[True] < TF32_TOL, f'relative errors against the CPU: {err}'
+
+
+# GRU on the GPU: each path forced (persistent kernels, cuBLAS per step + fused gates, composed CuPy loop),
+# float32 exact and TF32, float16, against the CPU path in float64 (outputs, h_n, every gradient)
+GRU_CASES = [   # name, module, input shapes (x[, h]), dtypes
+    ('t1_b1_h50', lambda: tl.GRU(7, 50), [(1, 1, 7), (1, 1, 50)], (np.float32,)),
+    ('2layers_batch_first_h50', lambda: tl.GRU(7, 50, 2, batch_first=True), [(3, 5, 7), (2, 3, 50)], (np.float32,)),
+    ('nobias_no_h0_b16_h128', lambda: tl.GRU(32, 128, bias=False), [(6, 16, 32)], (np.float32,)),
+    ('b200_h64', lambda: tl.GRU(16, 64), [(8, 200, 16), (1, 200, 64)], (np.float32,)),
+    ('b64_h1024', lambda: tl.GRU(64, 1024), [(3, 64, 64), (1, 64, 1024)], (np.float32,)),
+    ('cell_b5_h50', lambda: tl.GRUCell(7, 50), [(5, 7), (5, 50)], (np.float32, np.float16)),
+    ('b40_h72', lambda: tl.GRU(16, 72), [(4, 40, 16), (1, 40, 72)], (np.float16,)),
+    ('2layers_batch_first_h512', lambda: tl.GRU(128, 512, 2, batch_first=True), [(64, 10, 128), (2, 64, 512)],
+     (np.float16, np.float32)),
+    ('cell_no_h_b3_h64', lambda: tl.GRUCell(16, 64), [(3, 16)], (np.float16,))]
+GRU_RAN = {'persistent': {'_gru_forward_fused', 'gru_fwd_persistent', 'gru_bwd_persistent'},
+           'fallback': {'_gru_forward_fused'}, 'composed': {'_gru_forward_loop'}}   # what each path calls
+
+
+def gru_results(make, state, arrays, dtype, device):
+    """Outputs, input gradients and parameter gradients (float64, on the host) of make() with weights `state`."""
+    m = make().to(dtype)
+    m.load_state_dict(state)
+    m = m.to(device)
+    ins = [tl.Tensor(a.astype(dtype), device=device, requires_grad=True) for a in arrays]
+    outs = m(*ins)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    weights = [tl.Tensor(upstream(k, o.shape, dtype), device=device) for k, o in enumerate(outs)]
+    sum((o * w).sum() for o, w in zip(outs, weights)).backward()
+    return [t.numpy().astype(np.float64) for t in outs + tuple(t.grad for t in ins) + tuple(p.grad for p in m.parameters())]
+
+
+@contextlib.contextmanager
+def gru_calls():
+    """The set of GRU host functions and persistent kernels that ran inside."""
+    calls, saved = set(), {name: getattr(tl, name) for name in ('_gru_launch', '_gru_forward_loop', '_gru_forward_fused')}
+
+    def spy(name, inner):
+        def wrapped(*args, **kwargs):
+            calls.add(args[0] if name == '_gru_launch' else name)
+            return inner(*args, **kwargs)
+        return wrapped
+    for name, inner in saved.items():
+        setattr(tl, name, spy(name, inner))
+    try:
+        yield calls
+    finally:
+        for name, inner in saved.items():
+            setattr(tl, name, inner)
+
+
+def check_gru_gpu(case, dtype, path, allow_tf32):
+    need_cuda()
+    name, make, shapes = case[:3]
+    r = rng(('gru', name))
+    arrays = [r.uniform(-1, 1, s) for s in shapes]
+    tl.manual_seed(0)
+    state = {k: 1.5 * v.astype(np.float64) for k, v in make().state_dict().items()}   # 1.5 x PyTorch's init
+    want = gru_results(make, state, arrays, np.float64, 'cpu')
+    saved, tl._gru_path = tl._gru_path, path
+    try:
+        with gru_calls() as calls, tf32(allow_tf32), poisoned():
+            got = gru_results(make, state, arrays, dtype, 'cuda')
+    finally:
+        tl._gru_path = saved
+    assert calls == GRU_RAN[path], f'{path} forced, but {sorted(calls)} ran'
+    tol = 2e-2 if dtype == np.float16 else TF32_TOL if allow_tf32 and path != 'composed' else 1e-5
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert_matches(g, w, tol, f'GRU {name} {np.dtype(dtype).name} {path}: result {k}')
+
+
+for _case in GRU_CASES:
+    for _dt in _case[3]:
+        for _path in ('persistent', 'fallback', 'composed'):
+            for _tf32 in (False, True) if _dt == np.float32 and _path != 'composed' else (False,):
+                register(f'test_gpu_gru_{_case[0]}_{np.dtype(_dt).name}_{_path}{"_tf32" if _tf32 else ""}',
+                         lambda c=_case, dt=_dt, p=_path, a=_tf32: check_gru_gpu(c, dt, p, a))
 
 
 def test_gpu_fused_kernels_relu_batchnorm_listed():

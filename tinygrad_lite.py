@@ -87,18 +87,23 @@ def _sum(a, axis=None, keepdims=False, scale=1):
     return total if scale == 1 else total * a.dtype.type(scale) if a.dtype.kind == 'f' else total * scale
 
 
-def _matmul(a, b, out_dtype=None):
+def _matmul(a, b, out_dtype=None, tf32=False):
     """np.matmul; float16 on the CPU multiplies in float32 (NumPy has no float16 GEMM). On the GPU,
-    matrices and equal-sized stacks of them go to cuBLAS through _gemm, which a CUDA graph can capture."""
+    matrices and equal-sized stacks of them go to cuBLAS through _gemm, which a CUDA graph can capture;
+    tf32: float32 may run on the TF32 tensor cores (the convolutions and GRUs do where allow_tf32 says)."""
     if _xp(a) is np:
         if a.dtype == np.float16:
             return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(out_dtype or np.float16)
         return np.matmul(a, b).astype(out_dtype or a.dtype, copy=False)
     if a.ndim == b.ndim and a.ndim in (2, 3) and a.shape[:-2] == b.shape[:-2] and a.dtype == b.dtype in _CUDA_TYPES:
-        return _gemm(a, b, out_dtype or a.dtype)
+        return _gemm(a, b, out_dtype or a.dtype, tf32)
     return cp.matmul(a, b).astype(out_dtype or a.dtype, copy=False)
 
 
+# float32 convolutions and GRUs on the GPU may run their products on the TF32 tensor cores (10-bit
+# mantissa), as PyTorch's torch.backends.cudnn.allow_tf32 (True by default) lets cuDNN; matmul stays exact
+# float32 (as PyTorch's torch.backends.cuda.matmul.allow_tf32, False by default). Set False for exact float32.
+allow_tf32 = True
 _CUDA_TYPES = {np.dtype(np.float16): 2, np.dtype(np.float32): 0, np.dtype(np.float64): 1}   # cudaDataType
 _cublas = {}   # GPU index -> (libcublas, handle, workspace)
 
@@ -120,13 +125,14 @@ def _cublas_handle():
     return _cublas[index]
 
 
-def _gemm(a, b, out_dtype):
-    """a @ b for CuPy matrices (m, k) @ (k, n), or stacks (s, m, k) @ (s, k, n), in one cuBLAS call.
-    cuBLAS is column-major, so it computes c^T = b^T a^T: a C-contiguous row-major matrix is its own
-    transpose there, an F-contiguous one needs the transpose flag."""
+def _gemm(a, b, out_dtype, tf32=False, out=None):
+    """a @ b for CuPy matrices (m, k) @ (k, n), or stacks (s, m, k) @ (s, k, n), in one cuBLAS call, into
+    `out` (C-contiguous) if given; tf32: float32 on the TF32 tensor cores. cuBLAS is column-major, so it
+    computes c^T = b^T a^T: a C-contiguous row-major matrix is its own transpose there, an F-contiguous
+    one needs the transpose flag."""
     lib, handle, _ = _cublas_handle()
     (m, k), n, batch = a.shape[-2:], b.shape[-1], a.shape[0] if a.ndim == 3 else 1
-    c = cp.empty(a.shape[:-2] + (m, n), out_dtype)
+    c = cp.empty(a.shape[:-2] + (m, n), out_dtype) if out is None else out
     if 0 in (m, n, k, batch):
         c.fill(0)
         return c
@@ -142,7 +148,8 @@ def _gemm(a, b, out_dtype):
     (flag_a, ld_a, stride_a, a), (flag_b, ld_b, stride_b, b) = operand(a), operand(b)
     scalar = ctypes.c_double if a.dtype == np.float64 else ctypes.c_float
     one, zero = scalar(1), scalar(0)
-    compute = 70 if a.dtype == np.float64 else 68   # CUBLAS_COMPUTE_64F, CUBLAS_COMPUTE_32F
+    # CUBLAS_COMPUTE_64F, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32F
+    compute = 70 if a.dtype == np.float64 else 77 if tf32 and a.dtype == np.float32 else 68
     t_ab, t_c, ptr = _CUDA_TYPES[a.dtype], _CUDA_TYPES[np.dtype(out_dtype)], lambda x: ctypes.c_void_p(x.data.ptr)
     lib.cublasSetStream_v2(handle, ctypes.c_void_p(cp.cuda.get_current_stream().ptr))
     if batch == 1 and a.ndim == 2:
@@ -222,7 +229,7 @@ _KERNEL_INSTANCES = {
     'bn_fwd_stats': [(t,) for t in _FLOAT_C],
     **{name: [(t, str(act)) for t in _FLOAT_C for act in _ACTIVATIONS.values()]
        for name in ('bn_fwd_apply', 'bn_bwd_reduce', 'bn_bwd_dx')},
-    # GRU: (T, TC), TC = 1 for the tensor cores (float16, and float32 as TF32 where _gru_tf32 says so)
+    # GRU: (T, TC), TC = 1 for the tensor cores (float16, and float32 as TF32 where allow_tf32 says so)
     **{name: [('float', '0'), ('float', '1'), ('__half', '1')] for name in ('gru_fwd_persistent', 'gru_bwd_persistent')},
     **{name: [('float',), ('__half',)] for name in ('gru_gates_fwd', 'gru_gates_bwd')},
     'batch_transpose': [(t,) for t in _FLOAT_C],
@@ -1006,7 +1013,6 @@ def _bn_backward_fused(x, mean, invstd, weight, bias, g, training, act):
 # the gates as contiguous (B, H) planes (NumPy runs 2-5x slower on strided rows), the kernels as rows
 # (T, B, 3H) and (T, B, 4H); both give dG_ih and dG_hh as (T, B, 3H) to the common all-steps products.
 _gru_path = None   # None: choose; 'persistent', 'fallback' or 'composed' forces that path on the GPU (tests)
-_gru_tf32 = os.environ.get('CUPY_TF32', '0') != '0'   # float32 recurrence on TF32 tensor cores, as CuPy's matmuls
 _GRU_MACS = {(4, 0): 96, (4, 1): 512, (2, 1): 1024}   # multiply-adds per clock and SM: FMA, TF32 mma, f16 mma
 _gru_devices = {}   # GPU index -> (multiprocessors, shared memory per block, the persistent kernels' barrier flags)
 _gru_layouts = {}   # (multiprocessors, shared memory, B, H, itemsize, TC) -> forward and backward layouts
@@ -1023,14 +1029,16 @@ class GRULayer(Function):
     which of (x, w_ih, w_hh, b_ih, b_hh, h0) are there. float16 runs in float32 on the xp loop."""
     def forward(self, *arrays, given):
         x, w_ih, w_hh, b_ih, b_hh, h0 = _fill(arrays, given)
-        self.given, self.dtype, self.plans = given, x.dtype, _gru_plans(x, w_hh.shape[1])
+        tf32 = allow_tf32 and x.dtype == np.float32
+        self.given, self.dtype, self.plans = given, x.dtype, _gru_plans(x, w_hh.shape[1], tf32)
+        self.tf32 = tf32 and self.plans is not None   # the xp loop (CPU, composed) stays exact
         ct = _stat_dtype(x.dtype) if self.plans is None else x.dtype
         x, w_ih, w_hh, b_ih, b_hh, h0 = (a if a is None else a.astype(ct, copy=False) for a in (x, w_ih, w_hh, b_ih, b_hh, h0))
         if self.plans is None:
             out, gates = _gru_forward_loop(x, w_ih, w_hh, b_ih, b_hh, h0)
         else:
             w_hh, b_ih, b_hh, h0 = (_aligned(a) for a in (w_hh, b_ih, b_hh, h0))
-            out, gates = _gru_forward_fused(x, w_ih, w_hh, b_ih, b_hh, h0, self.plans[0])
+            out, gates = _gru_forward_fused(x, w_ih, w_hh, b_ih, b_hh, h0, self.plans[0], self.tf32)
         self.saved = x, w_ih, w_hh, h0, out, gates
         return out.astype(self.dtype, copy=False)
 
@@ -1042,16 +1050,16 @@ class GRULayer(Function):
         if self.plans is None:
             dh0 = _gru_backward_loop(g, w_hh, h0, out, gates, dg_ih, dg_hh)
         else:
-            dh0 = _gru_backward_fused(_aligned(g), w_hh, h0, out, gates, dg_ih, dg_hh, self.plans[1])
+            dh0 = _gru_backward_fused(_aligned(g), w_hh, h0, out, gates, dg_ih, dg_hh, self.plans[1], self.tf32)
         gi, gh = dg_ih.reshape(-1, 3 * hidden), dg_hh.reshape(-1, 3 * hidden)
         need = _fill(self.needs_grad, self.given, False)
-        dw_hh = None
+        dw_hh, tf32 = None, self.tf32
         if need[2]:
-            dw_hh = _matmul(gh[batch:].T, out[:-1].reshape(-1, hidden))
+            dw_hh = _matmul(gh[batch:].T, out[:-1].reshape(-1, hidden), tf32=tf32)
             if h0 is not None:
-                dw_hh += _matmul(gh[:batch].T, h0)
-        grads = (_matmul(gi, w_ih).reshape(x.shape) if need[0] else None,
-                 _matmul(gi.T, x.reshape(steps * batch, -1)) if need[1] else None, dw_hh,
+                dw_hh += _matmul(gh[:batch].T, h0, tf32=tf32)
+        grads = (_matmul(gi, w_ih, tf32=tf32).reshape(x.shape) if need[0] else None,
+                 _matmul(gi.T, x.reshape(steps * batch, -1), tf32=tf32) if need[1] else None, dw_hh,
                  _sum(gi, 0) if need[3] else None, _sum(gh, 0) if need[4] else None, dh0 if need[5] else None)
         return tuple(d if d is None else d.astype(self.dtype, copy=False) for d, given in zip(grads, self.given) if given)
 
@@ -1122,14 +1130,14 @@ def _gru_backward_loop(g, w_hh, h0, out, gates, dg_ih, dg_hh):
     return dh
 
 
-def _gru_forward_fused(x, w_ih, w_hh, b_ih, b_hh, h0, plan):
+def _gru_forward_fused(x, w_ih, w_hh, b_ih, b_hh, h0, plan, tf32):
     """out (T, B, H) and gates (T, B, 4H) on the GPU: the persistent kernel with layout `plan`, or (plan None)
-    per step a cuBLAS product and gru_gates_fwd. The kernels add the biases."""
+    per step a cuBLAS product and gru_gates_fwd. The kernels add the biases; tf32: float32 products on TF32."""
     xp, (steps, batch, _), hidden = _xp(x), x.shape, w_hh.shape[1]
-    xg = _matmul(x.reshape(steps * batch, -1), w_ih.T).reshape(steps, batch, 3 * hidden)
+    xg = _matmul(x.reshape(steps * batch, -1), w_ih.T, tf32=tf32).reshape(steps, batch, 3 * hidden)
     out, gates = xp.empty((steps, batch, hidden), x.dtype), xp.empty((steps, batch, 4 * hidden), x.dtype)
     if plan is not None:
-        _gru_launch('gru_fwd_persistent', plan, (xg, w_hh, b_ih, b_hh, h0, out, gates), steps, batch, hidden)
+        _gru_launch('gru_fwd_persistent', plan, tf32, (xg, w_hh, b_ih, b_hh, h0, out, gates), steps, batch, hidden)
         return out, gates
     hg, kernel = xp.empty((batch, 3 * hidden), x.dtype), _kernel('gru_gates_fwd', x.dtype)
     for t in range(steps):
@@ -1137,18 +1145,18 @@ def _gru_forward_fused(x, w_ih, w_hh, b_ih, b_hh, h0, plan):
         if h_prev is None:
             hg.fill(0)
         else:
-            xp.matmul(h_prev, w_hh.T, out=hg)
+            _gemm(h_prev, w_hh.T, x.dtype, tf32, out=hg)
         _launch_flat(kernel, batch * hidden, 1,
                      (xg[t], hg, b_ih, b_hh, h_prev, out[t], gates[t], np.int32(batch), np.int32(hidden)))
     return out, gates
 
 
-def _gru_backward_fused(g, w_hh, h0, out, gates, dg_ih, dg_hh, plan):
+def _gru_backward_fused(g, w_hh, h0, out, gates, dg_ih, dg_hh, plan, tf32):
     """Fill dg_ih and dg_hh on the GPU as _gru_forward_fused does; returns the gradient of h0."""
     xp, (steps, batch, hidden) = _xp(g), out.shape
     if plan is not None:
         dh0 = xp.empty((batch, hidden), g.dtype)
-        _gru_launch('gru_bwd_persistent', plan, (g, gates, out, h0, xp.ascontiguousarray(w_hh.T), dg_ih, dg_hh, dh0),
+        _gru_launch('gru_bwd_persistent', plan, tf32, (g, gates, out, h0, xp.ascontiguousarray(w_hh.T), dg_ih, dg_hh, dh0),
                     steps, batch, hidden)
         return dh0
     carry, dh_mm = xp.zeros((batch, hidden), np.float32), xp.empty((batch, hidden), g.dtype)
@@ -1157,7 +1165,7 @@ def _gru_backward_fused(g, w_hh, h0, out, gates, dg_ih, dg_hh, plan):
         _launch_flat(kernel, batch * hidden, 1, (g[t], dh_mm if t < steps - 1 else None, carry, gates[t],
                                                  out[t - 1] if t else h0, dg_ih[t], dg_hh[t], np.int32(batch),
                                                  np.int32(hidden)))
-        xp.matmul(dg_hh[t], w_hh, out=dh_mm)
+        _gemm(dg_hh[t], w_hh, g.dtype, tf32, out=dh_mm)
     return (carry + dh_mm).astype(g.dtype)
 
 
@@ -1169,10 +1177,10 @@ def _aligned(a):
     return a if a.data.ptr % 16 == 0 else a.copy()
 
 
-def _gru_launch(name, plan, arrays, steps, batch, hidden):
+def _gru_launch(name, plan, tf32, arrays, steps, batch, hidden):
     """One cooperative launch of persistent kernel `name` with layout `plan` (_gru_plan)."""
     groups, slices, units, rows, chunk, smem = plan
-    kernel = _kernel(name, arrays[0].dtype, int(arrays[0].dtype == np.float16 or _gru_tf32))
+    kernel = _kernel(name, arrays[0].dtype, int(arrays[0].dtype == np.float16 or tf32))
     kernel.max_dynamic_shared_size_bytes = smem
     sizes = tuple(np.int32(v) for v in (steps, batch, hidden, slices, units, rows, chunk))
     kernel((groups * slices,), (_BLOCK,), arrays + (_gru_device()[2],) + sizes, shared_mem=smem)
@@ -1187,12 +1195,13 @@ def _gru_device():
     return _gru_devices[index]
 
 
-def _gru_plans(x, hidden):
+def _gru_plans(x, hidden, tf32):
     """How the recurrence of x runs: None for the xp loop (NumPy; on the GPU float64, no kernels.cu, or
-    'composed'), else the (forward, backward) layouts of the persistent kernels, None each for the fallback."""
+    'composed'), else the (forward, backward) layouts of the persistent kernels, None each for the fallback;
+    on the tensor cores for float16, and for float32 as TF32 where tf32 says so."""
     if _xp(x) is np or _gru_path == 'composed' or _kernel('gru_gates_fwd', x.dtype) is None:
         return None
-    tc, plans = int(x.dtype == np.float16 or _gru_tf32), (None, None)
+    tc, plans = int(x.dtype == np.float16 or tf32), (None, None)
     if _gru_path != 'fallback' and _kernel('gru_fwd_persistent', x.dtype, tc) is not None:
         key = _gru_device()[:2] + (x.shape[1], hidden, x.itemsize, tc)
         if key not in _gru_layouts:
@@ -1337,7 +1346,7 @@ def _compute_dtype(x):
     return np.dtype(np.float32) if x.dtype == np.float16 and _xp(x) is np else x.dtype
 
 
-def _weight_grad(cols, dy):
+def _weight_grad(cols, dy, tf32):
     """cols^T dy on the GPU: a reduction over N*Ho*Wo rows, which cuBLAS runs slowly as one product when
     the result is small (the whitening conv: 12 x 24 over a million rows), so it runs as a stack of
     products over row chunks summed in float32."""
@@ -1346,9 +1355,9 @@ def _weight_grad(cols, dy):
     while chunks < 64 and rows % (2 * chunks) == 0 and rows // (2 * chunks) >= 4096:
         chunks *= 2
     if chunks == 1:
-        return _matmul(cols.T, dy)
+        return _matmul(cols.T, dy, tf32=tf32)
     parts = _matmul(cols.reshape(chunks, -1, cols.shape[1]).transpose(0, 2, 1), dy.reshape(chunks, -1, dy.shape[1]),
-                    out_dtype=_stat_dtype(dy.dtype))
+                    out_dtype=_stat_dtype(dy.dtype), tf32=tf32)
     return parts.sum(axis=0).astype(dy.dtype)
 
 
@@ -1364,6 +1373,7 @@ class Convolution(Function):
         cout, _, kh, kw = weight.shape
         ct = _compute_dtype(x)
         self.shape, self.dtype, self.kernel, self.stride, self.padding = x.shape, x.dtype, (kh, kw), stride, padding
+        self.tf32 = allow_tf32   # as at the forward, for the backward too
         self.flat_weight = weight.transpose(0, 2, 3, 1).reshape(cout, -1).astype(ct, copy=False)
         if _xp(x) is np:
             padded = _padded_nhwc(x.astype(ct, copy=False), *padding)
@@ -1372,7 +1382,7 @@ class Convolution(Function):
         else:
             cols = _im2col(x.astype(ct, copy=False), kh, kw, stride, padding)
             self.cols = cols if self.needs_grad[1] else None
-            y = _matmul(cols, self.flat_weight.T)
+            y = _matmul(cols, self.flat_weight.T, tf32=self.tf32)
         if bias is not None:
             y += bias.astype(ct, copy=False)
         ho, wo = (h + 2 * padding[0] - kh) // stride[0] + 1, (w + 2 * padding[1] - kw) // stride[1] + 1
@@ -1389,14 +1399,14 @@ class Convolution(Function):
             dx = _cpu_conv(dy_padded, flipped, kh, kw, (1, 1)).reshape(n, h, w, c).transpose(0, 3, 1, 2)
             dx = dx.astype(self.dtype, copy=False)
         elif self.needs_grad[0]:
-            dx = _col2im_image(_matmul(dy, self.flat_weight), self.shape, kh, kw, self.stride, self.padding).astype(self.dtype, copy=False)
+            dx = _col2im_image(_matmul(dy, self.flat_weight, tf32=self.tf32), self.shape, kh, kw, self.stride, self.padding).astype(self.dtype, copy=False)
         if self.needs_grad[1]:
             if cpu:
                 flat = np.zeros((kh * kw * c, cout), dy.dtype)
                 for rows, cols in _cpu_col_blocks(self.padded, kh, kw, self.stride):
                     flat += cols.T @ dy[rows]
             else:
-                flat = _weight_grad(self.cols, dy)
+                flat = _weight_grad(self.cols, dy, self.tf32)
             dw = flat.reshape(kh, kw, c, cout).transpose(3, 2, 0, 1).astype(self.dtype)
         if len(self.needs_grad) > 2 and self.needs_grad[2]:
             # a column sum over N*Ho*Wo rows as a product with ones: CuPy's reduction would run it on
