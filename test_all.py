@@ -539,6 +539,76 @@ def test_tensor_from_python_float_and_lists():
     assert tl.tensor([0.5, 1.5]).dtype == np.float32
 
 
+def test_tensor_python_floats_with_dtype_float64_not_rounded():
+    need_torch()
+    for data in ([0.1], [2.0 ** 40 + 1], 0.1):
+        t, p = tl.tensor(data, dtype=tl.float64), torch.tensor(data, dtype=torch.float64)
+        assert t.dtype == np.float64 and t.tolist() == p.tolist(), (data, t.tolist(), p.tolist())
+
+
+def test_zero_dim_tensors_hold_arrays():
+    """0-d data and op results are 0-d arrays, never immutable NumPy scalars: in-place ops and optimizer
+    steps update them."""
+    need_torch()
+    for t in (tl.tensor(np.float32(2)), tl.Parameter(np.float64(2.0)), tl.tensor(1.5).exp(), tl.tensor(3.).sum(),
+              tl.tensor(2.) > 1, tl.tensor([1., 2.]).sum() * 2):
+        assert isinstance(t.data, np.ndarray) and t.shape == (), (type(t.data), t.shape)
+    y = tl.tensor(2.).exp()
+    y += 1
+    assert_close(y, torch.tensor(2.).exp() + 1, 1e-6, 0)
+    assert tl.tensor(np.float32(2)).zero_().item() == 0
+    for tl_opt, pt_opt, kw in ((tl.SGD, torch.optim.SGD, dict(lr=0.1, momentum=0.9)), (tl.Adam, torch.optim.Adam, dict(lr=0.1))):
+        p, q = tl.Parameter(tl.tensor(1.5).exp()), torch.nn.Parameter(torch.tensor(1.5).exp())
+        opt, ref = tl_opt([p], **kw), pt_opt([q], **kw)
+        for _ in range(3):
+            opt.zero_grad(), ref.zero_grad()
+            (p * p).backward(), (q * q).backward()
+            opt.step(), ref.step()
+        assert isinstance(p.data, np.ndarray) and isinstance(p.grad.data, np.ndarray)
+        assert_close(p, q, 1e-6, 0, tl_opt.__name__)
+    x = tl.tensor(1.5, requires_grad=True)
+    (x * x).backward()
+    (x * x).backward()   # accumulated 0-d gradients stay arrays
+    assert isinstance(x.grad.data, np.ndarray) and x.grad.item() == 6.0
+
+
+def test_python_number_promotion_like_torch():
+    """A Python number takes the tensor's dtype unless it is of a higher kind (bool < int < float: then int64
+    or float32); integers out of range wrap; float16 computes with the number in float32."""
+    need_torch()
+    cases = [(np.array([True, False]), lambda x: x + 1), (np.array([True, False]), lambda x: x * 2),
+             (np.array([True, False]), lambda x: 3 + x), (np.array([True, False]), lambda x: x + True),
+             (np.array([True, False]), lambda x: x * 2.5), (np.array([1, 2], np.int32), lambda x: x + 1),
+             (np.array([1, 2], np.int32), lambda x: x * 1.5), (np.array([1, 2]), lambda x: x / 2),
+             (np.array([1, 200], np.uint8), lambda x: x + 300), (np.array([1, 200], np.uint8), lambda x: x + (-1)),
+             (np.array([1, 200], np.uint8), lambda x: x * 3), (np.array([1, 200], np.uint8), lambda x: x / 300),
+             (np.array([1, 200], np.uint8), lambda x: x == 257), (np.array([0.1, 3.]), lambda x: x * 1.5),
+             (np.array([1000., 3.], np.float16), lambda x: x * 1e-8), (np.array([1000., 3.], np.float16), lambda x: x / 3),
+             (np.array([1000., 3.], np.float16), lambda x: 1e-3 - x)]
+    for k, (a, f) in enumerate(cases):
+        got, want = f(tl.tensor(a)), f(torch.tensor(a))
+        assert got.dtype.name == str(want.dtype).split('.')[-1], (k, got.dtype, want.dtype)
+        assert_close(got, want, 0, 0, f'case {k}')
+
+
+def test_result_dtypes_like_torch():
+    need_torch()
+    i, f, mask = np.array([1, 2]), np.array([0.5, 1.5], np.float32), np.array([True, False])
+    cases = [lambda m: m.cat([m.tensor(i), m.tensor(f)]), lambda m: m.where(m.tensor(mask), m.tensor(i), m.tensor(f)),
+             lambda m: m.where(m.tensor(mask), 1.5, m.tensor(i)), lambda m: m.tensor(i).exp(), lambda m: m.tensor(i).log(),
+             lambda m: m.tensor(i).sqrt(), lambda m: m.tensor(i).tanh(), lambda m: m.tensor(i).sigmoid(),
+             lambda m: m.tensor(mask).exp(), lambda m: m.tensor(i).abs(), lambda m: m.full((2,), 3),
+             lambda m: m.full((2,), 3.5), lambda m: m.full((2,), True), lambda m: m.full((2,), 3, dtype=m.float64),
+             lambda m: m.tensor(np.array([200, 100], np.uint8)).sum(), lambda m: m.tensor(mask).sum(),
+             lambda m: m.tensor(np.array([[200, 100]], np.uint8)).sum(1), lambda m: m.tensor(np.array([3, 4], np.int32)).sum()]
+    for k, c in enumerate(cases):
+        got, want = c(tl), c(torch)
+        assert got.dtype.name == str(want.dtype).split('.')[-1], (k, got.dtype, want.dtype)
+        assert_close(got, want, 1e-6, 0, f'case {k}')
+    x = tl.ones(2, requires_grad=True)
+    assert not x.to(tl.int64).requires_grad and not x.to(tl.bool_).requires_grad and x.to(tl.float64).requires_grad
+
+
 def test_tensor_numpy_keeps_dtype():
     r = rng('keep')
     for dt in (np.float16, np.float32, np.float64, np.int64):
@@ -640,6 +710,71 @@ def test_float16_sum_accumulates_in_float32():
     assert_close(cols.T @ tl.Tensor(np.ones((4096, 1), np.float16)), np.full((3, 1), want), 0, 0.25)
 
 
+def test_float16_var_accumulates_in_float32():
+    need_torch()
+    a = np.zeros((2, 100), np.float16)
+    a[:, 0] = 300   # the centred squares (297^2) overflow float16; the variance (900) does not
+    x, p = tl.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    for f in (lambda t: t.var(), lambda t: t.var(1) if t is x else t.var(dim=1)):
+        got, want = f(x), f(p)
+        assert got.dtype == np.float16
+        assert_close(got, want, 1e-3, 0)
+    x.var().backward(), p.var().backward()
+    assert x.grad.dtype == np.float16
+    assert_close(x.grad, p.grad, 1e-3, 1e-6)
+
+
+def test_min_minimum_integer_and_bool_like_torch():
+    """min and minimum without negation, which wraps unsigned and the smallest signed integers and fails on bool."""
+    need_torch()
+    for a, b in [(np.array([0, 1, 5], np.uint8), np.array([1, 1, 1], np.uint8)),
+                 (np.array([-128, 5, 0], np.int8), np.array([127, -128, 0], np.int8)),
+                 (np.array([True, False, True]), np.array([True, True, False]))]:
+        x, y, px, py = tl.tensor(a), tl.tensor(b), torch.tensor(a), torch.tensor(b)
+        for got, want in ((x.min(), px.min()), (x.max(), px.max()), (tl.minimum(x, y), torch.minimum(px, py)),
+                          (x.minimum(y), px.minimum(py)), (tl.maximum(x, y), torch.maximum(px, py)),
+                          (x.reshape(1, 3).min(1), px.reshape(1, 3).amin(1))):
+            assert got.dtype == a.dtype and np.array_equal(got.numpy(), want.numpy()), (a.dtype, got, want)
+
+
+def test_pow_grad_at_zero_base_and_exponent():
+    """PyTorch's masks: d/da is 0 where b == 0, d/db is 0 where a == 0 and b >= 0."""
+    need_torch()
+    a, b = np.array([0., 0., 2., 0., 3., 0.]), np.array([0., 2., 0., 0.5, -1., -1.])
+    outs = []
+    for m in (tl, torch):
+        x, y = m.tensor(a, requires_grad=True), m.tensor(b, requires_grad=True)
+        with np.errstate(divide='ignore'):   # 0 ** -1 = inf, as in PyTorch
+            (x ** y).sum().backward()
+        z = m.tensor(a[:3], requires_grad=True)
+        (z ** 0).sum().backward()
+        w = m.tensor(b[:3], requires_grad=True)
+        (0.0 ** w).sum().backward()
+        outs.append([x.grad, y.grad, z.grad, w.grad])
+    for k, (got, want) in enumerate(zip(*outs)):
+        assert_close(got, want, 1e-12, 0, f'grad {k}')
+
+
+def test_reductions_on_empty_and_zero_dim_like_torch():
+    """A reduction over non-empty axes of an empty tensor, and dim 0 / -1 of a 0-d tensor, as PyTorch."""
+    need_torch()
+    e, pe = tl.zeros(0, 3), torch.zeros(0, 3)
+    for got, want in ((e.max(1), pe.amax(1)), (e.min(-1, keepdim=True), pe.amin(-1, keepdim=True)), (e.sum(0), pe.sum(0))):
+        assert got.shape == tuple(want.shape), (got.shape, want.shape)
+    raises(ValueError, lambda: e.max(0), 'empty', '(0, 3)')
+    raises(ValueError, lambda: e.min(), 'empty', '(0, 3)')
+    x, p = tl.tensor(3., requires_grad=True), torch.tensor(3., requires_grad=True)
+    for f in (lambda t: t.sum(0), lambda t: t.max(-1) if t is x else t.amax(-1), lambda t: t.mean(0),
+              lambda t: t.min(0) if t is x else t.amin(0), lambda t: t.squeeze(0), lambda t: t.softmax(0)):
+        got, want = f(x), f(p)
+        assert got.shape == () and isinstance(got.data, np.ndarray)
+        assert_close(got, want, 1e-6, 0)
+        x.grad = p.grad = None
+        got.backward(), want.backward()
+        assert_close(x.grad, p.grad, 1e-6, 0)
+    raises(IndexError, lambda: x.sum(1), 'dim 1')
+
+
 def test_float16_scalars_keep_float16():
     x = tl.Tensor(sample(rng('h'), (4,)).astype(np.float16), requires_grad=True)
     for y in (x * 2.5, 2 - x, x ** 2, x / 3, 1.5 + x, x.exp().sum()):
@@ -697,6 +832,16 @@ def test_no_grad_records_nothing():
     except KeyError:
         pass
     assert (x * 2).requires_grad, 'grad mode not restored after an exception in no_grad'
+
+
+def test_no_grad_decorator_recursion_restores_grad_mode():
+    """One no_grad instance entered again before it exits (a decorated function calling itself)."""
+    @tl.no_grad()
+    def depth(n):
+        assert not (tl.ones(1, requires_grad=True) * 2).requires_grad
+        return 0 if n == 0 else 1 + depth(n - 1)
+    assert depth(3) == 3
+    assert (tl.ones(1, requires_grad=True) * 2).requires_grad, 'grad mode left off after a recursive no_grad function'
 
 
 def test_detach():
@@ -947,6 +1092,23 @@ def test_batchnorm2d_running_stats_over_steps():
     assert_close(lm(tl.Tensor(a)), tm(torch.from_numpy(a)), 1e-5, 1e-5, 'eval output')
 
 
+def test_batchnorm_failed_forward_counts_no_batch():
+    """A rejected input changes no buffer, so momentum=None (the cumulative average) stays right; PyTorch
+    itself counts the failed call, so it is compared with a module that never saw one."""
+    need_torch()
+    lm, tm = tl.BatchNorm1d(3, momentum=None), torch.nn.BatchNorm1d(3, momentum=None)
+    before = lm.state_dict()
+    for bad in ((4, 5), (1, 3)):
+        raises(ValueError, lambda: lm(tl.Tensor(np.ones(bad, np.float32))))
+    for k, v in lm.state_dict().items():
+        assert np.array_equal(v, before[k]), f'{k} changed by a failed forward'
+    a = (sample(rng('bn_none'), (6, 3)) + [1, 2, 3]).astype(np.float32)
+    lm(tl.Tensor(a)), tm(torch.from_numpy(a))
+    want = torch_state(tm)
+    for k, v in lm.state_dict().items():
+        assert_close(v, want[k], 1e-6, 1e-6, k)
+
+
 def test_batch_norm_function_updates_running_stats():
     need_torch()
     rm_l, rv_l = tl.Tensor(RUN_MEAN.astype(np.float32)), tl.Tensor(RUN_VAR.astype(np.float32))
@@ -967,6 +1129,15 @@ def test_embedding_repeated_indices_scatter_add():
     g = emb.weight.grad.numpy()
     assert_close(g[2], w[0] + w[2] + w[3], 1e-6, 0)
     assert_close(g[[0, 1, 3]], np.zeros((3, 3)), 0, 0)
+
+
+def test_embedding_index_out_of_range():
+    need_torch()
+    emb, te = tl.Embedding(5, 3), torch.nn.Embedding(5, 3)
+    for index in ([-1], [0, 5], [[1, 2], [7, 0]]):
+        raises(IndexError, lambda: te(torch.tensor(index)))
+        raises(IndexError, lambda: emb(tl.Tensor(np.array(index))), 'out of range', '0 to 4')
+    assert emb(tl.Tensor(np.array([0, 4]))).shape == (2, 3) and emb(tl.Tensor(np.zeros(0, np.int64))).shape == (0, 3)
 
 
 def test_gru_matches_the_gate_equations():
@@ -1111,6 +1282,21 @@ def test_state_dict_round_trip():
         assert np.array_equal(v, b.state_dict()[k]), k
 
 
+def test_load_state_dict_from_torch_tensors_lists_and_numbers():
+    need_torch()
+    torch.manual_seed(0)
+    tm, lm = build_net(torch.nn), build_net(tl)
+    perturb_torch(tm, rng('sd_torch'))
+    lm.load_state_dict(tm.state_dict())  # torch tensors, some requiring grad
+    for k, v in lm.state_dict().items():
+        assert_close(v, torch_state(tm)[k], 0, 0, k)
+    sd = {k: v.tolist() for k, v in lm.state_dict().items()}  # nested lists, and a Python int
+    sd['head.0.num_batches_tracked'] = 7
+    lm.load_state_dict(sd)
+    assert lm.state_dict()['head.0.num_batches_tracked'] == 7 and lm.head[0].num_batches_tracked.dtype == np.int64
+    assert_close(lm.stem.weight, torch_state(tm)['stem.weight'], 0, 0)
+
+
 def test_save_load_npz_round_trip():
     tl.manual_seed(0)
     a, b = build_net(tl), build_net(tl)
@@ -1127,6 +1313,16 @@ def test_save_load_npz_round_trip():
         assert_close(to_np(loaded[k]), v, 0, 0, k)
     a.eval(), b.eval()
     assert_close(a(tl.Tensor(net_input())), b(tl.Tensor(net_input())), 0, 0)
+
+
+def test_error_save_object_array_writes_nothing():
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, 'model.npz')
+        tl.save({'w': np.ones(2)}, path)
+        bad = {'model': {'w': np.zeros(2), 'meta': np.array([None, 1], dtype=object)}}
+        raises(TypeError, lambda: tl.save(bad, path), "['model']['meta']", 'object')
+        assert os.listdir(d) == ['model.npz'], os.listdir(d)
+        assert_close(tl.load(path)['w'], np.ones(2), 0, 0, 'the earlier file was overwritten')
 
 
 def test_module_to_dtype():
@@ -1257,6 +1453,53 @@ def test_optim_lr_zero_keeps_params():
     assert all(np.array_equal(p.numpy(), b) for p, b in zip(lin.parameters(), before))
 
 
+def test_optim_load_state_dict_from_torch():
+    """Adam's state from torch.optim (tensors, a float step) continues exactly as torch.optim does."""
+    need_torch()
+    torch.manual_seed(0)
+    tm, lm = optim_model(torch.nn).double(), optim_model(tl).double()
+    x, y = (sample(rng('optim_from_torch'), s) for s in ((8, 3), (8, 2)))
+    topt, lopt = torch.optim.Adam(tm.parameters(), lr=0.05), tl.Adam(lm.parameters(), lr=0.5)
+
+    def steps(m, module, opt, n):
+        for _ in range(n):
+            opt.zero_grad()
+            m.mse_loss(module(make(m, x)), make(m, y)).backward()
+            opt.step()
+    steps(TH, tm, topt, 2)
+    lm.load_state_dict(tm.state_dict())
+    lopt.load_state_dict(topt.state_dict())
+    steps(TH, tm, topt, 3)
+    steps(tl, lm, lopt, 3)
+    for (k, v), w in zip(lm.state_dict().items(), torch_state(tm).values()):
+        assert_close(v, w, 1e-10, 1e-12, k)
+
+
+def test_error_optim_invalid_options():
+    """torch.optim's ValueError and message; tinygrad_lite also checks each group's own options."""
+    need_torch()
+    cases = [('SGD', dict(lr=-0.1)), ('SGD', dict(lr=0.1, momentum=-0.1)), ('SGD', dict(lr=0.1, weight_decay=-1)),
+             ('Adam', dict(lr=-1e-3)), ('Adam', dict(eps=-1)), ('Adam', dict(weight_decay=-0.5)),
+             ('Adam', dict(betas=(1.0, 0.999))), ('Adam', dict(betas=(0.9, -0.1))), ('AdamW', dict(betas=(0.9, 1.5))),
+             ('AdamW', dict(eps=-1e-8))]
+    for cls, kw in cases:
+        want = raises(ValueError, lambda: getattr(torch.optim, cls)([torch.nn.Parameter(torch.ones(2))], **kw))
+        raises(ValueError, lambda: getattr(tl, cls)([tl.Parameter(np.ones(2))], **kw), want)
+    raises(ValueError, lambda: tl.SGD([{'params': [tl.Parameter(np.ones(2))], 'momentum': -0.5}], lr=0.1),
+           'Invalid momentum value: -0.5')
+    for cls, kw in (('SGD', dict(lr=0.0, momentum=0.0, weight_decay=0.0)), ('Adam', dict(lr=0.0, betas=(0.0, 0.0), eps=0.0))):
+        getattr(tl, cls)([tl.Parameter(np.ones(2))], **kw), getattr(torch.optim, cls)([torch.nn.Parameter(torch.ones(2))], **kw)
+
+
+def test_error_optim_param_in_two_groups():
+    need_torch()
+    tp = torch.nn.Parameter(torch.ones(2))
+    want = raises(ValueError, lambda: torch.optim.SGD([{'params': [tp]}, {'params': [torch.nn.Parameter(torch.ones(1)), tp]}],
+                                                      lr=0.1))
+    p = tl.Parameter(np.ones(2))
+    raises(ValueError, lambda: tl.Adam([{'params': [p]}, {'params': [tl.Parameter(np.ones(1)), p]}]), want)
+
+
 # ===== errors: clear exceptions, nothing changed =====
 
 def test_error_broadcast_names_both_shapes():
@@ -1281,6 +1524,55 @@ def test_error_cat_reshape_linear_conv_shapes():
     assert_names_shapes(raises(ValueError, lambda: tl.conv2d(x, k)), (1, 3, 5, 5), (2, 2, 3, 3))
     logits, target = tl.Tensor(sample(r, (4, 3))), tl.Tensor(np.array([0, 1, 2]))
     assert_names_shapes(raises(ValueError, lambda: tl.cross_entropy(logits, target)), (4, 3), (3,))
+    assert_names_shapes(raises(ValueError, lambda: tl.cat([tl.tensor(1.), tl.tensor(2.)]), 'zero-dimensional'), ())
+    mask, z = tl.tensor([True, False]), tl.zeros(3)
+    assert_names_shapes(raises(ValueError, lambda: tl.where(mask, z, z)), (2,), (3,))
+    for pool in (tl.max_pool2d, tl.avg_pool2d):
+        assert_names_shapes(raises(ValueError, lambda: pool(tl.zeros(2, 4, 4), 2), '4-d'), (2, 4, 4))
+
+
+def test_error_dims_out_of_range_like_torch():
+    """A dim outside [-ndim, ndim) (unsqueeze and stack: [-ndim-1, ndim]) raises, naming the dim and the range,
+    where PyTorch raises, instead of wrapping around."""
+    need_torch()
+    x, p = tl.zeros(2, 3), torch.zeros(2, 3)
+    cases = [lambda m, t: t.permute(0, 3), lambda m, t: t.permute(0, -3), lambda m, t: t.unsqueeze(3),
+             lambda m, t: t.unsqueeze(-4), lambda m, t: t.flatten(4), lambda m, t: t.flatten(0, -3),
+             lambda m, t: t[0].flatten(1), lambda m, t: m.stack([t, t], 3), lambda m, t: m.stack([t, t], -4),
+             lambda m, t: t.transpose(0, 5), lambda m, t: t.transpose(-3, 0), lambda m, t: m.cat([t, t], 2),
+             lambda m, t: t.softmax(2), lambda m, t: t.sum(-3)]
+    for k, f in enumerate(cases):
+        want = raises(IndexError, lambda: f(torch, p))
+        msg = raises(IndexError, lambda: f(tl, x))
+        bounds, dim = want.split('range of ')[1].rstrip(')').split(', but got ')   # '[-2, 1]', '3'
+        assert f'dim {dim} ' in msg and bounds in msg, (k, msg, want)
+    for f in (lambda t: t.unsqueeze(2), lambda t: t.unsqueeze(-3), lambda t: t.flatten(-1), lambda t: t.transpose(-1, -2),
+              lambda t: t.permute(-1, 0)):
+        assert f(x).shape == tuple(f(p).shape)
+    raises(ValueError, lambda: tl.zeros(2, 3).flatten(1, 0), 'start_dim')
+    raises(RuntimeError, lambda: torch.zeros(3).expand(-1, 3))
+    assert_names_shapes(raises(ValueError, lambda: tl.zeros(3).expand(-1, 3)), (3,), (-1, 3))
+    assert tl.zeros(3).expand(2, -1).shape == (2, 3)
+    y = tl.tensor(3.)
+    assert y.transpose(0, -1).shape == () and y.flatten(0).shape == (1,) and y.unsqueeze(-1).shape == (1,)
+
+
+def test_error_bad_function_arguments():
+    """Arguments PyTorch rejects: a clear error naming the argument, not a result or a NumPy message."""
+    need_torch()
+    r = rng('e-args')
+    a, b = sample(r, (2, 3)), sample(r, (2, 3))
+    raises(ValueError, lambda: F.mse_loss(torch.tensor(a), torch.tensor(b), reduction='bogus'))
+    raises(ValueError, lambda: tl.mse_loss(tl.tensor(a), tl.tensor(b), reduction='bogus'), 'reduction', 'bogus')
+    raises(RuntimeError, lambda: F.cross_entropy(torch.tensor(a), torch.tensor([0, 1]), label_smoothing=1.5))
+    for ls in (1.5, -0.1):   # PyTorch checks only the upper bound, and silently smooths by nothing below 0
+        raises(ValueError, lambda: tl.cross_entropy(tl.tensor(a), tl.tensor([0, 1]), label_smoothing=ls),
+               'label_smoothing', str(ls))
+    raises(RuntimeError, lambda: torch.ones(2).clamp())
+    raises(ValueError, lambda: tl.ones(2).clamp(), 'min', 'max')
+    for fn in ('randn', 'rand'):
+        raises((RuntimeError, NotImplementedError), lambda: getattr(torch, fn)(2, dtype=torch.int64))
+        raises(TypeError, lambda: getattr(tl, fn)(2, dtype=tl.int64), fn, 'int64')
 
 
 def test_error_backward_non_scalar():
@@ -1324,6 +1616,27 @@ def test_error_inplace_shape_leaves_tensor():
     assert np.array_equal(t.numpy(), a) and t.shape == (3,)
 
 
+def test_error_inplace_result_type_cannot_be_cast():
+    """As PyTorch: an in-place op whose result type (float for an int tensor, int for a bool one) cannot
+    be cast to the tensor's dtype raises and changes nothing; integer / always gives a float."""
+    need_torch()
+    cases = [(np.array([1, 2]), lambda t: t.__iadd__(1.5)), (np.array([1, 2]), lambda t: t.__isub__(np.float32(0.5))),
+             (np.array([1, 2], np.uint8), lambda t: t.__imul__(tl.tensor([0.7, 0.7]) if isinstance(t, tl.Tensor)
+                                                               else torch.tensor([0.7, 0.7]))),
+             (np.array([1, 2]), lambda t: t.__itruediv__(2)), (np.array([True, False]), lambda t: t.__iadd__(1))]
+    for a, f in cases:
+        want = raises(RuntimeError, lambda: f(torch.tensor(a)), "can't be cast")
+        t = tl.tensor(a.copy())
+        msg = raises(TypeError, lambda: f(t), "can't be cast", str(a.dtype))
+        assert np.array_equal(t.numpy(), a) and t.dtype == a.dtype, (want, msg)
+    for a, f in [(np.array([1, 2], np.int32), lambda t: t.__iadd__(t.to(tl.int64) if isinstance(t, tl.Tensor) else t.long())),
+                 (np.array([1, 200], np.uint8), lambda t: t.__iadd__(300)), (np.array([1., 2.], np.float16), lambda t: t.__itruediv__(3)),
+                 (np.array([3, 4]), lambda t: t.__imul__(True))]:
+        t, p = tl.tensor(a.copy()), torch.tensor(a.copy())
+        f(t), f(p)
+        assert t.dtype == a.dtype and np.array_equal(t.numpy(), p.numpy()), (t, p)
+
+
 def test_error_inplace_on_leaf_requiring_grad():
     p = tl.Parameter(sample(rng('e12'), (3,)))
 
@@ -1353,6 +1666,11 @@ def test_error_load_state_dict_unexpected_key():
 
 def test_error_load_state_dict_wrong_shape():
     check_load_state_dict_error(lambda sd: sd.update({'stem.weight': np.ones((3, 4), np.float32)}), 'stem.weight')
+
+
+def test_error_load_state_dict_unconvertible_value():
+    check_load_state_dict_error(lambda sd: sd.update({'head.0.running_var': np.array(['a', 'b', 'c', 'd'])}),
+                                'head.0.running_var')
 
 
 def flat_values(obj, path=''):
@@ -1389,6 +1707,42 @@ def test_error_sgd_step_bad_grad_changes_nothing():
 
 def test_error_adam_step_bad_grad_changes_nothing():
     check_step_error_keeps_state('Adam', dict(lr=0.1))
+
+
+def adam_after_one_step():
+    a, b = tl.Parameter(np.ones(3)), tl.Parameter(np.ones(2))
+    opt = tl.Adam([a, b], lr=0.1)
+    a.grad, b.grad = tl.Tensor(np.ones(3)), tl.Tensor(np.ones(2))
+    opt.step()
+    return a, b, opt
+
+
+def test_error_optim_load_state_dict_bad_state_changes_nothing():
+    a, b, opt = adam_after_one_step()
+    before = flat_values(opt.state_dict())
+    good = opt.state_dict()
+    bad_state = [({1: {**good['state'][1], 'exp_avg': np.zeros(5)}}, ('parameter 1', 'exp_avg', '(5,)', '(2,)')),
+                 ({1: {'step': 1, 'exp_avg': np.zeros(2)}}, ('parameter 1', 'exp_avg_sq')),
+                 ({5: good['state'][1]}, ('parameter 5', '2 parameters')),
+                 ({-1: good['state'][1]}, ('parameter -1',))]
+    for state, needles in bad_state:
+        sd = {'state': {0: good['state'][0], **state}, 'param_groups': [{**good['param_groups'][0], 'lr': 0.5}]}
+        raises(ValueError, lambda: opt.load_state_dict(sd), *needles)
+    raises(ValueError, lambda: opt.load_state_dict({**good, 'param_groups': [{**good['param_groups'][0], 'eps': -1}]}),
+           'Invalid epsilon value')
+    after = flat_values(opt.state_dict())
+    assert [k for k, _ in after] == [k for k, _ in before], 'optimizer state changed by a failed load'
+    for (k, u), (_, v) in zip(after, before):
+        assert np.array_equal(u, v), f'{k} changed by a failed load'
+
+
+def test_error_optim_step_bad_state_changes_nothing():
+    """A state that step() cannot use (edited by hand) is found before any parameter moves."""
+    a, b, opt = adam_after_one_step()
+    opt.state[id(b)]['exp_avg'] = np.zeros(5)
+    before = [to_np(a).copy(), opt.state[id(a)]['step'], opt.state[id(b)]['step']]
+    assert_names_shapes(raises(ValueError, opt.step, 'parameter 1'), (5,), (2,))
+    assert np.array_equal(a.numpy(), before[0]) and [opt.state[id(a)]['step'], opt.state[id(b)]['step']] == before[1:]
 
 
 # ===== small models that must learn =====

@@ -79,11 +79,11 @@ def _move(array, device):
 
 def _sum(a, axis=None, keepdims=False, scale=1):
     """scale * sum, accumulated and scaled in float32 for float16 input (a float16 mean of many values
-    never overflows); always an array."""
+    never overflows), in int64 for integers and bool (as PyTorch); always an array."""
     xp = _xp(a)
     if a.dtype == np.float16:
         return xp.asarray(a.sum(axis=axis, dtype=np.float32, keepdims=keepdims) * scale).astype(np.float16)
-    total = xp.asarray(a.sum(axis=axis, keepdims=keepdims))
+    total = xp.asarray(a.sum(axis=axis, keepdims=keepdims, dtype=None if a.dtype.kind == 'f' else np.int64))
     return total if scale == 1 else total * a.dtype.type(scale) if a.dtype.kind == 'f' else total * scale
 
 
@@ -174,15 +174,37 @@ def _unbroadcast(grad, shape):
     return _sum(grad, axes, keepdims=True).reshape(shape)
 
 
+def _dim(d, ndim, new=False):
+    """d as a non-negative dim of a tensor of ndim dims; new: a position for an added dim (unsqueeze, stack).
+    As in PyTorch, 0 and -1 are valid on a 0-d tensor."""
+    n = max(ndim + new, 1)
+    if not -n <= d < n:
+        raise IndexError(f"dim {d} is out of range [{-n}, {n - 1}] for a tensor of {ndim} dimension(s)")
+    return d % n
+
+
 def _axes(axis, ndim):
-    """A tuple of non-negative axes from None, an int or a tuple."""
+    """A tuple of non-negative axes from None, an int or a tuple; () on a 0-d tensor."""
     if axis is None:
         return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
-    for a in axes:
-        if not -max(ndim, 1) <= a < max(ndim, 1):
-            raise ValueError(f"axis {a} is out of range for a tensor of {ndim} dimension(s)")
-    return tuple(sorted(a % max(ndim, 1) for a in axes))
+    axes = sorted(_dim(a, ndim) for a in ((axis,) if isinstance(axis, (int, np.integer)) else axis))
+    return tuple(axes) if ndim else ()
+
+
+_KIND_RANK = {'b': 0, 'u': 1, 'i': 1, 'f': 2}
+_NUMBERS = (bool, int, float, np.generic)   # Python numbers, and NumPy scalars treated as they are
+
+
+def _promote(*dtypes):
+    """PyTorch's result dtype of tensors: the float ones decide where there are any (int64 and float32 give
+    float32), else all of them."""
+    floats = [d for d in dtypes if d.kind == 'f']
+    return np.result_type(*(floats or dtypes))
+
+
+def _number_dtype(value):
+    """The dtype PyTorch gives a Python number on its own: bool, int64 or float32."""
+    return np.dtype({'b': np.bool_, 'i': np.int64, 'u': np.int64}.get(np.asarray(value).dtype.kind, np.float32))
 
 
 def _erf(x):
@@ -319,12 +341,17 @@ class _GradMode:
 
 
 class no_grad(contextlib.ContextDecorator):
-    """Record nothing inside: `with tl.no_grad(): ...` or as a decorator."""
+    """Record nothing inside: `with tl.no_grad(): ...` or as a decorator. Re-entrant: one instance
+    may be entered again before it exits (a decorated function that recurses)."""
+    def __init__(self):
+        self.previous = []
+
     def __enter__(self):
-        self.previous, _GradMode.enabled = _GradMode.enabled, False
+        self.previous.append(_GradMode.enabled)
+        _GradMode.enabled = False
 
     def __exit__(self, *exc):
-        _GradMode.enabled = self.previous
+        _GradMode.enabled = self.previous.pop()
 
 
 class Function:
@@ -342,7 +369,7 @@ class Function:
                 raise RuntimeError(f"{cls.__name__}: expected all tensors on one device, got {device} and {t.device}")
         ctx = cls(inputs)
         out = ctx.forward(*[t.data for t in inputs], **params)
-        if _GradMode.enabled and any(ctx.needs_grad):
+        if _GradMode.enabled and any(ctx.needs_grad) and out.dtype.kind == 'f':   # integer results need no gradient
             return Tensor._wrap(out, ctx.output_device(device), ctx)
         return Tensor._wrap(out, ctx.output_device(device))
 
@@ -390,7 +417,7 @@ def _backward(root, grad, retain_graph):
         if t.grad is None:
             t.grad = Tensor._wrap(g, t.device)
         else:
-            t.grad.data = t.grad.data + g
+            t.grad.data = _xp(g).asarray(t.grad.data + g)
     if not retain_graph:
         for t in order:
             if t._ctx is not None:
@@ -552,19 +579,26 @@ class Pow(Function):
         return self.out
 
     def backward(self, g):
-        xp = _xp(g)
-        return (_unbroadcast(g * self.b * self.a ** (self.b - 1), self.a.shape) if self.needs_grad[0] else None,
-                _unbroadcast(g * self.out * xp.log(self.a), self.b.shape) if self.needs_grad[1] else None)
+        # PyTorch's masks: no gradient for a where b == 0 (b a^(b-1) at a == 0 would be 0 * inf), none for b
+        # where a == 0 and b >= 0 (a^b log a would be 0 * -inf or -inf)
+        xp, zero, da, db = _xp(g), g.dtype.type(0), None, None
+        with np.errstate(divide='ignore', invalid='ignore'):   # NumPy would warn of the values masked out
+            if self.needs_grad[0]:
+                da = _unbroadcast(xp.where(self.b == 0, zero, g * self.b * self.a ** (self.b - 1)), self.a.shape)
+            if self.needs_grad[1]:
+                db = _unbroadcast(xp.where((self.a == 0) & (self.b >= 0), zero, g * self.out * xp.log(self.a)),
+                                  self.b.shape)
+        return da, db
 
 
 class Maximum(Function):
-    """Elementwise max; at ties each side gets half the gradient, as in PyTorch."""
-    def forward(self, a, b):
-        self.a, self.b = a, b
-        return _xp(a).maximum(a, b)
+    """Elementwise max (min where least); at ties each side gets half the gradient, as in PyTorch."""
+    def forward(self, a, b, least=False):
+        self.a, self.b, self.least = a, b, least
+        return (_xp(a).minimum if least else _xp(a).maximum)(a, b)
 
     def backward(self, g):
-        share = (self.a > self.b) + (self.a == self.b) * g.dtype.type(0.5)
+        share = ((self.a < self.b) if self.least else (self.a > self.b)) + (self.a == self.b) * g.dtype.type(0.5)
         return _unbroadcast(g * share, self.a.shape), _unbroadcast(g * (1 - share), self.b.shape)
 
 
@@ -613,12 +647,13 @@ class Sum(Function):
 
 
 class Max(Function):
-    """Max over axes; ties share the gradient evenly (PyTorch's amax)."""
-    def forward(self, x, axes, keepdim):
-        if x.size == 0:
-            raise ValueError(f"max of an empty tensor of shape {x.shape}")
+    """Max (min where least) over axes; ties share the gradient evenly (PyTorch's amax and amin)."""
+    def forward(self, x, axes, keepdim, least=False):
+        if any(x.shape[a] == 0 for a in axes):
+            raise ValueError(f"{'min' if least else 'max'} over axes {axes} of a tensor of shape {x.shape}: "
+                             "a reduced axis is empty")
         self.x, self.axes = x, axes
-        self.out = x.max(axis=axes, keepdims=True)
+        self.out = (x.min if least else x.max)(axis=axes, keepdims=True)
         return self.out if keepdim else self.out.reshape([n for i, n in enumerate(x.shape) if i not in axes])
 
     def backward(self, g):
@@ -1575,13 +1610,11 @@ class Tensor:
         if isinstance(data, Tensor):
             array = data.data.copy()
         elif isinstance(data, (np.ndarray, np.generic)) or (cp is not None and isinstance(data, cp.ndarray)):
-            array = data
+            array = _xp(data).asarray(data)   # a NumPy scalar becomes a 0-d array: .data is always an array
         else:
             array = np.array(data)
-            if array.dtype == np.float64:
-                array = array.astype(np.float32)   # Python floats become float32, as in PyTorch
-            if array.dtype.kind in 'iu':
-                array = array.astype(np.int64)
+            if dtype is None and array.dtype.kind in 'iuf':   # Python numbers become int64 or float32, as in PyTorch
+                array = array.astype(np.float32 if array.dtype.kind == 'f' else np.int64)
         array = array if dtype is None else array.astype(_dtype(dtype), copy=False)
         _dtype(array.dtype)
         if device is None:
@@ -1593,8 +1626,11 @@ class Tensor:
 
     @classmethod
     def _wrap(cls, array, device, ctx=None):
+        """A tensor of `array`. NumPy ops on 0-d arrays return scalars: on the CPU they become 0-d arrays again
+        (in-place ops need one); on the GPU a NumPy scalar is an op's Python-number operand, a kernel argument."""
         t = cls.__new__(cls)
-        t.data, t.device, t.grad, t._ctx, t._requires_grad = array, device, None, ctx, ctx is not None
+        t.data = np.asarray(array) if device == 'cpu' else array
+        t.device, t.grad, t._ctx, t._requires_grad = device, None, ctx, ctx is not None
         return t
 
     # ---- attributes
@@ -1712,24 +1748,27 @@ class Tensor:
 
     # ---- operand plumbing
     def _operand(self, other):
-        """`other` as a tensor on this device; Python numbers take this tensor's dtype (float32 if a
-        float meets an integer tensor), as in PyTorch."""
+        """`other` as a tensor on this device. As PyTorch promotes, a Python number takes this tensor's dtype,
+        or its own (int64, float32) where it is of a higher kind (bool < int < float); an integer out of
+        range wraps."""
         if isinstance(other, Tensor):
             return other
-        if isinstance(other, (bool, int, float, np.generic)):
-            kind = 'f' if isinstance(other, (float, np.floating)) else 'i'
-            dtype = self.dtype if self.dtype.kind == 'f' or kind == 'i' else np.dtype(np.float32)
-            return Tensor._wrap(dtype.type(other), self.device)
+        if isinstance(other, _NUMBERS):
+            own = _number_dtype(other)
+            dtype = self.dtype if _KIND_RANK[own.kind] <= _KIND_RANK[self.dtype.kind] else own
+            return Tensor._wrap(np.asarray(other).astype(dtype)[()], self.device)
         return Tensor(other, device=self.device)
 
-    def _binary(self, fn, other, reflected=False):
+    def _binary(self, fn, other, reflected=False, **params):
+        if isinstance(other, _NUMBERS) and (self.dtype == np.float16 or fn is Div and self.dtype.kind != 'f'):
+            # as PyTorch: float16 meets a Python number in float32 and rounds the result once, and an integer
+            # tensor is divided by one in float32 (not by the number cast to the tensor's dtype)
+            out = self.float()._binary(fn, other, reflected, **params)
+            return out.half() if self.dtype == np.float16 else out
         other = self._operand(other)
         a, b = (other, self) if reflected else (self, other)
         if a.dtype != b.dtype or (fn is Div and a.dtype.kind != 'f'):
-            if (a.dtype.kind == 'f') != (b.dtype.kind == 'f'):
-                common = a.dtype if a.dtype.kind == 'f' else b.dtype
-            else:
-                common = np.promote_types(a.dtype, b.dtype)
+            common = _promote(a.dtype, b.dtype)
             if fn is Div and common.kind != 'f':
                 common = np.dtype(np.float32)   # true division of integers gives float32, as in PyTorch
             a, b = a.to(common), b.to(common)
@@ -1737,7 +1776,7 @@ class Tensor:
             np.broadcast_shapes(a.shape, b.shape)
         except ValueError:
             raise ValueError(f"{fn.__name__}: shapes {a.shape} and {b.shape} cannot be broadcast together") from None
-        return fn.apply(a, b)
+        return fn.apply(a, b, **params)
 
     __add__ = lambda self, o: self._binary(Add, o)
     __radd__ = lambda self, o: self._binary(Add, o, True)
@@ -1769,21 +1808,26 @@ class Tensor:
     __rmatmul__ = lambda self, o: self._operand(o).__matmul__(self)
     matmul = __matmul__
 
-    def _inplace(self, fn, other):
+    def _inplace(self, ufunc, other):
         if self.requires_grad and _GradMode.enabled:
             raise RuntimeError("in-place operation on a tensor that requires grad: wrap it in tl.no_grad()")
         other = self._operand(other)
+        result = _promote(self.dtype, other.dtype)
+        if ufunc == 'divide' and result.kind != 'f':
+            result = np.dtype(np.float32)
+        if _KIND_RANK[result.kind] > _KIND_RANK[self.dtype.kind]:
+            raise TypeError(f"in-place op: result type {result} can't be cast to the tensor's dtype {self.dtype}")
         if other.device != self.device:
             raise RuntimeError(f"in-place op: tensors on {self.device} and {other.device}")
         if np.broadcast_shapes(self.shape, other.shape) != self.shape:
             raise ValueError(f"in-place op: shape {other.shape} cannot update a tensor of shape {self.shape}")
-        fn(self.data, other.data.astype(self.dtype, copy=False), out=self.data)
+        getattr(_xp(self.data), ufunc)(self.data, other.data.astype(self.dtype, copy=False), out=self.data)
         return self
 
-    __iadd__ = lambda self, o: self._inplace(lambda a, b, out: _xp(a).add(a, b, out=out), o)
-    __isub__ = lambda self, o: self._inplace(lambda a, b, out: _xp(a).subtract(a, b, out=out), o)
-    __imul__ = lambda self, o: self._inplace(lambda a, b, out: _xp(a).multiply(a, b, out=out), o)
-    __itruediv__ = lambda self, o: self._inplace(lambda a, b, out: _xp(a).divide(a, b, out=out), o)
+    __iadd__ = lambda self, o: self._inplace('add', o)
+    __isub__ = lambda self, o: self._inplace('subtract', o)
+    __imul__ = lambda self, o: self._inplace('multiply', o)
+    __itruediv__ = lambda self, o: self._inplace('divide', o)
 
     def _compare(self, op, other):
         other = self._operand(other)
@@ -1800,12 +1844,13 @@ class Tensor:
     __hash__ = object.__hash__
 
     # ---- elementwise
-    exp = lambda self: Exp.apply(self)
-    log = lambda self: Log.apply(self)
-    sqrt = lambda self: Sqrt.apply(self)
+    _floating = lambda self: self if self.dtype.kind == 'f' else self.float()   # float-only ops take ints as float32
+    exp = lambda self: Exp.apply(self._floating())
+    log = lambda self: Log.apply(self._floating())
+    sqrt = lambda self: Sqrt.apply(self._floating())
     abs = lambda self: Abs.apply(self)
-    tanh = lambda self: Tanh.apply(self)
-    sigmoid = lambda self: Sigmoid.apply(self)
+    tanh = lambda self: Tanh.apply(self._floating())
+    sigmoid = lambda self: Sigmoid.apply(self._floating())
     relu = lambda self: Relu.apply(self)
 
     def gelu(self, approximate='none'):
@@ -1814,13 +1859,15 @@ class Tensor:
         return Gelu.apply(self, approximate=approximate)
 
     def clamp(self, min=None, max=None):
+        if min is None and max is None:
+            raise ValueError("clamp: at least one of min and max must be given")
         return Clamp.apply(self, low=min, high=max)
 
     def maximum(self, other):
         return self._binary(Maximum, other)
 
     def minimum(self, other):
-        return -((-self).maximum(-self._operand(other)))
+        return self._binary(Maximum, other, least=True)
 
     # ---- reductions
     def sum(self, axis=None, keepdim=False):
@@ -1829,16 +1876,17 @@ class Tensor:
     def mean(self, axis=None, keepdim=False):
         axes = _axes(axis, self.ndim)
         count = int(np.prod([self.shape[a] for a in axes]))
-        x = self if self.dtype.kind == 'f' else self.float()
-        return Sum.apply(x, axes=axes, keepdim=keepdim, scale=1 / count if count else math.nan)
+        return Sum.apply(self._floating(), axes=axes, keepdim=keepdim, scale=1 / count if count else math.nan)
 
     def max(self, axis=None, keepdim=False):
         return Max.apply(self, axes=_axes(axis, self.ndim), keepdim=keepdim)
 
     def min(self, axis=None, keepdim=False):
-        return -((-self).max(axis, keepdim))
+        return Max.apply(self, axes=_axes(axis, self.ndim), keepdim=keepdim, least=True)
 
     def var(self, axis=None, keepdim=False, correction=1):
+        if self.dtype == np.float16:   # in float32, as PyTorch: the squares overflow float16 long before the variance
+            return self.float().var(axis, keepdim, correction).half()
         axes = _axes(axis, self.ndim)
         count = int(np.prod([self.shape[a] for a in axes]))
         centred = self - self.mean(axes, keepdim=True)
@@ -1850,10 +1898,10 @@ class Tensor:
         return Tensor._wrap(_xp(self.data).asarray(index).astype(np.int64), self.device)
 
     def softmax(self, axis=-1):
-        return Softmax.apply(self, axis=_axes(axis, self.ndim)[0])
+        return Softmax.apply(self, axis=_dim(axis, self.ndim))
 
     def log_softmax(self, axis=-1):
-        return LogSoftmax.apply(self, axis=_axes(axis, self.ndim)[0])
+        return LogSoftmax.apply(self, axis=_dim(axis, self.ndim))
 
     # ---- shape
     def reshape(self, *shape):
@@ -1867,24 +1915,28 @@ class Tensor:
     view = reshape
 
     def flatten(self, start_dim=0, end_dim=-1):
+        start, end = _dim(start_dim, self.ndim), _dim(end_dim, self.ndim)
+        if start > end:
+            raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for shape {self.shape}")
         if self.ndim == 0:
             return self.reshape(1)
-        start, end = start_dim % self.ndim, end_dim % self.ndim
         return self.reshape(self.shape[:start] + (-1,) + self.shape[end + 1:])
 
     def permute(self, *dims):
         dims = tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
-        if sorted(d % max(self.ndim, 1) for d in dims) != list(range(self.ndim)):
+        order = tuple(_dim(d, self.ndim) for d in dims)
+        if sorted(order) != list(range(self.ndim)):
             raise ValueError(f"permute: {dims} is not a permutation of the axes of a tensor of shape {self.shape}")
-        return Permute.apply(self, dims=tuple(d % self.ndim for d in dims))
+        return Permute.apply(self, dims=order)
 
     def transpose(self, a, b):
-        dims = list(range(self.ndim))
-        dims[a], dims[b] = dims[b], dims[a]
+        a, b, dims = _dim(a, self.ndim), _dim(b, self.ndim), list(range(self.ndim))
+        if dims:   # a 0-d tensor is its own transpose
+            dims[a], dims[b] = dims[b], dims[a]
         return self.permute(*dims)
 
     def unsqueeze(self, axis):
-        axis = axis % (self.ndim + 1)
+        axis = _dim(axis, self.ndim, new=True)
         return self.reshape(self.shape[:axis] + (1,) + self.shape[axis:])
 
     def squeeze(self, axis=None):
@@ -1894,8 +1946,8 @@ class Tensor:
     def expand(self, *shape):
         shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
         lead = len(shape) - self.ndim
-        target = tuple(self.shape[i - lead] if n == -1 else n for i, n in enumerate(shape))
-        if lead < 0 or any(s not in (1, t) for s, t in zip(self.shape, target[lead:])):
+        target = tuple(self.shape[i - lead] if n == -1 and i >= lead else n for i, n in enumerate(shape))
+        if lead < 0 or min(target, default=0) < 0 or any(s not in (1, t) for s, t in zip(self.shape, target[lead:])):
             raise ValueError(f"expand: a tensor of shape {self.shape} cannot expand to {shape}")
         return Expand.apply(self, shape=target)
 
@@ -1958,15 +2010,24 @@ def ones(*shape, device=None, dtype=None, requires_grad=False):
 
 
 def full(shape, fill_value, device=None, dtype=None, requires_grad=False):
+    dtype = dtype or _number_dtype(fill_value)
     return _factory(lambda xp, s, d: xp.full(s, fill_value, d), (shape,), device, dtype, requires_grad)
 
 
+def _float_dtype(dtype, what):
+    if dtype is not None and _dtype(dtype).kind != 'f':
+        raise TypeError(f"{what}: dtype must be a floating-point type, not {_dtype(dtype)}")
+    return dtype
+
+
 def randn(*shape, device=None, dtype=None, requires_grad=False):
-    return _factory(lambda xp, s, d: xp.random.standard_normal(s).astype(d), shape, device, dtype, requires_grad)
+    return _factory(lambda xp, s, d: xp.random.standard_normal(s).astype(d), shape, device,
+                    _float_dtype(dtype, 'randn'), requires_grad)
 
 
 def rand(*shape, device=None, dtype=None, requires_grad=False):
-    return _factory(lambda xp, s, d: xp.random.random(s).astype(d), shape, device, dtype, requires_grad)
+    return _factory(lambda xp, s, d: xp.random.random(s).astype(d), shape, device, _float_dtype(dtype, 'rand'),
+                    requires_grad)
 
 
 def zeros_like(t, device=None, dtype=None, requires_grad=False):
@@ -2002,11 +2063,13 @@ def cat(tensors, axis=0):
     if not tensors:
         raise ValueError("cat: needs at least one tensor")
     _same_device(tensors, 'cat')
-    axis = _axes(axis, tensors[0].ndim)[0]
+    if any(t.ndim == 0 for t in tensors):
+        raise ValueError(f"cat: a zero-dimensional tensor cannot be concatenated (shapes {[t.shape for t in tensors]})")
+    axis = _dim(axis, tensors[0].ndim)
     for t in tensors[1:]:
         if t.ndim != tensors[0].ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, tensors[0].shape)) if i != axis):
             raise ValueError(f"cat: shapes {tensors[0].shape} and {t.shape} differ outside axis {axis}")
-    common = np.result_type(*[t.dtype for t in tensors])
+    common = _promote(*[t.dtype for t in tensors])
     return Cat.apply(*[t.to(common) for t in tensors], axis=axis)
 
 
@@ -2015,7 +2078,7 @@ def stack(tensors, axis=0):
     for t in tensors[1:]:
         if t.shape != tensors[0].shape:
             raise ValueError(f"stack: shapes {tensors[0].shape} and {t.shape} differ")
-    axis = axis % (tensors[0].ndim + 1) if tensors else axis
+    axis = _dim(axis, tensors[0].ndim, new=True) if tensors else axis
     return cat([t.unsqueeze(axis) for t in tensors], axis)
 
 
@@ -2025,9 +2088,14 @@ def where(condition, a, b):
         a = b._operand(a) if isinstance(b, Tensor) else Tensor(a, device=condition.device)
     b = a._operand(b)
     if a.dtype != b.dtype:
-        common = np.result_type(a.dtype, b.dtype)
+        common = _promote(a.dtype, b.dtype)
         a, b = a.to(common), b.to(common)
     _same_device([condition, a, b], 'where')
+    try:
+        np.broadcast_shapes(condition.shape, a.shape, b.shape)
+    except ValueError:
+        raise ValueError(f"where: condition of shape {condition.shape}, a of shape {a.shape} and b of shape "
+                         f"{b.shape} cannot be broadcast together") from None
     return Where.apply(a, b, condition=condition.data.astype(bool))
 
 
@@ -2067,7 +2135,9 @@ def conv2d(x, weight, bias=None, stride=1, padding=0):
 def _pool(fn, x, kernel_size, stride):
     kernel = _pair(kernel_size)
     stride = kernel if stride is None else _pair(stride)
-    if x.ndim != 4 or x.shape[2] < kernel[0] or x.shape[3] < kernel[1]:
+    if x.ndim != 4:
+        raise ValueError(f"{fn.__name__}: expected a 4-d input (N, C, H, W), got shape {x.shape}")
+    if x.shape[2] < kernel[0] or x.shape[3] < kernel[1]:
         raise ValueError(f"{fn.__name__}: input of shape {x.shape} (N, C, H, W) is smaller than kernel {kernel}")
     return fn.apply(x, kernel=kernel, stride=stride)
 
@@ -2102,6 +2172,8 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
 def cross_entropy(logits, target, label_smoothing=0.0, reduction='mean'):
     if reduction not in ('mean', 'sum', 'none'):
         raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
+    if not 0 <= label_smoothing <= 1:
+        raise ValueError(f"cross_entropy: label_smoothing must lie in [0, 1], got {label_smoothing}")
     target = target if isinstance(target, Tensor) else Tensor(np.asarray(target), device=logits.device)
     if logits.ndim != 2 or target.shape != logits.shape[:1]:
         raise ValueError(f"cross_entropy: logits of shape {logits.shape} (N, C) need targets of shape "
@@ -2119,6 +2191,8 @@ def cross_entropy(logits, target, label_smoothing=0.0, reduction='mean'):
 
 
 def mse_loss(input, target, reduction='mean'):
+    if reduction not in ('mean', 'sum', 'none'):
+        raise ValueError(f"mse_loss: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
     if input.shape != target.shape:
         raise ValueError(f"mse_loss: input of shape {input.shape} and target of shape {target.shape} differ")
     diff = input - target
@@ -2250,21 +2324,39 @@ class Module:
         return {name: t.numpy().copy() for name, t, _ in self._named_tensors()}
 
     def load_state_dict(self, state_dict, strict=True):
-        """Copy values in place; every key and shape is checked before anything changes."""
+        """Copy values in place; every key, shape and value is checked and converted before anything changes."""
         own = {name: t for name, t, _ in self._named_tensors()}
-        values = {k: v.numpy() if isinstance(v, Tensor) else v for k, v in state_dict.items()}
+        values = {k: _as_array(v) for k, v in state_dict.items()}
         missing = [k for k in own if k not in values]
         unexpected = [k for k in values if k not in own]
         wrong = [f"{k}: expected shape {own[k].shape}, got {tuple(values[k].shape)}"
                  for k in own if k in values and tuple(values[k].shape) != own[k].shape]
-        problems = ([f"missing keys {missing}"] if missing and strict else []) + \
-                   ([f"unexpected keys {unexpected}"] if unexpected and strict else []) + \
-                   ([f"size mismatch: {'; '.join(wrong)}"] if wrong else [])
-        if problems:
-            raise RuntimeError(f"load_state_dict for {type(self).__name__}: " + '; '.join(problems))
+        converted, unconvertible = {}, []
         for k, t in own.items():
             if k in values:
-                t.data[...] = _move(values[k], t.device).astype(t.dtype, copy=False)
+                try:
+                    converted[k] = _move(values[k].astype(t.dtype, copy=False), t.device)
+                except (TypeError, ValueError):
+                    unconvertible.append(f"{k}: {values[k].dtype} to {t.dtype}")
+        problems = ([f"missing keys {missing}"] if missing and strict else []) + \
+                   ([f"unexpected keys {unexpected}"] if unexpected and strict else []) + \
+                   ([f"size mismatch: {'; '.join(wrong)}"] if wrong else []) + \
+                   ([f"cannot convert {'; '.join(unconvertible)}"] if unconvertible else [])
+        if problems:
+            raise RuntimeError(f"load_state_dict for {type(self).__name__}: " + '; '.join(problems))
+        for k, value in converted.items():
+            own[k].data[...] = value
+
+
+def _as_array(value):
+    """A state-dict value as a NumPy or CuPy array: a Tensor's, a torch tensor's, or whatever np.asarray takes."""
+    if isinstance(value, Tensor):
+        return value.numpy()
+    if cp is not None and isinstance(value, cp.ndarray):
+        return value
+    if hasattr(value, 'detach') and hasattr(value, 'cpu'):   # a torch tensor (torch is not imported here)
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
 
 
 def _uniform_parameter(shape, bound):
@@ -2312,10 +2404,12 @@ class _BatchNorm(Module):
             raise ValueError(f"{type(self).__name__}: expected a {' or '.join(map(str, self.input_dims))}-D input, "
                              f"got shape {x.shape}")
         momentum = self.momentum
-        if self.training:
+        if self.training and momentum is None:   # the cumulative average, counting this batch
+            momentum = 1 / (float(self.num_batches_tracked.item()) + 1)
+        out = batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, self.training, momentum, self.eps)
+        if self.training:   # counted only once batch_norm has accepted the input
             self.num_batches_tracked.data += 1
-            momentum = momentum if momentum is not None else 1 / float(self.num_batches_tracked.item())
-        return batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, self.training, momentum, self.eps)
+        return out
 
 
 class BatchNorm1d(_BatchNorm):
@@ -2380,6 +2474,13 @@ class Embedding(Module):
         index = index if isinstance(index, Tensor) else Tensor(np.asarray(index), device=self.weight.device)
         if index.dtype.kind not in 'iu':
             raise TypeError(f"Embedding: indices must be integers, not {index.dtype}")
+        n = self.weight.shape[0]
+        capturing = index.device != 'cpu' and cp.cuda.get_current_stream().is_capturing()
+        if index.numel() and not capturing:   # the check reads the indices back: a sync a CUDA graph cannot hold
+            lo, hi = int(index.data.min()), int(index.data.max())
+            if lo < 0 or hi >= n:
+                raise IndexError(f"Embedding: index {lo if lo < 0 else hi} out of range for {n} embeddings "
+                                 f"(valid 0 to {n - 1})")
         return self.weight[index]
 
 
@@ -2453,20 +2554,27 @@ class GRU(Module):
 # ================================================================ optimizers
 
 class Optimizer:
-    """Parameter groups, per-parameter state, and a step() that checks every gradient before it changes anything."""
+    """Parameter groups, per-parameter state, and a step() that checks every gradient and state before it changes
+    anything."""
+    state_keys = ()   # what the state of a parameter holds once it is not empty
+
     def __init__(self, params, defaults):
         params = list(params)
         if not params:
             raise ValueError(f"{type(self).__name__} got an empty parameter list")
         groups = params if isinstance(params[0], dict) else [{'params': params}]
         self.defaults, self.param_groups, self.state = defaults, [], {}
+        seen = set()
         for g in groups:
             group = {**defaults, **g, 'params': list(g['params'])}
             for p in group['params']:
                 if not isinstance(p, Tensor) or not p.is_leaf:
                     raise TypeError(f"{type(self).__name__} can only optimize leaf tensors, got {type(p).__name__}")
-            if group['lr'] < 0:
-                raise ValueError(f"{type(self).__name__}: invalid learning rate {group['lr']}")
+            ids = {id(p) for p in group['params']}
+            if ids & seen:
+                raise ValueError("some parameters appear in more than one parameter group")
+            seen |= ids
+            _check_options(group)
             self.param_groups.append(group)
 
     def zero_grad(self):
@@ -2476,17 +2584,27 @@ class Optimizer:
 
     def step(self):
         work = []
-        for group in self.param_groups:
-            for p in group['params']:
-                if p.grad is None:
-                    continue
-                if p.grad.shape != p.shape:
-                    raise ValueError(f"{type(self).__name__}.step: gradient of shape {p.grad.shape} for a parameter of shape {p.shape}")
-                if p.grad.device != p.device:
-                    raise RuntimeError(f"{type(self).__name__}.step: gradient on {p.grad.device} for a parameter on {p.device}")
-                work.append((p, group))
+        for i, (p, group) in enumerate((p, group) for group in self.param_groups for p in group['params']):
+            if p.grad is None:
+                continue
+            if p.grad.shape != p.shape:
+                raise ValueError(f"{type(self).__name__}.step: gradient of shape {p.grad.shape} for a parameter of shape {p.shape}")
+            if p.grad.device != p.device:
+                raise RuntimeError(f"{type(self).__name__}.step: gradient on {p.grad.device} for a parameter on {p.device}")
+            self._check_state(i, p, self.state.get(id(p), {}))
+            work.append((p, group))
         for p, group in work:
             self._update(p.data, p.grad.data.astype(p.dtype, copy=False), group, self.state.setdefault(id(p), {}))
+
+    def _check_state(self, i, p, state):
+        """ValueError naming parameter i unless `state` has every one of state_keys and each array in it p's shape."""
+        missing = [k for k in self.state_keys if state and k not in state]
+        if missing:
+            raise ValueError(f"{type(self).__name__}: the state of parameter {i} lacks {missing}")
+        for k, v in state.items():
+            if hasattr(v, 'shape') and tuple(v.shape) != p.shape:
+                raise ValueError(f"{type(self).__name__}: state '{k}' of shape {tuple(v.shape)} for parameter {i} "
+                                 f"of shape {p.shape}")
 
     def _params(self):
         return [p for group in self.param_groups for p in group['params']]
@@ -2500,6 +2618,7 @@ class Optimizer:
         return {'state': state, 'param_groups': groups}
 
     def load_state_dict(self, state_dict):
+        """Replace the state and the groups' options; all of it is checked before anything changes."""
         params = self._params()
         groups = state_dict['param_groups']
         if [len(g['params']) for g in groups] != [len(g['params']) for g in self.param_groups]:
@@ -2508,11 +2627,30 @@ class Optimizer:
                              f"{[len(g['params']) for g in self.param_groups]}")
         state = {}
         for i, s in state_dict['state'].items():
+            if not 0 <= int(i) < len(params):
+                raise ValueError(f"{type(self).__name__}.load_state_dict: state for parameter {i} of an optimizer "
+                                 f"with {len(params)} parameters")
             p = params[int(i)]
-            state[id(p)] = {k: _move(v, p.device).astype(p.dtype) if hasattr(v, 'shape') else v for k, v in s.items()}
+            # 'step' is a count; None (PyTorch's absent momentum buffer) is no state
+            state[id(p)] = {k: int(v) if k == 'step' else _move(_as_array(v).astype(p.dtype), p.device)
+                            for k, v in s.items() if v is not None}
+            self._check_state(i, p, state[id(p)])
+        for saved in groups:
+            _check_options(saved)
         for group, saved in zip(self.param_groups, groups):
             group.update({k: (tuple(v) if isinstance(v, list) else v) for k, v in saved.items() if k != 'params'})
         self.state = state
+
+
+def _check_options(group):
+    """ValueError, with torch.optim's message, for a hyperparameter out of its range."""
+    for key, what in (('lr', 'learning rate'), ('momentum', 'momentum value'), ('eps', 'epsilon value'),
+                      ('weight_decay', 'weight_decay value')):
+        if key in group and not 0 <= group[key]:
+            raise ValueError(f"Invalid {what}: {group[key]}")
+    for i, beta in enumerate(group.get('betas', ())):
+        if not 0 <= beta < 1:
+            raise ValueError(f"Invalid beta parameter at index {i}: {beta}")
 
 
 def _rate(group):
@@ -2522,10 +2660,10 @@ def _rate(group):
 
 class SGD(Optimizer):
     def __init__(self, params, lr, momentum=0.0, nesterov=False, weight_decay=0.0, dampening=0.0):
-        if nesterov and (momentum <= 0 or dampening != 0):
-            raise ValueError("SGD: nesterov needs momentum > 0 and dampening 0")
         super().__init__(params, dict(lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
                                       dampening=dampening))
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("SGD: nesterov needs momentum > 0 and dampening 0")
 
     def _update(self, p, g, group, state):
         momentum = group['momentum']
@@ -2556,10 +2694,9 @@ class SGD(Optimizer):
 
 class Adam(Optimizer):
     decoupled_weight_decay = False
+    state_keys = ('step', 'exp_avg', 'exp_avg_sq')
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
-        if not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
-            raise ValueError(f"{type(self).__name__}: invalid betas {betas}")
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
 
     def _update(self, p, g, group, state):
@@ -2629,25 +2766,29 @@ class CUDAGraph:
 
 # ================================================================ save and load
 
-def _encode(obj, arrays):
-    """A JSON-able tree of `obj` with every array replaced by its index in `arrays`."""
+def _encode(obj, arrays, where='obj'):
+    """A JSON-able tree of `obj` with every array replaced by its index in `arrays`; `where` names obj in errors."""
     if isinstance(obj, Tensor):
         obj = obj.numpy()
     if cp is not None and isinstance(obj, cp.ndarray):
         obj = cp.asnumpy(obj)
     if isinstance(obj, np.ndarray):
+        if obj.dtype.hasobject:   # np.savez would pickle it, and load() refuses pickles
+            raise TypeError(f"save: {where} is an array of dtype {obj.dtype}, which holds Python objects "
+                            "(numeric, bool and string arrays only)")
         arrays.append(obj)
         return {'array': len(arrays) - 1}
     if isinstance(obj, np.generic):
         return obj.item()
     if isinstance(obj, dict):
-        return {'dict': [[_encode(k, arrays), _encode(v, arrays)] for k, v in obj.items()]}
+        return {'dict': [[_encode(k, arrays, f'a key of {where}'), _encode(v, arrays, f'{where}[{k!r}]')]
+                         for k, v in obj.items()]}
     if isinstance(obj, (list, tuple)):
-        return {type(obj).__name__: [_encode(v, arrays) for v in obj]}
+        return {type(obj).__name__: [_encode(v, arrays, f'{where}[{i}]') for i, v in enumerate(obj)]}
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
-    raise TypeError(f"save: cannot store an object of type {type(obj).__name__} (arrays, numbers, strings, "
-                    "lists and dicts only)")
+    raise TypeError(f"save: cannot store {where}, an object of type {type(obj).__name__} (arrays, numbers, "
+                    "strings, lists and dicts only)")
 
 
 def _decode(node, arrays, device):
