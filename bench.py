@@ -343,6 +343,9 @@ def _bn_rows(table, dtype, act):
     (y, dx), (yt, dxt) = ours_function(*ours[0])[:2], theirs_function(*theirs[0])[:2]
     table.check(f'{label} {size} y', y, yt, tol)
     table.check(f'{label} {size} dx', dx, dxt, tol)
+    # a live torch graph (yt's) keeps x's AccumulateGrad node, made on the default stream, alive: PyTorch warns that
+    # this can break a later CUDA-graph capture, and graph_time's capture of this op failed on the H200
+    del y, dx, yt, dxt
     target = None if act else ('torch', 0.3 if dtype == np.float32 else 0.5)
     with tl.no_grad(), torch.no_grad():
         table.add(f'{label} fwd (training) {size}', cuda_time(ours_fwd, ours, 'tl'),
@@ -463,6 +466,7 @@ def _max_pool_rows(table):
     (y, dx), (yt, dxt) = ours_fwd_bwd(*ours[0]), theirs_fwd_bwd(*theirs[0])
     table.check(f'{label} y', y, yt, 0)
     table.check(f'{label} dx', dx, dxt, 0)
+    del y, dx, yt, dxt   # as in _bn_rows: a live torch graph would break graph_time's capture
     with tl.no_grad(), torch.no_grad():
         table.add(f'{label} fwd', cuda_time(lambda x, g: tl.max_pool2d(x, 2), ours, 'tl'),
                   cuda_time(lambda x, g: F.max_pool2d(x, 2), theirs, 'torch'), xbytes + ybytes, ('copy', 0.8))
