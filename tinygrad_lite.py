@@ -195,11 +195,12 @@ _KIND_RANK = {'b': 0, 'u': 1, 'i': 1, 'f': 2}
 _NUMBERS = (bool, int, float, np.generic)   # Python numbers, and NumPy scalars treated as they are
 
 
-def _promote(*dtypes):
+def _promote(*dtypes, divide=False):
     """PyTorch's result dtype of tensors: the float ones decide where there are any (int64 and float32 give
-    float32), else all of them."""
+    float32), else all of them; divide: true division, which gives float32 where that would be an integer."""
     floats = [d for d in dtypes if d.kind == 'f']
-    return np.result_type(*(floats or dtypes))
+    result = np.result_type(*(floats or dtypes))
+    return np.dtype(np.float32) if divide and result.kind != 'f' else result
 
 
 def _number_dtype(value):
@@ -1768,9 +1769,7 @@ class Tensor:
         other = self._operand(other)
         a, b = (other, self) if reflected else (self, other)
         if a.dtype != b.dtype or (fn is Div and a.dtype.kind != 'f'):
-            common = _promote(a.dtype, b.dtype)
-            if fn is Div and common.kind != 'f':
-                common = np.dtype(np.float32)   # true division of integers gives float32, as in PyTorch
+            common = _promote(a.dtype, b.dtype, divide=fn is Div)
             a, b = a.to(common), b.to(common)
         try:
             np.broadcast_shapes(a.shape, b.shape)
@@ -1812,9 +1811,7 @@ class Tensor:
         if self.requires_grad and _GradMode.enabled:
             raise RuntimeError("in-place operation on a tensor that requires grad: wrap it in tl.no_grad()")
         other = self._operand(other)
-        result = _promote(self.dtype, other.dtype)
-        if ufunc == 'divide' and result.kind != 'f':
-            result = np.dtype(np.float32)
+        result = _promote(self.dtype, other.dtype, divide=ufunc == 'divide')
         if _KIND_RANK[result.kind] > _KIND_RANK[self.dtype.kind]:
             raise TypeError(f"in-place op: result type {result} can't be cast to the tensor's dtype {self.dtype}")
         if other.device != self.device:
