@@ -20,6 +20,7 @@ import tarfile
 import subprocess
 import sys
 import tempfile
+import weakref
 import time
 import traceback
 import urllib.error
@@ -879,6 +880,48 @@ def test_dtype_and_device_moves_keep_autograd_link():
         (move(x) * tl.Tensor(w).to(move(x).dtype)).sum().backward()
         assert x.grad is not None and x.grad.dtype == np.float64
         assert_close(x.grad, w, 1e-6, 1e-6)
+
+
+def test_leaf_gradient_taken_or_copied():
+    """As PyTorch's AccumulateGrad: a gradient nothing else holds becomes the leaf's .grad itself (no copy);
+    the caller's gradient, a view, a value a Function keeps, or one array reaching two leaves is copied."""
+    class Fresh(tl.Function):   # backward returns a new array, remembered only weakly
+        def forward(self, x):
+            return x * 2
+
+        def backward(self, g):
+            out = g * 2
+            Fresh.made = weakref.ref(out)
+            return out
+
+    class Keeps(tl.Function):   # backward returns an array it also keeps
+        def forward(self, x):
+            self.kept = np.ones_like(x)
+            return x.copy()
+
+        def backward(self, g):
+            return self.kept
+
+    a, g = sample(rng('steal'), (3, 4)), sample(rng('steal2'), (3, 4))
+    x = tl.Tensor(a, requires_grad=True)
+    Fresh.apply(x).backward(tl.Tensor(g))
+    assert x.grad.data is Fresh.made(), 'a gradient nobody else holds was copied'
+    assert_close(x.grad, 2 * g, 1e-12, 0)
+    x.grad, gt = None, tl.Tensor(g.copy())
+    x.backward(gt)   # the caller's array
+    x.reshape(12).backward(tl.Tensor(g.reshape(12)))   # a view of the caller's array, added to the first
+    assert not np.shares_memory(x.grad.data, gt.data)
+    gt.data[...] = 0
+    assert_close(x.grad, 2 * g, 1e-12, 0)
+    x.grad = None
+    y = tl.Tensor(a, requires_grad=True)
+    ((x + y) * 1.0).backward(tl.Tensor(g))   # Add gives both leaves one array
+    assert not np.shares_memory(x.grad.data, y.grad.data)
+    x.grad = None
+    k = Keeps.apply(x)
+    ctx = k._ctx
+    k.backward(tl.Tensor(g), retain_graph=True)
+    assert not np.shares_memory(x.grad.data, ctx.kept), 'a value the Function keeps became .grad'
 
 
 def test_backward_requires_grad():

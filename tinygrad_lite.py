@@ -8,6 +8,7 @@ import ctypes
 import json
 import math
 import os
+import sys
 import tempfile
 import warnings
 
@@ -394,8 +395,9 @@ def _topological_order(root):
     return order
 
 
-def _backward(root, grad, retain_graph):
-    order = _topological_order(root)
+def _leaf_gradients(root, grad, order):
+    """(leaf, its gradient) pairs of a backward pass from `root` with gradient `grad` through `order`.
+    A function of its own, so that no local variable of it still holds a gradient when the leaves get them."""
     grads, leaves = {id(root): grad}, []
     for t in reversed(order):
         g = grads.pop(id(t), None)
@@ -412,9 +414,18 @@ def _backward(root, grad, retain_graph):
         for inp, needs, ig in zip(ctx.inputs, ctx.needs_grad, in_grads if isinstance(in_grads, tuple) else (in_grads,)):
             if needs and ig is not None:
                 grads[id(inp)] = ig if id(inp) not in grads else grads[id(inp)] + ig
-    # every gradient is computed before any leaf is touched, so a failure above changes nothing
+    return leaves
+
+
+def _backward(root, grad, retain_graph):
+    order = _topological_order(root)
+    leaves = _leaf_gradients(root, grad, order)   # every gradient before any leaf is touched: a failure changes nothing
     for t, g in leaves:
-        g = g.astype(t.dtype)   # a fresh array: gradients never alias each other or a saved value
+        # as PyTorch, a gradient that nothing else holds (this loop's two references and getrefcount's: not
+        # the caller, a saved value, a view or another leaf) becomes .grad itself; any other is copied, so
+        # that gradients never alias each other, a saved value or the caller's array
+        if g.dtype != t.dtype or g.base is not None or sys.getrefcount(g) > 3:
+            g = g.astype(t.dtype)
         if t.grad is None:
             t.grad = Tensor._wrap(g, t.device)
         else:
