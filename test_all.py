@@ -894,6 +894,23 @@ def test_leaf_gradient_taken_or_copied():
             Fresh.made = weakref.ref(out)
             return out
 
+    class FreshView(tl.Function):   # backward returns a view of the whole of a new array
+        def forward(self, x):
+            return x.reshape(-1) * 2
+
+        def backward(self, g):
+            out = (g * 2).reshape(self.inputs[0].shape)
+            FreshView.made = weakref.ref(out)
+            return out
+
+    class Halves(tl.Function):   # backward returns two views of one new array
+        def forward(self, x, y):
+            return x + 2 * y
+
+        def backward(self, g):
+            both = np.stack([g, 2 * g])
+            return both[0], both[1]
+
     class Keeps(tl.Function):   # backward returns an array it also keeps
         def forward(self, x):
             self.kept = np.ones_like(x)
@@ -907,14 +924,21 @@ def test_leaf_gradient_taken_or_copied():
     Fresh.apply(x).backward(tl.Tensor(g))
     assert x.grad.data is Fresh.made(), 'a gradient nobody else holds was copied'
     assert_close(x.grad, 2 * g, 1e-12, 0)
+    x.grad = None
+    FreshView.apply(x).backward(tl.Tensor(g.reshape(-1)))
+    assert x.grad.data is FreshView.made(), 'a view of the whole of a new array, nobody else holding either, was copied'
+    assert_close(x.grad, 2 * g, 1e-12, 0)
+    x.grad, y = None, tl.Tensor(a, requires_grad=True)
+    Halves.apply(x, y).backward(tl.Tensor(g))
+    assert not np.shares_memory(x.grad.data, y.grad.data), 'two views of one array became two leaves\' .grad'
+    assert_close(y.grad, 2 * g, 1e-12, 0)
     x.grad, gt = None, tl.Tensor(g.copy())
     x.backward(gt)   # the caller's array
     x.reshape(12).backward(tl.Tensor(g.reshape(12)))   # a view of the caller's array, added to the first
     assert not np.shares_memory(x.grad.data, gt.data)
     gt.data[...] = 0
     assert_close(x.grad, 2 * g, 1e-12, 0)
-    x.grad = None
-    y = tl.Tensor(a, requires_grad=True)
+    x.grad = y.grad = None
     ((x + y) * 1.0).backward(tl.Tensor(g))   # Add gives both leaves one array
     assert not np.shares_memory(x.grad.data, y.grad.data)
     x.grad = None

@@ -421,10 +421,13 @@ def _backward(root, grad, retain_graph):
     order = _topological_order(root)
     leaves = _leaf_gradients(root, grad, order)   # every gradient before any leaf is touched: a failure changes nothing
     for t, g in leaves:
-        # as PyTorch, a gradient that nothing else holds (this loop's two references and getrefcount's: not
-        # the caller, a saved value, a view or another leaf) becomes .grad itself; any other is copied, so
-        # that gradients never alias each other, a saved value or the caller's array
-        if g.dtype != t.dtype or g.base is not None or sys.getrefcount(g) > 3:
+        # as PyTorch, a gradient that nothing else holds becomes .grad itself: an array with no references but
+        # this loop's two (and getrefcount's), owning its memory or a view of the whole of a base that only it
+        # holds (a reshape or transpose of a fresh result). Any other is copied, so that gradients never alias
+        # each other, a saved value or the caller's array.
+        shared = sys.getrefcount(g) > 3 or g.base is not None and (
+            g.base.base is not None or g.base.size != g.size or sys.getrefcount(g.base) > 2)
+        if g.dtype != t.dtype or shared:
             g = g.astype(t.dtype)
         if t.grad is None:
             t.grad = Tensor._wrap(g, t.device)
