@@ -1487,13 +1487,59 @@ __device__ __forceinline__ void window_max(const T* base, int W, int C, int kh, 
         }
 }
 
+// The index buffer holds each output element's window tap: a byte each, or where windows have at most 4
+// taps and the forward runs 4 or more elements a thread (`packed`), 2 bits each, element i's in byte i / 4
+// at bit 2 (i % 4) (on the H200 at 1024x64x31x31 float16 the bytes were 2.4% of the kernels' traffic).
+template <int V>
+__device__ __forceinline__ void store_taps(unsigned char* idx, long long t, const Pack<unsigned char, V>& arg, int packed)
+{
+    if constexpr (V >= 4) {
+        if (packed) {
+            unsigned bits = 0;
+#pragma unroll
+            for (int e = 0; e < V; ++e) bits |= unsigned(arg.v[e]) << (2 * e);
+            if constexpr (V == 8) reinterpret_cast<unsigned short*>(idx)[t] = (unsigned short)bits;
+            else idx[t * (V / 4)] = (unsigned char)bits;
+            return;
+        }
+    }
+    reinterpret_cast<Pack<unsigned char, V>*>(idx)[t] = arg;
+}
+
+// The taps of pack t's V elements as store_taps wrote them, in one word (with any V the backward runs):
+// tap_of(word, e, packed) is element e's.
+template <int V>
+__device__ __forceinline__ unsigned long long load_taps(const unsigned char* idx, long long t, int packed)
+{
+    if (!packed) {
+        if constexpr (V == 8) return *reinterpret_cast<const unsigned long long*>(idx + 8 * t);
+        else if constexpr (V == 4) return *reinterpret_cast<const unsigned*>(idx + 4 * t);
+        else if constexpr (V == 2) return *reinterpret_cast<const unsigned short*>(idx + 2 * t);
+        else return idx[t];
+    }
+    if constexpr (V == 8) return *reinterpret_cast<const unsigned short*>(idx + 2 * t);
+    else if constexpr (V == 4) return idx[t];
+    unsigned long long word = 0;
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+        const long long i = t * V + e;
+        word |= (unsigned long long)((idx[i >> 2] >> (2 * (i & 3))) & 3) << (2 * e);
+    }
+    return word;
+}
+
+__device__ __forceinline__ int tap_of(unsigned long long word, int e, int packed)
+{
+    return packed ? int(word >> (2 * e)) & 3 : int(word >> (8 * e)) & 255;
+}
+
 // y = window max, idx = its tap (window_max); 2x2 windows unrolled. Both max-pool kernels are held to 48
 // registers (5 blocks of 256 per SM, 4 at their natural 56-64): on the H200 at 1024x64x31x31 float16,
 // forward 49.6 -> 46.8 us, backward 49.1 -> 46.1 us (6 blocks spill a little, 8 spill more and run slower;
-// at 5 the float32 backward spills 20 bytes).
+// at 5 the float32 backward spills 4 bytes).
 template <typename T, int V>
 __global__ void __launch_bounds__(256, 5) max_pool2d_fwd(const T* __restrict__ x, T* __restrict__ y,
-                               unsigned char* __restrict__ idx, int N, int H, int W, int C, int Ho,
+                               unsigned char* __restrict__ idx, int packed, int N, int H, int W, int C, int Ho,
                                int Wo, int kh, int kw, int sh, int sw) {
     using A = acc_t<T>;
     using P = Pack<T, V>;
@@ -1511,27 +1557,26 @@ __global__ void __launch_bounds__(256, 5) max_pool2d_fwd(const T* __restrict__ x
 #pragma unroll
         for (int e = 0; e < V; ++e) o.v[e] = T(best[e]);
         reinterpret_cast<P*>(y)[t] = o;
-        reinterpret_cast<I*>(idx)[t] = arg;
+        store_taps<V>(idx, t, arg, packed);
     }
 }
 
 // dx[n, h, w, c] = sum of dy over the windows whose recorded maximum is (h, w).
 template <typename T, int V>
 __global__ void __launch_bounds__(256, 5) max_pool2d_bwd(const T* __restrict__ dy, const unsigned char* __restrict__ idx,
-                               T* __restrict__ dx, int N, int H, int W, int C, int Ho, int Wo,
+                               int packed, T* __restrict__ dx, int N, int H, int W, int C, int Ho, int Wo,
                                int kh, int kw, int sh, int sw) {
     using A = acc_t<T>;
     using P = Pack<T, V>;
-    using I = Pack<unsigned char, V>;
     const int CV = C / V;
     if (sh >= kh && sw >= kw) {
         for (long long t = global_id(); t < (long long)N * Ho * Wo * CV; t += global_threads()) {
             const P g = reinterpret_cast<const P*>(dy)[t];
-            const I a = reinterpret_cast<const I*>(idx)[t];
+            const unsigned long long a = load_taps<V>(idx, t, packed);
             write_tile<T, V>(dx, pixel_of(t, Ho, Wo, CV), H, W, C, Ho, Wo, kh, kw, sh, sw, [&](int k) {
                 P v;
 #pragma unroll
-                for (int e = 0; e < V; ++e) v.v[e] = a.v[e] == k ? g.v[e] : T(0.0f);
+                for (int e = 0; e < V; ++e) v.v[e] = tap_of(a, e, packed) == k ? g.v[e] : T(0.0f);
                 return v;
             });
         }
@@ -1550,11 +1595,11 @@ __global__ void __launch_bounds__(256, 5) max_pool2d_bwd(const T* __restrict__ d
             for (int wo = wlo; wo <= whi; ++wo) {
                 const long long o = (((long long)n * Ho + ho) * Wo + wo) * CV + cv;
                 const P g = reinterpret_cast<const P*>(dy)[o];
-                const I a = reinterpret_cast<const I*>(idx)[o];
+                const unsigned long long a = load_taps<V>(idx, o, packed);
                 const int k = (h - ho * sh) * kw + (w - wo * sw);
 #pragma unroll
                 for (int e = 0; e < V; ++e)
-                    if (a.v[e] == k) acc[e] += A(g.v[e]);
+                    if (tap_of(a, e, packed) == k) acc[e] += A(g.v[e]);
             }
         P o;
 #pragma unroll

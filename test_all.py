@@ -2258,6 +2258,7 @@ POOL_CASES = [   # x's shape, kernel, stride, layout on the GPU
     ((2, 16, 9, 9), 2, 2, 'channels_last'),   # 16-byte packs; odd size: the last row and column feed no window
     ((1, 24, 7, 10), 3, 2, 'channels_last'),   # 3x3 windows (the forward's run-time window), overlapping
     ((3, 5, 7, 7), 2, 1, 'channels_last'),     # overlapping windows; 5 channels: no packs
+    ((2, 8, 6, 7), 2, 1, 'channels_last'),     # overlapping 2x2 windows in packs: max-pool's 2-bit taps
     ((2, 3, 11, 8), (2, 3), (1, 2), 'contiguous'),   # NCHW
     ((1, 8, 8, 9), 2, 3, 'channels_last'),     # stride > kernel: rows and columns between windows
     ((1, 8, 6, 6), 2, 2, 'offset1')]           # NCHW memory at an odd offset
@@ -2281,6 +2282,21 @@ def check_pool(mode, op, dtype):
         on = on_gpu(x, layout), on_gpu(dy, layout)
         got = gpu_paths(mode, (op + '_fwd', op + '_bwd'), lambda: pool_results(op, *on, kernel, stride))
         compare_paths(got, want, lambda a: FUSED_TOL[a.dtype], f'{op} {shape} kernel {kernel} stride {stride} {layout}')
+
+
+def test_gpu_max_pool2d_taps_read_by_a_narrower_backward():
+    """max_pool2d's forward stores 2-bit window taps when it runs packs of 4 or more elements; a gradient at
+    an odd offset (channels-last) makes the backward run element by element, reading them one by one."""
+    need_cuda()
+    r = rng('pool taps')
+    x, dy = r.standard_normal((2, 16, 6, 7)).astype(np.float16), r.standard_normal((2, 16, 3, 3)).astype(np.float16)
+    want = pool_results('max_pool2d', x, dy, 2, 2)
+    flat = cp.zeros(dy.size + 1, dy.dtype)
+    flat[1:] = cp.asarray(dy.transpose(0, 2, 3, 1)).reshape(-1)
+    dy_odd = flat[1:].reshape(2, 3, 3, 16).transpose(0, 3, 1, 2)   # channels-last memory, 2 bytes past alignment
+    got = gpu_paths('fused', ('max_pool2d_fwd', 'max_pool2d_bwd'),
+                    lambda: pool_results('max_pool2d', on_gpu(x, 'channels_last'), dy_odd, 2, 2))
+    compare_paths(got, want, lambda a: FUSED_TOL[a.dtype], 'max_pool2d with a gradient at an odd offset')
 
 
 CONV_CASES = [   # x's shape, weight's shape, stride, padding, bias, x's layout on the GPU

@@ -1489,7 +1489,7 @@ class _Pool(Function):
         self.channels_last = _channels_last(x)
         xk, shaped = _pool_rows(x, self.channels_last)
         y = cp.empty((xk.shape[0], *self.sizes[:2], xk.shape[3]), x.dtype)
-        self.kept = (cp.empty(y.shape, np.uint8),) if self.name == 'max_pool2d' else ()
+        self.kept = self.kept_for_backward(y, _width(y.dtype, y.shape[3], xk, y), kernel)
         self._launch('_fwd', xk, (xk, y) + self.kept, y)
         return shaped(y)
 
@@ -1504,6 +1504,9 @@ class _Pool(Function):
         self._launch('_bwd', dx, (gk,) + self.kept + (dx,), gk if tiles else dx)
         return shaped(dx)
 
+    def kept_for_backward(self, y, width, kernel):
+        return ()
+
     def _launch(self, suffix, image, args, out):
         """One thread per 16-byte pack of `out`; `image` is the (N', H, W, C') input-sized array."""
         width = _width(out.dtype, image.shape[3], *[a for a in args if a.dtype == out.dtype])
@@ -1514,6 +1517,12 @@ class _Pool(Function):
 class MaxPool(_Pool):
     """Window maxima; the gradient goes to each window's first maximum (NaN counts as the maximum)."""
     name = 'max_pool2d'
+
+    def kept_for_backward(self, y, width, kernel):
+        """The index buffer of each output's window tap (kernels.cu: 2 bits each where windows have at most 4
+        taps and the forward runs packs of 4 or more), and that choice."""
+        packed = kernel[0] * kernel[1] <= 4 and width >= 4
+        return cp.empty(-(-y.size // 4) if packed else y.size, np.uint8), np.int32(packed)
 
     def composed_forward(self, win):
         flat = win.transpose(0, 1, 2, 5, 3, 4).reshape(win.shape[:3] + (win.shape[5], -1))   # N, Ho, Wo, C, k
