@@ -911,6 +911,13 @@ def test_leaf_gradient_taken_or_copied():
             both = np.stack([g, 2 * g])
             return both[0], both[1]
 
+    class Repeats(tl.Function):   # backward returns a view of a new array that repeats one element
+        def forward(self, x):
+            return x * 2
+
+        def backward(self, g):
+            return np.ndarray(g.shape, g.dtype, np.full(g.size, 2.0), strides=(0, 0))
+
     class Keeps(tl.Function):   # backward returns an array it also keeps
         def forward(self, x):
             self.kept = np.ones_like(x)
@@ -928,6 +935,9 @@ def test_leaf_gradient_taken_or_copied():
     FreshView.apply(x).backward(tl.Tensor(g.reshape(-1)))
     assert x.grad.data is FreshView.made(), 'a view of the whole of a new array, nobody else holding either, was copied'
     assert_close(x.grad, 2 * g, 1e-12, 0)
+    x.grad = None
+    Repeats.apply(x).backward(tl.Tensor(g))
+    assert x.grad.data.base is None and x.grad.data.strides == (32, 8), 'a view repeating one element became .grad'
     x.grad, y = None, tl.Tensor(a, requires_grad=True)
     Halves.apply(x, y).backward(tl.Tensor(g))
     assert not np.shares_memory(x.grad.data, y.grad.data), 'two views of one array became two leaves\' .grad'

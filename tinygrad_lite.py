@@ -423,10 +423,10 @@ def _backward(root, grad, retain_graph):
     for t, g in leaves:
         # as PyTorch, a gradient that nothing else holds becomes .grad itself: an array with no references but
         # this loop's two (and getrefcount's), owning its memory or a view of the whole of a base that only it
-        # holds (a reshape or transpose of a fresh result). Any other is copied, so that gradients never alias
-        # each other, a saved value or the caller's array.
+        # holds, each element once (a reshape or transpose of a fresh result). Any other is copied, so that
+        # gradients never alias each other, a saved value or the caller's array.
         shared = sys.getrefcount(g) > 3 or g.base is not None and (
-            g.base.base is not None or g.base.size != g.size or sys.getrefcount(g.base) > 2)
+            g.base.base is not None or g.base.size != g.size or sys.getrefcount(g.base) > 2 or not _is_dense(g))
         if g.dtype != t.dtype or shared:
             g = g.astype(t.dtype)
         if t.grad is None:
