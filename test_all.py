@@ -918,6 +918,13 @@ def test_leaf_gradient_taken_or_copied():
         def backward(self, g):
             return np.ndarray(g.shape, g.dtype, np.full(g.size, 2.0), strides=(0, 0))
 
+    class Borrowed(tl.Function):   # backward returns an array on memory that is not an array's
+        def forward(self, x):
+            return x * 2
+
+        def backward(self, g):
+            return np.frombuffer(bytearray((g * 2).tobytes()), g.dtype)   # 1-d: its base is the bytearray
+
     class Keeps(tl.Function):   # backward returns an array it also keeps
         def forward(self, x):
             self.kept = np.ones_like(x)
@@ -938,6 +945,13 @@ def test_leaf_gradient_taken_or_copied():
     x.grad = None
     Repeats.apply(x).backward(tl.Tensor(g))
     assert x.grad.data.base is None and x.grad.data.strides == (32, 8), 'a view repeating one element became .grad'
+    row = tl.Tensor(a.reshape(-1), requires_grad=True)
+    Borrowed.apply(row).backward(tl.Tensor(g.reshape(-1)))
+    assert row.grad.data.base is None, 'an array on a bytearray became .grad'
+    assert_close(row.grad, 2 * g.reshape(-1), 1e-12, 0)
+    column = tl.Tensor(a[:, :1], requires_grad=True)
+    (column.sum(axis=1) ** 2).sum().backward()   # Sum's gradient: a read-only broadcast of a fresh array
+    column.grad.zero_()
     x.grad, y = None, tl.Tensor(a, requires_grad=True)
     Halves.apply(x, y).backward(tl.Tensor(g))
     assert not np.shares_memory(x.grad.data, y.grad.data), 'two views of one array became two leaves\' .grad'

@@ -434,13 +434,14 @@ def _backward(root, grad, retain_graph):
     order = _topological_order(root)
     leaves = _leaf_gradients(root, grad, order)   # every gradient before any leaf is touched: a failure changes nothing
     for t, g in leaves:
-        # as PyTorch, a gradient that nothing else holds becomes .grad itself: an array held by this loop alone,
-        # owning its memory or a view of the whole of a base that only it holds, each element once (a reshape or
-        # transpose of a fresh result). Any other is copied, so that gradients never alias each other, a saved
-        # value or the caller's array.
-        shared = sys.getrefcount(g) > _ALONE or g.base is not None and (
-            g.base.base is not None or g.base.size != g.size or sys.getrefcount(g.base) > _BASE_ALONE or
-            not _is_dense(g))
+        # as PyTorch, a gradient that nothing else holds becomes .grad itself: a writable array held by this loop
+        # alone, owning its memory or a view of the whole of an array that only it holds, each element once (a
+        # reshape or transpose of a fresh result). Any other is copied, so that gradients never alias each
+        # other, a saved value or the caller's array. (A CuPy array made on another's memory without a base,
+        # as cupy.ndarray(memptr=...) makes, looks free: a custom Function must not return one.)
+        shared = sys.getrefcount(g) > _ALONE or not getattr(g.flags, 'writeable', True) or g.base is not None and (
+            not isinstance(g.base, type(g)) or g.base.base is not None or g.base.size != g.size or
+            sys.getrefcount(g.base) > _BASE_ALONE or not _is_dense(g))
         if g.dtype != t.dtype or shared:
             g = g.astype(t.dtype)
         if t.grad is None:
@@ -1503,8 +1504,9 @@ class _Pool(Function):
         self.channels_last = _channels_last(x)
         xk, shaped = _pool_rows(x, self.channels_last)
         y = cp.empty((xk.shape[0], *self.sizes[:2], xk.shape[3]), x.dtype)
-        self.kept = self.kept_for_backward(y, _width(y.dtype, y.shape[3], xk, y), kernel)
-        self._launch('_fwd', xk, (xk, y) + self.kept, y)
+        width = _width(y.dtype, y.shape[3], xk, y)
+        self.kept = self.kept_for_backward(y, width, kernel)
+        self._launch('_fwd', xk, (xk, y) + self.kept, y, width)
         return shaped(y)
 
     def backward(self, g):
@@ -1521,9 +1523,10 @@ class _Pool(Function):
     def kept_for_backward(self, y, width, kernel):
         return ()
 
-    def _launch(self, suffix, image, args, out):
-        """One thread per 16-byte pack of `out`; `image` is the (N', H, W, C') input-sized array."""
-        width = _width(out.dtype, image.shape[3], *[a for a in args if a.dtype == out.dtype])
+    def _launch(self, suffix, image, args, out, width=None):
+        """One thread per 16-byte pack of `out` (`width` elements; by default as many as `args` allow); `image` is
+        the (N', H, W, C') input-sized array."""
+        width = width or _width(out.dtype, image.shape[3], *[a for a in args if a.dtype == out.dtype])
         sizes = tuple(np.int32(v) for v in image.shape + self.sizes)
         _launch_flat(_kernel(self.name + suffix, out.dtype, width), out.size // width, 1, args + sizes)
 
