@@ -1499,7 +1499,7 @@ __device__ __forceinline__ void store_taps(unsigned char* idx, long long t, cons
 #pragma unroll
             for (int e = 0; e < V; ++e) bits |= unsigned(arg.v[e]) << (2 * e);
             if constexpr (V == 8) reinterpret_cast<unsigned short*>(idx)[t] = (unsigned short)bits;
-            else idx[t * (V / 4)] = (unsigned char)bits;
+            else idx[t] = (unsigned char)bits;   // V == 4: one byte a pack
             return;
         }
     }
