@@ -1436,6 +1436,301 @@ __global__ void batch_transpose(const T* __restrict__ in, T* __restrict__ out, i
     }
 }
 
+// Direct convolution. A conv whose window holds few values (K = C kh kw <= KMAX: the whitening conv's 12) makes
+// products too thin for cuBLAS (a million rows of 12), so its passes run directly on x and dy, read through
+// their element strides (sn, sc, sh, sw) in any layout. k = (i kw + j) C + c orders a window's values as
+// im2col's columns; window value k of the window whose corner is (h0, w0) = (ho sy - py, wo sx - px) lies at
+// offset (h0 sh + w0 sw) + woff(k) of image n, inside the image where its tap (i, j) is. A window wholly
+// inside the image (every window of an unpadded conv) reads its values without checks.
+namespace direct {
+constexpr int KMAX = 32, COMAX = 128;   // the host's limits for this path
+constexpr int CT = 8, KT = 4, CI = 4;   // per thread: output channels (forward, dW), window values (dW), dx channels
+}
+
+struct Window {
+    int h0, w0;
+    long long corner;   // the offset of (n, h0, w0) in x
+    bool whole;         // every tap inside the image
+};
+
+__device__ __forceinline__ Window window_at(int n, int ho, int wo, long long sn, long long sh, long long sw,
+                                            int H, int W, int kh, int kw, int sy, int sx, int py, int px)
+{
+    Window q;
+    q.h0 = ho * sy - py;
+    q.w0 = wo * sx - px;
+    q.corner = n * sn + q.h0 * sh + q.w0 * sw;
+    q.whole = q.h0 >= 0 && q.w0 >= 0 && q.h0 + kh <= H && q.w0 + kw <= W;
+    return q;
+}
+
+// Tap (i, j) and offset from the corner of window value k.
+struct Tap {
+    int i, j;
+    long long off;
+};
+
+__device__ __forceinline__ Tap tap_of(int k, int C, int kw, long long sc, long long sh, long long sw)
+{
+    Tap t;
+    t.i = k / (C * kw);
+    t.j = (k / C) % kw;
+    t.off = (k % C) * sc + t.i * sh + t.j * sw;
+    return t;
+}
+
+template <typename T, typename A>
+__device__ __forceinline__ A window_value(const T* x, const Window& q, const Tap& t, int H, int W)
+{
+    const bool inside = q.whole || ((unsigned)(q.h0 + t.i) < (unsigned)H && (unsigned)(q.w0 + t.j) < (unsigned)W);
+    return inside ? A(x[q.corner + t.off]) : A(0);
+}
+
+// The weight (C_out, C, kh, kw) in shared memory as ws[k * COMAX + co], zero past C_out.
+template <typename T, typename A>
+__device__ __forceinline__ void load_weights(const T* w, A* ws, int C, int kh, int kw, int Co)
+{
+    const int K = C * kh * kw;
+    for (int t = threadIdx.x; t < K * direct::COMAX; t += blockDim.x) {
+        const int k = t / direct::COMAX, co = t % direct::COMAX, c = k % C, j = (k / C) % kw, i = k / (C * kw);
+        ws[t] = co < Co ? A(w[(((long long)co * C + c) * kh + i) * kw + j]) : A(0);
+    }
+}
+
+// y[n, ho, wo, co] (NHWC memory) = bias[co] + sum_k window_k(n, ho, wo) w[co, k]: a thread per pixel and CT
+// output channels, the window's values loaded four at a time before their products.
+template <typename T>
+__global__ void conv_direct_fwd(const T* __restrict__ x, long long sn, long long sc, long long sh, long long sw,
+                                const T* __restrict__ w, const T* __restrict__ bias, T* __restrict__ y, int N, int C,
+                                int H, int W, int Co, int Ho, int Wo, int kh, int kw, int sy, int sx, int py, int px)
+{
+    using A = acc_t<T>;
+    using namespace direct;
+    __shared__ __align__(16) A ws[KMAX * COMAX];
+    __shared__ Tap taps[KMAX];
+    const int K = C * kh * kw, G = (Co + CT - 1) / CT;
+    load_weights(w, ws, C, kh, kw, Co);
+    for (int k = threadIdx.x; k < K; k += blockDim.x) taps[k] = tap_of(k, C, kw, sc, sh, sw);
+    __syncthreads();
+    const long long total = (long long)N * Ho * Wo * G;
+    for (long long t = global_id(); t < total; t += global_threads()) {
+        const auto [n, ho, wo, q] = pixel_of(t, Ho, Wo, G);
+        const int co0 = q * CT;
+        const Window win = window_at(n, ho, wo, sn, sh, sw, H, W, kh, kw, sy, sx, py, px);
+        Pack<A, CT> acc;
+#pragma unroll
+        for (int u = 0; u < CT; ++u) acc.v[u] = bias && co0 + u < Co ? A(bias[co0 + u]) : A(0);
+        for (int k0 = 0; k0 < K; k0 += 4) {
+            A v[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) v[u] = k0 + u < K ? window_value<T, A>(x, win, taps[k0 + u], H, W) : A(0);
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                if (k0 + u >= K) break;
+                const Pack<A, CT> wv = load_pack<CT>(ws + (k0 + u) * COMAX + co0);
+#pragma unroll
+                for (int e = 0; e < CT; ++e) acc.v[e] = fma_acc(v[u], wv.v[e], acc.v[e]);
+            }
+        }
+        T* yp = y + (((long long)n * Ho + ho) * Wo + wo) * Co + co0;
+        if (co0 + CT <= Co && aligned16(yp)) {
+            Pack<T, CT> out;
+#pragma unroll
+            for (int u = 0; u < CT; ++u) out.v[u] = T(acc.v[u]);
+            store_pack<CT>(yp, out);
+        } else {
+#pragma unroll
+            for (int u = 0; u < CT; ++u)
+                if (co0 + u < Co) yp[u] = T(acc.v[u]);
+        }
+    }
+}
+
+// v[e] = d[(co + e) dc] for e < 4 (0 past C_out): one load where d is channels-last and aligned.
+template <typename T, typename A>
+__device__ __forceinline__ void load_four(const T* d, long long dc, int co, int Co, A (&v)[4])
+{
+    if (dc == 1 && co + 4 <= Co && (reinterpret_cast<unsigned long long>(d + co) % alignof(Pack<T, 4>)) == 0) {
+        const Pack<T, 4> p = load_pack<4>(d + co);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) v[e] = A(p.v[e]);
+    } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) v[e] = co + e < Co ? A(d[(co + e) * dc]) : A(0);
+    }
+}
+
+// dx[n, c, h, w] = sum over the windows (ho, wo) holding pixel (h, w) at tap (i, j) of
+// sum_co dy[n, co, ho, wo] w[co, c, i, j]: a thread per pixel and CI channels, each load of dy serving them
+// all. dx's memory is NCHW or, where channels_last, NHWC; consecutive threads take consecutive pixels.
+template <typename T>
+__global__ void conv_direct_dx(const T* __restrict__ dy, long long gn, long long gc, long long gh, long long gw,
+                               const T* __restrict__ w, T* __restrict__ dx, int channels_last, int N, int C,
+                               int H, int W, int Co, int Ho, int Wo, int kh, int kw, int sy, int sx, int py, int px)
+{
+    using A = acc_t<T>;
+    using namespace direct;
+    __shared__ __align__(16) A ws[KMAX * COMAX];
+    load_weights(w, ws, C, kh, kw, Co);
+    __syncthreads();
+    const int CG = (C + CI - 1) / CI;
+    const long long total = (long long)N * H * W * CG;
+    for (long long t = global_id(); t < total; t += global_threads()) {
+        int n, h, wx, g;
+        if (channels_last) {
+            const Pixel p = pixel_of(t, H, W, CG);
+            n = p.n, h = p.h, wx = p.w, g = p.cv;
+        } else {
+            const Pixel p = pixel_of(t, CG, H, W);   // (n, g, h, w) read as (n, h, w, cv)
+            n = p.n, g = p.h, h = p.w, wx = p.cv;
+        }
+        const int c0 = g * CI, nc = min(CI, C - c0);
+        int i0, iend, j0, jend;
+        taps_over(h + py, kh, sy, Ho, i0, iend);
+        taps_over(wx + px, kw, sx, Wo, j0, jend);
+        A acc[CI] = {};
+        for (int i = i0; i < iend; i += sy)
+            for (int j = j0; j < jend; j += sx) {
+                const T* d = dy + n * gn + ((h + py - i) / sy) * gh + ((wx + px - j) / sx) * gw;
+                const A* wk = ws + ((i * kw + j) * C + c0) * COMAX;
+                for (int co = 0; co < Co; co += 4) {
+                    A dv[4];
+                    load_four(d, gc, co, Co, dv);
+#pragma unroll
+                    for (int cc = 0; cc < CI; ++cc) {
+                        if (cc >= nc) break;
+                        const Pack<A, 4> wv = load_pack<4>(wk + cc * COMAX + co);
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) acc[cc] = fma_acc(dv[e], wv.v[e], acc[cc]);
+                    }
+                }
+            }
+#pragma unroll
+        for (int cc = 0; cc < CI; ++cc) {
+            if (cc >= nc) break;
+            const long long at = channels_last ? (((long long)n * H + h) * W + wx) * C + c0 + cc
+                                               : (((long long)n * C + c0 + cc) * H + h) * W + wx;
+            dx[at] = T(acc[cc]);
+        }
+    }
+}
+
+// The (Kw + 1) x C_out sums S[k, co] = sum over pixels of window_k dy[.., co], row Kw the bias's (window_Kw =
+// 1): dW = S[:Kw] (Kw = K, or 0 for db alone), db = S[Kw]. A thread owns a KT x CT tile (slot) of S; the
+// block's threads are lanes of `slots` threads, each lane taking every lanes-th pixel of the block's range
+// ((n, ho, wo) advanced by additions), two pixels' loads issued before their products. The lanes' tiles are
+// summed in a tree through shared memory and the block's partial stored at part[block][slot][KT][CT], for
+// conv_direct_dw_fold.
+template <typename T>
+__global__ void __launch_bounds__(256, sizeof(T) > 4 ? 1 : 2)   // float, __half: 2 blocks per SM, 128 registers
+conv_direct_dw(const T* __restrict__ x, long long sn, long long sc, long long sh, long long sw,
+               const T* __restrict__ dy, long long gn, long long gc, long long gh, long long gw,
+               acc_t<T>* __restrict__ part, int Kw, int N, int C, int H, int W, int Co, int Ho, int Wo,
+               int kh, int kw, int sy, int sx, int py, int px)
+{
+    using A = acc_t<T>;
+    using namespace direct;
+    constexpr int U = 2, TILE = KT * CT;
+    const int CB = (Co + CT - 1) / CT, slots = (Kw / KT + 1) * CB, lanes = blockDim.x / slots;
+    const int s = threadIdx.x % slots, lane = threadIdx.x / slots, k0 = s / CB * KT, co0 = s % CB * CT;
+    Tap tap[KT];
+#pragma unroll
+    for (int u = 0; u < KT; ++u) tap[u] = tap_of(min(k0 + u, Kw), C, kw, sc, sh, sw);
+    A acc[KT][CT] = {};
+    const long long P = (long long)N * Ho * Wo, p1 = P * (blockIdx.x + 1) / gridDim.x;
+    long long p = P * blockIdx.x / gridDim.x + lane;
+    const Pixel first = pixel_of(p, Ho, Wo, 1);
+    int n = first.n, ho = first.h, wo = first.w;
+    const int dwo = lanes % Wo, dho = (lanes / Wo) % Ho, dn = lanes / (Wo * Ho);
+    for (; lane < lanes && p < p1; p += U * lanes) {
+        A v[U][KT], d[U][CT];
+#pragma unroll
+        for (int r = 0; r < U; ++r) {
+            const bool in = p + r * lanes < p1;
+            const Window win = window_at(n, ho, wo, sn, sh, sw, H, W, kh, kw, sy, sx, py, px);
+            const T* dp = dy + n * gn + ho * gh + wo * gw + co0 * gc;
+            if (in && gc == 1 && co0 + CT <= Co && aligned16(dp)) {
+                const Pack<T, CT> dv = load_pack<CT>(dp);
+#pragma unroll
+                for (int e = 0; e < CT; ++e) d[r][e] = A(dv.v[e]);
+            } else {
+#pragma unroll
+                for (int e = 0; e < CT; ++e) d[r][e] = in && co0 + e < Co ? A(dp[e * gc]) : A(0);
+            }
+#pragma unroll
+            for (int u = 0; u < KT; ++u)
+                v[r][u] = !in || k0 + u > Kw ? A(0) : k0 + u == Kw ? A(1) : window_value<T, A>(x, win, tap[u], H, W);
+            wo += dwo;
+            if (wo >= Wo) { wo -= Wo; ++ho; }
+            ho += dho;
+            if (ho >= Ho) { ho -= Ho; ++n; }
+            n += dn;
+        }
+#pragma unroll
+        for (int r = 0; r < U; ++r)
+#pragma unroll
+            for (int u = 0; u < KT; ++u)
+#pragma unroll
+                for (int e = 0; e < CT; ++e) acc[u][e] = fma_acc(v[r][u], d[r][e], acc[u][e]);
+    }
+    // the lanes' tiles summed in a tree: the upper half of the remaining lanes hands its tiles to the lower
+    __shared__ A half[(256 / 2) * TILE];   // blocks of up to 256 threads
+    for (int live = lanes; live > 1;) {
+        const int keep = (live + 1) / 2;
+        if (lane >= keep && lane < live)
+#pragma unroll
+            for (int u = 0; u < KT; ++u)
+#pragma unroll
+                for (int e = 0; e < CT; ++e) half[((lane - keep) * slots + s) * TILE + u * CT + e] = acc[u][e];
+        __syncthreads();
+        if (lane < live - keep)
+#pragma unroll
+            for (int u = 0; u < KT; ++u)
+#pragma unroll
+                for (int e = 0; e < CT; ++e) acc[u][e] += half[(lane * slots + s) * TILE + u * CT + e];
+        __syncthreads();
+        live = keep;
+    }
+    if (lane == 0)
+#pragma unroll
+        for (int u = 0; u < KT; ++u)
+#pragma unroll
+            for (int e = 0; e < CT; ++e) part[((long long)blockIdx.x * slots + s) * TILE + u * CT + e] = acc[u][e];
+}
+
+// dw (C_out, C, kh, kw) and db (where given) from conv_direct_dw's partials of `blocks` blocks: each block of
+// this kernel takes 32 of the sums, its warps every 8th partial of each, added in double in a fixed order.
+template <typename T>
+__global__ void conv_direct_dw_fold(const acc_t<T>* __restrict__ part, int blocks, T* __restrict__ dw,
+                                    T* __restrict__ db, int Kw, int C, int Co, int kh, int kw)
+{
+    using namespace direct;
+    constexpr int TILE = KT * CT;
+    __shared__ double sums[8][32];
+    const int CB = (Co + CT - 1) / CT, per_block = (Kw / KT + 1) * CB * TILE;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const int o = blockIdx.x * 32 + lane;
+    double a[4] = {};
+    if (o < per_block) {
+        int b = warp;
+        for (; b + 3 * warps < blocks; b += 4 * warps)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) a[r] += double(part[(long long)(b + r * warps) * per_block + o]);
+        for (; b < blocks; b += warps) a[0] += double(part[(long long)b * per_block + o]);
+    }
+    sums[warp][lane] = (a[0] + a[1]) + (a[2] + a[3]);
+    __syncthreads();
+    if (warp != 0 || o >= per_block) return;
+    double total = 0;
+    for (int r = 0; r < warps; ++r) total += sums[r][lane];
+    const int so = o / TILE, k = so / CB * KT + o % TILE / CT, co = so % CB * CT + o % CT;
+    if (co >= Co || k > Kw) return;
+    if (k < Kw)
+        dw[(((long long)co * C + k % C) * kh + k / (C * kw)) * kw + (k / C) % kw] = T(total);
+    else if (db)
+        db[co] = T(total);
+}
+
 // ===== pooling =====
 // Windows kh x kw with stride (sh, sw), no padding; Ho = (H - kh)/sh + 1. NHWC with C channels;
 // NCHW data runs as NHWC with (N*C, H, W, 1). One thread per output V-wide channel group (forward,
@@ -1681,14 +1976,6 @@ __global__ void avg_pool2d_bwd(const T* __restrict__ dy, T* __restrict__ dx, int
 //   dx[r, k] = (exp(x[r, k] - lse_r) - q[r, k]) * g[r * gstride] * scale
 // A group of `lanes` threads (a power of two <= 32) owns a row; the rows of one warp advance
 // together so every lane reaches the shuffles. A target outside [0, K) gives a NaN loss.
-// (m, s) = (running max, sum of exp(x - m)); an empty side has m = -inf and s = 0.
-template <typename A>
-__device__ __forceinline__ void merge_lse(A& m, A& s, A om, A os) {
-    const A nm = m > om ? m : om;
-    const A ninf = neg_inf<A>();
-    s = s * (m == ninf ? A(0) : exp_(m - nm)) + os * (om == ninf ? A(0) : exp_(om - nm));   // a NaN s stays
-    m = nm;
-}
 
 // A lane's packs of a row (lane, lane + lanes, ... < count) in rounds of U: use(p0, v) gets the round's
 // first pack index and its U packs, all loaded before the first is used (those past count are not loaded).
@@ -1704,60 +1991,158 @@ __device__ __forceinline__ void lane_rounds(const P* row, int lane, int lanes, i
     }
 }
 
-template <typename T, typename I, int V>
-__global__ void cross_entropy_fwd(const T* __restrict__ x, const I* __restrict__ target,
-                                  acc_t<T>* __restrict__ loss,
-                                  acc_t<T>* __restrict__ lse, int N, int K,
-                                  acc_t<T> eps, int lanes) {
+// e^(a - b) for one b, as a term of a sum of exponentials: in float one FMA and the ex2 unit (a few ulp).
+template <typename A> struct ExpLess;
+template <> struct ExpLess<float> {
+    float b2;   // b log2(e)
+    __device__ explicit ExpLess(float b) : b2(b * 1.44269504f) {}
+    __device__ float operator()(float a) const {   // ex2.approx.ftz: exp2f adds 3 instructions for denormal results
+        float r;
+        asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(fmaf(a, 1.44269504f, -b2)));
+        return r;
+    }
+};
+template <> struct ExpLess<double> {
+    double b;
+    __device__ explicit ExpLess(double b) : b(b) {}
+    __device__ double operator()(double a) const { return exp(a - b); }
+};
+
+// max(top, the pack's elements); fmax skips a NaN. __half pairs compare in half2 (exact), so that the
+// pack's float conversions are not all made at once and kept for the exponentials.
+template <typename A, typename T, int V>
+__device__ __forceinline__ A pack_max(const Pack<T, V>& p, A top)
+{
+#pragma unroll
+    for (int e = 0; e < V; ++e) top = fmax(top, A(p.v[e]));
+    return top;
+}
+template <int V>
+__device__ __forceinline__ float pack_max(const Pack<__half, V>& p, float top)
+{
+    if constexpr (V == 1) {
+        return fmax(top, __half2float(p.v[0]));
+    } else {
+        const __half2* h = reinterpret_cast<const __half2*>(p.v);
+        __half2 m = h[0];
+#pragma unroll
+        for (int e = 1; e < V / 2; ++e) m = __hmax2(m, h[e]);
+        return fmax(top, fmax(__low2float(m), __high2float(m)));
+    }
+}
+
+// The block's sum of v, in thread 0, added in a fixed order.
+__device__ __forceinline__ double block_total(double v)
+{
+    __shared__ double warp_sums[32];
+    const int warps = blockDim.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x == 0)
+        for (int w = 1; w < warps; ++w) v += warp_sums[w];
+    return v;
+}
+
+// The sum of part[0, count) in thread 0, in double and in an order fixed by count and the block size,
+// 8 loads at a time per thread.
+__device__ __forceinline__ double fold_partials(const double* part, int count)
+{
+    double t = 0;
+    for (int i0 = threadIdx.x; i0 < count; i0 += 8 * blockDim.x) {
+        double p[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            const int i = i0 + u * blockDim.x;
+            p[u] = i < count ? __ldcg(part + i) : 0.0;
+        }
+#pragma unroll
+        for (int u = 0; u < 8; ++u) t += p[u];
+    }
+    return block_total(t);
+}
+
+// Forward, reduction 0 ('none'): out[r] = loss_r; 1 ('sum') / 2 ('mean'): out[0] = the sum / mean of the
+// losses: each block stores the sum of its rows' losses in part[blockIdx.x], and the last block to finish
+// (counted in *ticket, re-armed there) folds them in double. lse_r is stored where lse is given (backward).
+// A lane takes U packs a round: for 1000 float32 classes (250 packs, 32 lanes) U = 8 loads a whole row
+// at once, so a row costs one memory latency. Each round rescales the lane's sum once, to the round's
+// max; the row's lanes then agree on the row's max and rescale once more.
+template <typename T, typename I, int V, int U>
+__global__ void __launch_bounds__(256, sizeof(acc_t<T>) == 4 ? 4 : 2)   // float: 64 registers, 4 blocks per SM
+cross_entropy_fwd(const T* __restrict__ x, const I* __restrict__ target, T* __restrict__ out, acc_t<T>* __restrict__ lse,
+                  double* __restrict__ part, int* __restrict__ ticket, int N, int K, acc_t<T> eps, int lanes, int reduction)
+{
     using A = acc_t<T>;
     using P = Pack<T, V>;
-    constexpr int U = 4;   // packs a lane loads per round, all issued before the first is used
-    const int lane = threadIdx.x & (lanes - 1);
+    const int lane = threadIdx.x & (lanes - 1), log_lanes = __ffs(lanes) - 1;
     const long long warp_row0 = (global_id() & ~31LL) / lanes;
     const long long row_step = global_threads() / lanes;
     const int KV = K / V;
+    const A on = A(1) - eps, off = eps / A(K);   // the weights of x[y] and of each x[k] in the loss
+    double total = 0;   // the losses of the rows whose lane 0 this thread is
     for (long long r0 = warp_row0; r0 < N; r0 += row_step) {
         const long long row = r0 + (threadIdx.x & 31) / lanes;
         const bool valid = row < N;
         const long long y = valid ? (long long)target[row] : -1;
+        A m = neg_inf<A>(), s = A(0), sx = A(0);
         const P* xr = reinterpret_cast<const P*>(x + row * K);
-        A m = neg_inf<A>(), s = A(0), sx = A(0), xy = A(0), found = A(0);
-        lane_rounds<U>(xr, lane, lanes, valid ? KV : 0, [&](int p0, const P (&v)[U]) {
-            A top = m;   // the round's running max: one rescale of s per round (a NaN shows in s below)
+        for (int p0 = lane; p0 < (valid ? KV : 0); p0 += U * lanes) {
+            const int n = (KV - p0 + lanes - 1) >> log_lanes;   // v[u] for u < n hold packs of the row
+            P v[U];
 #pragma unroll
             for (int u = 0; u < U; ++u)
+                if (u < n) v[u] = xr[p0 + u * lanes];
+            A top = m;   // a NaN logit is skipped here: it reaches the loss through s
 #pragma unroll
-                for (int e = 0; e < V; ++e)
-                    if (p0 + u * lanes < KV) top = fmax(top, A(v[u].v[e]));
-            if (top != m) s *= fast_exp(m - top);
+            for (int u = 0; u < U; ++u)
+                if (u < n) top = pack_max(v[u], top);
+            const ExpLess<A> less(top == neg_inf<A>() ? A(0) : top);   // so that exp(-inf - shift) = 0
+            s *= less(m);
             m = top;
 #pragma unroll
             for (int u = 0; u < U; ++u)
 #pragma unroll
-                for (int e = 0; e < V; ++e) {
-                    const int k = (p0 + u * lanes) * V + e;
-                    if (k >= K) continue;
-                    const A a = A(v[u].v[e]);
-                    s += a == neg_inf<A>() ? A(0) : fast_exp(a - m);   // also while m is -inf
-                    sx += a;
-                    if (k == y) { xy = a; found = A(1); }
-                }
-        });
-        for (int off = lanes / 2; off > 0; off >>= 1) {
-            const A om = __shfl_xor_sync(0xffffffffu, m, off, lanes);
-            const A os = __shfl_xor_sync(0xffffffffu, s, off, lanes);
-            merge_lse(m, s, om, os);
-            sx += __shfl_xor_sync(0xffffffffu, sx, off, lanes);
-            xy += __shfl_xor_sync(0xffffffffu, xy, off, lanes);
-            found += __shfl_xor_sync(0xffffffffu, found, off, lanes);
+                for (int e = 0; e < V; ++e)
+                    if (u < n) s += less(A(v[u].v[e]));
+            if (eps > A(0))
+#pragma unroll
+                for (int u = 0; u < U; ++u)
+#pragma unroll
+                    for (int e = 0; e < V; ++e)
+                        if (u < n) sx += A(v[u].v[e]);
+        }
+        // Lane 0 reads the target's logit again once the row is in (from L1 or L2): no register of the row
+        // has to be picked out, and nothing waits for y before the row's loads are issued. The condition
+        // m == m (always true: fmax never keeps a NaN) keeps ptxas from hoisting this read, and so the wait
+        // for y, above those loads.
+        const bool known = y >= 0 && y < K;
+        const A xy = lane == 0 && known && m == m ? A(x[row * K + y]) : A(0);
+        A top = m;   // the row's max; each lane's s rescaled to it, then summed over the lanes
+        for (int o = lanes / 2; o > 0; o >>= 1) top = fmax(top, __shfl_xor_sync(0xffffffffu, top, o, lanes));
+        const A shift = top == neg_inf<A>() ? A(0) : top;
+        s *= ExpLess<A>(shift)(m);
+        A smooth = eps > A(0) ? off * sx : A(0);   // without 0 * -inf
+        for (int o = lanes / 2; o > 0; o >>= 1) {
+            s += __shfl_xor_sync(0xffffffffu, s, o, lanes);
+            smooth += __shfl_xor_sync(0xffffffffu, smooth, o, lanes);
         }
         if (valid && lane == 0) {
-            const A l = m + log_(s);
-            lse[row] = l;
-            const A smooth = eps > A(0) ? eps / A(K) * sx : A(0);   // without 0 * -inf
-            loss[row] = found > A(0) ? l - (A(1) - eps) * xy - smooth : quiet_nan<A>();
+            const A l = shift + log_(s), loss = known ? l - on * xy - smooth : quiet_nan<A>();
+            if (lse) lse[row] = l;
+            if (reduction == 0) out[row] = T(loss);
+            else total += double(loss);
         }
     }
+    if (reduction == 0) return;
+    const double block = block_total(total);
+    if (threadIdx.x == 0) {
+        part[blockIdx.x] = block;
+        __threadfence();
+    }
+    if (!last_to_finish(ticket, gridDim.x)) return;
+    const double sum = fold_partials(part, gridDim.x);
+    if (threadIdx.x == 0) out[0] = T(A(reduction == 2 ? sum / N : sum));
 }
 
 template <typename T, typename I, int V>

@@ -2325,11 +2325,14 @@ def test_gpu_max_pool2d_taps_read_by_a_narrower_backward():
 
 CONV_CASES = [   # x's shape, weight's shape, stride, padding, bias, x's layout on the GPU
     ((3, 3, 9, 9), (24, 3, 2, 2), 1, 0, True, 'contiguous'),    # train_cifar's whitening conv: NCHW images, odd size
+    ((2, 3, 7, 7), (5, 3, 3, 3), 2, 1, True, 'channels_last'),  # direct kernels (windows of <= 32): stride 2, 5 outputs
+    ((1, 2, 6, 5), (20, 2, 4, 4), 1, 2, False, 'offset1'),      # direct, a window of 32, unaligned x, 20 outputs
     ((2, 24, 7, 7), (16, 24, 3, 3), 1, 1, False, 'channels_last'),   # its 3x3 convs: 16-byte packs in float16
     ((1, 16, 5, 5), (8, 16, 3, 3), 1, 1, False, 'channels_last'),    # batch 1
     ((2, 5, 7, 6), (3, 5, 3, 3), 2, 1, True, 'channels_last'),       # stride 2; 5 channels: no packs
     ((2, 8, 6, 6), (8, 8, 1, 1), 1, 0, False, 'channels_last')]      # 1x1
 CONV_TOL = {np.dtype(np.float16): 1e-2, np.dtype(np.float32): 1e-4, np.dtype(np.float64): 1e-9}   # of max |ref|
+CONV_KERNELS = ('im2col_nhwc', 'col2im_nhwc', 'conv_direct_fwd', 'conv_direct_dx', 'conv_direct_dw', 'conv_direct_dw_fold')
 
 
 def conv_results(x, w, b, stride, padding, dy):
@@ -2378,16 +2381,19 @@ def check_conv(path, dtype, allow_tf32=False):
                 assert_matches(v, ref[k].detach().numpy().astype(dtype), CONV_TOL[np.dtype(dtype)], f'{what}: {k} vs PyTorch')
             continue
         on = on_gpu(x, layout), cp.asarray(w), None if b is None else cp.asarray(b), on_gpu(dy, 'channels_last')
+        if path == 'fused':
+            assert tl._direct_conv(on[0], ws) == (np.prod(ws[1:]) <= 32), f'{what}: direct kernels or not'
         with tf32(allow_tf32):
-            got = gpu_paths(path, ('im2col_nhwc', 'col2im_nhwc'), lambda: conv_results(*on[:3], stride, padding, on[3]))
+            got = gpu_paths(path, CONV_KERNELS, lambda: conv_results(*on[:3], stride, padding, on[3]))
         compare_paths(got, want, lambda a: TF32_TOL if allow_tf32 else CONV_TOL[a.dtype], what)
 
 
 CE_CASES = [   # logits' shape, layout, label smoothing, reduction
-    ((37, 1000), 'contiguous', 0.2, 'sum'),   # 16-byte packs; in float32 two rounds per lane, the second partial
-    ((3, 2048), 'contiguous', 0.0, 'mean'),   # whole rounds
-    ((300, 10), 'contiguous', 0.1, 'none'),   # a few lanes per row, several rows per warp
-    ((5, 7), 'offset1', 0.3, 'mean')]         # element by element
+    ((37, 1000), 'contiguous', 0.2, 'sum'),     # 16-byte packs, a row in one round: some lanes' rounds partial
+    ((3, 2048), 'contiguous', 0.0, 'mean'),     # two whole rounds per lane
+    ((300, 10), 'contiguous', 0.1, 'none'),     # a few lanes per row, several rows per warp
+    ((1003, 1000), 'contiguous', 0.1, 'mean'),  # 126 blocks' partial sums folded, the last block part-filled
+    ((5, 7), 'offset1', 0.3, 'mean')]           # element by element
 
 
 def ce_results(logits, target, smoothing, reduction, dy):
@@ -2443,6 +2449,102 @@ def check_cross_entropy_nonfinite(path, dtype):
         compare_paths(got, want, lambda a: FUSED_TOL[a.dtype], f'cross_entropy of non-finite logits, smoothing {smoothing}')
 
 
+def check_conv_direct_grads(dtype):
+    """The direct kernels (windows of <= 32 values) where CONV_CASES do not reach: gradients of any layout
+    (NCHW, broadcast from a sum, channels-last), only some of the inputs needing gradients (train_cifar's
+    whitening conv: the bias alone), and enough pixels for several blocks of dW partials (33 at 24x19x19
+    pixels: the fold's rounds of four per warp) and several rounds of each thread's loop."""
+    need_cuda()
+    r = rng(('conv_direct', np.dtype(dtype).name))
+    for xs, grads, dy_layout in (((24, 3, 20, 20), 'xwb', 'contiguous'), ((9, 3, 20, 20), 'b', 'channels_last'),
+                                 ((4, 3, 9, 9), 'w', 'sum'), ((4, 3, 9, 9), 'xb', 'step')):
+        x, w, b = r.standard_normal(xs).astype(dtype), (r.standard_normal((24, 3, 2, 2)) / 3).astype(dtype), \
+            r.standard_normal(24).astype(dtype)
+        dy = r.standard_normal((xs[0], 24, xs[2] - 1, xs[3] - 1)).astype(dtype)
+
+        def run(x, w, b, dy):
+            ts = {k: tl.Tensor(a, requires_grad=k in grads) for k, a in zip('xwb', (x, w, b))}
+            y = tl.conv2d(ts['x'], ts['w'], ts['b'])
+            (y.sum() if dy_layout == 'sum' else y).backward(None if dy_layout == 'sum' else tl.Tensor(dy))
+            return dict(output=y.numpy(), **{'d' + k: ts[k].grad.numpy() for k in grads})
+        want = run(x, w, b, dy)
+        on = cp.asarray(x), cp.asarray(w), cp.asarray(b), on_gpu(dy, 'contiguous' if dy_layout == 'sum' else dy_layout)
+        got = gpu_paths('fused', CONV_KERNELS, lambda: run(*on))
+        compare_paths(got, want, lambda a: CONV_TOL[a.dtype], f'direct conv x {xs}, gradients of {grads}, dy {dy_layout}')
+
+
+def ce_logits(dtype, shape, key):
+    """Logits and targets in range."""
+    r = rng(('ce_logits', np.dtype(dtype).name, shape, key))
+    return (3 * r.standard_normal(shape)).astype(dtype), r.integers(0, shape[1], shape[0])
+
+
+def test_cross_entropy_target_out_of_range():
+    """The CPU (as the composed GPU path) refuses a target outside [0, C), through cross_entropy or the Function."""
+    x = rng('ce_range').standard_normal((4, 3))
+    for bad in (3, -1):
+        target = np.array([0, 1, bad, 2])
+        raises(ValueError, lambda: tl.cross_entropy(tl.Tensor(x), tl.Tensor(target)), 'targets must lie in [0, 3)')
+        raises(ValueError, lambda: tl.CrossEntropy.apply(tl.Tensor(x), target=target, smoothing=0.0, reduction='sum'),
+               'targets must lie in [0, 3)')
+
+
+def test_gpu_fused_cross_entropy_target_out_of_range():
+    """The fused kernel gives a target outside [0, C) a NaN loss, and so the sum and the mean, rather than check
+    on the host and wait for the GPU every call."""
+    need_cuda()
+    x = rng('ce_range').standard_normal((4, 3))
+    on = tl.Tensor(cp.asarray(x)), tl.Tensor(cp.asarray(np.array([0, 1, 3, 2])))
+    with gpu_path('fused', ('cross_entropy_fwd',)):
+        for reduction, nan in (('none', [False, False, True, False]), ('sum', True), ('mean', True)):
+            assert np.isnan(host(tl.cross_entropy(*on, reduction=reduction).data)).tolist() == nan, reduction
+
+
+def test_gpu_cross_entropy_reductions_vs_torch():
+    """The fused forward's 'none', 'sum' and 'mean' (float32 and float16, smoothing 0 and 0.1, 1003 rows: no block
+    holds a whole number of them) against PyTorch in float64; the same bits whether lse is kept for a backward
+    (a leaf that requires grad) or not (no_grad)."""
+    need_cuda()
+    need_torch()
+    for dtype in (np.float32, np.float16):
+        x, y = ce_logits(dtype, (1003, 1000), 'torch')
+        on = tl.Tensor(cp.asarray(x)), tl.Tensor(cp.asarray(y))
+        for smoothing in (0.0, 0.1):
+            for reduction in ('none', 'sum', 'mean'):
+                want = F.cross_entropy(torch.tensor(x.astype(np.float64)), torch.tensor(y), label_smoothing=smoothing,
+                                       reduction=reduction).numpy().astype(dtype)
+                with gpu_path('fused', ('cross_entropy_fwd',)):
+                    with tl.no_grad():
+                        plain = host(tl.cross_entropy(*on, smoothing, reduction).data)
+                    kept = host(tl.cross_entropy(tl.Tensor(on[0].data, requires_grad=True), on[1], smoothing, reduction).data)
+                what = f'{np.dtype(dtype).name} smoothing {smoothing} {reduction}'
+                assert_matches(plain, want, FUSED_TOL[np.dtype(dtype)], f'{what}: vs PyTorch')
+                assert plain.tobytes() == kept.tobytes(), f'{what}: the loss changes when lse is kept'
+
+
+def test_gpu_cross_entropy_grids():
+    """The fused forward on other grids (each group of lanes taking several rows: _CE_ROWS 4, or at most 1 and 3
+    blocks), the blocks' partial sums folded by the last one to finish: the CPU's losses, the same bits on each
+    call (the fold's order is fixed), and the ticket back at zero after each."""
+    need_cuda()
+    x, y = ce_logits(np.float32, (777, 300), 'grids')
+    want = {red: tl.cross_entropy(tl.Tensor(x), tl.Tensor(y), 0.1, red).numpy() for red in ('none', 'sum', 'mean')}
+    on = tl.Tensor(cp.asarray(x)), tl.Tensor(cp.asarray(y))
+    saved = tl._CE_ROWS, tl._CE_MAX_BLOCKS
+    try:
+        for rows, cap in ((1, 1), (1, 3), (4, saved[1]), saved):
+            tl._CE_ROWS, tl._CE_MAX_BLOCKS = rows, cap
+            with gpu_path('fused', ('cross_entropy_fwd',)):
+                for red, w in want.items():
+                    got = [host(tl.cross_entropy(*on, 0.1, red).data) for _ in range(3)]
+                    what = f'{rows} rows per group, at most {cap} blocks, {red}'
+                    assert_matches(got[0], w, FUSED_TOL[np.dtype(np.float32)], what)
+                    assert got[0].tobytes() == got[1].tobytes() == got[2].tobytes(), f'{what}: calls differ'
+                    assert int(tl._ce_scratch[cp.cuda.runtime.getDevice()][0][0]) == 0, f'{what}: ticket not re-armed'
+    finally:
+        tl._CE_ROWS, tl._CE_MAX_BLOCKS = saved
+
+
 def test_conv_cpu_blocks_of_one_image():
     """The CPU conv unfolds a few images at a time into one reused buffer: with a buffer of one image, every
     block reuses it, and the results (stride 2: col2im for dx; stride 1: the flipped-weight conv) equal one block's."""
@@ -2467,6 +2569,8 @@ for _mode in ('fused', 'composed'):
     for _dt in FLOATS:
         _n = np.dtype(_dt).name
         register(f'test_gpu_{_mode}_conv_cases_{_n}', lambda m=_mode, dt=_dt: check_conv(m, dt))
+        if _mode == 'fused':
+            register(f'test_gpu_fused_conv_direct_grads_{_n}', lambda dt=_dt: check_conv_direct_grads(dt))
         register(f'test_gpu_{_mode}_cross_entropy_nonfinite_{_n}', lambda m=_mode, dt=_dt: check_cross_entropy_nonfinite(m, dt))
         for _op in ('max_pool2d', 'avg_pool2d'):
             register(f'test_gpu_{_mode}_{_op}_{_n}', lambda m=_mode, o=_op, dt=_dt: check_pool(m, o, dt))
