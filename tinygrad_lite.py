@@ -10,7 +10,10 @@ import math
 import os
 import sys
 import tempfile
+import threading
 import warnings
+
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -1391,34 +1394,99 @@ def _col2im_image(dcols, shape, kh, kw, stride, padding):
     return dx.transpose(0, 3, 1, 2)
 
 
-_CPU_BLOCK_BYTES = 8 << 20   # _cpu_col_blocks' buffer
+_CPU_BLOCK_BYTES = 8 << 20   # _cpu_col_blocks' buffer, one per thread
 
 
-def _cpu_col_blocks(padded, kh, kw, stride):
-    """im2col of a zero-padded (N, H, W, C) NumPy array a few images at a time, into one reused buffer
-    of about 8 MB that stays in cache: yields (rows, cols), the slice of output rows (n, ho, wo) of those
-    images and their cols. On the CPU the whole unfolded matrix (kh*kw times the activations) costs more
-    in memory traffic than the products: a 3x3 conv 64->64 at 64x32x32 took 57 ms forward, 30 this way
-    (2 cores; 1 MB blocks 34 ms, 16 MB 29)."""
-    windows = _windows(padded, kh, kw, stride)   # (N, Ho, Wo, kh, kw, C)
-    n, ho, wo = windows.shape[:3]
-    per_image = math.prod(windows.shape[1:])
-    step = max(1, _CPU_BLOCK_BYTES // (per_image * padded.itemsize))
-    buffer = np.empty(min(step, n) * per_image, padded.dtype)
-    for n0 in range(0, n, step):
-        block = windows[n0:n0 + step]
-        cols = buffer[:block.size].reshape(block.shape)
-        cols[...] = block
-        yield slice(n0 * ho * wo, (n0 + len(block)) * ho * wo), cols.reshape(len(block) * ho * wo, -1)
+def _openblas_threads():
+    """(get, set) of the thread count of the OpenBLAS that NumPy loaded (a path naming numpy first: SciPy's
+    wheels bring one of their own), None where none is found (another BLAS, or no /proc/self/maps). Builds
+    name them openblas_get_num_threads, with suffix 64_ for 64-bit integers, or
+    scipy_openblas_get_num_threads64_ (NumPy 2's wheels)."""
+    try:
+        with open('/proc/self/maps') as maps:
+            paths = {line.split(None, 5)[5].strip() for line in maps if 'openblas' in line}
+    except OSError:
+        return None
+    for path in sorted(paths, key=lambda path: ('numpy' not in path, path)):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for prefix, suffix in (('scipy_openblas', '64_'), ('openblas', '64_'), ('openblas', '')):
+            get, put = (getattr(lib, f'{prefix}_{op}_num_threads{suffix}', None) for op in ('get', 'set'))
+            if get and put:
+                return get, put
+    return None
 
 
-def _cpu_conv(padded, flat_weight, kh, kw, stride):
-    """im2col(padded) flat_weight^T as (N*Ho*Wo, C_out) rows, through _cpu_col_blocks."""
-    n, h, w = padded.shape[:3]
-    rows = n * ((h - kh) // stride[0] + 1) * ((w - kw) // stride[1] + 1)
-    out = np.empty((rows, flat_weight.shape[0]), np.result_type(padded, flat_weight))
-    for block, cols in _cpu_col_blocks(padded, kh, kw, stride):
-        np.matmul(cols, flat_weight.T, out=out[block])
+_OPENBLAS = _openblas_threads()
+_OPENBLAS_LOCK = threading.Lock()   # _cpu_parallel changes OpenBLAS's thread count: one at a time
+
+
+def _cpu_parallel(fn, items):
+    """[fn(chunk) for chunk in contiguous chunks of the sequence items], one chunk per OpenBLAS thread (and
+    per item at most), each on a thread of its own while OpenBLAS runs single-threaded; all on this thread
+    where NumPy's OpenBLAS was not found. The thread count is the process's: products on other threads
+    meanwhile run single-threaded too. On 2 cores, OpenBLAS's two threads ran the conv products at
+    200 GFLOP/s, two single-threaded products at once at 234, and the unfolding copies (one core
+    otherwise) run in parallel too: a 3x3 conv 64->64 at 64x64x32x32 took 130 ms fwd+bwd with the blocks
+    on one thread, 100 this way."""
+    with _OPENBLAS_LOCK:
+        threads = _OPENBLAS[0]() if _OPENBLAS else 1
+        parts = min(threads, len(items))
+        if parts <= 1:
+            return [fn(items)]
+        bounds = [len(items) * k // parts for k in range(parts + 1)]
+        _OPENBLAS[1](1)
+        try:
+            with ThreadPoolExecutor(parts) as pool:
+                return list(pool.map(fn, [items[a:b] for a, b in zip(bounds, bounds[1:])]))
+        finally:
+            _OPENBLAS[1](threads)
+
+
+def _cpu_col_blocks(x, kh, kw, stride, padding, dtype, fn, zero=None):
+    """fn(images, cols) for blocks of a few images of NCHW-shaped NumPy x (any memory layout), images a
+    slice of them and cols their (images*Ho*Wo, kh*kw*C) unfolded rows in `dtype`; returns the sum of fn's
+    results from `zero`, an array of zeros (None: fn returns None). Each block is zero-padded
+    channels-last into a reused buffer (only its interior is rewritten, so the border stays zero) and
+    unfolded into another of about 8 MB, both staying in cache; _cpu_parallel's threads take the blocks,
+    with buffers of their own. On the CPU the whole unfolded matrix (kh*kw times the activations) costs
+    more in memory traffic than the products: a 3x3 conv 64->64 at 64x32x32 took 57 ms forward, 30 in
+    blocks on one thread (2 cores; 1 MB blocks 34 ms, 16 MB 29)."""
+    n, c, h, w = x.shape
+    (ph, pw), (sh, sw) = padding, stride
+    ho, wo = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    step = max(1, min(n, _CPU_BLOCK_BYTES // (ho * wo * kh * kw * c * dtype.itemsize)))
+
+    def run(starts):
+        padded = np.zeros((step, h + 2 * ph, w + 2 * pw, c), dtype)
+        buffer = np.empty((step * ho * wo, kh * kw * c), dtype)
+        total = zero
+        for n0 in starts:
+            m = min(step, n - n0)
+            padded[:m, ph:ph + h, pw:pw + w] = x[n0:n0 + m].transpose(0, 2, 3, 1)
+            cols = buffer[:m * ho * wo]
+            cols.reshape(m, ho, wo, kh, kw, c)[...] = _windows(padded[:m], kh, kw, stride)
+            result = fn(slice(n0, n0 + m), cols)
+            total = None if zero is None else total + result
+        return total
+    totals = _cpu_parallel(run, range(0, n, step))
+    return None if zero is None else sum(totals, zero)
+
+
+def _cpu_conv(x, flat_weight, kh, kw, stride, padding, bias):
+    """im2col(x) flat_weight^T + bias as (N, Ho*Wo, C_out) rows, through _cpu_col_blocks."""
+    n, _, h, w = x.shape
+    rows = ((h + 2 * padding[0] - kh) // stride[0] + 1) * ((w + 2 * padding[1] - kw) // stride[1] + 1)
+    out = np.empty((n, rows, flat_weight.shape[0]), flat_weight.dtype)
+
+    def product(images, cols):
+        y = out[images].reshape(len(cols), -1)
+        np.matmul(cols, flat_weight.T, out=y)
+        if bias is not None:
+            y += bias   # while the block is in cache
+    _cpu_col_blocks(x, kh, kw, stride, padding, flat_weight.dtype, product)
     return out
 
 
@@ -1470,9 +1538,9 @@ class Convolution(Function):
     (N*Ho*Wo, kh*kw*C) times the weight as (C_out, kh*kw*C); the output is NCHW-shaped in channels-last
     memory. Backward: dx = col2im(dy W), dW = cols^T dy, db = sum dy. The GPU unfolds once and keeps cols
     for dW, or for small windows (_direct_conv) reads x and dy in place; the CPU unfolds a few images at a
-    time (_cpu_col_blocks), again for dW, and with stride 1 finds dx as the convolution of the padded dy
-    with the flipped weight (col2im's strided adds and the K = C_out product took 70 ms of a 3x3 conv's 180
-    on 2 cores)."""
+    time (_cpu_col_blocks), again for dW, except with stride 1 (_cpu_stride1_backward): it unfolds dy instead,
+    padded by k - 1 - p, for dx (col2im's strided adds and the K = C_out product took 70 ms of a 3x3 conv's
+    180 on 2 cores) and dW both."""
     def forward(self, x, weight, bias=None, *, stride, padding):
         n, c, h, w = x.shape
         cout, _, kh, kw = weight.shape
@@ -1491,9 +1559,10 @@ class Convolution(Function):
             return y.transpose(0, 3, 1, 2)
         self.flat_weight = weight.transpose(0, 2, 3, 1).reshape(cout, -1).astype(ct, copy=False)
         if _xp(x) is np:
-            padded = _padded_nhwc(x.astype(ct, copy=False), *padding)
-            self.padded = padded if self.needs_grad[1] else None
-            y = _cpu_conv(padded, self.flat_weight, kh, kw, stride)
+            self.x = x if self.needs_grad[1] else None
+            y = _cpu_conv(x, self.flat_weight, kh, kw, stride, padding,
+                          None if bias is None else bias.astype(ct, copy=False))
+            bias = None   # added by _cpu_conv, a block at a time
         else:
             cols = _im2col(x.astype(ct, copy=False), kh, kw, stride, padding)
             self.cols = cols if self.needs_grad[1] else None
@@ -1507,20 +1576,18 @@ class Convolution(Function):
             return self._direct_backward(g.astype(self.dtype, copy=False))
         (kh, kw), (n, c, h, w), cout = self.kernel, self.shape, self.flat_weight.shape[0]
         (ph, pw), cpu = self.padding, _xp(g) is np
+        if cpu and self.needs_grad[0] and self.stride == (1, 1) and ph < kh and pw < kw:
+            return self._cpu_stride1_backward(g)
         dy = _nhwc(g.astype(self.flat_weight.dtype, copy=False)).reshape(-1, cout)
         dx = dw = db = None
-        if self.needs_grad[0] and cpu and self.stride == (1, 1) and ph < kh and pw < kw:
-            flipped = self.flat_weight.reshape(cout, kh, kw, c)[:, ::-1, ::-1].transpose(3, 1, 2, 0).reshape(c, -1)
-            dy_padded = _padded_nhwc(dy.reshape(n, *g.shape[2:], cout).transpose(0, 3, 1, 2), kh - 1 - ph, kw - 1 - pw)
-            dx = _cpu_conv(dy_padded, flipped, kh, kw, (1, 1)).reshape(n, h, w, c).transpose(0, 3, 1, 2)
-            dx = dx.astype(self.dtype, copy=False)
-        elif self.needs_grad[0]:
+        if self.needs_grad[0]:
             dx = _col2im_image(_matmul(dy, self.flat_weight, tf32=self.tf32), self.shape, kh, kw, self.stride, self.padding).astype(self.dtype, copy=False)
         if self.needs_grad[1]:
             if cpu:
-                flat = np.zeros((kh * kw * c, cout), dy.dtype)
-                for rows, cols in _cpu_col_blocks(self.padded, kh, kw, self.stride):
-                    flat += cols.T @ dy[rows]
+                dy_images = dy.reshape(n, -1, cout)
+                flat = _cpu_col_blocks(self.x, kh, kw, self.stride, self.padding, dy.dtype,
+                                       lambda images, cols: cols.T @ dy_images[images].reshape(len(cols), cout),
+                                       np.zeros((kh * kw * c, cout), dy.dtype))
             else:
                 flat = _weight_grad(self.cols, dy, self.tf32)
             dw = flat.reshape(kh, kw, c, cout).transpose(3, 2, 0, 1).astype(self.dtype)
@@ -1554,6 +1621,31 @@ class Convolution(Function):
             db = cp.empty(cout, self.dtype) if wants_db else None
             _kernel('conv_direct_dw_fold', self.dtype)((-(-per_block // 32),), (_BLOCK,), (
                 partials, np.int32(blocks), dw, db, np.int32(window), np.int32(c), np.int32(cout), np.int32(kh), np.int32(kw)))
+        return dx, dw, db
+
+    def _cpu_stride1_backward(self, g):
+        """dx, dW and db of a stride-1 conv on the CPU (where dx is wanted: otherwise unfolding x, C channels
+        to dy's C_out, is the cheaper way to dW) from one unfolding of dy padded by k - 1 - p,
+        cols[(n, h, w), (i, j, o)] = dy[n, o, h + i - (k - 1 - p), w + j - (k - 1 - p)]: dx = cols flipped^T
+        with flipped[c, (i, j, o)] = W[o, c, k - 1 - i, k - 1 - j], and dW[o, c, k - 1 - i, k - 1 - j] =
+        (cols^T x)[(i, j, o), c], x as (H*W, C) rows per image (a view of NCHW or channels-last memory: a
+        product per image costs less than copying x channels-last)."""
+        (kh, kw), (n, c, h, w), (ph, pw) = self.kernel, self.shape, self.padding
+        cout, ct = self.flat_weight.shape[0], self.flat_weight.dtype
+        flipped = self.flat_weight.reshape(cout, kh, kw, c)[:, ::-1, ::-1].transpose(3, 1, 2, 0).reshape(c, -1)
+        dx = np.empty((n, h * w, c), ct)
+
+        def products(images, cols):
+            np.matmul(cols, flipped.T, out=dx[images].reshape(len(cols), c))
+            if self.needs_grad[1]:
+                x = self.x[images].astype(ct, copy=False).transpose(0, 2, 3, 1).reshape(-1, h * w, c)
+                return np.matmul(cols.reshape(len(x), h * w, -1).transpose(0, 2, 1), x).sum(axis=0)
+        dw = _cpu_col_blocks(g, kh, kw, (1, 1), (kh - 1 - ph, kw - 1 - pw), ct, products,
+                             np.zeros((kh * kw * cout, c), ct) if self.needs_grad[1] else None)
+        if dw is not None:
+            dw = dw.reshape(kh, kw, cout, c)[::-1, ::-1].transpose(2, 3, 0, 1).astype(self.dtype)
+        dx = dx.astype(self.dtype, copy=False).reshape(n, h, w, c).transpose(0, 3, 1, 2)
+        db = _sum(g, (0, 2, 3)) if len(self.needs_grad) > 2 and self.needs_grad[2] else None
         return dx, dw, db
 
 
