@@ -1440,7 +1440,7 @@ __global__ void batch_transpose(const T* __restrict__ in, T* __restrict__ out, i
 // products too thin for cuBLAS (a million rows of 12), so its passes run directly on x and dy, read through
 // their element strides (sn, sc, sh, sw) in any layout. k = (i kw + j) C + c orders a window's values as
 // im2col's columns; window value k of the window whose corner is (h0, w0) = (ho sy - py, wo sx - px) lies at
-// offset (h0 sh + w0 sw) + woff(k) of image n, inside the image where its tap (i, j) is. A window wholly
+// offset (h0 sh + w0 sw) + Tap::off of image n, inside the image where its tap (i, j) is. A window wholly
 // inside the image (every window of an unpadded conv) reads its values without checks.
 namespace direct {
 constexpr int KMAX = 32, COMAX = 128;   // the host's limits for this path
@@ -1622,7 +1622,7 @@ __global__ void conv_direct_dx(const T* __restrict__ dy, long long gn, long long
 // summed in a tree through shared memory and the block's partial stored at part[block][slot][KT][CT], for
 // conv_direct_dw_fold.
 template <typename T>
-__global__ void __launch_bounds__(256, sizeof(T) > 4 ? 1 : 2)   // float, __half: 2 blocks per SM, 128 registers
+__global__ void __launch_bounds__(256, sizeof(T) > 4 ? 1 : 2)   // float, __half: 2 blocks per SM (8-12 bytes spill)
 conv_direct_dw(const T* __restrict__ x, long long sn, long long sc, long long sh, long long sw,
                const T* __restrict__ dy, long long gn, long long gc, long long gh, long long gw,
                acc_t<T>* __restrict__ part, int Kw, int N, int C, int H, int W, int Co, int Ho, int Wo,
@@ -2153,7 +2153,7 @@ __global__ void cross_entropy_bwd(const T* __restrict__ x, const I* __restrict__
                                   acc_t<T> eps, int lanes) {
     using A = acc_t<T>;
     using P = Pack<T, V>;
-    constexpr int U = 4;   // as in forward
+    constexpr int U = 4;   // packs a lane loads per round
     const int lane = threadIdx.x & (lanes - 1);
     const long long row_step = global_threads() / lanes;
     const int KV = K / V;

@@ -1613,6 +1613,9 @@ def test_error_cat_reshape_linear_conv_shapes():
     assert_names_shapes(raises(ValueError, lambda: tl.linear(a, w)), (2, 3), (5, 4))
     x, k = tl.Tensor(sample(r, (1, 3, 5, 5))), tl.Tensor(sample(r, (2, 2, 3, 3)))
     assert_names_shapes(raises(ValueError, lambda: tl.conv2d(x, k)), (1, 3, 5, 5), (2, 2, 3, 3))
+    for empty in ((0, 3, 3, 3), (2, 0, 3, 3)):   # PyTorch rejects no output channels; no input channels match none
+        assert_names_shapes(raises(ValueError, lambda: tl.conv2d(tl.zeros(1, empty[1], 5, 5), tl.zeros(*empty))), empty)
+    raises(TypeError, lambda: tl.conv2d(x, tl.zeros(2, 3, 3, 3), tl.zeros(2, dtype=np.float64)), 'float64', 'bias')
     logits, target = tl.Tensor(sample(r, (4, 3))), tl.Tensor(np.array([0, 1, 2]))
     assert_names_shapes(raises(ValueError, lambda: tl.cross_entropy(logits, target)), (4, 3), (3,))
     assert_names_shapes(raises(ValueError, lambda: tl.cat([tl.tensor(1.), tl.tensor(2.)]), 'zero-dimensional'), ())
@@ -2523,26 +2526,26 @@ def test_gpu_cross_entropy_reductions_vs_torch():
 
 
 def test_gpu_cross_entropy_grids():
-    """The fused forward on other grids (each group of lanes taking several rows: _CE_ROWS 4, or at most 1 and 3
-    blocks), the blocks' partial sums folded by the last one to finish: the CPU's losses, the same bits on each
-    call (the fold's order is fixed), and the ticket back at zero after each."""
+    """The fused forward on grids of at most 1 and 3 blocks (each looping over many rows) and its own, the blocks'
+    partial sums folded by the last one to finish: the CPU's losses, the same bits on each call (the fold's order
+    is fixed), and the ticket back at zero after each."""
     need_cuda()
     x, y = ce_logits(np.float32, (777, 300), 'grids')
     want = {red: tl.cross_entropy(tl.Tensor(x), tl.Tensor(y), 0.1, red).numpy() for red in ('none', 'sum', 'mean')}
     on = tl.Tensor(cp.asarray(x)), tl.Tensor(cp.asarray(y))
-    saved = tl._CE_ROWS, tl._CE_MAX_BLOCKS
+    saved = tl._CE_MAX_BLOCKS
     try:
-        for rows, cap in ((1, 1), (1, 3), (4, saved[1]), saved):
-            tl._CE_ROWS, tl._CE_MAX_BLOCKS = rows, cap
+        for cap in (1, 3, saved):
+            tl._CE_MAX_BLOCKS = cap
             with gpu_path('fused', ('cross_entropy_fwd',)):
                 for red, w in want.items():
                     got = [host(tl.cross_entropy(*on, 0.1, red).data) for _ in range(3)]
-                    what = f'{rows} rows per group, at most {cap} blocks, {red}'
+                    what = f'at most {cap} blocks, {red}'
                     assert_matches(got[0], w, FUSED_TOL[np.dtype(np.float32)], what)
                     assert got[0].tobytes() == got[1].tobytes() == got[2].tobytes(), f'{what}: calls differ'
-                    assert int(tl._ce_scratch[cp.cuda.runtime.getDevice()][0][0]) == 0, f'{what}: ticket not re-armed'
+                    assert int(tl._ticket_counters(1)[0]) == 0, f'{what}: ticket not re-armed'
     finally:
-        tl._CE_ROWS, tl._CE_MAX_BLOCKS = saved
+        tl._CE_MAX_BLOCKS = saved
 
 
 def test_conv_cpu_blocks_of_one_image():

@@ -1510,9 +1510,9 @@ def _weight_grad(cols, dy, tf32):
     return parts.sum(axis=0).astype(dy.dtype)
 
 
-# kernels.cu's direct:: limits (KMAX window values, COMAX output channels) and tiles (CT output channels per
-# thread; a KT x CT tile of dW's sums per thread)
-_DIRECT_WINDOW, _DIRECT_OUTPUTS, _DIRECT_KT, _DIRECT_CT = 32, 128, 4, 8
+# kernels.cu's direct:: limits (KMAX window values, COMAX output channels) and work per thread (CT output
+# channels forward, a KT x CT tile of dW's sums, CI channels of dx)
+_DIRECT_WINDOW, _DIRECT_OUTPUTS, _DIRECT_KT, _DIRECT_CT, _DIRECT_CI = 32, 128, 4, 8, 4
 
 
 def _direct_conv(x, weight_shape):
@@ -1544,19 +1544,19 @@ class Convolution(Function):
     def forward(self, x, weight, bias=None, *, stride, padding):
         n, c, h, w = x.shape
         cout, _, kh, kw = weight.shape
-        ct = _compute_dtype(x)
         self.shape, self.dtype, self.kernel, self.stride, self.padding = x.shape, x.dtype, (kh, kw), stride, padding
         self.tf32 = allow_tf32   # as at the forward, for the backward too
         ho, wo = (h + 2 * padding[0] - kh) // stride[0] + 1, (w + 2 * padding[1] - kw) // stride[1] + 1
         self.direct = _xp(x) is not np and _direct_conv(x, weight.shape)
         if self.direct:
-            self.weight, self.x = cp.ascontiguousarray(weight), x if self.needs_grad[1] else None
+            self.weight, self.x, self.pixels = cp.ascontiguousarray(weight), x if self.needs_grad[1] else None, n * ho * wo
             self.channels_last = _channels_last(x) and not x.flags.c_contiguous   # dx's layout
             self.sizes = tuple(np.int32(v) for v in (n, c, h, w, cout, ho, wo, kh, kw, *stride, *padding))
             y = cp.empty((n, ho, wo, cout), x.dtype)
             bias = None if bias is None else cp.ascontiguousarray(bias, x.dtype)
             _direct_launch('fwd', n * ho * wo * -(-cout // _DIRECT_CT), (x, *_element_strides(x), self.weight, bias, y) + self.sizes)
             return y.transpose(0, 3, 1, 2)
+        ct = _compute_dtype(x)
         self.flat_weight = weight.transpose(0, 2, 3, 1).reshape(cout, -1).astype(ct, copy=False)
         if _xp(x) is np:
             self.x = x if self.needs_grad[1] else None
@@ -1606,13 +1606,13 @@ class Convolution(Function):
         dx = dw = db = None
         if self.needs_grad[0]:
             dx = cp.empty((n, h, w, c) if self.channels_last else (n, c, h, w), self.dtype)
-            _direct_launch('dx', dx.size, (g, *_element_strides(g), self.weight, dx, np.int32(self.channels_last)) + self.sizes)
+            _direct_launch('dx', n * h * w * -(-c // _DIRECT_CI), (g, *_element_strides(g), self.weight, dx, np.int32(self.channels_last)) + self.sizes)
             dx = dx.transpose(0, 3, 1, 2) if self.channels_last else dx
         if self.needs_grad[1] or wants_db:
             window = c * kh * kw if self.needs_grad[1] else 0
             per_block = (window // _DIRECT_KT + 1) * -(-cout // _DIRECT_CT) * _DIRECT_KT * _DIRECT_CT
             kernel = _kernel('conv_direct_dw', self.dtype)
-            blocks = max(1, min(_resident_blocks(kernel), n * int(self.sizes[5]) * int(self.sizes[6]) // _BLOCK))
+            blocks = max(1, min(_resident_blocks(kernel), self.pixels // _BLOCK))
             partials = cp.empty(blocks * per_block, _stat_dtype(self.dtype))
             x = self.x if self.needs_grad[1] else g   # for db alone the kernel reads no window value
             kernel((blocks,), (_BLOCK,), (x, *_element_strides(x), g, *_element_strides(g), partials, np.int32(window))
@@ -1760,11 +1760,8 @@ class Softmax(Function):
         return self.out * (g - _sum(g * self.out, self.axis, keepdims=True))
 
 
-# cross_entropy_fwd's grid: each group of lanes takes _CE_ROWS rows, in at most _CE_MAX_BLOCKS blocks (the size
-# of the buffer of the blocks' partial sums, one per GPU with the ticket that finds the last block to finish)
-_CE_ROWS, _CE_MAX_BLOCKS = 1, 16384
+_CE_MAX_BLOCKS = 2 ** 16   # cross_entropy_fwd's grid at most (a test narrows it)
 _CE_REDUCTIONS = {'none': 0, 'sum': 1, 'mean': 2}
-_ce_scratch = {}   # GPU index -> (ticket, partial sums), made once; the kernel leaves the ticket at zero
 
 
 class CrossEntropy(Function):
@@ -1794,21 +1791,20 @@ class CrossEntropy(Function):
             rows = rows - smoothing * logp.mean(axis=1)
         if reduction == 'none':
             return rows.astype(self.dtype)
+        if reduction == 'mean' and not n:   # PyTorch's mean over no rows: NaN
+            return xp.full((), np.nan, self.dtype)
         return xp.asarray(rows.sum() / (n if reduction == 'mean' else 1)).astype(self.dtype)
 
     def _forward_fused(self, kernel, logits, width):
         (n, classes), a = logits.shape, _stat_dtype(logits.dtype)
-        self.logits, self.target, self.width = logits, cp.ascontiguousarray(self.target), width
+        self.logits, self.target, self.width = logits, cp.ascontiguousarray(self.target, np.int64), width
         self.lanes = min(32, 1 << (max(1, classes // width) - 1).bit_length())   # a power of two >= the row's packs
         self.lse = cp.empty(n, a) if _GradMode.enabled and self.needs_grad[0] else None
         out = cp.empty(n if self.reduction == 'none' else (), logits.dtype)
-        device = cp.cuda.runtime.getDevice()
-        if device not in _ce_scratch:
-            _ce_scratch[device] = cp.zeros(1, np.int32), cp.empty(_CE_MAX_BLOCKS, np.float64)
-        ticket, partials = _ce_scratch[device]
         # one wave of resident blocks looping over the rows: 94% of the copy rate at 65536x1000 float32 on the
         # H200, a block per 8 rows 83% (scratch probe)
-        blocks = min(_CE_MAX_BLOCKS, _resident_blocks(kernel), -(-n * self.lanes // (_BLOCK * _CE_ROWS)))
+        blocks = min(_CE_MAX_BLOCKS, _resident_blocks(kernel), -(-n * self.lanes // _BLOCK))
+        partials, ticket = cp.empty(blocks, np.float64), _ticket_counters(1)
         kernel((blocks,), (_BLOCK,), (logits, self.target, out, self.lse, partials, ticket, np.int32(n), np.int32(classes),
                                       a.type(self.smoothing), np.int32(self.lanes), np.int32(_CE_REDUCTIONS[self.reduction])))
         return out
@@ -1816,7 +1812,7 @@ class CrossEntropy(Function):
     def backward(self, g):
         xp, n = _xp(g), self.target.shape[0]
         a = _stat_dtype(self.dtype)
-        scale = 1 / n if self.reduction == 'mean' else 1.0
+        scale = 1 / max(n, 1) if self.reduction == 'mean' else 1.0
         if self.fused:
             classes = self.logits.shape[1]
             dx = cp.empty(self.logits.shape, self.dtype)
@@ -2357,8 +2353,12 @@ def conv2d(x, weight, bias=None, stride=1, padding=0):
         raise ValueError(f"conv2d: kernel {weight.shape[2:]} is larger than the padded input {x.shape[2:]}")
     if bias is not None and bias.shape != (weight.shape[0],):
         raise ValueError(f"conv2d: bias of shape {bias.shape} for {weight.shape[0]} output channels")
-    if x.dtype != weight.dtype:
-        raise TypeError(f"conv2d: input dtype {x.dtype} and weight dtype {weight.dtype} differ")
+    if 0 in weight.shape[:2]:
+        raise ValueError(f"conv2d: weight {weight.shape} (C_out, C_in, kh, kw) needs at least one output and one "
+                         "input channel")
+    if x.dtype != weight.dtype or (bias is not None and bias.dtype != x.dtype):
+        raise TypeError(f"conv2d: input dtype {x.dtype}, weight dtype {weight.dtype} and bias dtype "
+                        f"{None if bias is None else bias.dtype} differ")
     inputs = (x, weight) if bias is None else (x, weight, bias)
     return Convolution.apply(*inputs, stride=stride, padding=padding)
 
