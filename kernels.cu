@@ -87,6 +87,26 @@ __device__ __forceinline__ Pixel pixel_of(long long t, int H, int W, int CV)
     return q;
 }
 
+// Pixel (n, ho, wo) of an (N, Ho, Wo) grid, from flat index p, moved `step` pixels on at a time by additions (a
+// division per step would cost more than the step's other work): im2col's rows, conv_direct_dw's pixels.
+struct PixelWalk {
+    int n, ho, wo, dn, dho, dwo;
+    __device__ __forceinline__ PixelWalk(long long p, int step, int Ho, int Wo)
+    {
+        const Pixel q = pixel_of(p, Ho, Wo, 1);
+        n = q.n, ho = q.h, wo = q.w;
+        dwo = step % Wo, dho = step / Wo % Ho, dn = step / (Wo * Ho);
+    }
+    __device__ __forceinline__ void advance(int Ho, int Wo)
+    {
+        wo += dwo;
+        if (wo >= Wo) { wo -= Wo; ++ho; }
+        ho += dho;
+        if (ho >= Ho) { ho -= Ho; ++n; }
+        n += dn;
+    }
+};
+
 // store(i, load(i)) for i = global_id(), + global_threads(), ... < count, in rounds of U: a round issues its
 // U loads before its first store, so a thread keeps U loads in flight (one is too few to reach the copy rate).
 template <int U, typename L, typename S>
@@ -1341,8 +1361,7 @@ __global__ void im2col_nhwc(const T* __restrict__ x, T* __restrict__ cols, int N
     if (tid >= (long long)R * KV) return;
     const int kv = (int)(tid % KV), r = (int)(tid / KV);
     const int cv = kv % CV, j = (kv / CV) % kw, i = kv / (CV * kw);
-    int wo = r % Wo, ho = (r / Wo) % Ho, n = r / (Wo * Ho);
-    const int dwo = R % Wo, dho = (R / Wo) % Ho, dn = R / (Wo * Ho);
+    PixelWalk at(r, R, Ho, Wo);
     const long long rows = (long long)N * Ho * Wo;
     const U* __restrict__ src = reinterpret_cast<const U*>(x);
     U* __restrict__ dst = reinterpret_cast<U*>(cols);
@@ -1350,15 +1369,11 @@ __global__ void im2col_nhwc(const T* __restrict__ x, T* __restrict__ cols, int N
         U v[B];
 #pragma unroll
         for (int u = 0; u < B; ++u) {
-            const int hi = ho * sh - ph + i, wi = wo * sw - pw + j;
+            const int hi = at.ho * sh - ph + i, wi = at.wo * sw - pw + j;
             v[u] = U{};
             if (m0 + (long long)u * R < rows && (unsigned)hi < (unsigned)H && (unsigned)wi < (unsigned)W)
-                v[u] = src[(((long long)n * H + hi) * W + wi) * CV + cv];
-            wo += dwo;
-            if (wo >= Wo) { wo -= Wo; ++ho; }
-            ho += dho;
-            if (ho >= Ho) { ho -= Ho; ++n; }
-            n += dn;
+                v[u] = src[(((long long)at.n * H + hi) * W + wi) * CV + cv];
+            at.advance(Ho, Wo);
         }
 #pragma unroll
         for (int u = 0; u < B; ++u)
@@ -1618,7 +1633,7 @@ __global__ void conv_direct_dx(const T* __restrict__ dy, long long gn, long long
 // The (Kw + 1) x C_out sums S[k, co] = sum over pixels of window_k dy[.., co], row Kw the bias's (window_Kw =
 // 1): dW = S[:Kw] (Kw = K, or 0 for db alone), db = S[Kw]. A thread owns a KT x CT tile (slot) of S; the
 // block's threads are lanes of `slots` threads, each lane taking every lanes-th pixel of the block's range
-// ((n, ho, wo) advanced by additions), two pixels' loads issued before their products. The lanes' tiles are
+// (a PixelWalk), two pixels' loads issued before their products. The lanes' tiles are
 // summed in a tree through shared memory and the block's partial stored at part[block][slot][KT][CT], for
 // conv_direct_dw_fold.
 template <typename T>
@@ -1639,16 +1654,14 @@ conv_direct_dw(const T* __restrict__ x, long long sn, long long sc, long long sh
     A acc[KT][CT] = {};
     const long long P = (long long)N * Ho * Wo, p1 = P * (blockIdx.x + 1) / gridDim.x;
     long long p = P * blockIdx.x / gridDim.x + lane;
-    const Pixel first = pixel_of(p, Ho, Wo, 1);
-    int n = first.n, ho = first.h, wo = first.w;
-    const int dwo = lanes % Wo, dho = (lanes / Wo) % Ho, dn = lanes / (Wo * Ho);
+    PixelWalk at(p, lanes, Ho, Wo);
     for (; lane < lanes && p < p1; p += U * lanes) {
         A v[U][KT], d[U][CT];
 #pragma unroll
         for (int r = 0; r < U; ++r) {
             const bool in = p + r * lanes < p1;
-            const Window win = window_at(n, ho, wo, sn, sh, sw, H, W, kh, kw, sy, sx, py, px);
-            const T* dp = dy + n * gn + ho * gh + wo * gw + co0 * gc;
+            const Window win = window_at(at.n, at.ho, at.wo, sn, sh, sw, H, W, kh, kw, sy, sx, py, px);
+            const T* dp = dy + at.n * gn + at.ho * gh + at.wo * gw + co0 * gc;
             if (in && gc == 1 && co0 + CT <= Co && aligned16(dp)) {
                 const Pack<T, CT> dv = load_pack<CT>(dp);
 #pragma unroll
@@ -1660,11 +1673,7 @@ conv_direct_dw(const T* __restrict__ x, long long sn, long long sc, long long sh
 #pragma unroll
             for (int u = 0; u < KT; ++u)
                 v[r][u] = !in || k0 + u > Kw ? A(0) : k0 + u == Kw ? A(1) : window_value<T, A>(x, win, tap[u], H, W);
-            wo += dwo;
-            if (wo >= Wo) { wo -= Wo; ++ho; }
-            ho += dho;
-            if (ho >= Ho) { ho -= Ho; ++n; }
-            n += dn;
+            at.advance(Ho, Wo);
         }
 #pragma unroll
         for (int r = 0; r < U; ++r)
