@@ -112,15 +112,23 @@ _CUDA_TYPES = {np.dtype(np.float16): 2, np.dtype(np.float32): 0, np.dtype(np.flo
 _cublas = {}   # GPU index -> (libcublas, handle, workspace)
 
 
+def _mapped_libraries(name):
+    """Paths of the shared libraries loaded into this process whose path contains `name`, read from
+    /proc/self/maps (none where it cannot be read)."""
+    try:
+        with open('/proc/self/maps') as maps:
+            return sorted({line.split(None, 5)[5].strip() for line in maps if name in line})
+    except OSError:
+        return []
+
+
 def _cublas_handle():
     """A cuBLAS handle of our own, called through ctypes: CuPy's cuBLAS wrappers refuse to run while a
     stream is captured into a CUDA graph, the C API records into the graph."""
     index = cp.cuda.runtime.getDevice()
     if index not in _cublas:
         cp.cuda.device.get_cublas_handle()   # CuPy loads libcublas into the process: use the same library
-        with open('/proc/self/maps') as maps:
-            path = next(line.split()[-1] for line in maps if 'libcublas.so' in line)
-        lib, handle = ctypes.CDLL(path), ctypes.c_void_p()
+        lib, handle = ctypes.CDLL(next(iter(_mapped_libraries('libcublas.so')))), ctypes.c_void_p()
         workspace = cp.empty(32 << 20, np.uint8)   # fixed, so that captured GEMMs allocate nothing
         if lib.cublasCreate_v2(ctypes.byref(handle)) or \
                 lib.cublasSetWorkspace_v2(handle, ctypes.c_void_p(workspace.data.ptr), ctypes.c_size_t(workspace.nbytes)):
@@ -1402,12 +1410,7 @@ def _openblas_threads():
     wheels bring one of their own), None where none is found (another BLAS, or no /proc/self/maps). Builds
     name them openblas_get_num_threads, with suffix 64_ for 64-bit integers, or
     scipy_openblas_get_num_threads64_ (NumPy 2's wheels)."""
-    try:
-        with open('/proc/self/maps') as maps:
-            paths = {line.split(None, 5)[5].strip() for line in maps if 'openblas' in line}
-    except OSError:
-        return None
-    for path in sorted(paths, key=lambda path: ('numpy' not in path, path)):
+    for path in sorted(_mapped_libraries('openblas'), key=lambda path: 'numpy' not in path):
         try:
             lib = ctypes.CDLL(path)
         except OSError:
@@ -1604,9 +1607,10 @@ class Convolution(Function):
         (n, c, h, w), (cout, _, kh, kw) = self.shape, self.weight.shape
         wants_db = len(self.needs_grad) > 2 and self.needs_grad[2]
         dx = dw = db = None
+        g_strides = _element_strides(g)
         if self.needs_grad[0]:
             dx = cp.empty((n, h, w, c) if self.channels_last else (n, c, h, w), self.dtype)
-            _direct_launch('dx', n * h * w * -(-c // _DIRECT_CI), (g, *_element_strides(g), self.weight, dx, np.int32(self.channels_last)) + self.sizes)
+            _direct_launch('dx', n * h * w * -(-c // _DIRECT_CI), (g, *g_strides, self.weight, dx, np.int32(self.channels_last)) + self.sizes)
             dx = dx.transpose(0, 3, 1, 2) if self.channels_last else dx
         if self.needs_grad[1] or wants_db:
             window = c * kh * kw if self.needs_grad[1] else 0
@@ -1615,7 +1619,7 @@ class Convolution(Function):
             blocks = max(1, min(_resident_blocks(kernel), self.pixels // _BLOCK))
             partials = cp.empty(blocks * per_block, _stat_dtype(self.dtype))
             x = self.x if self.needs_grad[1] else g   # for db alone the kernel reads no window value
-            kernel((blocks,), (_BLOCK,), (x, *_element_strides(x), g, *_element_strides(g), partials, np.int32(window))
+            kernel((blocks,), (_BLOCK,), (x, *_element_strides(x), g, *g_strides, partials, np.int32(window))
                    + self.sizes)
             dw = cp.empty(self.weight.shape, self.dtype) if self.needs_grad[1] else None
             db = cp.empty(cout, self.dtype) if wants_db else None
