@@ -91,6 +91,7 @@ __device__ __forceinline__ Pixel pixel_of(long long t, int H, int W, int CV)
 // division per step would cost more than the step's other work): im2col's rows, conv_direct_dw's pixels.
 struct PixelWalk {
     int n, ho, wo, dn, dho, dwo;
+    PixelWalk() = default;
     __device__ __forceinline__ PixelWalk(long long p, int step, int Ho, int Wo)
     {
         const Pixel q = pixel_of(p, Ho, Wo, 1);
@@ -122,6 +123,56 @@ __device__ __forceinline__ void grid_stride_rounds(long long count, L load, S st
         for (int u = 0; u < U; ++u) store(i + u * stride, v[u]);
     }
     for (; i < count; i += stride) store(i, load(i));
+}
+
+// ----- Tensor cores and asynchronous copies (sm_80 and later), for the GRU's and the implicit-GEMM conv's
+// warp tiles. mma m16n8k16 (D = A B + C, A 16x16, B 16x8), lane = 4 g + t: A's register r holds
+// A[g + 8 (r & 1)][2 t + 8 (r >> 1) + {0, 1}], B's register r B[2 t + 8 r + {0, 1}][g], C's c C[g + 8 (c >> 1)][2 t + (c & 1)].
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(dst)), "l"(src) : "memory");
+}
+// 16 bytes from src, or zeros where !ok (src is not read then)
+__device__ __forceinline__ void cp_async16_or_zero(void* dst, const void* src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)), "l"(src), "r"(ok ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int PENDING> __device__ __forceinline__ void cp_async_wait_groups() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// Four 8x8 matrices of 16-bit values from shared memory, lanes 8 i .. 8 i + 7 giving matrix i's row addresses;
+// lane 4 g + t receives r[i] = (M_i[g][2 t], M_i[g][2 t + 1]), or with TRANS (M_i[2 t][g], M_i[2 t + 1][g]).
+template <bool TRANS> __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* row) {
+    if (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(shared_address(row)));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(shared_address(row)));
+}
+
+__device__ __forceinline__ unsigned tf32(float x) {
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_f16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // ===== ReLU =====
@@ -860,11 +911,6 @@ __device__ __forceinline__ __half ld_cg(const __half* p) {
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + __expf(-x)); }
 
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-    const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 // dst[r * ldd + k] = row(r)[k] for r < nrows, k < round_up(ncols, 16); a null row and k >= ncols read
 // as zero. vec: ncols and every row start are multiples of 16 bytes (16-byte async copies). Reads
@@ -976,24 +1022,6 @@ template <> struct TileMma<float, false> {   // SIMT, exact float
     }
 };
 
-__device__ __forceinline__ unsigned tf32(float x) {
-    unsigned r;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-    return r;
-}
-
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void mma_f16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 template <> struct TileMma<float, true> {    // TF32 tensor cores, m16n8k8
     static constexpr int STEP = 8;
@@ -1738,6 +1766,256 @@ __global__ void conv_direct_dw_fold(const acc_t<T>* __restrict__ part, int block
         dw[(((long long)co * C + k % C) * kh + k / (C * kw)) * kw + (k / C) % kw] = T(total);
     else if (db)
         db[co] = T(total);
+}
+
+// ----- Implicit GEMM (float16 on the tensor cores): the products of im2col's matrix without writing it.
+// Forward y[m, o] = sum_k cols[m, k] w2[o, k] with x channels-last and cols as im2col's: a block computes a
+// BM x BN tile of y; per k-step of BK it copies the BM x BK slice of cols straight from x (cp.async, zeros
+// outside the image; through L1 it measured no faster) and w2's BN x BK slice into shared
+// memory, STAGES steps in flight, and its 8 warps (4 along m, 2 along o) multiply them with mma m16n8k16 in
+// float. The input gradient of a stride-1 conv is this forward run on dy with the flipped weight (C and
+// C_out swapped, padding k - 1 - p). Weight gradient dw2[o, k] = sum_m dy[m, o] cols[m, k]: a block owns a
+// WO x WK tile of (o, k) and a range of m (its split), WM rows a step, with 8 warps as 2 x 4; its float sums
+// go to part[split], which conv_implicit_dw_fold adds up in order (deterministic). Channels (C, and C_out
+// for the gradients) are multiples of 8: a 16-byte granule of cols lies in one tap. Shared tiles are rows of
+// 16-byte granules, granule g of row r stored at g ^ swizzle(r), so that ldmatrix's 8 rows at one granule
+// fall in 8 distinct bank groups.
+namespace implicit {
+
+enum { NT = 256, BK = 32, STAGES = 3, WM = 32 };
+
+// index of granule g of row r in a tile of G granules per row: 64-byte rows (G = 4) pair up in 128 bytes
+template <int G> __device__ __forceinline__ int granule_at(int r, int g) {
+    return r * G + (G >= 8 ? g ^ (r & 7) : g ^ ((r >> 1) & 3));
+}
+
+// A granule's tap (i, j) and channel c of cols' column k, moved on by `step` columns at a time.
+struct TapWalk {
+    int c, i, j;
+    __device__ __forceinline__ TapWalk(int k, int C, int kw) : c(k % C), i(k / C / kw), j(k / C % kw) {}
+    __device__ __forceinline__ void advance(int step, int C, int kw) {
+        for (c += step; c >= C; c -= C)
+            if (++j == kw) { j = 0; ++i; }
+    }
+};
+
+// acc[mi][ni] += A B over one shared k-step of KS (a multiple of 16): A's rows from a(mi, lane, kk) and B's
+// pairs of n-tiles from b(nj, lane, kk), each giving the shared address of the lane's ldmatrix row.
+template <bool TRANS, int MI, int NI, int KS, typename FA, typename FB>
+__device__ __forceinline__ void tile_products(float (&acc)[MI][NI][4], FA a, FB b) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int kk = 0; kk < KS / 16; ++kk) {
+        unsigned af[MI][4], bf[NI][2];
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi) ldmatrix_x4<TRANS>(af[mi], a(mi, lane, kk));
+#pragma unroll
+        for (int nj = 0; nj < NI / 2; ++nj) {
+            unsigned r[4];
+            ldmatrix_x4<TRANS>(r, b(nj, lane, kk));
+            bf[2 * nj][0] = r[0], bf[2 * nj][1] = r[1], bf[2 * nj + 1][0] = r[2], bf[2 * nj + 1][1] = r[3];
+        }
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+            for (int ni = 0; ni < NI; ++ni) mma_f16(acc[mi][ni], af[mi], bf[ni][0], bf[ni][1]);
+    }
+}
+
+// The k-steps of a block: load(stage, s) copies step s into a stage, compute(stage) multiplies one;
+// STAGES - 1 steps in flight while one is multiplied.
+template <typename FL, typename FC>
+__device__ __forceinline__ void pipeline(int steps, FL load, FC compute) {
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < steps) load(s, s);
+        cp_async_commit();
+    }
+    for (int s = 0; s < steps; ++s) {
+        cp_async_wait_groups<STAGES - 2>();
+        __syncthreads();   // step s has landed; every warp is done with step s - 1's stage, refilled next
+        if (s + STAGES - 1 < steps) load((s + STAGES - 1) % STAGES, s + STAGES - 1);
+        cp_async_commit();
+        compute(s % STAGES);
+    }
+    cp_async_wait();
+}
+
+}  // namespace implicit
+
+// dynamic shared memory: STAGES x (BM + BN) x BK float16 values
+template <typename T, int BM, int BN>
+__global__ void __launch_bounds__(implicit::NT, BM * BN > 128 * 128 ? 1 : 2)
+conv_implicit_fwd(const T* __restrict__ x, const T* __restrict__ w2, const T* __restrict__ bias, T* __restrict__ y,
+                  int N, int H, int W, int C, int Co, int Ho, int Wo, int kh, int kw, int sh, int sw, int ph, int pw)
+{
+    using namespace implicit;
+    static_assert(sizeof(T) == 2, "float16 only");
+    constexpr int G = BK / 8, ROWS = NT / G;    // granules per tile row; rows one pass of the threads covers
+    constexpr int MI = BM / 64, NI = BN / 16;   // a warp's BM/4 x BN/2 tile of y in mma tiles
+    extern __shared__ __align__(128) uint4 implicit_smem[];
+    uint4* const As = implicit_smem;                  // [STAGES][BM * G]
+    uint4* const Bs = implicit_smem + STAGES * BM * G;   // [STAGES][BN * G]
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = tid % G;
+    const long long M = (long long)N * Ho * Wo, m0 = (long long)blockIdx.x * BM;
+    const int K = kh * kw * C, o0 = blockIdx.y * BN;
+
+    // this thread copies granule g of tile rows tid / G + ROWS a: their window's corner (top, left), as an
+    // offset into x that may lie outside the image (only pixels inside are read); and granule g of w2's rows
+    // o0 + tid / G + ROWS b, at k = s BK + 8 g in step s. 32-bit offsets: the host keeps x and w2 below 2^31.
+    int corner[BM / ROWS], top[BM / ROWS], left[BM / ROWS], w_row[BN / ROWS];
+#pragma unroll
+    for (int a = 0; a < BM / ROWS; ++a) {
+        const long long m = m0 + tid / G + ROWS * a;
+        const Pixel p = pixel_of(m < M ? m : 0, Ho, Wo, 1);
+        top[a] = p.h * sh - ph, left[a] = p.w * sw - pw;
+        corner[a] = ((p.n * H + top[a]) * W + left[a]) * C;
+        top[a] = m < M ? top[a] : -(1 << 29);   // a row past M reads zeros
+    }
+#pragma unroll
+    for (int b = 0; b < BN / ROWS; ++b) {
+        const int o = o0 + tid / G + ROWS * b;
+        w_row[b] = o < Co ? o * K + g * 8 : -(1 << 30);   // a row past C_out reads zeros
+    }
+    TapWalk tap(g * 8, C, kw);
+    auto load = [&](int stage, int s) {
+        const bool k_ok = s * BK + g * 8 < K;
+        const int at_tap = (tap.i * W + tap.j) * C + tap.c;
+        uint4* const a_stage = As + stage * BM * G;
+#pragma unroll
+        for (int a = 0; a < BM / ROWS; ++a) {
+            const bool ok = k_ok && (unsigned)(top[a] + tap.i) < (unsigned)H && (unsigned)(left[a] + tap.j) < (unsigned)W;
+            cp_async16_or_zero(a_stage + granule_at<G>(tid / G + ROWS * a, g), x + (ok ? corner[a] + at_tap : 0), ok);
+        }
+#pragma unroll
+        for (int b = 0; b < BN / ROWS; ++b) {
+            const bool ok = k_ok && w_row[b] >= 0;
+            cp_async16_or_zero(Bs + stage * BN * G + granule_at<G>(tid / G + ROWS * b, g), w2 + (ok ? w_row[b] + s * BK : 0), ok);
+        }
+        tap.advance(BK, C, kw);
+    };
+
+    float acc[MI][NI][4] = {};
+    const int wm = warp % 4 * (BM / 4), wn = warp / 4 * (BN / 2);
+    pipeline((K + BK - 1) / BK, load, [&](int stage) {
+        const uint4* a_tile = As + stage * BM * G;
+        const uint4* b_tile = Bs + stage * BN * G;
+        tile_products<false, MI, NI, BK>(
+            acc, [&](int mi, int l, int kk) { return &a_tile[granule_at<G>(wm + mi * 16 + (l & 15), 2 * kk + (l >> 4))]; },
+            [&](int nj, int l, int kk) {
+                return &b_tile[granule_at<G>(wn + nj * 16 + (l & 7) + (l >> 4) * 8, 2 * kk + (l >> 3 & 1))];
+            });
+    });
+
+    const int gq = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int ni = 0; ni < NI; ++ni) {
+        const int o = o0 + wn + ni * 8 + 2 * tq;
+        const float b0 = bias && o < Co ? float(bias[o]) : 0.f, b1 = bias && o + 1 < Co ? float(bias[o + 1]) : 0.f;
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const long long m = m0 + wm + mi * 16 + gq + 8 * half;
+                if (m >= M || o >= Co) continue;
+                const float v0 = acc[mi][ni][2 * half] + b0, v1 = acc[mi][ni][2 * half + 1] + b1;
+                T* out = y + m * Co + o;
+                if (Co % 2 == 0)
+                    *reinterpret_cast<__half2*>(out) = __floats2half2_rn(v0, v1);
+                else {
+                    out[0] = T(v0);
+                    if (o + 1 < Co) out[1] = T(v1);
+                }
+            }
+    }
+}
+
+// Partial sums of dw2 over the split's rows m in [z m_split, (z + 1) m_split): part[z][o][k] (float).
+// Dynamic shared memory: STAGES x WM x (WO + WK) float16 values.
+template <typename T, int WO, int WK>
+__global__ void __launch_bounds__(implicit::NT, WO * WK > 128 * 128 ? 1 : 2)
+conv_implicit_dw(const T* __restrict__ x, const T* __restrict__ dy, float* __restrict__ part, long long m_split,
+                 int N, int H, int W, int C, int Co, int Ho, int Wo, int kh, int kw, int sh, int sw, int ph, int pw)
+{
+    using namespace implicit;
+    static_assert(sizeof(T) == 2, "float16 only");
+    constexpr int GO = WO / 8, GK = WK / 8;      // granules per row of the dy and cols tiles
+    constexpr int MI = WO / 32, NI = WK / 32;    // a warp's WO/2 x WK/4 tile of (o, k) in mma tiles
+    constexpr int DA = WM * GO / NT, XA = WM * GK / NT;   // granules a thread copies a step
+    static_assert(DA >= 1 && XA >= 1, "a granule of each tile per thread");
+    extern __shared__ __align__(128) uint4 implicit_smem[];
+    uint4* const Ds = implicit_smem;                   // [STAGES][WM * GO]
+    uint4* const Xs = implicit_smem + STAGES * WM * GO;   // [STAGES][WM * GK]
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const long long M = (long long)N * Ho * Wo, m_begin = blockIdx.z * m_split;
+    const long long m_end = min(M, m_begin + m_split);
+    const int K = kh * kw * C, k0 = blockIdx.x * WK, o0 = blockIdx.y * WO;
+
+    // copies: dy granule gd of rows tid / GO + NT / GO a; cols granule gx (a fixed column k, so a fixed tap)
+    // of rows tid / GK + NT / GK a, whose pixels walk on by WM rows a step
+    const int gd = tid % GO, gx = tid % GK;
+    const bool o_ok = o0 + gd * 8 < Co, k_ok = k0 + gx * 8 < K;
+    const TapWalk tap(k_ok ? k0 + gx * 8 : 0, C, kw);
+    PixelWalk at[XA];
+#pragma unroll
+    for (int a = 0; a < XA; ++a) at[a] = PixelWalk(min(m_begin + tid / GK + NT / GK * a, M - 1), WM, Ho, Wo);
+    auto load = [&](int stage, int s) {
+        const long long mb = m_begin + (long long)s * WM;
+#pragma unroll
+        for (int a = 0; a < DA; ++a) {
+            const long long m = mb + tid / GO + NT / GO * a;
+            const bool ok = o_ok && m < m_end;
+            cp_async16_or_zero(&Ds[stage * WM * GO + granule_at<GO>(tid / GO + NT / GO * a, gd)], dy + (ok ? (int)m * Co + o0 + gd * 8 : 0), ok);
+        }
+#pragma unroll
+        for (int a = 0; a < XA; ++a) {
+            const int h = at[a].ho * sh - ph + tap.i, w = at[a].wo * sw - pw + tap.j;
+            const bool ok = k_ok && mb + tid / GK + NT / GK * a < m_end && (unsigned)h < (unsigned)H && (unsigned)w < (unsigned)W;
+            cp_async16_or_zero(&Xs[stage * WM * GK + granule_at<GK>(tid / GK + NT / GK * a, gx)],
+                         x + (ok ? ((at[a].n * H + h) * W + w) * C + tap.c : 0), ok);
+            at[a].advance(Ho, Wo);
+        }
+    };
+
+    float acc[MI][NI][4] = {};
+    const int wo = warp % 2 * (WO / 2), wk = warp / 2 * (WK / 4);
+    pipeline(m_end > m_begin ? (int)((m_end - m_begin + WM - 1) / WM) : 0, load, [&](int stage) {
+        const uint4* d_tile = Ds + stage * WM * GO;
+        const uint4* x_tile = Xs + stage * WM * GK;
+        // A = dy^T, (o, m) from dy's (m, o) rows; B = cols, (m, k) rows: both transposed by ldmatrix
+        tile_products<true, MI, NI, WM>(
+            acc, [&](int mi, int l, int kk) {
+                return &d_tile[granule_at<GO>(16 * kk + (l & 7) + (l >> 4) * 8, (wo + mi * 16) / 8 + (l >> 3 & 1))];
+            },
+            [&](int nj, int l, int kk) { return &x_tile[granule_at<GK>(16 * kk + (l & 15), (wk + nj * 16) / 8 + (l >> 4))]; });
+    });
+
+    const int gq = lane >> 2, tq = lane & 3;
+    float* out = part + (long long)blockIdx.z * Co * K;
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int o = o0 + wo + mi * 16 + gq + 8 * half, k = k0 + wk + ni * 8 + 2 * tq;
+                if (o < Co && k < K)   // K is even
+                    *reinterpret_cast<float2*>(out + (long long)o * K + k) = make_float2(acc[mi][ni][2 * half], acc[mi][ni][2 * half + 1]);
+            }
+}
+
+// dw[o, c, i, j] = sum over the splits of part[z][o][(i kw + j) C + c], the splits in order; a thread per (o, k).
+template <typename T>
+__global__ void conv_implicit_dw_fold(const float* __restrict__ part, int splits, T* __restrict__ dw, int C, int Co,
+                                      int kh, int kw)
+{
+    const int K = kh * kw * C;
+    const long long e = global_id();
+    if (e >= (long long)Co * K) return;
+    const int o = (int)(e / K), k = (int)(e % K), c = k % C, tap = k / C;
+    float total = 0.f;
+    for (int z = 0; z < splits; ++z) total += part[(long long)z * Co * K + e];
+    dw[((long long)o * C + c) * kh * kw + tap] = T(total);
 }
 
 // ===== pooling =====

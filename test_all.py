@@ -2333,9 +2333,15 @@ CONV_CASES = [   # x's shape, weight's shape, stride, padding, bias, x's layout 
     ((2, 24, 7, 7), (16, 24, 3, 3), 1, 1, False, 'channels_last'),   # its 3x3 convs: 16-byte packs in float16
     ((1, 16, 5, 5), (8, 16, 3, 3), 1, 1, False, 'channels_last'),    # batch 1
     ((2, 5, 7, 6), (3, 5, 3, 3), 2, 1, True, 'channels_last'),       # stride 2; 5 channels: no packs
-    ((2, 8, 6, 6), (8, 8, 1, 1), 1, 0, False, 'channels_last')]      # 1x1
+    ((2, 8, 6, 6), (8, 8, 1, 1), 1, 0, False, 'channels_last'),      # 1x1
+    # float16 with channels in multiples of 8 (and larger than 1x1): the implicit-GEMM kernels
+    ((3, 16, 12, 11), (72, 16, 3, 3), 1, 1, True, 'contiguous'),   # NCHW x, 4 blocks of rows, a part-filled 128-wide tile
+    ((2, 8, 9, 9), (16, 8, 3, 3), 2, 0, False, 'channels_last'),   # stride 2: dx from col2im
+    ((9, 8, 17, 17), (8, 8, 3, 3), 1, 1, False, 'channels_last'),  # 2601 rows: dW in 5 splits
+    ((2, 16, 6, 6), (24, 16, 2, 2), 1, 0, True, 'channels_last')]  # 2x2: dx as a conv of dy padded by 1
 CONV_TOL = {np.dtype(np.float16): 1e-2, np.dtype(np.float32): 1e-4, np.dtype(np.float64): 1e-9}   # of max |ref|
-CONV_KERNELS = ('im2col_nhwc', 'col2im_nhwc', 'conv_direct_fwd', 'conv_direct_dx', 'conv_direct_dw', 'conv_direct_dw_fold')
+CONV_KERNELS = ('im2col_nhwc', 'col2im_nhwc', 'conv_direct_fwd', 'conv_direct_dx', 'conv_direct_dw', 'conv_direct_dw_fold',
+                'conv_implicit_fwd', 'conv_implicit_dw', 'conv_implicit_dw_fold')
 
 
 def conv_results(x, w, b, stride, padding, dy):
@@ -2386,6 +2392,8 @@ def check_conv(path, dtype, allow_tf32=False):
         on = on_gpu(x, layout), cp.asarray(w), None if b is None else cp.asarray(b), on_gpu(dy, 'channels_last')
         if path == 'fused':
             assert tl._direct_conv(on[0], ws) == (np.prod(ws[1:]) <= 32), f'{what}: direct kernels or not'
+            implicit = dtype == np.float16 and ws[0] % 8 == 0 and ws[1] % 8 == 0 and ws[2] * ws[3] > 1
+            assert tl._implicit_conv(on[0], ws, xs[0] * ho * wo) == implicit, f'{what}: implicit GEMM or not'
         with tf32(allow_tf32):
             got = gpu_paths(path, CONV_KERNELS, lambda: conv_results(*on[:3], stride, padding, on[3]))
         compare_paths(got, want, lambda a: TF32_TOL if allow_tf32 else CONV_TOL[a.dtype], what)

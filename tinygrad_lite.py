@@ -272,6 +272,9 @@ _KERNEL_INSTANCES = {
        for name in ('batch_transpose', 'conv_direct_fwd', 'conv_direct_dx', 'conv_direct_dw', 'conv_direct_dw_fold')},
     **{name: [(t, v) for t in _FLOAT_C for v in _PACK[t]]
        for name in ('im2col_nhwc', 'col2im_nhwc', 'max_pool2d_fwd', 'max_pool2d_bwd', 'avg_pool2d_fwd', 'avg_pool2d_bwd')},
+    'conv_implicit_fwd': [('__half', '256', '64'), ('__half', '128', '128')],   # (T, BM, BN): _IMPLICIT_TILES
+    'conv_implicit_dw': [('__half', '64', '256'), ('__half', '128', '128')],    # (T, WO, WK)
+    'conv_implicit_dw_fold': [('__half',)],
     'cross_entropy_fwd': [(t, 'long long', v, str(_CE_UNROLL[t])) for t in _FLOAT_C for v in _PACK[t]],
     'cross_entropy_bwd': [(t, 'long long', v) for t in _FLOAT_C for v in _PACK[t]],
     'sgd_step': [(t,) for t in _FLOAT_C],
@@ -1530,6 +1533,74 @@ def _element_strides(a):
     return tuple(np.int64(step // a.itemsize) for step in a.strides)
 
 
+def _implicit_conv(x, weight_shape, pixels):
+    """Whether the GPU runs this conv on kernels.cu's implicit GEMM (float16 on the tensor cores; im2col's matrix,
+    9x the activations of a 3x3 conv, is never written): channel counts that are multiples of 8 (16-byte copies
+    within one tap), windows larger than 1x1 (a 1x1 conv's matrix is x itself), arrays of fewer than 2^31
+    elements (32-bit offsets). Our mma.sync kernels reach about 250 TFLOP/s where cuBLAS's products reach 500-700,
+    so they win only where the unfolding costs more than that: at train_cifar.py's shapes on the H200, with at
+    most 64 output channels (64->64 at 15x15: 0.31 ms against 0.41 the other way) or few pixels (256->256 at 3x3:
+    0.24 against 0.34 ms), not at 64->256 (0.90 against 0.57) or 256->256 at 7x7 (0.74 against 0.50)."""
+    cout, c, kh, kw = weight_shape
+    return (x.dtype == np.float16 and c % 8 == 0 and cout % 8 == 0 and kh * kw > 1 and (cout <= 64 or pixels <= 16384)
+            and max(x.size, pixels * cout, cout * c * kh * kw) < 2 ** 31
+            and _fused(x, 'conv_implicit_fwd', x.dtype, *_IMPLICIT_TILES[0]) is not None)
+
+
+# kernels.cu's implicit:: k-step, stages in flight and dW's rows a step; the tiles of a block, (BM, BN) of y
+# and (WO, WK) of dW, for at most 64 output channels and for more
+_IMPLICIT_BK, _IMPLICIT_STAGES, _IMPLICIT_WM = 32, 3, 32
+_IMPLICIT_TILES, _IMPLICIT_DW_TILES = ((256, 64), (128, 128)), ((64, 256), (128, 128))
+
+
+def _implicit_launch(kernel, grid, args, smem):
+    if kernel.max_dynamic_shared_size_bytes < smem:   # over 48 KB takes the kernel's consent
+        kernel.max_dynamic_shared_size_bytes = smem
+    kernel(grid, (_BLOCK,), args, shared_mem=smem)
+
+
+def _implicit_products(xh, flat_weight, kernel_size, stride, padding, bias=None):
+    """im2col(xh) flat_weight^T (+ bias) as an (N, Ho, Wo, C_out) array, for channels-last xh, on conv_implicit_fwd."""
+    n, h, w, c = xh.shape
+    (kh, kw), cout = kernel_size, flat_weight.shape[0]
+    ho, wo = (h + 2 * padding[0] - kh) // stride[0] + 1, (w + 2 * padding[1] - kw) // stride[1] + 1
+    y = cp.empty((n, ho, wo, cout), xh.dtype)
+    rows, cols = _IMPLICIT_TILES[cout > 64]
+    if y.size:
+        _implicit_launch(_kernel('conv_implicit_fwd', xh.dtype, rows, cols), (-(-n * ho * wo // rows), -(-cout // cols)),
+                         (xh, flat_weight, bias, y) + tuple(np.int32(v) for v in (n, h, w, c, cout, ho, wo, kh, kw, *stride, *padding)),
+                         _IMPLICIT_STAGES * (rows + cols) * _IMPLICIT_BK * 2)
+    return y
+
+
+def _implicit_weight_grad(xh, dy, weight_shape, stride, padding):
+    """dW (C_out, C, kh, kw) from channels-last xh and dy (N, Ho, Wo, C_out): conv_implicit_dw's float sums over
+    splits of the rows (about two waves of blocks, at least 512 rows each), folded in order by conv_implicit_dw_fold."""
+    (cout, c, kh, kw), (n, h, w, _), (ho, wo) = weight_shape, xh.shape, dy.shape[1:3]
+    rows, k, (tile_o, tile_k) = n * ho * wo, kh * kw * c, _IMPLICIT_DW_TILES[cout > 64]
+    kernel = _kernel('conv_implicit_dw', xh.dtype, tile_o, tile_k)
+    tiles = (-(-k // tile_k), -(-cout // tile_o))
+    splits = max(1, min(-(-2 * _resident_blocks(kernel) // (tiles[0] * tiles[1])), rows // 512))
+    rows_per_split = -(-rows // splits)
+    splits = -(-rows // rows_per_split)
+    part = cp.empty((splits, cout, k), np.float32)
+    _implicit_launch(kernel, tiles + (splits,), (xh, dy, part, np.int64(rows_per_split))
+                     + tuple(np.int32(v) for v in (n, h, w, c, cout, ho, wo, kh, kw, *stride, *padding)),
+                     _IMPLICIT_STAGES * _IMPLICIT_WM * (tile_o + tile_k) * 2)
+    dw = cp.empty(weight_shape, xh.dtype)
+    _launch_flat(_kernel('conv_implicit_dw_fold', xh.dtype), cout * k, 1,
+                 (part, np.int32(splits), dw, np.int32(c), np.int32(cout), np.int32(kh), np.int32(kw)))
+    return dw
+
+
+def _flipped(flat_weight, kh, kw):
+    """The weight of a stride-1 conv's input gradient as a conv of dy: flipped[c, (i, j, o)] = W[o, c, kh - 1 - i,
+    kw - 1 - j], from flat_weight[o, (i, j, c)]."""
+    cout, c = flat_weight.shape[0], flat_weight.shape[1] // (kh * kw)
+    return _xp(flat_weight).ascontiguousarray(
+        flat_weight.reshape(cout, kh, kw, c)[:, ::-1, ::-1].transpose(3, 1, 2, 0).reshape(c, -1))
+
+
 def _direct_launch(name, count, args):
     """conv_direct_<name> over `count` threads' work, at most four waves of resident blocks looping."""
     kernel = _kernel('conv_direct_' + name, args[0].dtype)
@@ -1540,7 +1611,9 @@ class Convolution(Function):
     """Cross-correlation as a matrix product over the unfolded input, channels-last: cols
     (N*Ho*Wo, kh*kw*C) times the weight as (C_out, kh*kw*C); the output is NCHW-shaped in channels-last
     memory. Backward: dx = col2im(dy W), dW = cols^T dy, db = sum dy. The GPU unfolds once and keeps cols
-    for dW, or for small windows (_direct_conv) reads x and dy in place; the CPU unfolds a few images at a
+    for dW, or for small windows (_direct_conv) reads x and dy in place, or in float16 where it measured faster
+    (_implicit_conv) multiplies without unfolding: the forward, a stride-1 dx as the forward of dy with the
+    flipped weight, and dW each in one implicit-GEMM kernel. The CPU unfolds a few images at a
     time (_cpu_col_blocks), again for dW, except with stride 1 (_cpu_stride1_backward): it unfolds dy instead,
     padded by k - 1 - p, for dx (col2im's strided adds and the K = C_out product took 70 ms of a 3x3 conv's
     180 on 2 cores) and dW both."""
@@ -1560,7 +1633,13 @@ class Convolution(Function):
             _direct_launch('fwd', n * ho * wo * -(-cout // _DIRECT_CT), (x, *_element_strides(x), self.weight, bias, y) + self.sizes)
             return y.transpose(0, 3, 1, 2)
         ct = _compute_dtype(x)
-        self.flat_weight = weight.transpose(0, 2, 3, 1).reshape(cout, -1).astype(ct, copy=False)
+        self.flat_weight = _xp(x).ascontiguousarray(weight.transpose(0, 2, 3, 1).reshape(cout, -1).astype(ct, copy=False))
+        self.implicit = _xp(x) is not np and _implicit_conv(x, weight.shape, n * ho * wo)
+        if self.implicit:
+            xh = _nhwc(x)
+            self.x = xh if self.needs_grad[1] else None
+            return _implicit_products(xh, self.flat_weight, (kh, kw), stride, padding,
+                                      None if bias is None else cp.ascontiguousarray(bias)).transpose(0, 3, 1, 2)
         if _xp(x) is np:
             self.x = x if self.needs_grad[1] else None
             y = _cpu_conv(x, self.flat_weight, kh, kw, stride, padding,
@@ -1581,11 +1660,18 @@ class Convolution(Function):
         (ph, pw), cpu = self.padding, _xp(g) is np
         if cpu and self.needs_grad[0] and self.stride == (1, 1) and ph < kh and pw < kw:
             return self._cpu_stride1_backward(g)
-        dy = _nhwc(g.astype(self.flat_weight.dtype, copy=False)).reshape(-1, cout)
+        dy_image = _nhwc(g.astype(self.flat_weight.dtype, copy=False))
+        dy = dy_image.reshape(-1, cout)
         dx = dw = db = None
         if self.needs_grad[0]:
-            dx = _col2im_image(_matmul(dy, self.flat_weight, tf32=self.tf32), self.shape, kh, kw, self.stride, self.padding).astype(self.dtype, copy=False)
-        if self.needs_grad[1]:
+            if self.implicit and self.stride == (1, 1) and ph < kh and pw < kw:
+                dx = _implicit_products(dy_image, _flipped(self.flat_weight, kh, kw), (kh, kw), (1, 1),
+                                        (kh - 1 - ph, kw - 1 - pw)).transpose(0, 3, 1, 2)
+            else:
+                dx = _col2im_image(_matmul(dy, self.flat_weight, tf32=self.tf32), self.shape, kh, kw, self.stride, self.padding).astype(self.dtype, copy=False)
+        if self.needs_grad[1] and self.implicit:
+            dw = _implicit_weight_grad(self.x, dy_image, (cout, c, kh, kw), self.stride, self.padding)
+        elif self.needs_grad[1]:
             if cpu:
                 dy_images = dy.reshape(n, -1, cout)
                 flat = _cpu_col_blocks(self.x, kh, kw, self.stride, self.padding, dy.dtype,
@@ -1636,7 +1722,7 @@ class Convolution(Function):
         product per image costs less than copying x channels-last)."""
         (kh, kw), (n, c, h, w), (ph, pw) = self.kernel, self.shape, self.padding
         cout, ct = self.flat_weight.shape[0], self.flat_weight.dtype
-        flipped = self.flat_weight.reshape(cout, kh, kw, c)[:, ::-1, ::-1].transpose(3, 1, 2, 0).reshape(c, -1)
+        flipped = _flipped(self.flat_weight, kh, kw)
         dx = np.empty((n, h * w, c), ct)
 
         def products(images, cols):
