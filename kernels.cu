@@ -911,7 +911,6 @@ __device__ __forceinline__ __half ld_cg(const __half* p) {
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + __expf(-x)); }
 
-
 // dst[r * ldd + k] = row(r)[k] for r < nrows, k < round_up(ncols, 16); a null row and k >= ncols read
 // as zero. vec: ncols and every row start are multiples of 16 bytes (16-byte async copies). Reads
 // bypass L1 (other blocks write these rows during the kernel). Waits for its own copies; the caller
@@ -1021,7 +1020,6 @@ template <> struct TileMma<float, false> {   // SIMT, exact float
         }
     }
 };
-
 
 template <> struct TileMma<float, true> {    // TF32 tensor cores, m16n8k8
     static constexpr int STEP = 8;
@@ -1772,8 +1770,8 @@ __global__ void conv_direct_dw_fold(const acc_t<T>* __restrict__ part, int block
 // Forward y[m, o] = sum_k cols[m, k] w2[o, k] with x channels-last and cols as im2col's: a block computes a
 // BM x BN tile of y; per k-step of BK it copies the BM x BK slice of cols straight from x (cp.async, zeros
 // outside the image; through L1 it measured no faster) and w2's BN x BK slice into shared
-// memory, STAGES steps in flight, and its 8 warps (4 along m, 2 along o) multiply them with mma m16n8k16 in
-// float. The input gradient of a stride-1 conv is this forward run on dy with the flipped weight (C and
+// memory, STAGES steps in flight, and its warps, each owning a TM x TN tile of y, multiply them with mma
+// m16n8k16 in float. The input gradient of a stride-1 conv is this forward run on dy with the flipped weight (C and
 // C_out swapped, padding k - 1 - p). Weight gradient dw2[o, k] = sum_m dy[m, o] cols[m, k]: a block owns a
 // WO x WK tile of (o, k) and a range of m (its split), WM rows a step, with 8 warps as 2 x 4; its float sums
 // go to part[split], which conv_implicit_dw_fold adds up in order (deterministic). Channels (C, and C_out
@@ -1782,7 +1780,7 @@ __global__ void conv_direct_dw_fold(const acc_t<T>* __restrict__ part, int block
 // fall in 8 distinct bank groups.
 namespace implicit {
 
-enum { NT = 256, BK = 32, STAGES = 3, WM = 32 };
+enum { NT = 256, BK = 32, STAGES = 4, WM = 32 };
 
 // index of granule g of row r in a tile of G granules per row: 64-byte rows (G = 4) pair up in 128 bytes
 template <int G> __device__ __forceinline__ int granule_at(int r, int g) {
@@ -1843,16 +1841,20 @@ __device__ __forceinline__ void pipeline(int steps, FL load, FC compute) {
 
 }  // namespace implicit
 
-// dynamic shared memory: STAGES x (BM + BN) x BK float16 values
-template <typename T, int BM, int BN>
-__global__ void __launch_bounds__(implicit::NT, BM * BN > 128 * 128 ? 1 : 2)
+// A block of (BM / TM) x (BN / TN) warps, each owning a TM x TN tile of y: 32 threads per warp. Dynamic shared
+// memory: STAGES x (BM + BN) x BK float16 values.
+template <typename T, int BM, int BN, int TM, int TN>
+__global__ void __launch_bounds__(32 * (BM / TM) * (BN / TN), 2)
 conv_implicit_fwd(const T* __restrict__ x, const T* __restrict__ w2, const T* __restrict__ bias, T* __restrict__ y,
                   int N, int H, int W, int C, int Co, int Ho, int Wo, int kh, int kw, int sh, int sw, int ph, int pw)
 {
     using namespace implicit;
     static_assert(sizeof(T) == 2, "float16 only");
-    constexpr int G = BK / 8, ROWS = NT / G;    // granules per tile row; rows one pass of the threads covers
-    constexpr int MI = BM / 64, NI = BN / 16;   // a warp's BM/4 x BN/2 tile of y in mma tiles
+    constexpr int WARPS_M = BM / TM, THREADS = 32 * WARPS_M * (BN / TN);
+    constexpr int G = BK / 8, ROWS = THREADS / G;   // granules per tile row; rows one pass of the threads covers
+    constexpr int MI = TM / 16, NI = TN / 8;        // a warp's tile in mma tiles
+    constexpr int AR = BM / ROWS, BR = (BN + ROWS - 1) / ROWS;   // rows of each tile a thread copies
+    static_assert(BM % ROWS == 0, "whole passes over the rows of x's tile");
     extern __shared__ __align__(128) uint4 implicit_smem[];
     uint4* const As = implicit_smem;                  // [STAGES][BM * G]
     uint4* const Bs = implicit_smem + STAGES * BM * G;   // [STAGES][BN * G]
@@ -1863,9 +1865,9 @@ conv_implicit_fwd(const T* __restrict__ x, const T* __restrict__ w2, const T* __
     // this thread copies granule g of tile rows tid / G + ROWS a: their window's corner (top, left), as an
     // offset into x that may lie outside the image (only pixels inside are read); and granule g of w2's rows
     // o0 + tid / G + ROWS b, at k = s BK + 8 g in step s. 32-bit offsets: the host keeps x and w2 below 2^31.
-    int corner[BM / ROWS], top[BM / ROWS], left[BM / ROWS], w_row[BN / ROWS];
+    int corner[AR], top[AR], left[AR], w_row[BR];
 #pragma unroll
-    for (int a = 0; a < BM / ROWS; ++a) {
+    for (int a = 0; a < AR; ++a) {
         const long long m = m0 + tid / G + ROWS * a;
         const Pixel p = pixel_of(m < M ? m : 0, Ho, Wo, 1);
         top[a] = p.h * sh - ph, left[a] = p.w * sw - pw;
@@ -1873,7 +1875,7 @@ conv_implicit_fwd(const T* __restrict__ x, const T* __restrict__ w2, const T* __
         top[a] = m < M ? top[a] : -(1 << 29);   // a row past M reads zeros
     }
 #pragma unroll
-    for (int b = 0; b < BN / ROWS; ++b) {
+    for (int b = 0; b < BR; ++b) {
         const int o = o0 + tid / G + ROWS * b;
         w_row[b] = o < Co ? o * K + g * 8 : -(1 << 30);   // a row past C_out reads zeros
     }
@@ -1883,20 +1885,21 @@ conv_implicit_fwd(const T* __restrict__ x, const T* __restrict__ w2, const T* __
         const int at_tap = (tap.i * W + tap.j) * C + tap.c;
         uint4* const a_stage = As + stage * BM * G;
 #pragma unroll
-        for (int a = 0; a < BM / ROWS; ++a) {
+        for (int a = 0; a < AR; ++a) {
             const bool ok = k_ok && (unsigned)(top[a] + tap.i) < (unsigned)H && (unsigned)(left[a] + tap.j) < (unsigned)W;
             cp_async16_or_zero(a_stage + granule_at<G>(tid / G + ROWS * a, g), x + (ok ? corner[a] + at_tap : 0), ok);
         }
 #pragma unroll
-        for (int b = 0; b < BN / ROWS; ++b) {
+        for (int b = 0; b < BR; ++b) {
             const bool ok = k_ok && w_row[b] >= 0;
-            cp_async16_or_zero(Bs + stage * BN * G + granule_at<G>(tid / G + ROWS * b, g), w2 + (ok ? w_row[b] + s * BK : 0), ok);
+            if (BN % ROWS == 0 || tid / G + ROWS * b < BN)
+                cp_async16_or_zero(Bs + stage * BN * G + granule_at<G>(tid / G + ROWS * b, g), w2 + (ok ? w_row[b] + s * BK : 0), ok);
         }
         tap.advance(BK, C, kw);
     };
 
     float acc[MI][NI][4] = {};
-    const int wm = warp % 4 * (BM / 4), wn = warp / 4 * (BN / 2);
+    const int wm = warp % WARPS_M * TM, wn = warp / WARPS_M * TN;
     pipeline((K + BK - 1) / BK, load, [&](int stage) {
         const uint4* a_tile = As + stage * BM * G;
         const uint4* b_tile = Bs + stage * BN * G;
@@ -1911,21 +1914,15 @@ conv_implicit_fwd(const T* __restrict__ x, const T* __restrict__ w2, const T* __
 #pragma unroll
     for (int ni = 0; ni < NI; ++ni) {
         const int o = o0 + wn + ni * 8 + 2 * tq;
-        const float b0 = bias && o < Co ? float(bias[o]) : 0.f, b1 = bias && o + 1 < Co ? float(bias[o + 1]) : 0.f;
+        const float b0 = bias && o < Co ? float(bias[o]) : 0.f, b1 = bias && o < Co ? float(bias[o + 1]) : 0.f;
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 const long long m = m0 + wm + mi * 16 + gq + 8 * half;
                 if (m >= M || o >= Co) continue;
-                const float v0 = acc[mi][ni][2 * half] + b0, v1 = acc[mi][ni][2 * half + 1] + b1;
-                T* out = y + m * Co + o;
-                if (Co % 2 == 0)
-                    *reinterpret_cast<__half2*>(out) = __floats2half2_rn(v0, v1);
-                else {
-                    out[0] = T(v0);
-                    if (o + 1 < Co) out[1] = T(v1);
-                }
+                *reinterpret_cast<__half2*>(y + m * Co + o) =   // C_out is even (a multiple of 8)
+                    __floats2half2_rn(acc[mi][ni][2 * half] + b0, acc[mi][ni][2 * half + 1] + b1);
             }
     }
 }
@@ -1933,7 +1930,7 @@ conv_implicit_fwd(const T* __restrict__ x, const T* __restrict__ w2, const T* __
 // Partial sums of dw2 over the split's rows m in [z m_split, (z + 1) m_split): part[z][o][k] (float).
 // Dynamic shared memory: STAGES x WM x (WO + WK) float16 values.
 template <typename T, int WO, int WK>
-__global__ void __launch_bounds__(implicit::NT, WO * WK > 128 * 128 ? 1 : 2)
+__global__ void __launch_bounds__(implicit::NT, 2)
 conv_implicit_dw(const T* __restrict__ x, const T* __restrict__ dy, float* __restrict__ part, long long m_split,
                  int N, int H, int W, int C, int Co, int Ho, int Wo, int kh, int kw, int sh, int sw, int ph, int pw)
 {

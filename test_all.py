@@ -2338,7 +2338,12 @@ CONV_CASES = [   # x's shape, weight's shape, stride, padding, bias, x's layout 
     ((3, 16, 12, 11), (72, 16, 3, 3), 1, 1, True, 'contiguous'),   # NCHW x, 4 blocks of rows, a part-filled 128-wide tile
     ((2, 8, 9, 9), (16, 8, 3, 3), 2, 0, False, 'channels_last'),   # stride 2: dx from col2im
     ((9, 8, 17, 17), (8, 8, 3, 3), 1, 1, False, 'channels_last'),  # 2601 rows: dW in 5 splits
-    ((2, 16, 6, 6), (24, 16, 2, 2), 1, 0, True, 'channels_last')]  # 2x2: dx as a conv of dy padded by 1
+    ((2, 16, 6, 6), (24, 16, 2, 2), 1, 0, True, 'channels_last'),  # 2x2: dx as a conv of dy padded by 1
+    ((2, 16, 5, 5), (136, 16, 3, 3), 1, 1, True, 'channels_last'),  # 3 blocks of 64 outputs, the last part-filled
+    ((2, 72, 5, 5), (16, 72, 3, 3), 1, 1, False, 'channels_last'),  # dx with 72 outputs; dW with 3 k-tiles of 256
+    ((2, 40, 6, 5), (24, 40, 3, 3), 2, 4, True, 'channels_last'),   # C=40, padding past the kernel, stride 2
+    ((3, 8, 1, 9), (8, 8, 3, 3), 1, 1, False, 'channels_last'),     # images of one row
+    ((2, 16, 3, 3), (8, 16, 3, 3), 1, 0, False, 'channels_last')]   # a 1x1 output: dx padded by 2
 CONV_TOL = {np.dtype(np.float16): 1e-2, np.dtype(np.float32): 1e-4, np.dtype(np.float64): 1e-9}   # of max |ref|
 CONV_KERNELS = ('im2col_nhwc', 'col2im_nhwc', 'conv_direct_fwd', 'conv_direct_dx', 'conv_direct_dw', 'conv_direct_dw_fold',
                 'conv_implicit_fwd', 'conv_implicit_dw', 'conv_implicit_dw_fold')
@@ -2482,6 +2487,45 @@ def check_conv_direct_grads(dtype):
         on = cp.asarray(x), cp.asarray(w), cp.asarray(b), on_gpu(dy, 'contiguous' if dy_layout == 'sum' else dy_layout)
         got = gpu_paths('fused', CONV_KERNELS, lambda: run(*on))
         compare_paths(got, want, lambda a: CONV_TOL[a.dtype], f'direct conv x {xs}, gradients of {grads}, dy {dy_layout}')
+
+
+def channels_last_at(a, offset):
+    """NCHW-shaped a on the GPU in channels-last memory starting `offset` elements into a buffer."""
+    flat = cp.zeros(a.size + offset, a.dtype)
+    flat[offset:] = cp.asarray(a.transpose(0, 2, 3, 1)).reshape(-1)
+    n, c, h, w = a.shape
+    return flat[offset:].reshape(n, h, w, c).transpose(0, 3, 1, 2)
+
+
+def test_gpu_conv_implicit_edges():
+    """The implicit-GEMM kernels (float16, channels in multiples of 8) where CONV_CASES do not reach: x and dy in
+    channels-last memory off a 16-byte boundary (the kernels copy 16-byte pieces: they get aligned copies), each
+    gradient alone, and an empty batch (dW and db zeros)."""
+    need_cuda()
+    r = rng('conv_implicit_edges')
+    for xs, grads, offset in (((2, 16, 6, 6), 'xwb', 1), ((3, 8, 7, 7), 'x', 0), ((3, 8, 7, 7), 'w', 3),
+                              ((3, 8, 7, 7), 'b', 0), ((0, 16, 5, 5), 'xwb', 0)):
+        c = xs[1]
+        x, w, b = r.standard_normal(xs).astype(np.float16), (r.standard_normal((24, c, 3, 3)) / (3 * c ** 0.5)).astype(
+            np.float16), r.standard_normal(24).astype(np.float16)
+        dy = r.standard_normal((xs[0], 24) + xs[2:]).astype(np.float16)
+
+        def run(x, w, b, dy):
+            ts = {k: tl.Tensor(a, requires_grad=k in grads) for k, a in zip('xwb', (x, w, b))}
+            y = tl.conv2d(ts['x'], ts['w'], ts['b'], padding=1)
+            y.backward(tl.Tensor(dy))
+            return dict(output=y.numpy(), **{'d' + k: ts[k].grad.numpy() for k in grads})
+        want = run(x, w, b, dy)
+        on = channels_last_at(x, offset), cp.asarray(w), cp.asarray(b), channels_last_at(dy, offset)
+        assert tl._implicit_conv(on[0], w.shape, xs[0] * xs[2] * xs[3]), f'x {xs}: not the implicit GEMM'
+        paths = gpu_paths('fused', CONV_KERNELS, lambda: run(*on)) if xs[0] else \
+            {'fused': run_on('fused', CONV_KERNELS, lambda: run(*on))}
+        for path, res in paths.items():
+            for k, v in want.items():
+                assert_matches(res[k], v, CONV_TOL[v.dtype], f'implicit conv x {xs}, gradients of {grads}, offset {offset}: '
+                               f'{k} of the {path} path vs the CPU path')
+        if xs[0] == 0:
+            assert not want['dw'].any() and not want['db'].any(), 'an empty batch gives zero dW and db'
 
 
 def ce_logits(dtype, shape, key):

@@ -257,6 +257,11 @@ _FLOAT_C = ('__half', 'float', 'double')
 _PACK = {'__half': ('1', '8'), 'float': ('1', '4'), 'double': ('1', '2')}   # elements per load: 1 or 16 bytes
 _ACTIVATIONS = {None: 0, 'relu': 1, 'gelu': 2}   # the ACT template argument of the BatchNorm kernels
 _CE_UNROLL = {'__half': 4, 'float': 8, 'double': 4}   # cross_entropy_fwd's U: packs of 16 bytes a lane loads at once
+# kernels.cu's implicit:: k-step, stages in flight and dW's rows a step. The tiles (a probe's picks at train_cifar.py's
+# shapes): a block's BM x BN of y in warps' TM x TN, for at most 32 output channels and for more; WO x WK of dW,
+# for at most 64 output channels and for more
+_IMPLICIT_BK, _IMPLICIT_STAGES, _IMPLICIT_WM = 32, 4, 32
+_IMPLICIT_TILES, _IMPLICIT_DW_TILES = ((128, 32, 32, 32), (128, 64, 64, 32)), ((64, 256), (128, 128))
 # kernel name -> the template arguments it is instantiated with (C type names, integers)
 _KERNEL_INSTANCES = {
     'relu_fwd': [(t,) for t in _FLOAT_C],
@@ -272,8 +277,8 @@ _KERNEL_INSTANCES = {
        for name in ('batch_transpose', 'conv_direct_fwd', 'conv_direct_dx', 'conv_direct_dw', 'conv_direct_dw_fold')},
     **{name: [(t, v) for t in _FLOAT_C for v in _PACK[t]]
        for name in ('im2col_nhwc', 'col2im_nhwc', 'max_pool2d_fwd', 'max_pool2d_bwd', 'avg_pool2d_fwd', 'avg_pool2d_bwd')},
-    'conv_implicit_fwd': [('__half', '256', '64'), ('__half', '128', '128')],   # (T, BM, BN): _IMPLICIT_TILES
-    'conv_implicit_dw': [('__half', '64', '256'), ('__half', '128', '128')],    # (T, WO, WK)
+    'conv_implicit_fwd': [('__half', *map(str, tile)) for tile in _IMPLICIT_TILES],
+    'conv_implicit_dw': [('__half', *map(str, tile)) for tile in _IMPLICIT_DW_TILES],
     'conv_implicit_dw_fold': [('__half',)],
     'cross_entropy_fwd': [(t, 'long long', v, str(_CE_UNROLL[t])) for t in _FLOAT_C for v in _PACK[t]],
     'cross_entropy_bwd': [(t, 'long long', v) for t in _FLOAT_C for v in _PACK[t]],
@@ -344,13 +349,21 @@ def _multiprocessors():
     return _sm_counts[device]
 
 
-def _resident_blocks(kernel):
-    """Blocks of _BLOCK threads of `kernel` resident on the whole GPU at once: SMs x occupancy."""
-    key = (id(kernel), cp.cuda.runtime.getDevice())
+def _resident_blocks(kernel, smem=0):
+    """Blocks of _BLOCK threads of `kernel` (with `smem` bytes of dynamic shared memory) resident on the whole
+    GPU at once: SMs x occupancy."""
+    key = (id(kernel), smem, cp.cuda.runtime.getDevice())
     if key not in _resident:
-        per_sm = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, _BLOCK, 0)
+        per_sm = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, _BLOCK, smem)
         _resident[key] = max(1, per_sm) * _multiprocessors()
     return _resident[key]
+
+
+def _launch_with_smem(kernel, grid, threads, args, smem):
+    """A launch with `smem` bytes of dynamic shared memory (over 48 KB takes the kernel's consent, asked once)."""
+    if kernel.max_dynamic_shared_size_bytes < smem:
+        kernel.max_dynamic_shared_size_bytes = smem
+    kernel(grid, (threads,), args, shared_mem=smem)
 
 
 def _launch_flat(kernel, n, per_thread, args):
@@ -1276,9 +1289,8 @@ def _gru_launch(name, plan, tf32, arrays, steps, batch, hidden):
     """One cooperative launch of persistent kernel `name` with layout `plan` (_gru_plan)."""
     groups, slices, units, rows, chunk, smem = plan
     kernel = _kernel(name, arrays[0].dtype, int(arrays[0].dtype == np.float16 or tf32))
-    kernel.max_dynamic_shared_size_bytes = smem
     sizes = tuple(np.int32(v) for v in (steps, batch, hidden, slices, units, rows, chunk))
-    kernel((groups * slices,), (_BLOCK,), arrays + (_gru_device()[2],) + sizes, shared_mem=smem)
+    _launch_with_smem(kernel, (groups * slices,), _BLOCK, arrays + (_gru_device()[2],) + sizes, smem)
 
 
 def _gru_device():
@@ -1537,26 +1549,16 @@ def _implicit_conv(x, weight_shape, pixels):
     """Whether the GPU runs this conv on kernels.cu's implicit GEMM (float16 on the tensor cores; im2col's matrix,
     9x the activations of a 3x3 conv, is never written): channel counts that are multiples of 8 (16-byte copies
     within one tap), windows larger than 1x1 (a 1x1 conv's matrix is x itself), arrays of fewer than 2^31
-    elements (32-bit offsets). Our mma.sync kernels reach about 250 TFLOP/s where cuBLAS's products reach 500-700,
-    so they win only where the unfolding costs more than that: at train_cifar.py's shapes on the H200, with at
-    most 64 output channels (64->64 at 15x15: 0.31 ms against 0.41 the other way) or few pixels (256->256 at 3x3:
-    0.24 against 0.34 ms), not at 64->256 (0.90 against 0.57) or 256->256 at 7x7 (0.74 against 0.50)."""
+    elements (32-bit offsets). Our mma.sync kernels reach about 300 TFLOP/s where cuBLAS's products reach 500-700,
+    so they win only where the unfolding costs more than that: at train_cifar.py's shapes on the H200 (fwd+bwd
+    kernel times), with at most 64 output channels (64->64 at 15x15: 0.30 ms against 0.41 the other way) or few
+    pixels (256->256 at 3x3: 0.21 against 0.34), not at 64->256 (0.91 against 0.57) or 256->256 at 7x7 (0.69
+    against 0.50)."""
     cout, c, kh, kw = weight_shape
     return (x.dtype == np.float16 and c % 8 == 0 and cout % 8 == 0 and kh * kw > 1 and (cout <= 64 or pixels <= 16384)
             and max(x.size, pixels * cout, cout * c * kh * kw) < 2 ** 31
             and _fused(x, 'conv_implicit_fwd', x.dtype, *_IMPLICIT_TILES[0]) is not None)
 
-
-# kernels.cu's implicit:: k-step, stages in flight and dW's rows a step; the tiles of a block, (BM, BN) of y
-# and (WO, WK) of dW, for at most 64 output channels and for more
-_IMPLICIT_BK, _IMPLICIT_STAGES, _IMPLICIT_WM = 32, 3, 32
-_IMPLICIT_TILES, _IMPLICIT_DW_TILES = ((256, 64), (128, 128)), ((64, 256), (128, 128))
-
-
-def _implicit_launch(kernel, grid, args, smem):
-    if kernel.max_dynamic_shared_size_bytes < smem:   # over 48 KB takes the kernel's consent
-        kernel.max_dynamic_shared_size_bytes = smem
-    kernel(grid, (_BLOCK,), args, shared_mem=smem)
 
 
 def _implicit_products(xh, flat_weight, kernel_size, stride, padding, bias=None):
@@ -1565,11 +1567,12 @@ def _implicit_products(xh, flat_weight, kernel_size, stride, padding, bias=None)
     (kh, kw), cout = kernel_size, flat_weight.shape[0]
     ho, wo = (h + 2 * padding[0] - kh) // stride[0] + 1, (w + 2 * padding[1] - kw) // stride[1] + 1
     y = cp.empty((n, ho, wo, cout), xh.dtype)
-    rows, cols = _IMPLICIT_TILES[cout > 64]
-    if y.size:
-        _implicit_launch(_kernel('conv_implicit_fwd', xh.dtype, rows, cols), (-(-n * ho * wo // rows), -(-cout // cols)),
-                         (xh, flat_weight, bias, y) + tuple(np.int32(v) for v in (n, h, w, c, cout, ho, wo, kh, kw, *stride, *padding)),
-                         _IMPLICIT_STAGES * (rows + cols) * _IMPLICIT_BK * 2)
+    tile_m, tile_n, warp_m, warp_n = tile = _IMPLICIT_TILES[cout > 32]
+    if y.size:   # 16-byte copies from 16-byte boundaries
+        _launch_with_smem(_kernel('conv_implicit_fwd', xh.dtype, *tile), (-(-n * ho * wo // tile_m), -(-cout // tile_n)),
+                          32 * (tile_m // warp_m) * (tile_n // warp_n), (_aligned(xh), _aligned(flat_weight), bias, y)
+                          + tuple(np.int32(v) for v in (n, h, w, c, cout, ho, wo, kh, kw, *stride, *padding)),
+                          _IMPLICIT_STAGES * (tile_m + tile_n) * _IMPLICIT_BK * 2)
     return y
 
 
@@ -1578,15 +1581,16 @@ def _implicit_weight_grad(xh, dy, weight_shape, stride, padding):
     splits of the rows (about two waves of blocks, at least 512 rows each), folded in order by conv_implicit_dw_fold."""
     (cout, c, kh, kw), (n, h, w, _), (ho, wo) = weight_shape, xh.shape, dy.shape[1:3]
     rows, k, (tile_o, tile_k) = n * ho * wo, kh * kw * c, _IMPLICIT_DW_TILES[cout > 64]
+    if rows == 0:
+        return cp.zeros(weight_shape, xh.dtype)
     kernel = _kernel('conv_implicit_dw', xh.dtype, tile_o, tile_k)
-    tiles = (-(-k // tile_k), -(-cout // tile_o))
-    splits = max(1, min(-(-2 * _resident_blocks(kernel) // (tiles[0] * tiles[1])), rows // 512))
+    tiles, smem = (-(-k // tile_k), -(-cout // tile_o)), _IMPLICIT_STAGES * _IMPLICIT_WM * (tile_o + tile_k) * 2
+    splits = max(1, min(-(-2 * _resident_blocks(kernel, smem) // (tiles[0] * tiles[1])), rows // 512))
     rows_per_split = -(-rows // splits)
     splits = -(-rows // rows_per_split)
     part = cp.empty((splits, cout, k), np.float32)
-    _implicit_launch(kernel, tiles + (splits,), (xh, dy, part, np.int64(rows_per_split))
-                     + tuple(np.int32(v) for v in (n, h, w, c, cout, ho, wo, kh, kw, *stride, *padding)),
-                     _IMPLICIT_STAGES * _IMPLICIT_WM * (tile_o + tile_k) * 2)
+    _launch_with_smem(kernel, tiles + (splits,), _BLOCK, (_aligned(xh), _aligned(dy), part, np.int64(rows_per_split))
+                      + tuple(np.int32(v) for v in (n, h, w, c, cout, ho, wo, kh, kw, *stride, *padding)), smem)
     dw = cp.empty(weight_shape, xh.dtype)
     _launch_flat(_kernel('conv_implicit_dw_fold', xh.dtype), cout * k, 1,
                  (part, np.int32(splits), dw, np.int32(c), np.int32(cout), np.int32(kh), np.int32(kw)))
@@ -1658,13 +1662,14 @@ class Convolution(Function):
             return self._direct_backward(g.astype(self.dtype, copy=False))
         (kh, kw), (n, c, h, w), cout = self.kernel, self.shape, self.flat_weight.shape[0]
         (ph, pw), cpu = self.padding, _xp(g) is np
-        if cpu and self.needs_grad[0] and self.stride == (1, 1) and ph < kh and pw < kw:
+        dx_as_conv = self.stride == (1, 1) and ph < kh and pw < kw   # dx = dy, padded by k - 1 - p, conv the flipped W
+        if cpu and self.needs_grad[0] and dx_as_conv:
             return self._cpu_stride1_backward(g)
         dy_image = _nhwc(g.astype(self.flat_weight.dtype, copy=False))
         dy = dy_image.reshape(-1, cout)
         dx = dw = db = None
         if self.needs_grad[0]:
-            if self.implicit and self.stride == (1, 1) and ph < kh and pw < kw:
+            if self.implicit and dx_as_conv:
                 dx = _implicit_products(dy_image, _flipped(self.flat_weight, kh, kw), (kh, kw), (1, 1),
                                         (kh - 1 - ph, kw - 1 - pw)).transpose(0, 3, 1, 2)
             else:
