@@ -1560,7 +1560,6 @@ def _implicit_conv(x, weight_shape, pixels):
             and _fused(x, 'conv_implicit_fwd', x.dtype, *_IMPLICIT_TILES[0]) is not None)
 
 
-
 def _implicit_products(xh, flat_weight, kernel_size, stride, padding, bias=None):
     """im2col(xh) flat_weight^T (+ bias) as an (N, Ho, Wo, C_out) array, for channels-last xh, on conv_implicit_fwd."""
     n, h, w, c = xh.shape
