@@ -1551,8 +1551,8 @@ def _implicit_conv(x, weight_shape, pixels):
     within one tap), windows larger than 1x1 (a 1x1 conv's matrix is x itself), arrays of fewer than 2^31
     elements (32-bit offsets). Our mma.sync kernels reach about 300 TFLOP/s where cuBLAS's products reach 500-700,
     so they win only where the unfolding costs more than that: at train_cifar.py's shapes on the H200 (fwd+bwd
-    kernel times), with at most 64 output channels (64->64 at 15x15: 0.30 ms against 0.41 the other way) or few
-    pixels (256->256 at 3x3: 0.21 against 0.34), not at 64->256 (0.91 against 0.57) or 256->256 at 7x7 (0.69
+    kernel times), with at most 64 output channels (64->64 at 15x15: 0.30 ms against 0.43 the other way) or few
+    pixels (256->256 at 3x3: 0.21 against 0.34), not at 64->256 (0.92 against 0.57) or 256->256 at 7x7 (0.71
     against 0.50)."""
     cout, c, kh, kw = weight_shape
     return (x.dtype == np.float16 and c % 8 == 0 and cout % 8 == 0 and kh * kw > 1 and (cout <= 64 or pixels <= 16384)
