@@ -1769,10 +1769,10 @@ __global__ void conv_direct_dw_fold(const acc_t<T>* __restrict__ part, int block
 // ----- Implicit GEMM (float16 on the tensor cores): the products of im2col's matrix without writing it.
 // Forward y[m, o] = sum_k cols[m, k] w2[o, k] with x channels-last and cols as im2col's: a block computes a
 // BM x BN tile of y; per k-step of BK it copies the BM x BK slice of cols straight from x (cp.async, zeros
-// outside the image; through L1 it measured no faster) and w2's BN x BK slice into shared
-// memory, STAGES steps in flight, and its warps, each owning a TM x TN tile of y, multiply them with mma
-// m16n8k16 in float. The input gradient of a stride-1 conv is this forward run on dy with the flipped weight (C and
-// C_out swapped, padding k - 1 - p). Weight gradient dw2[o, k] = sum_m dy[m, o] cols[m, k]: a block owns a
+// outside the image; through L1 it measured no faster) and w2's BN x BK slice into shared memory, STAGES
+// steps in flight, and its warps, each owning a TM x TN tile of y, multiply them with mma m16n8k16 in float.
+// The input gradient of a stride-1 conv is this forward run on dy with the flipped weight (C and C_out
+// swapped, padding k - 1 - p). Weight gradient dw2[o, k] = sum_m dy[m, o] cols[m, k]: a block owns a
 // WO x WK tile of (o, k) and a range of m (its split), WM rows a step, with 8 warps as 2 x 4; its float sums
 // go to part[split], which conv_implicit_dw_fold adds up in order (deterministic). Channels (C, and C_out
 // for the gradients) are multiples of 8: a 16-byte granule of cols lies in one tap. Shared tiles are rows of
