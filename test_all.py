@@ -1213,6 +1213,40 @@ def test_batch_norm_function_updates_running_stats():
     assert_close(rv_l, rv_t, 1e-6, 1e-6, 'running_var (unbiased batch variance)')
 
 
+def test_batch_norm_cpu_blocks():
+    """The CPU BatchNorm runs in blocks of images on several threads (_bn_blocks): blocks of 3, 3 and 1 images (the
+    blocks' moments merged, on data with a mean 50 times its spread) give the one-block results, and PyTorch's
+    in float64, for the output, the running statistics and every gradient, with and without an activation."""
+    need_torch()
+    r = rng('bn_blocks')
+    x = (50 + r.standard_normal((7, 5, 6, 4))).astype(np.float32)
+    g, w, b = r.standard_normal(x.shape).astype(np.float32), r.uniform(0.5, 1.5, 5).astype(np.float32), \
+        r.standard_normal(5).astype(np.float32)
+
+    def run(act, block_bytes):
+        saved, tl._BN_CPU_BLOCK_BYTES = tl._BN_CPU_BLOCK_BYTES, block_bytes
+        try:
+            ts = [tl.Tensor(a, requires_grad=True) for a in (x, w, b)]
+            rm, rv = tl.zeros(5), tl.ones(5)
+            y = tl.batch_norm(ts[0], rm, rv, ts[1], ts[2], training=True, activation=act)
+            y.backward(tl.Tensor(g))
+            return [y.numpy(), rm.numpy(), rv.numpy()] + [t.grad.numpy() for t in ts]
+        finally:
+            tl._BN_CPU_BLOCK_BYTES = saved
+    names = ('output', 'running_mean', 'running_var', 'dx', 'dweight', 'dbias')
+    for act in (None, 'gelu'):
+        blocks, whole = run(act, 3 * 5 * 6 * 4 * 4), run(act, 1 << 30)
+        ts = [torch.tensor(a.astype(np.float64), requires_grad=True) for a in (x, w, b)]
+        rm, rv = torch.zeros(5, dtype=torch.float64), torch.ones(5, dtype=torch.float64)
+        y = F.batch_norm(ts[0], rm, rv, ts[1], ts[2], training=True)
+        y = F.gelu(y) if act else y
+        y.backward(torch.tensor(g.astype(np.float64)))
+        want = [y.detach().numpy(), rm.numpy(), rv.numpy()] + [t.grad.numpy() for t in ts]
+        for name, got, one, ref in zip(names, blocks, whole, want):
+            assert_close(got, one, 1e-5, 1e-5, f'{name}, activation {act}: 3 blocks vs 1')
+            assert_close(got, ref, 1e-4, 1e-4, f'{name}, activation {act}: vs PyTorch in float64')
+
+
 def test_embedding_repeated_indices_scatter_add():
     emb = tl.Embedding(5, 3)
     w = upstream(0, (4, 3))

@@ -966,42 +966,85 @@ def _activation_grad(z, g, act):
     return _relu_grad(z, g) if act == 'relu' else g * (_normal_cdf(z) + z * _normal_pdf(z)) if act == 'gelu' else g
 
 
+_BN_CPU_BLOCK_BYTES = 1 << 20   # images per block of the composed BatchNorm on the CPU: about 1 MB
+
+
+def _bn_blocks(x3, fn):
+    """[fn(images) for slices `images` of the (N, C, S) array x3]: on the CPU blocks of about 1 MB on _cpu_parallel's
+    threads, so that every temporary stays in cache (whole-tensor temporaries cost a pass over memory each, and
+    their page faults); on the GPU one block. The results come in order of the images: their sums do not depend
+    on the thread count."""
+    n = x3.shape[0]
+    if _xp(x3) is not np:
+        return [fn(slice(0, n))]
+    step = max(1, _BN_CPU_BLOCK_BYTES // max(1, x3.shape[1] * x3.shape[2] * 4))
+    blocks = [slice(i, i + step) for i in range(0, n, step)]
+    return [r for part in _cpu_parallel(lambda part: [fn(images) for images in part], blocks) for r in part]
+
+
 def _bn_forward(x, weight, bias, running_mean, running_var, training, momentum, eps, act):
     xp, (n, c), a = _xp(x), x.shape[:2], _stat_dtype(x.dtype)
-    x3 = x.reshape(n, c, -1).astype(a, copy=False)   # read only
+    x3 = x.reshape(n, c, -1)
     if training:
-        mean, var = x3.mean(axis=(0, 2)), x3.var(axis=(0, 2))
+        def moments(images):   # a block's count, mean and sum of squared deviations
+            xb = x3[images].astype(a, copy=False)
+            mb = xb.mean(axis=(0, 2))
+            d = xb - mb[:, None]
+            return xb.shape[0] * xb.shape[2], mb, xp.einsum('ncs,ncs->c', d, d)
+        parts = _bn_blocks(x3, moments)
+        count = sum(p[0] for p in parts)
+        mean = sum(p[0] * p[1] for p in parts) / count
+        # the blocks' moments combined exactly: M2 = sum of (M2_b + n_b (mean_b - mean)^2)
+        var = sum(p[2] + p[0] * (p[1] - mean) ** 2 for p in parts) / count
         if running_mean is not None:
-            count = x3.size // c
             running_mean[...] = (1 - momentum) * running_mean + momentum * mean
             running_var[...] = (1 - momentum) * running_var + momentum * var * (count / max(count - 1, 1))
     else:
         mean, var = running_mean.astype(a), running_var.astype(a)
     invstd = 1 / xp.sqrt(var + eps)
     scale = invstd * weight.astype(a)
-    z = x3 * scale[:, None]   # in place from here: each whole-tensor temporary costs a pass over memory
-    z += (bias.astype(a) - mean * scale)[:, None]
-    return _activation(z, act).astype(x.dtype, copy=False).reshape(x.shape), mean, invstd
+    shift = bias.astype(a) - mean * scale
+    y = xp.empty(x3.shape, x.dtype)
+
+    def apply(images):
+        z = x3[images] * scale[:, None]
+        z += shift[:, None]
+        y[images] = _activation(z, act)
+    _bn_blocks(x3, apply)
+    return y.reshape(x.shape), mean, invstd
 
 
 def _bn_backward(x, mean, invstd, weight, bias, g, training, act):
     xp, (n, c), a = _xp(x), x.shape[:2], mean.dtype
-    xhat = x.reshape(n, c, -1).astype(a)   # a fresh array, updated in place (see _bn_forward)
-    xhat -= mean[:, None]
-    xhat *= invstd[:, None]
-    g = g.reshape(n, c, -1).astype(a, copy=False)
-    w = weight.astype(a)
-    if act is not None:   # the activation's derivative, at the pre-activation recomputed from x
-        g = _activation_grad(xhat * w[:, None] + bias.astype(a)[:, None], g, act)
-    sum_g, sum_g_xhat = g.sum(axis=(0, 2)), xp.einsum('ncs,ncs->c', g, xhat)
+    x3, g3, w, b = x.reshape(n, c, -1), g.reshape(n, c, -1), weight.astype(a), bias.astype(a)
     scale = w * invstd
-    dx = g * scale[:, None]
-    if training:   # dx = scale (g - (sum_g + xhat sum_g_xhat) / M)
-        m = xhat.size // c
-        xhat *= (scale * sum_g_xhat / m)[:, None]
-        xhat += (scale * sum_g / m)[:, None]
-        dx -= xhat
-    return dx.astype(x.dtype, copy=False).reshape(x.shape), sum_g_xhat, sum_g
+
+    def normalized(images):   # a block's x-hat (a fresh array) and the gradient reaching it
+        xhat = x3[images].astype(a)
+        xhat -= mean[:, None]
+        xhat *= invstd[:, None]
+        gb = g3[images].astype(a, copy=False)
+        if act is not None:   # the activation's derivative, at the pre-activation recomputed from x
+            gb = _activation_grad(xhat * w[:, None] + b[:, None], gb, act)
+        return xhat, gb
+
+    def sums(images):
+        xhat, gb = normalized(images)
+        return gb.sum(axis=(0, 2)), xp.einsum('ncs,ncs->c', gb, xhat)
+    parts = _bn_blocks(x3, sums)
+    sum_g, sum_g_xhat = (sum((p[k] for p in parts), xp.zeros(c, a)) for k in (0, 1))
+    m, dx = x3.size // c, xp.empty(x3.shape, x.dtype)
+
+    def grad(images):
+        xhat, gb = normalized(images)
+        if training:   # dx = scale (g - (sum_g + xhat sum_g_xhat) / M)
+            xhat *= (-sum_g_xhat / m)[:, None]
+            xhat += gb
+            xhat -= (sum_g / m)[:, None]
+            gb = xhat
+        xp.multiply(gb, scale[:, None], out=dx[images])
+    _bn_blocks(x3, grad)
+    return dx.reshape(x.shape), sum_g_xhat, sum_g
 
 
 # The fused path: kernels.cu's BatchNorm section explains the (group, chunk) grid of these kernels.
@@ -1439,6 +1482,7 @@ def _openblas_threads():
 
 _OPENBLAS = _openblas_threads()
 _OPENBLAS_LOCK = threading.Lock()   # _cpu_parallel changes OpenBLAS's thread count: one at a time
+_cpu_pools = {}   # workers -> the ThreadPoolExecutor _cpu_parallel keeps (starting a thread took ~1 ms here)
 
 
 def _cpu_parallel(fn, items):
@@ -1457,8 +1501,8 @@ def _cpu_parallel(fn, items):
         bounds = [len(items) * k // parts for k in range(parts + 1)]
         _OPENBLAS[1](1)
         try:
-            with ThreadPoolExecutor(parts) as pool:
-                return list(pool.map(fn, [items[a:b] for a, b in zip(bounds, bounds[1:])]))
+            pool = _cpu_pools.get(parts) or _cpu_pools.setdefault(parts, ThreadPoolExecutor(parts))
+            return list(pool.map(fn, [items[a:b] for a, b in zip(bounds, bounds[1:])]))
         finally:
             _OPENBLAS[1](threads)
 
