@@ -966,7 +966,7 @@ def _activation_grad(z, g, act):
     return _relu_grad(z, g) if act == 'relu' else g * (_normal_cdf(z) + z * _normal_pdf(z)) if act == 'gelu' else g
 
 
-_BN_CPU_BLOCK_BYTES = 1 << 20   # images per block of the composed BatchNorm on the CPU: about 1 MB
+_BN_CPU_BLOCK_BYTES = 1 << 20   # a block of the composed BatchNorm on the CPU: images of about 1 MB in float32
 
 
 def _bn_blocks(x3, fn):
