@@ -1215,36 +1215,44 @@ def test_batch_norm_function_updates_running_stats():
 
 def test_batch_norm_cpu_blocks():
     """The CPU BatchNorm runs in blocks of images on several threads (_bn_blocks): blocks of 3, 3 and 1 images (the
-    blocks' moments merged, on data with a mean 50 times its spread) give the one-block results, and PyTorch's
-    in float64, for the output, the running statistics and every gradient, with and without an activation."""
+    blocks' moments merged, on data with a mean 50 times its spread) give the one-block results, and PyTorch's in
+    float64, for the output, the running statistics and every gradient: training with each activation, float16,
+    channels-last x (whose layout the output and dx keep) and evaluation."""
     need_torch()
     r = rng('bn_blocks')
-    x = (50 + r.standard_normal((7, 5, 6, 4))).astype(np.float32)
-    g, w, b = r.standard_normal(x.shape).astype(np.float32), r.uniform(0.5, 1.5, 5).astype(np.float32), \
-        r.standard_normal(5).astype(np.float32)
+    x = 50 + r.standard_normal((7, 5, 6, 4))
+    g, w, b = r.standard_normal(x.shape), r.uniform(0.5, 1.5, 5), r.standard_normal(5)
+    running = r.uniform(40, 60, 5), r.uniform(0.5, 2, 5)
 
-    def run(act, block_bytes):
+    def run(xs, dtype, act, training, block_bytes):
         saved, tl._BN_CPU_BLOCK_BYTES = tl._BN_CPU_BLOCK_BYTES, block_bytes
         try:
-            ts = [tl.Tensor(a, requires_grad=True) for a in (x, w, b)]
-            rm, rv = tl.zeros(5), tl.ones(5)
-            y = tl.batch_norm(ts[0], rm, rv, ts[1], ts[2], training=True, activation=act)
-            y.backward(tl.Tensor(g))
+            ts = [tl.Tensor(xs.astype(dtype), requires_grad=True)] + [tl.Tensor(a.astype(np.float32), requires_grad=True) for a in (w, b)]
+            rm, rv = (tl.Tensor(a.astype(np.float32)) for a in running)
+            y = tl.batch_norm(ts[0], rm, rv, ts[1], ts[2], training=training, activation=act)
+            y.backward(tl.Tensor(g.astype(dtype)))
+            if xs.flags.c_contiguous is False:
+                assert tl._channels_last(y.data) and tl._channels_last(ts[0].grad.data), 'y and dx keep the layout of x'
             return [y.numpy(), rm.numpy(), rv.numpy()] + [t.grad.numpy() for t in ts]
         finally:
             tl._BN_CPU_BLOCK_BYTES = saved
     names = ('output', 'running_mean', 'running_var', 'dx', 'dweight', 'dbias')
-    for act in (None, 'gelu'):
-        blocks, whole = run(act, 3 * 5 * 6 * 4 * 4), run(act, 1 << 30)
-        ts = [torch.tensor(a.astype(np.float64), requires_grad=True) for a in (x, w, b)]
-        rm, rv = torch.zeros(5, dtype=torch.float64), torch.ones(5, dtype=torch.float64)
-        y = F.batch_norm(ts[0], rm, rv, ts[1], ts[2], training=True)
-        y = F.gelu(y) if act else y
-        y.backward(torch.tensor(g.astype(np.float64)))
+    channels_last = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    for xs, dtype, act, training in ((x, np.float32, None, True), (x, np.float32, 'gelu', True),
+                                     (channels_last, np.float32, 'relu', True), (x, np.float16, None, True),
+                                     (x, np.float32, 'relu', False)):
+        what = f'{np.dtype(dtype).name}, activation {act}, {"training" if training else "eval"}'
+        blocks, whole = (run(xs, dtype, act, training, size) for size in (3 * 5 * 6 * 4 * 4, 1 << 30))
+        ts = [torch.tensor(a.astype(dtype).astype(np.float64), requires_grad=True) for a in (x, w.astype(np.float32), b.astype(np.float32))]
+        rm, rv = (torch.tensor(a.astype(np.float32).astype(np.float64)) for a in running)
+        y = F.batch_norm(ts[0], rm, rv, ts[1], ts[2], training=training)
+        y = {None: y, 'gelu': F.gelu(y), 'relu': F.relu(y)}[act]
+        y.backward(torch.tensor(g.astype(dtype).astype(np.float64)))
         want = [y.detach().numpy(), rm.numpy(), rv.numpy()] + [t.grad.numpy() for t in ts]
+        tol = 1e-2 if dtype == np.float16 else 1e-4
         for name, got, one, ref in zip(names, blocks, whole, want):
-            assert_close(got, one, 1e-5, 1e-5, f'{name}, activation {act}: 3 blocks vs 1')
-            assert_close(got, ref, 1e-4, 1e-4, f'{name}, activation {act}: vs PyTorch in float64')
+            assert_close(got, one, tol, tol * np.abs(ref).max(), f'{name}, {what}: 3 blocks vs 1')
+            assert_close(got, ref, tol, tol * np.abs(ref).max(), f'{name}, {what}: vs PyTorch in float64')
 
 
 def test_embedding_repeated_indices_scatter_add():
@@ -2111,6 +2119,14 @@ def on_gpu(a, layout='contiguous'):
     return cp.asarray(a)
 
 
+def channels_last_at(a, offset):
+    """NCHW-shaped NumPy a on the GPU in channels-last memory starting `offset` elements into a buffer."""
+    flat = cp.zeros(a.size + offset, a.dtype)
+    flat[offset:] = cp.asarray(a.transpose(0, 2, 3, 1)).reshape(-1)
+    n, c, h, w = a.shape
+    return flat[offset:].reshape(n, h, w, c).transpose(0, 3, 1, 2)
+
+
 def assert_matches(got, want, tol, what):
     """got has want's dtype and shape, NaN exactly where want has NaN (an unwritten element reads as
     NaN), want's infinities, and elsewhere max |got - want| <= tol * max |want| (tol 0: equal values)."""
@@ -2352,9 +2368,7 @@ def test_gpu_max_pool2d_taps_read_by_a_narrower_backward():
     r = rng('pool taps')
     x, dy = r.standard_normal((2, 16, 6, 7)).astype(np.float16), r.standard_normal((2, 16, 3, 3)).astype(np.float16)
     want = pool_results('max_pool2d', x, dy, 2, 2)
-    flat = cp.zeros(dy.size + 1, dy.dtype)
-    flat[1:] = cp.asarray(dy.transpose(0, 2, 3, 1)).reshape(-1)
-    dy_odd = flat[1:].reshape(2, 3, 3, 16).transpose(0, 3, 1, 2)   # channels-last memory, 2 bytes past alignment
+    dy_odd = channels_last_at(dy, 1)   # 2 bytes past alignment
     got = gpu_paths('fused', ('max_pool2d_fwd', 'max_pool2d_bwd'),
                     lambda: pool_results('max_pool2d', on_gpu(x, 'channels_last'), dy_odd, 2, 2))
     compare_paths(got, want, lambda a: FUSED_TOL[a.dtype], 'max_pool2d with a gradient at an odd offset')
@@ -2521,14 +2535,6 @@ def check_conv_direct_grads(dtype):
         on = cp.asarray(x), cp.asarray(w), cp.asarray(b), on_gpu(dy, 'contiguous' if dy_layout == 'sum' else dy_layout)
         got = gpu_paths('fused', CONV_KERNELS, lambda: run(*on))
         compare_paths(got, want, lambda a: CONV_TOL[a.dtype], f'direct conv x {xs}, gradients of {grads}, dy {dy_layout}')
-
-
-def channels_last_at(a, offset):
-    """NCHW-shaped a on the GPU in channels-last memory starting `offset` elements into a buffer."""
-    flat = cp.zeros(a.size + offset, a.dtype)
-    flat[offset:] = cp.asarray(a.transpose(0, 2, 3, 1)).reshape(-1)
-    n, c, h, w = a.shape
-    return flat[offset:].reshape(n, h, w, c).transpose(0, 3, 1, 2)
 
 
 def test_gpu_conv_implicit_edges():

@@ -13,7 +13,7 @@ import tempfile
 import threading
 import warnings
 
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
 
@@ -359,11 +359,16 @@ def _resident_blocks(kernel, smem=0):
     return _resident[key]
 
 
-def _launch_with_smem(kernel, grid, threads, args, smem):
-    """A launch with `smem` bytes of dynamic shared memory (over 48 KB takes the kernel's consent, asked once)."""
+def _allow_smem(kernel, smem):
+    """kernel, allowed `smem` bytes of dynamic shared memory (over 48 KB takes its consent, asked once; the
+    occupancy of a kernel without it counts no blocks)."""
     if kernel.max_dynamic_shared_size_bytes < smem:
         kernel.max_dynamic_shared_size_bytes = smem
-    kernel(grid, (threads,), args, shared_mem=smem)
+    return kernel
+
+
+def _launch_with_smem(kernel, grid, threads, args, smem):
+    _allow_smem(kernel, smem)(grid, (threads,), args, shared_mem=smem)
 
 
 def _launch_flat(kernel, n, per_thread, args):
@@ -1004,7 +1009,7 @@ def _bn_forward(x, weight, bias, running_mean, running_var, training, momentum, 
     invstd = 1 / xp.sqrt(var + eps)
     scale = invstd * weight.astype(a)
     shift = bias.astype(a) - mean * scale
-    y = xp.empty(x3.shape, x.dtype)
+    y = xp.empty_like(x3, x.dtype)   # x's memory layout (channels-last stays so)
 
     def apply(images):
         z = x3[images] * scale[:, None]
@@ -1033,7 +1038,7 @@ def _bn_backward(x, mean, invstd, weight, bias, g, training, act):
         return gb.sum(axis=(0, 2)), xp.einsum('ncs,ncs->c', gb, xhat)
     parts = _bn_blocks(x3, sums)
     sum_g, sum_g_xhat = (sum((p[k] for p in parts), xp.zeros(c, a)) for k in (0, 1))
-    m, dx = x3.size // c, xp.empty(x3.shape, x.dtype)
+    m, dx = x3.size // c, xp.empty_like(x3, x.dtype)
 
     def grad(images):
         xhat, gb = normalized(images)
@@ -1321,7 +1326,8 @@ def _gru_backward_fused(g, w_hh, h0, out, gates, dg_ih, dg_hh, plan, tf32):
 
 
 def _aligned(a):
-    """a C-contiguous and starting on a 16-byte boundary (the persistent kernels copy rows in 16-byte pieces)."""
+    """a C-contiguous and starting on a 16-byte boundary (the GRU's persistent kernels and the implicit-GEMM conv
+    copy 16-byte pieces)."""
     if a is None:
         return None
     a = cp.ascontiguousarray(a)
@@ -1482,7 +1488,9 @@ def _openblas_threads():
 
 _OPENBLAS = _openblas_threads()
 _OPENBLAS_LOCK = threading.Lock()   # _cpu_parallel changes OpenBLAS's thread count: one at a time
-_cpu_pools = {}   # workers -> the ThreadPoolExecutor _cpu_parallel keeps (starting a thread took ~1 ms here)
+_cpu_pool = {}   # threads -> the one ThreadPoolExecutor _cpu_parallel keeps (starting a thread took ~1 ms here)
+if hasattr(os, 'register_at_fork'):   # a forked child has none of the pool's threads
+    os.register_at_fork(after_in_child=_cpu_pool.clear)
 
 
 def _cpu_parallel(fn, items):
@@ -1501,8 +1509,15 @@ def _cpu_parallel(fn, items):
         bounds = [len(items) * k // parts for k in range(parts + 1)]
         _OPENBLAS[1](1)
         try:
-            pool = _cpu_pools.get(parts) or _cpu_pools.setdefault(parts, ThreadPoolExecutor(parts))
-            return list(pool.map(fn, [items[a:b] for a, b in zip(bounds, bounds[1:])]))
+            pool = _cpu_pool.get(threads)
+            if pool is None:   # the first call, or OpenBLAS's thread count changed
+                for old in _cpu_pool.values():
+                    old.shutdown(wait=False)
+                _cpu_pool.clear()
+                pool = _cpu_pool[threads] = ThreadPoolExecutor(threads)
+            futures = [pool.submit(fn, items[a:b]) for a, b in zip(bounds, bounds[1:])]
+            wait(futures)   # all of them, also when one raises
+            return [f.result() for f in futures]
         finally:
             _OPENBLAS[1](threads)
 
@@ -1626,8 +1641,8 @@ def _implicit_weight_grad(xh, dy, weight_shape, stride, padding):
     rows, k, (tile_o, tile_k) = n * ho * wo, kh * kw * c, _IMPLICIT_DW_TILES[cout > 64]
     if rows == 0:
         return cp.zeros(weight_shape, xh.dtype)
-    kernel = _kernel('conv_implicit_dw', xh.dtype, tile_o, tile_k)
     tiles, smem = (-(-k // tile_k), -(-cout // tile_o)), _IMPLICIT_STAGES * _IMPLICIT_WM * (tile_o + tile_k) * 2
+    kernel = _allow_smem(_kernel('conv_implicit_dw', xh.dtype, tile_o, tile_k), smem)
     splits = max(1, min(-(-2 * _resident_blocks(kernel, smem) // (tiles[0] * tiles[1])), rows // 512))
     rows_per_split = -(-rows // splits)
     splits = -(-rows // rows_per_split)
