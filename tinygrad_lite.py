@@ -1398,11 +1398,16 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc):
     return None if best is None else best[1]
 
 
+def _conv_output(h, w, kernel, stride, padding):
+    """(Ho, Wo) of a conv or pooling window `kernel` over an H x W image padded by `padding` on each side."""
+    return tuple((size + 2 * p - k) // s + 1 for size, k, s, p in zip((h, w), kernel, stride, padding))
+
+
 def _windows(x, kh, kw, stride):
     """The (N, Ho, Wo, kh, kw, C) sliding windows of an (N, H, W, C) array, as a view."""
     n, h, w, c = x.shape
     sn, sh, sw, sc = x.strides
-    shape = (n, (h - kh) // stride[0] + 1, (w - kw) // stride[1] + 1, kh, kw, c)
+    shape = (n, *_conv_output(h, w, (kh, kw), stride, (0, 0)), kh, kw, c)
     return _xp(x).lib.stride_tricks.as_strided(x, shape, (sn, sh * stride[0], sw * stride[1], sh, sw, sc))
 
 
@@ -1433,7 +1438,7 @@ def _im2col(x, kh, kw, stride, padding):
     cols[(n, ho, wo), (i, j, c)] = x[n, c, ho*sh - ph + i, wo*sw - pw + j], zero outside the image."""
     n, c, h, w = x.shape
     (sh, sw), (ph, pw) = stride, padding
-    ho, wo = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    ho, wo = _conv_output(h, w, (kh, kw), stride, padding)
     if (kh, kw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0):
         return _nhwc(x).reshape(-1, c)
     if _fused(x, 'im2col_nhwc', x.dtype, 1) is None:
@@ -1453,7 +1458,7 @@ def _col2im_image(dcols, shape, kh, kw, stride, padding):
     """The adjoint of _im2col: dx (NCHW-shaped, channels-last memory) summing dcols into x's pixels."""
     n, c, h, w = shape
     (sh, sw), (ph, pw) = stride, padding
-    ho, wo = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    ho, wo = _conv_output(h, w, (kh, kw), stride, padding)
     if (kh, kw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0):
         return dcols.reshape(n, h, w, c).transpose(0, 3, 1, 2)
     if _fused(dcols, 'col2im_nhwc', dcols.dtype, 1) is None:
@@ -1532,8 +1537,8 @@ def _cpu_col_blocks(x, kh, kw, stride, padding, dtype, fn, zero=None):
     more in memory traffic than the products: a 3x3 conv 64->64 at 64x32x32 took 57 ms forward, 30 in
     blocks on one thread (2 cores; 1 MB blocks 34 ms, 16 MB 29)."""
     n, c, h, w = x.shape
-    (ph, pw), (sh, sw) = padding, stride
-    ho, wo = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    ph, pw = padding
+    ho, wo = _conv_output(h, w, (kh, kw), stride, padding)
     step = max(1, min(n, _CPU_BLOCK_BYTES // (ho * wo * kh * kw * c * dtype.itemsize)))
 
     def run(starts):
@@ -1555,8 +1560,7 @@ def _cpu_col_blocks(x, kh, kw, stride, padding, dtype, fn, zero=None):
 def _cpu_conv(x, flat_weight, kh, kw, stride, padding, bias):
     """im2col(x) flat_weight^T + bias as (N, Ho*Wo, C_out) rows, through _cpu_col_blocks."""
     n, _, h, w = x.shape
-    rows = ((h + 2 * padding[0] - kh) // stride[0] + 1) * ((w + 2 * padding[1] - kw) // stride[1] + 1)
-    out = np.empty((n, rows, flat_weight.shape[0]), flat_weight.dtype)
+    out = np.empty((n, math.prod(_conv_output(h, w, (kh, kw), stride, padding)), flat_weight.shape[0]), flat_weight.dtype)
 
     def product(images, cols):
         y = out[images].reshape(len(cols), -1)
@@ -1623,7 +1627,7 @@ def _implicit_products(xh, flat_weight, kernel_size, stride, padding, bias=None)
     """im2col(xh) flat_weight^T (+ bias) as an (N, Ho, Wo, C_out) array, for channels-last xh, on conv_implicit_fwd."""
     n, h, w, c = xh.shape
     (kh, kw), cout = kernel_size, flat_weight.shape[0]
-    ho, wo = (h + 2 * padding[0] - kh) // stride[0] + 1, (w + 2 * padding[1] - kw) // stride[1] + 1
+    ho, wo = _conv_output(h, w, kernel_size, stride, padding)
     y = cp.empty((n, ho, wo, cout), xh.dtype)
     tile_m, tile_n, warp_m, warp_n = tile = _IMPLICIT_TILES[cout > 32]
     if y.size:   # 16-byte copies from 16-byte boundaries
@@ -1647,8 +1651,8 @@ def _implicit_weight_grad(xh, dy, weight_shape, stride, padding):
     rows_per_split = -(-rows // splits)
     splits = -(-rows // rows_per_split)
     part = cp.empty((splits, cout, k), np.float32)
-    _launch_with_smem(kernel, tiles + (splits,), _BLOCK, (_aligned(xh), _aligned(dy), part, np.int64(rows_per_split))
-                      + tuple(np.int32(v) for v in (n, h, w, c, cout, ho, wo, kh, kw, *stride, *padding)), smem)
+    kernel(tiles + (splits,), (_BLOCK,), (_aligned(xh), _aligned(dy), part, np.int64(rows_per_split))
+           + tuple(np.int32(v) for v in (n, h, w, c, cout, ho, wo, kh, kw, *stride, *padding)), shared_mem=smem)
     dw = cp.empty(weight_shape, xh.dtype)
     _launch_flat(_kernel('conv_implicit_dw_fold', xh.dtype), cout * k, 1,
                  (part, np.int32(splits), dw, np.int32(c), np.int32(cout), np.int32(kh), np.int32(kw)))
@@ -1684,7 +1688,7 @@ class Convolution(Function):
         cout, _, kh, kw = weight.shape
         self.shape, self.dtype, self.kernel, self.stride, self.padding = x.shape, x.dtype, (kh, kw), stride, padding
         self.tf32 = allow_tf32   # as at the forward, for the backward too
-        ho, wo = (h + 2 * padding[0] - kh) // stride[0] + 1, (w + 2 * padding[1] - kw) // stride[1] + 1
+        ho, wo = _conv_output(h, w, (kh, kw), stride, padding)
         self.direct = _xp(x) is not np and _direct_conv(x, weight.shape)
         if self.direct:
             self.weight, self.x, self.pixels = cp.ascontiguousarray(weight), x if self.needs_grad[1] else None, n * ho * wo
@@ -1718,7 +1722,7 @@ class Convolution(Function):
     def backward(self, g):
         if self.direct:
             return self._direct_backward(g.astype(self.dtype, copy=False))
-        (kh, kw), (n, c, h, w), cout = self.kernel, self.shape, self.flat_weight.shape[0]
+        (kh, kw), (n, c, _, _), cout = self.kernel, self.shape, self.flat_weight.shape[0]
         (ph, pw), cpu = self.padding, _xp(g) is np
         dx_as_conv = self.stride == (1, 1) and ph < kh and pw < kw   # dx = dy, padded by k - 1 - p, conv the flipped W
         if cpu and self.needs_grad[0] and dx_as_conv:
@@ -1818,7 +1822,7 @@ class _Pool(Function):
     def forward(self, x, kernel, stride):
         n, c, h, w = x.shape
         self.shape, self.kernel, self.stride = x.shape, kernel, stride
-        self.sizes = (h - kernel[0]) // stride[0] + 1, (w - kernel[1]) // stride[1] + 1, *kernel, *stride
+        self.sizes = *_conv_output(h, w, kernel, stride, (0, 0)), *kernel, *stride
         self.fused = kernel[0] * kernel[1] < 256 and _fused(x, self.name + '_fwd', x.dtype, 1) is not None
         if not self.fused:
             return self.composed_forward(_windows(x.transpose(0, 2, 3, 1), *kernel, stride)).transpose(0, 3, 1, 2)
