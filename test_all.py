@@ -2513,6 +2513,15 @@ def check_cross_entropy_nonfinite(path, dtype):
         compare_paths(got, want, lambda a: FUSED_TOL[a.dtype], f'cross_entropy of non-finite logits, smoothing {smoothing}')
 
 
+def conv_grads_of(grads, x, w, b, dy, padding=0):
+    """tl.conv2d's output and the gradients of the inputs named in `grads` (of 'x', 'w', 'b'; the others need none)
+    for output gradient dy (None: the gradient of y.sum(), broadcast from a scalar)."""
+    ts = {k: tl.Tensor(a, requires_grad=k in grads) for k, a in zip('xwb', (x, w, b))}
+    y = tl.conv2d(ts['x'], ts['w'], ts['b'], padding=padding)
+    (y.sum() if dy is None else y).backward(None if dy is None else tl.Tensor(dy))
+    return dict(output=y.numpy(), **{'d' + k: ts[k].grad.numpy() for k in grads})
+
+
 def check_conv_direct_grads(dtype):
     """The direct kernels (windows of <= 32 values) where CONV_CASES do not reach: gradients of any layout
     (NCHW, broadcast from a sum, channels-last), only some of the inputs needing gradients (train_cifar's
@@ -2524,16 +2533,10 @@ def check_conv_direct_grads(dtype):
                                  ((4, 3, 9, 9), 'w', 'sum'), ((4, 3, 9, 9), 'xb', 'step')):
         x, w, b = r.standard_normal(xs).astype(dtype), (r.standard_normal((24, 3, 2, 2)) / 3).astype(dtype), \
             r.standard_normal(24).astype(dtype)
-        dy = r.standard_normal((xs[0], 24, xs[2] - 1, xs[3] - 1)).astype(dtype)
-
-        def run(x, w, b, dy):
-            ts = {k: tl.Tensor(a, requires_grad=k in grads) for k, a in zip('xwb', (x, w, b))}
-            y = tl.conv2d(ts['x'], ts['w'], ts['b'])
-            (y.sum() if dy_layout == 'sum' else y).backward(None if dy_layout == 'sum' else tl.Tensor(dy))
-            return dict(output=y.numpy(), **{'d' + k: ts[k].grad.numpy() for k in grads})
-        want = run(x, w, b, dy)
-        on = cp.asarray(x), cp.asarray(w), cp.asarray(b), on_gpu(dy, 'contiguous' if dy_layout == 'sum' else dy_layout)
-        got = gpu_paths('fused', CONV_KERNELS, lambda: run(*on))
+        dy = None if dy_layout == 'sum' else r.standard_normal((xs[0], 24, xs[2] - 1, xs[3] - 1)).astype(dtype)
+        want = conv_grads_of(grads, x, w, b, dy)
+        on = cp.asarray(x), cp.asarray(w), cp.asarray(b), None if dy is None else on_gpu(dy, dy_layout)
+        got = gpu_paths('fused', CONV_KERNELS, lambda: conv_grads_of(grads, *on))
         compare_paths(got, want, lambda a: CONV_TOL[a.dtype], f'direct conv x {xs}, gradients of {grads}, dy {dy_layout}')
 
 
@@ -2549,17 +2552,11 @@ def test_gpu_conv_implicit_edges():
         x, w, b = r.standard_normal(xs).astype(np.float16), (r.standard_normal((24, c, 3, 3)) / (3 * c ** 0.5)).astype(
             np.float16), r.standard_normal(24).astype(np.float16)
         dy = r.standard_normal((xs[0], 24) + xs[2:]).astype(np.float16)
-
-        def run(x, w, b, dy):
-            ts = {k: tl.Tensor(a, requires_grad=k in grads) for k, a in zip('xwb', (x, w, b))}
-            y = tl.conv2d(ts['x'], ts['w'], ts['b'], padding=1)
-            y.backward(tl.Tensor(dy))
-            return dict(output=y.numpy(), **{'d' + k: ts[k].grad.numpy() for k in grads})
-        want = run(x, w, b, dy)
+        want = conv_grads_of(grads, x, w, b, dy, padding=1)
         on = channels_last_at(x, offset), cp.asarray(w), cp.asarray(b), channels_last_at(dy, offset)
         assert tl._implicit_conv(on[0], w.shape, xs[0] * xs[2] * xs[3]), f'x {xs}: not the implicit GEMM'
-        paths = gpu_paths('fused', CONV_KERNELS, lambda: run(*on)) if xs[0] else \
-            {'fused': run_on('fused', CONV_KERNELS, lambda: run(*on))}
+        run = lambda: conv_grads_of(grads, *on, padding=1)
+        paths = gpu_paths('fused', CONV_KERNELS, run) if xs[0] else {'fused': run_on('fused', CONV_KERNELS, run)}
         for path, res in paths.items():
             for k, v in want.items():
                 assert_matches(res[k], v, CONV_TOL[v.dtype], f'implicit conv x {xs}, gradients of {grads}, offset {offset}: '
