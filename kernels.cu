@@ -1766,7 +1766,7 @@ __global__ void conv_direct_dw_fold(const acc_t<T>* __restrict__ part, int block
         db[co] = T(total);
 }
 
-// ----- Implicit GEMM (float16 on the tensor cores): the products of im2col's matrix without writing it.
+// ----- Implicit GEMM (float16, and float32 as TF32, on the tensor cores): im2col's products without its matrix.
 // Forward y[m, o] = sum_k cols[m, k] w2[o, k] with x channels-last and cols as im2col's: a block computes a
 // BM x BN tile of y; per k-step of BK it copies the BM x BK slice of cols straight from x (cp.async, zeros
 // outside the image; through L1 it measured no faster) and w2's BN x BK slice into shared memory, STAGES
@@ -1775,12 +1775,14 @@ __global__ void conv_direct_dw_fold(const acc_t<T>* __restrict__ part, int block
 // swapped, padding k - 1 - p). Weight gradient dw2[o, k] = sum_m dy[m, o] cols[m, k]: a block owns a
 // WO x WK tile of (o, k) and a range of m (its split), WM rows a step, with 8 warps as 2 x 4; its float sums
 // go to part[split], which conv_implicit_dw_fold adds up in order (deterministic). Channels (C, and C_out
-// for the gradients) are multiples of 8: a 16-byte granule of cols lies in one tap. Shared tiles are rows of
-// 16-byte granules, granule g of row r stored at g ^ swizzle(r), so that ldmatrix's 8 rows at one granule
-// fall in 8 distinct bank groups.
+// for the gradients) are multiples of E = 16 / sizeof(T): a 16-byte granule of cols lies in one tap. Shared
+// tiles are rows of 16-byte granules, granule g of row r stored at g ^ swizzle(r), so that ldmatrix's 8 rows
+// at one granule fall in 8 distinct bank groups. A k-step of the forward is BK_BYTES of a row whatever T: the
+// same granules and ldmatrix addresses serve float16 (m16n8k16) and TF32 (m16n8k8, whose fragments ldmatrix
+// reads as pairs of 16-bit halves); dW's transposed fragments need 16-bit elements, so TF32 loads them one by one.
 namespace implicit {
 
-enum { NT = 256, BK = 32, STAGES = 4, WM = 32 };
+enum { NT = 256, BK_BYTES = 64, STAGES = 4, WM = 32 };
 
 // index of granule g of row r in a tile of G granules per row: 64-byte rows (G = 4) pair up in 128 bytes
 template <int G> __device__ __forceinline__ int granule_at(int r, int g) {
@@ -1797,13 +1799,28 @@ struct TapWalk {
     }
 };
 
-// acc[mi][ni] += A B over one shared k-step of KS (a multiple of 16): A's rows from a(mi, lane, kk) and B's
-// pairs of n-tiles from b(nj, lane, kk), each giving the shared address of the lane's ldmatrix row.
-template <bool TRANS, int MI, int NI, int KS, typename FA, typename FB>
+// The tensor-core product of T: d += a b on fragments of 32-bit registers, an mma's k extent K.
+template <typename T> struct TensorOp;
+template <> struct TensorOp<__half> {
+    static constexpr int K = 16;
+    __device__ static void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) { mma_f16(d, a, b0, b1); }
+};
+template <> struct TensorOp<float> {   // fragments rounded to TF32 (PyTorch's allow_tf32)
+    static constexpr int K = 8;
+    __device__ static void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+        const unsigned r[4] = {tf32(__uint_as_float(a[0])), tf32(__uint_as_float(a[1])), tf32(__uint_as_float(a[2])),
+                               tf32(__uint_as_float(a[3]))};
+        mma_tf32(d, r, tf32(__uint_as_float(b0)), tf32(__uint_as_float(b1)));
+    }
+};
+
+// acc[mi][ni] += A B over KSTEPS mma k-steps of T: A's rows from a(mi, lane, kk) and B's pairs of n-tiles from
+// b(nj, lane, kk), each giving the shared address of the lane's ldmatrix row.
+template <typename T, bool TRANS, int MI, int NI, int KSTEPS, typename FA, typename FB>
 __device__ __forceinline__ void tile_products(float (&acc)[MI][NI][4], FA a, FB b) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
-    for (int kk = 0; kk < KS / 16; ++kk) {
+    for (int kk = 0; kk < KSTEPS; ++kk) {
         unsigned af[MI][4], bf[NI][2];
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi) ldmatrix_x4<TRANS>(af[mi], a(mi, lane, kk));
@@ -1816,7 +1833,39 @@ __device__ __forceinline__ void tile_products(float (&acc)[MI][NI][4], FA a, FB 
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
-            for (int ni = 0; ni < NI; ++ni) mma_f16(acc[mi][ni], af[mi], bf[ni][0], bf[ni][1]);
+            for (int ni = 0; ni < NI; ++ni) TensorOp<T>::mma(acc[mi][ni], af[mi], bf[ni][0], bf[ni][1]);
+    }
+}
+
+__device__ __forceinline__ void store_pair(__half* p, float a, float b) {
+    *reinterpret_cast<__half2*>(p) = __floats2half2_rn(a, b);
+}
+__device__ __forceinline__ void store_pair(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
+
+// conv_implicit_dw's products in TF32 over WM rows m: acc[mi][ni] += dy^T cols, with dy's tile (WM rows of GO
+// granules, 4 floats each) and cols' (GK granules) read value by value: lane 4 g + t takes A[o][m] = dy[m][o] at
+// (o, m) = (wo + 16 mi + g + 8 (r & 1), 8 kk + t + 4 (r >> 1)) and B[m][k] = cols[m][k] at (8 kk + t + 4 r, wk + 8 ni + g).
+template <int MI, int NI, int GO, int GK>
+__device__ __forceinline__ void tf32_transposed_products(float (&acc)[MI][NI][4], const float* d, const float* c, int wo,
+                                                         int wk) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    auto d_at = [&](int row, int col) { return d[granule_at<GO>(row, col / 4) * 4 + col % 4]; };
+    auto c_at = [&](int row, int col) { return c[granule_at<GK>(row, col / 4) * 4 + col % 4]; };
+#pragma unroll
+    for (int kk = 0; kk < WM / 8; ++kk) {
+        unsigned af[MI][4], bf[NI][2];
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) af[mi][r] = __float_as_uint(d_at(8 * kk + t + 4 * (r >> 1), wo + 16 * mi + g + 8 * (r & 1)));
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) bf[ni][r] = __float_as_uint(c_at(8 * kk + t + 4 * r, wk + 8 * ni + g));
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+            for (int ni = 0; ni < NI; ++ni) TensorOp<float>::mma(acc[mi][ni], af[mi], bf[ni][0], bf[ni][1]);
     }
 }
 
@@ -1842,16 +1891,16 @@ __device__ __forceinline__ void pipeline(int steps, FL load, FC compute) {
 }  // namespace implicit
 
 // A block of (BM / TM) x (BN / TN) warps, each owning a TM x TN tile of y: 32 threads per warp. Dynamic shared
-// memory: STAGES x (BM + BN) x BK float16 values.
+// memory: STAGES x (BM + BN) x BK_BYTES.
 template <typename T, int BM, int BN, int TM, int TN>
 __global__ void __launch_bounds__(32 * (BM / TM) * (BN / TN), 2)
 conv_implicit_fwd(const T* __restrict__ x, const T* __restrict__ w2, const T* __restrict__ bias, T* __restrict__ y,
                   int N, int H, int W, int C, int Co, int Ho, int Wo, int kh, int kw, int sh, int sw, int ph, int pw)
 {
     using namespace implicit;
-    static_assert(sizeof(T) == 2, "float16 only");
+    constexpr int E = 16 / sizeof(T), BK = BK_BYTES / sizeof(T);   // values per granule, per k-step
     constexpr int WARPS_M = BM / TM, THREADS = 32 * WARPS_M * (BN / TN);
-    constexpr int G = BK / 8, ROWS = THREADS / G;   // granules per tile row; rows one pass of the threads covers
+    constexpr int G = BK / E, ROWS = THREADS / G;   // granules per tile row; rows one pass of the threads covers
     constexpr int MI = TM / 16, NI = TN / 8;        // a warp's tile in mma tiles
     constexpr int AR = BM / ROWS, BR = (BN + ROWS - 1) / ROWS;   // rows of each tile a thread copies
     static_assert(BM % ROWS == 0, "whole passes over the rows of x's tile");
@@ -1864,7 +1913,7 @@ conv_implicit_fwd(const T* __restrict__ x, const T* __restrict__ w2, const T* __
 
     // this thread copies granule g of tile rows tid / G + ROWS a: their window's corner (top, left), as an
     // offset into x that may lie outside the image (only pixels inside are read); and granule g of w2's rows
-    // o0 + tid / G + ROWS b, at k = s BK + 8 g in step s. 32-bit offsets: the host keeps x and w2 below 2^31.
+    // o0 + tid / G + ROWS b, at k = s BK + E g in step s. 32-bit offsets: the host keeps x and w2 below 2^31.
     int corner[AR], top[AR], left[AR], w_row[BR];
 #pragma unroll
     for (int a = 0; a < AR; ++a) {
@@ -1877,11 +1926,11 @@ conv_implicit_fwd(const T* __restrict__ x, const T* __restrict__ w2, const T* __
 #pragma unroll
     for (int b = 0; b < BR; ++b) {
         const int o = o0 + tid / G + ROWS * b;
-        w_row[b] = o < Co ? o * K + g * 8 : -(1 << 30);   // a row past C_out reads zeros
+        w_row[b] = o < Co ? o * K + g * E : -(1 << 30);   // a row past C_out reads zeros
     }
-    TapWalk tap(g * 8, C, kw);
+    TapWalk tap(g * E, C, kw);
     auto load = [&](int stage, int s) {
-        const bool k_ok = s * BK + g * 8 < K;
+        const bool k_ok = s * BK + g * E < K;
         const int at_tap = (tap.i * W + tap.j) * C + tap.c;
         uint4* const a_stage = As + stage * BM * G;
 #pragma unroll
@@ -1903,7 +1952,7 @@ conv_implicit_fwd(const T* __restrict__ x, const T* __restrict__ w2, const T* __
     pipeline((K + BK - 1) / BK, load, [&](int stage) {
         const uint4* a_tile = As + stage * BM * G;
         const uint4* b_tile = Bs + stage * BN * G;
-        tile_products<false, MI, NI, BK>(
+        tile_products<T, false, MI, NI, BK_BYTES / 32>(
             acc, [&](int mi, int l, int kk) { return &a_tile[granule_at<G>(wm + mi * 16 + (l & 15), 2 * kk + (l >> 4))]; },
             [&](int nj, int l, int kk) {
                 return &b_tile[granule_at<G>(wn + nj * 16 + (l & 7) + (l >> 4) * 8, 2 * kk + (l >> 3 & 1))];
@@ -1921,22 +1970,20 @@ conv_implicit_fwd(const T* __restrict__ x, const T* __restrict__ w2, const T* __
             for (int half = 0; half < 2; ++half) {
                 const long long m = m0 + wm + mi * 16 + gq + 8 * half;
                 if (m >= M || o >= Co) continue;
-                *reinterpret_cast<__half2*>(y + m * Co + o) =   // C_out is even (a multiple of 8)
-                    __floats2half2_rn(acc[mi][ni][2 * half] + b0, acc[mi][ni][2 * half + 1] + b1);
+                store_pair(y + m * Co + o, acc[mi][ni][2 * half] + b0, acc[mi][ni][2 * half + 1] + b1);   // C_out is even
             }
     }
 }
 
 // Partial sums of dw2 over the split's rows m in [z m_split, (z + 1) m_split): part[z][o][k] (float).
-// Dynamic shared memory: STAGES x WM x (WO + WK) float16 values.
+// Dynamic shared memory: STAGES x WM x (WO + WK) values of T.
 template <typename T, int WO, int WK>
 __global__ void __launch_bounds__(implicit::NT, 2)
 conv_implicit_dw(const T* __restrict__ x, const T* __restrict__ dy, float* __restrict__ part, long long m_split,
                  int N, int H, int W, int C, int Co, int Ho, int Wo, int kh, int kw, int sh, int sw, int ph, int pw)
 {
     using namespace implicit;
-    static_assert(sizeof(T) == 2, "float16 only");
-    constexpr int GO = WO / 8, GK = WK / 8;      // granules per row of the dy and cols tiles
+    constexpr int E = 16 / sizeof(T), GO = WO / E, GK = WK / E;   // values per granule; granules per row of the tiles
     constexpr int MI = WO / 32, NI = WK / 32;    // a warp's WO/2 x WK/4 tile of (o, k) in mma tiles
     constexpr int DA = WM * GO / NT, XA = WM * GK / NT;   // granules a thread copies a step
     static_assert(DA >= 1 && XA >= 1, "a granule of each tile per thread");
@@ -1951,8 +1998,8 @@ conv_implicit_dw(const T* __restrict__ x, const T* __restrict__ dy, float* __res
     // copies: dy granule gd of rows tid / GO + NT / GO a; cols granule gx (a fixed column k, so a fixed tap)
     // of rows tid / GK + NT / GK a, whose pixels walk on by WM rows a step
     const int gd = tid % GO, gx = tid % GK;
-    const bool o_ok = o0 + gd * 8 < Co, k_ok = k0 + gx * 8 < K;
-    const TapWalk tap(k_ok ? k0 + gx * 8 : 0, C, kw);
+    const bool o_ok = o0 + gd * E < Co, k_ok = k0 + gx * E < K;
+    const TapWalk tap(k_ok ? k0 + gx * E : 0, C, kw);
     PixelWalk at[XA];
 #pragma unroll
     for (int a = 0; a < XA; ++a) at[a] = PixelWalk(min(m_begin + tid / GK + NT / GK * a, M - 1), WM, Ho, Wo);
@@ -1962,7 +2009,7 @@ conv_implicit_dw(const T* __restrict__ x, const T* __restrict__ dy, float* __res
         for (int a = 0; a < DA; ++a) {
             const long long m = mb + tid / GO + NT / GO * a;
             const bool ok = o_ok && m < m_end;
-            cp_async16_or_zero(&Ds[stage * WM * GO + granule_at<GO>(tid / GO + NT / GO * a, gd)], dy + (ok ? (int)m * Co + o0 + gd * 8 : 0), ok);
+            cp_async16_or_zero(&Ds[stage * WM * GO + granule_at<GO>(tid / GO + NT / GO * a, gd)], dy + (ok ? (int)m * Co + o0 + gd * E : 0), ok);
         }
 #pragma unroll
         for (int a = 0; a < XA; ++a) {
@@ -1979,12 +2026,16 @@ conv_implicit_dw(const T* __restrict__ x, const T* __restrict__ dy, float* __res
     pipeline(m_end > m_begin ? (int)((m_end - m_begin + WM - 1) / WM) : 0, load, [&](int stage) {
         const uint4* d_tile = Ds + stage * WM * GO;
         const uint4* x_tile = Xs + stage * WM * GK;
-        // A = dy^T, (o, m) from dy's (m, o) rows; B = cols, (m, k) rows: both transposed by ldmatrix
-        tile_products<true, MI, NI, WM>(
-            acc, [&](int mi, int l, int kk) {
-                return &d_tile[granule_at<GO>(16 * kk + (l & 7) + (l >> 4) * 8, (wo + mi * 16) / 8 + (l >> 3 & 1))];
-            },
-            [&](int nj, int l, int kk) { return &x_tile[granule_at<GK>(16 * kk + (l & 15), (wk + nj * 16) / 8 + (l >> 4))]; });
+        // A = dy^T, (o, m) from dy's (m, o) rows; B = cols, (m, k) rows: both transposed
+        if constexpr (sizeof(T) == 2)   // by ldmatrix
+            tile_products<T, true, MI, NI, WM / 16>(
+                acc, [&](int mi, int l, int kk) {
+                    return &d_tile[granule_at<GO>(16 * kk + (l & 7) + (l >> 4) * 8, (wo + mi * 16) / 8 + (l >> 3 & 1))];
+                },
+                [&](int nj, int l, int kk) { return &x_tile[granule_at<GK>(16 * kk + (l & 15), (wk + nj * 16) / 8 + (l >> 4))]; });
+        else
+            tf32_transposed_products<MI, NI, GO, GK>(acc, reinterpret_cast<const float*>(d_tile),
+                                                     reinterpret_cast<const float*>(x_tile), wo, wk);
     });
 
     const int gq = lane >> 2, tq = lane & 3;

@@ -2445,8 +2445,10 @@ def check_conv(path, dtype, allow_tf32=False):
         on = on_gpu(x, layout), cp.asarray(w), None if b is None else cp.asarray(b), on_gpu(dy, 'channels_last')
         if path == 'fused':
             assert tl._direct_conv(on[0], ws) == (np.prod(ws[1:]) <= 32), f'{what}: direct kernels or not'
-            implicit = dtype == np.float16 and ws[0] % 8 == 0 and ws[1] % 8 == 0 and ws[2] * ws[3] > 1
-            assert tl._implicit_conv(on[0], ws, xs[0] * ho * wo) == implicit, f'{what}: implicit GEMM or not'
+            granule = 8 if dtype == np.float16 else 4
+            implicit = (dtype == np.float16 or dtype == np.float32 and allow_tf32) and ws[0] % granule == 0 \
+                and ws[1] % granule == 0 and ws[2] * ws[3] > 1
+            assert tl._implicit_conv(on[0], ws, xs[0] * ho * wo, allow_tf32) == implicit, f'{what}: implicit GEMM or not'
         with tf32(allow_tf32):
             got = gpu_paths(path, CONV_KERNELS, lambda: conv_results(*on[:3], stride, padding, on[3]))
         compare_paths(got, want, lambda a: TF32_TOL if allow_tf32 else CONV_TOL[a.dtype], what)
@@ -2554,7 +2556,7 @@ def test_gpu_conv_implicit_edges():
         dy = r.standard_normal((xs[0], 24) + xs[2:]).astype(np.float16)
         want = conv_grads_of(grads, x, w, b, dy, padding=1)
         on = channels_last_at(x, offset), cp.asarray(w), cp.asarray(b), channels_last_at(dy, offset)
-        assert tl._implicit_conv(on[0], w.shape, xs[0] * xs[2] * xs[3]), f'x {xs}: not the implicit GEMM'
+        assert tl._implicit_conv(on[0], w.shape, xs[0] * xs[2] * xs[3], False), f'x {xs}: not the implicit GEMM'
         run = lambda: conv_grads_of(grads, *on, padding=1)
         paths = gpu_paths('fused', CONV_KERNELS, run) if xs[0] else {'fused': run_on('fused', CONV_KERNELS, run)}
         for path, res in paths.items():

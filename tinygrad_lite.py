@@ -257,11 +257,12 @@ _FLOAT_C = ('__half', 'float', 'double')
 _PACK = {'__half': ('1', '8'), 'float': ('1', '4'), 'double': ('1', '2')}   # elements per load: 1 or 16 bytes
 _ACTIVATIONS = {None: 0, 'relu': 1, 'gelu': 2}   # the ACT template argument of the BatchNorm kernels
 _CE_UNROLL = {'__half': 4, 'float': 8, 'double': 4}   # cross_entropy_fwd's U: packs of 16 bytes a lane loads at once
-# kernels.cu's implicit:: k-step, stages in flight and dW's rows a step. The tiles (a probe's picks at train_cifar.py's
-# shapes): a block's BM x BN of y in warps' TM x TN, for at most 32 output channels and for more; WO x WK of dW,
-# for at most 64 output channels and for more
-_IMPLICIT_BK, _IMPLICIT_STAGES, _IMPLICIT_WM = 32, 4, 32
-_IMPLICIT_TILES, _IMPLICIT_DW_TILES = ((128, 32, 32, 32), (128, 64, 64, 32)), ((64, 256), (128, 128))
+# kernels.cu's implicit:: k-step (bytes of a row), stages in flight and dW's rows a step. The tiles (a probe's picks
+# at train_cifar.py's shapes in float16): a block's BM x BN of y in warps' TM x TN, for at most 32 output channels
+# and for more; WO x WK of dW, per type, for at most 64 output channels and for more
+_IMPLICIT_BK_BYTES, _IMPLICIT_STAGES, _IMPLICIT_WM = 64, 4, 32
+_IMPLICIT_TILES = ((128, 32, 32, 32), (128, 64, 64, 32))
+_IMPLICIT_DW_TILES = {'__half': ((64, 256), (128, 128)), 'float': ((64, 128), (64, 128))}   # TF32: twice the bytes
 # kernel name -> the template arguments it is instantiated with (C type names, integers)
 _KERNEL_INSTANCES = {
     'relu_fwd': [(t,) for t in _FLOAT_C],
@@ -277,9 +278,9 @@ _KERNEL_INSTANCES = {
        for name in ('batch_transpose', 'conv_direct_fwd', 'conv_direct_dx', 'conv_direct_dw', 'conv_direct_dw_fold')},
     **{name: [(t, v) for t in _FLOAT_C for v in _PACK[t]]
        for name in ('im2col_nhwc', 'col2im_nhwc', 'max_pool2d_fwd', 'max_pool2d_bwd', 'avg_pool2d_fwd', 'avg_pool2d_bwd')},
-    'conv_implicit_fwd': [('__half', *map(str, tile)) for tile in _IMPLICIT_TILES],
-    'conv_implicit_dw': [('__half', *map(str, tile)) for tile in _IMPLICIT_DW_TILES],
-    'conv_implicit_dw_fold': [('__half',)],
+    'conv_implicit_fwd': [(t, *map(str, tile)) for t in ('__half', 'float') for tile in _IMPLICIT_TILES],
+    'conv_implicit_dw': [(t, *map(str, tile)) for t, tiles in _IMPLICIT_DW_TILES.items() for tile in sorted(set(tiles))],
+    'conv_implicit_dw_fold': [('__half',), ('float',)],
     'cross_entropy_fwd': [(t, 'long long', v, str(_CE_UNROLL[t])) for t in _FLOAT_C for v in _PACK[t]],
     'cross_entropy_bwd': [(t, 'long long', v) for t in _FLOAT_C for v in _PACK[t]],
     'sgd_step': [(t,) for t in _FLOAT_C],
@@ -1608,17 +1609,20 @@ def _element_strides(a):
     return tuple(np.int64(step // a.itemsize) for step in a.strides)
 
 
-def _implicit_conv(x, weight_shape, pixels):
-    """Whether the GPU runs this conv on kernels.cu's implicit GEMM (float16 on the tensor cores; im2col's matrix,
-    9x the activations of a 3x3 conv, is never written): channel counts that are multiples of 8 (16-byte copies
-    within one tap), windows larger than 1x1 (a 1x1 conv's matrix is x itself), arrays of fewer than 2^31
-    elements (32-bit offsets). Our mma.sync kernels reach about 300 TFLOP/s where cuBLAS's products reach 500-700,
-    so they win only where the unfolding costs more than that: at train_cifar.py's shapes on the H200 (fwd+bwd
-    kernel times), with at most 64 output channels (64->64 at 15x15: 0.30 ms against 0.43 the other way) or few
-    pixels (256->256 at 3x3: 0.21 against 0.34), not at 64->256 (0.92 against 0.57) or 256->256 at 7x7 (0.71
-    against 0.50)."""
+def _implicit_conv(x, weight_shape, pixels, tf32):
+    """Whether the GPU runs this conv on kernels.cu's implicit GEMM (float16, or float32 as TF32 where tf32 allows it,
+    on the tensor cores; im2col's matrix, 9x the activations of a 3x3 conv, is never written): channel counts that
+    are multiples of a 16-byte granule (copies within one tap), windows larger than 1x1 (a 1x1 conv's matrix is x
+    itself), arrays of fewer than 2^31 elements (32-bit offsets). Our mma.sync kernels reach about 300 TFLOP/s in
+    float16 where cuBLAS's products reach 500-700, so they win only where the unfolding costs more than that: at
+    train_cifar.py's shapes on the H200 (float16 fwd+bwd kernel times), with at most 64 output channels (64->64 at
+    15x15: 0.30 ms against 0.43 the other way) or few pixels (256->256 at 3x3: 0.21 against 0.34), not at 64->256
+    (0.92 against 0.57) or 256->256 at 7x7 (0.71 against 0.50). TF32 at the same shapes: 64->64 0.64 ms against 0.90
+    and 256->256 at 3x3 0.44 against 0.50 (bench.py's fwd+bwd), 64->256 2.3 against 1.4."""
     cout, c, kh, kw = weight_shape
-    return (x.dtype == np.float16 and c % 8 == 0 and cout % 8 == 0 and kh * kw > 1 and (cout <= 64 or pixels <= 16384)
+    granule = 16 // x.dtype.itemsize
+    return ((x.dtype == np.float16 or x.dtype == np.float32 and tf32) and c % granule == 0 and cout % granule == 0
+            and kh * kw > 1 and (cout <= 64 or pixels <= 16384)
             and max(x.size, pixels * cout, cout * c * kh * kw) < 2 ** 31
             and _fused(x, 'conv_implicit_fwd', x.dtype, *_IMPLICIT_TILES[0]) is not None)
 
@@ -1634,7 +1638,7 @@ def _implicit_products(xh, flat_weight, kernel_size, stride, padding, bias=None)
         _launch_with_smem(_kernel('conv_implicit_fwd', xh.dtype, *tile), (-(-n * ho * wo // tile_m), -(-cout // tile_n)),
                           32 * (tile_m // warp_m) * (tile_n // warp_n), (_aligned(xh), _aligned(flat_weight), bias, y)
                           + tuple(np.int32(v) for v in (n, h, w, c, cout, ho, wo, kh, kw, *stride, *padding)),
-                          _IMPLICIT_STAGES * (tile_m + tile_n) * _IMPLICIT_BK * 2)
+                          _IMPLICIT_STAGES * (tile_m + tile_n) * _IMPLICIT_BK_BYTES)
     return y
 
 
@@ -1642,10 +1646,10 @@ def _implicit_weight_grad(xh, dy, weight_shape, stride, padding):
     """dW (C_out, C, kh, kw) from channels-last xh and dy (N, Ho, Wo, C_out): conv_implicit_dw's float sums over
     splits of the rows (about two waves of blocks, at least 512 rows each), folded in order by conv_implicit_dw_fold."""
     (cout, c, kh, kw), (n, h, w, _), (ho, wo) = weight_shape, xh.shape, dy.shape[1:3]
-    rows, k, (tile_o, tile_k) = n * ho * wo, kh * kw * c, _IMPLICIT_DW_TILES[cout > 64]
+    rows, k, (tile_o, tile_k) = n * ho * wo, kh * kw * c, _IMPLICIT_DW_TILES[_C_TYPES[xh.dtype]][cout > 64]
     if rows == 0:
         return cp.zeros(weight_shape, xh.dtype)
-    tiles, smem = (-(-k // tile_k), -(-cout // tile_o)), _IMPLICIT_STAGES * _IMPLICIT_WM * (tile_o + tile_k) * 2
+    tiles, smem = (-(-k // tile_k), -(-cout // tile_o)), _IMPLICIT_STAGES * _IMPLICIT_WM * (tile_o + tile_k) * xh.itemsize
     kernel = _allow_smem(_kernel('conv_implicit_dw', xh.dtype, tile_o, tile_k), smem)
     splits = max(1, min(-(-2 * _resident_blocks(kernel, smem) // (tiles[0] * tiles[1])), rows // 512))
     rows_per_split = -(-rows // splits)
@@ -1700,7 +1704,7 @@ class Convolution(Function):
             return y.transpose(0, 3, 1, 2)
         ct = _compute_dtype(x)
         self.flat_weight = _xp(x).ascontiguousarray(weight.transpose(0, 2, 3, 1).reshape(cout, -1).astype(ct, copy=False))
-        self.implicit = _xp(x) is not np and _implicit_conv(x, weight.shape, n * ho * wo)
+        self.implicit = _xp(x) is not np and _implicit_conv(x, weight.shape, n * ho * wo, self.tf32)
         if self.implicit:
             xh = _nhwc(x)
             self.x = xh if self.needs_grad[1] else None
