@@ -1770,11 +1770,12 @@ __global__ void conv_direct_dw_fold(const acc_t<T>* __restrict__ part, int block
 // Forward y[m, o] = sum_k cols[m, k] w2[o, k] with x channels-last and cols as im2col's: a block computes a
 // BM x BN tile of y; per k-step of BK it copies the BM x BK slice of cols straight from x (cp.async, zeros
 // outside the image; through L1 it measured no faster) and w2's BN x BK slice into shared memory, STAGES
-// steps in flight, and its warps, each owning a TM x TN tile of y, multiply them with mma m16n8k16 in float.
+// steps in flight, and its warps, each owning a TM x TN tile of y, multiply them with mma (m16n8k16 for float16,
+// m16n8k8 TF32 for float) accumulating in float.
 // The input gradient of a stride-1 conv is this forward run on dy with the flipped weight (C and C_out
 // swapped, padding k - 1 - p). Weight gradient dw2[o, k] = sum_m dy[m, o] cols[m, k]: a block owns a
 // WO x WK tile of (o, k) and a range of m (its split), WM rows a step, with 8 warps as 2 x 4; its float sums
-// go to part[split], which conv_implicit_dw_fold adds up in order (deterministic). Channels (C, and C_out
+// go to part[split], which conv_dw_fold adds up in order (deterministic). Channels (C, and C_out
 // for the gradients) are multiples of E = 16 / sizeof(T): a 16-byte granule of cols lies in one tap. Shared
 // tiles are rows of 16-byte granules, granule g of row r stored at g ^ swizzle(r), so that ldmatrix's 8 rows
 // at one granule fall in 8 distinct bank groups. A k-step of the forward is BK_BYTES of a row whatever T: the
@@ -2052,15 +2053,16 @@ conv_implicit_dw(const T* __restrict__ x, const T* __restrict__ dy, float* __res
             }
 }
 
-// dw[o, c, i, j] = sum over the splits of part[z][o][(i kw + j) C + c], the splits in order; a thread per (o, k).
+// dw[o, c, i, j] = sum over the splits z, in order, of part[z][o][k], k = (i kw + j) C + c, or of part[z][k][o]
+// where k_major (the unfolded path's float32 products: tinygrad_lite's _weight_grad); a thread per element of a split.
 template <typename T>
-__global__ void conv_implicit_dw_fold(const float* __restrict__ part, int splits, T* __restrict__ dw, int C, int Co,
-                                      int kh, int kw)
+__global__ void conv_dw_fold(const float* __restrict__ part, int splits, T* __restrict__ dw, int C, int Co,
+                             int kh, int kw, int k_major)
 {
     const int K = kh * kw * C;
     const long long e = global_id();
     if (e >= (long long)Co * K) return;
-    const int o = (int)(e / K), k = (int)(e % K), c = k % C, tap = k / C;
+    const int o = (int)(k_major ? e % Co : e / K), k = (int)(k_major ? e / Co : e % K), c = k % C, tap = k / C;
     float total = 0.f;
     for (int z = 0; z < splits; ++z) total += part[(long long)z * Co * K + e];
     dw[((long long)o * C + c) * kh * kw + tap] = T(total);

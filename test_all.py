@@ -2382,6 +2382,7 @@ CONV_CASES = [   # x's shape, weight's shape, stride, padding, bias, x's layout 
     ((1, 16, 5, 5), (8, 16, 3, 3), 1, 1, False, 'channels_last'),    # batch 1
     ((2, 5, 7, 6), (3, 5, 3, 3), 2, 1, True, 'channels_last'),       # stride 2; 5 channels: no packs
     ((2, 8, 6, 6), (8, 8, 1, 1), 1, 0, False, 'channels_last'),      # 1x1
+    ((4, 5, 64, 64), (6, 5, 3, 3), 1, 1, False, 'channels_last'),    # 16384 rows unfolded: dW in 4 chunks, folded
     # float16 with channels in multiples of 8 (and larger than 1x1): the implicit-GEMM kernels
     ((3, 16, 12, 11), (72, 16, 3, 3), 1, 1, True, 'contiguous'),   # NCHW x, 4 blocks of rows, a part-filled 128-wide tile
     ((2, 8, 9, 9), (16, 8, 3, 3), 2, 0, False, 'channels_last'),   # stride 2: dx from col2im
@@ -2390,11 +2391,12 @@ CONV_CASES = [   # x's shape, weight's shape, stride, padding, bias, x's layout 
     ((2, 16, 5, 5), (136, 16, 3, 3), 1, 1, True, 'channels_last'),  # 3 blocks of 64 outputs, the last part-filled
     ((2, 72, 5, 5), (16, 72, 3, 3), 1, 1, False, 'channels_last'),  # dx with 72 outputs; dW with 3 k-tiles of 256
     ((2, 40, 6, 5), (24, 40, 3, 3), 2, 4, True, 'channels_last'),   # C=40, padding past the kernel, stride 2
+    ((2, 12, 7, 7), (20, 12, 3, 3), 1, 1, True, 'channels_last'),   # 12 and 20 channels: TF32's 4-float granules
     ((3, 8, 1, 9), (8, 8, 3, 3), 1, 1, False, 'channels_last'),     # images of one row
     ((2, 16, 3, 3), (8, 16, 3, 3), 1, 0, False, 'channels_last')]   # a 1x1 output: dx padded by 2
 CONV_TOL = {np.dtype(np.float16): 1e-2, np.dtype(np.float32): 1e-4, np.dtype(np.float64): 1e-9}   # of max |ref|
 CONV_KERNELS = ('im2col_nhwc', 'col2im_nhwc', 'conv_direct_fwd', 'conv_direct_dx', 'conv_direct_dw', 'conv_direct_dw_fold',
-                'conv_implicit_fwd', 'conv_implicit_dw', 'conv_implicit_dw_fold')
+                'conv_implicit_fwd', 'conv_implicit_dw', 'conv_dw_fold')
 
 
 def conv_results(x, w, b, stride, padding, dy):
@@ -2543,28 +2545,31 @@ def check_conv_direct_grads(dtype):
 
 
 def test_gpu_conv_implicit_edges():
-    """The implicit-GEMM kernels (float16, channels in multiples of 8) where CONV_CASES do not reach: x and dy in
-    channels-last memory off a 16-byte boundary (the kernels copy 16-byte pieces: they get aligned copies), each
-    gradient alone, and an empty batch (dW and db zeros)."""
+    """The implicit-GEMM kernels (float16 and TF32, channels in multiples of 8 and 4) where CONV_CASES do not reach:
+    x and dy in channels-last memory off a 16-byte boundary (the kernels copy 16-byte pieces: they get aligned copies),
+    each gradient alone, an empty batch (dW and db zeros), and in TF32 12 channels (a multiple of 4, not of 8)."""
     need_cuda()
     r = rng('conv_implicit_edges')
-    for xs, grads, offset in (((2, 16, 6, 6), 'xwb', 1), ((3, 8, 7, 7), 'x', 0), ((3, 8, 7, 7), 'w', 3),
-                              ((3, 8, 7, 7), 'b', 0), ((0, 16, 5, 5), 'xwb', 0)):
-        c = xs[1]
-        x, w, b = r.standard_normal(xs).astype(np.float16), (r.standard_normal((24, c, 3, 3)) / (3 * c ** 0.5)).astype(
-            np.float16), r.standard_normal(24).astype(np.float16)
-        dy = r.standard_normal((xs[0], 24) + xs[2:]).astype(np.float16)
-        want = conv_grads_of(grads, x, w, b, dy, padding=1)
-        on = channels_last_at(x, offset), cp.asarray(w), cp.asarray(b), channels_last_at(dy, offset)
-        assert tl._implicit_conv(on[0], w.shape, xs[0] * xs[2] * xs[3], False), f'x {xs}: not the implicit GEMM'
-        run = lambda: conv_grads_of(grads, *on, padding=1)
-        paths = gpu_paths('fused', CONV_KERNELS, run) if xs[0] else {'fused': run_on('fused', CONV_KERNELS, run)}
-        for path, res in paths.items():
-            for k, v in want.items():
-                assert_matches(res[k], v, CONV_TOL[v.dtype], f'implicit conv x {xs}, gradients of {grads}, offset {offset}: '
-                               f'{k} of the {path} path vs the CPU path')
-        if xs[0] == 0:
-            assert not want['dw'].any() and not want['db'].any(), 'an empty batch gives zero dW and db'
+    for dtype in (np.float16, np.float32):
+        cases = (((2, 16, 6, 6), 'xwb', 1), ((3, 8, 7, 7), 'x', 0), ((3, 8, 7, 7), 'w', 3), ((3, 8, 7, 7), 'b', 0),
+                 ((0, 16, 5, 5), 'xwb', 0)) + ((((2, 12, 6, 6), 'xwb', 1),) if dtype == np.float32 else ())
+        tol = TF32_TOL if dtype == np.float32 else CONV_TOL[np.dtype(dtype)]
+        for xs, grads, offset in cases:
+            c, what = xs[1], f'implicit conv {np.dtype(dtype).name} x {xs}, gradients of {grads}, offset {offset}'
+            x, w, b = r.standard_normal(xs).astype(dtype), (r.standard_normal((24, c, 3, 3)) / (3 * c ** 0.5)).astype(
+                dtype), r.standard_normal(24).astype(dtype)
+            dy = r.standard_normal((xs[0], 24) + xs[2:]).astype(dtype)
+            want = conv_grads_of(grads, x, w, b, dy, padding=1)
+            on = channels_last_at(x, offset), cp.asarray(w), cp.asarray(b), channels_last_at(dy, offset)
+            assert tl._implicit_conv(on[0], w.shape, xs[0] * xs[2] * xs[3], True), f'{what}: not the implicit GEMM'
+            run = lambda: conv_grads_of(grads, *on, padding=1)
+            with tf32(True):
+                paths = gpu_paths('fused', CONV_KERNELS, run) if xs[0] else {'fused': run_on('fused', CONV_KERNELS, run)}
+            for path, res in paths.items():
+                for k, v in want.items():
+                    assert_matches(res[k], v, tol, f'{what}: {k} of the {path} path vs the CPU path')
+            if xs[0] == 0:
+                assert not want['dw'].any() and not want['db'].any(), 'an empty batch gives zero dW and db'
 
 
 def ce_logits(dtype, shape, key):

@@ -280,7 +280,7 @@ _KERNEL_INSTANCES = {
        for name in ('im2col_nhwc', 'col2im_nhwc', 'max_pool2d_fwd', 'max_pool2d_bwd', 'avg_pool2d_fwd', 'avg_pool2d_bwd')},
     'conv_implicit_fwd': [(t, *map(str, tile)) for t in ('__half', 'float') for tile in _IMPLICIT_TILES],
     'conv_implicit_dw': [(t, *map(str, tile)) for t, tiles in _IMPLICIT_DW_TILES.items() for tile in sorted(set(tiles))],
-    'conv_implicit_dw_fold': [('__half',), ('float',)],
+    'conv_dw_fold': [('__half',), ('float',)],
     'cross_entropy_fwd': [(t, 'long long', v, str(_CE_UNROLL[t])) for t in _FLOAT_C for v in _PACK[t]],
     'cross_entropy_bwd': [(t, 'long long', v) for t in _FLOAT_C for v in _PACK[t]],
     'sgd_step': [(t,) for t in _FLOAT_C],
@@ -1577,19 +1577,27 @@ def _compute_dtype(x):
     return np.dtype(np.float32) if x.dtype == np.float16 and _xp(x) is np else x.dtype
 
 
-def _weight_grad(cols, dy, tf32):
-    """cols^T dy on the GPU: a reduction over N*Ho*Wo rows, which cuBLAS runs slowly as one product when
-    the result is small (the whitening conv: 12 x 24 over a million rows), so it runs as a stack of
-    products over row chunks summed in float32."""
-    rows = cols.shape[0]
+def _weight_grad(cols, dy, weight_shape, tf32):
+    """dW (C_out, C, kh, kw) = dy^T cols on the GPU: a reduction over N*Ho*Wo rows, which cuBLAS runs slowly as one
+    product when the result is small (the whitening conv: 12 x 24 over a million rows), so it runs as a stack of
+    products over row chunks in float32, which conv_dw_fold sums in order, also reordering (C_out, kh*kw*C) to dW's
+    axes and rounding to dy's dtype (CuPy's sum over the chunks, cast and transposing copy took 45-50 us of 256->256
+    at 7x7's backward on the H200). The chunks' products as (C_out, K) in float16, (K, C_out) in float32: cuBLAS's
+    picks for train_cifar.py's 64->256 and 256->256 at 7x7 ran 5-10% faster so in float16, 12-15% slower in TF32."""
+    (rows, k), (cout, c, kh, kw) = cols.shape, weight_shape
     chunks = 1
     while chunks < 64 and rows % (2 * chunks) == 0 and rows // (2 * chunks) >= 4096:
         chunks *= 2
-    if chunks == 1:
-        return _matmul(cols.T, dy, tf32=tf32)
-    parts = _matmul(cols.reshape(chunks, -1, cols.shape[1]).transpose(0, 2, 1), dy.reshape(chunks, -1, dy.shape[1]),
-                    out_dtype=_stat_dtype(dy.dtype), tf32=tf32)
-    return parts.sum(axis=0).astype(dy.dtype)
+    dy_chunks, col_chunks, k_major = dy.reshape(chunks, -1, cout), cols.reshape(chunks, -1, k), dy.dtype == np.float32
+    a, b = (col_chunks.transpose(0, 2, 1), dy_chunks) if k_major else (dy_chunks.transpose(0, 2, 1), col_chunks)
+    parts = _matmul(a, b, out_dtype=_stat_dtype(dy.dtype), tf32=tf32)
+    fold = _kernel('conv_dw_fold', dy.dtype)
+    if fold is None:   # float64, or no kernels.cu
+        flat = parts.sum(axis=0).T if k_major else parts.sum(axis=0)
+        return cp.ascontiguousarray(flat.reshape(cout, kh, kw, c).transpose(0, 3, 1, 2), dy.dtype)
+    dw = cp.empty(weight_shape, dy.dtype)
+    _launch_flat(fold, cout * k, 1, (parts, np.int32(chunks), dw) + tuple(np.int32(v) for v in (c, cout, kh, kw, k_major)))
+    return dw
 
 
 # kernels.cu's direct:: limits (KMAX window values, COMAX output channels) and work per thread (CT output
@@ -1644,7 +1652,7 @@ def _implicit_products(xh, flat_weight, kernel_size, stride, padding, bias=None)
 
 def _implicit_weight_grad(xh, dy, weight_shape, stride, padding):
     """dW (C_out, C, kh, kw) from channels-last xh and dy (N, Ho, Wo, C_out): conv_implicit_dw's float sums over
-    splits of the rows (about two waves of blocks, at least 512 rows each), folded in order by conv_implicit_dw_fold."""
+    splits of the rows (about two waves of blocks, at least 512 rows each), folded in order by conv_dw_fold."""
     (cout, c, kh, kw), (n, h, w, _), (ho, wo) = weight_shape, xh.shape, dy.shape[1:3]
     rows, k, (tile_o, tile_k) = n * ho * wo, kh * kw * c, _IMPLICIT_DW_TILES[_C_TYPES[xh.dtype]][cout > 64]
     if rows == 0:
@@ -1658,8 +1666,8 @@ def _implicit_weight_grad(xh, dy, weight_shape, stride, padding):
     kernel(tiles + (splits,), (_BLOCK,), (_aligned(xh), _aligned(dy), part, np.int64(rows_per_split))
            + tuple(np.int32(v) for v in (n, h, w, c, cout, ho, wo, kh, kw, *stride, *padding)), shared_mem=smem)
     dw = cp.empty(weight_shape, xh.dtype)
-    _launch_flat(_kernel('conv_implicit_dw_fold', xh.dtype), cout * k, 1,
-                 (part, np.int32(splits), dw, np.int32(c), np.int32(cout), np.int32(kh), np.int32(kw)))
+    _launch_flat(_kernel('conv_dw_fold', xh.dtype), cout * k, 1,
+                 (part, np.int32(splits), dw) + tuple(np.int32(v) for v in (c, cout, kh, kw, False)))
     return dw
 
 
@@ -1681,9 +1689,9 @@ class Convolution(Function):
     """Cross-correlation as a matrix product over the unfolded input, channels-last: cols
     (N*Ho*Wo, kh*kw*C) times the weight as (C_out, kh*kw*C); the output is NCHW-shaped in channels-last
     memory. Backward: dx = col2im(dy W), dW = cols^T dy, db = sum dy. The GPU unfolds once and keeps cols
-    for dW, or for small windows (_direct_conv) reads x and dy in place, or in float16 where it measured faster
-    (_implicit_conv) multiplies without unfolding: the forward, a stride-1 dx as the forward of dy with the
-    flipped weight, and dW each in one implicit-GEMM kernel. The CPU unfolds a few images at a
+    for dW, or for small windows (_direct_conv) reads x and dy in place, or in float16 (float32 as TF32) where
+    it measured faster (_implicit_conv) multiplies without unfolding: the forward, a stride-1 dx as the forward
+    of dy with the flipped weight, and dW each in one implicit-GEMM kernel. The CPU unfolds a few images at a
     time (_cpu_col_blocks), again for dW, except with stride 1 (_cpu_stride1_backward): it unfolds dy instead,
     padded by k - 1 - p, for dx (col2im's strided adds and the K = C_out product took 70 ms of a 3x3 conv's
     180 on 2 cores) and dW both."""
@@ -1703,7 +1711,7 @@ class Convolution(Function):
             _direct_launch('fwd', n * ho * wo * -(-cout // _DIRECT_CT), (x, *_element_strides(x), self.weight, bias, y) + self.sizes)
             return y.transpose(0, 3, 1, 2)
         ct = _compute_dtype(x)
-        self.flat_weight = _xp(x).ascontiguousarray(weight.transpose(0, 2, 3, 1).reshape(cout, -1).astype(ct, copy=False))
+        self.flat_weight = _nhwc(weight.astype(ct, copy=False)).reshape(cout, -1)   # (C_out, (i, j, c))
         self.implicit = _xp(x) is not np and _implicit_conv(x, weight.shape, n * ho * wo, self.tf32)
         if self.implicit:
             xh = _nhwc(x)
@@ -1748,9 +1756,9 @@ class Convolution(Function):
                 flat = _cpu_col_blocks(self.x, kh, kw, self.stride, self.padding, dy.dtype,
                                        lambda images, cols: cols.T @ dy_images[images].reshape(len(cols), cout),
                                        np.zeros((kh * kw * c, cout), dy.dtype))
+                dw = flat.reshape(kh, kw, c, cout).transpose(3, 2, 0, 1).astype(self.dtype)
             else:
-                flat = _weight_grad(self.cols, dy, self.tf32)
-            dw = flat.reshape(kh, kw, c, cout).transpose(3, 2, 0, 1).astype(self.dtype)
+                dw = _weight_grad(self.cols, dy, (cout, c, kh, kw), self.tf32).astype(self.dtype, copy=False)
         if len(self.needs_grad) > 2 and self.needs_grad[2]:
             # a column sum over N*Ho*Wo rows as a product with ones: CuPy's reduction would run it on
             # as few blocks as there are channels (8.7 ms against 0.04 ms for the whitening conv on the H200)
