@@ -911,6 +911,20 @@ __device__ __forceinline__ __half ld_cg(const __half* p) {
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + __expf(-x)); }
 
+// Calls f(r, v) for this thread's cells of an nrows x n grid: cells t, t + blockDim.x, ... in row-major order
+// for thread t, (r, v) stepped without an integer division per cell.
+template <typename F>
+__device__ __forceinline__ void for_cells(int nrows, int n, F f) {
+    const int dr = blockDim.x / n, dv = blockDim.x - dr * n;
+    for (int r = threadIdx.x / n, v = threadIdx.x - r * n; r < nrows; r += dr) {
+        f(r, v);
+        if ((v += dv) >= n) {
+            v -= n;
+            ++r;
+        }
+    }
+}
+
 // dst[r * ldd + k] = row(r)[k] for r < nrows, k < round_up(ncols, 16); a null row and k >= ncols read
 // as zero. vec: ncols and every row start are multiples of 16 bytes (16-byte async copies). Reads
 // bypass L1 (other blocks write these rows during the kernel). Waits for its own copies; the caller
@@ -920,23 +934,21 @@ __device__ __forceinline__ void copy_rows(T* dst, int ldd, int nrows, int ncols,
     const int kpad = round_up(ncols, 16);
     if (vec) {
         constexpr int E = 16 / sizeof(T);
-        const int nv = kpad / E;
-        for (int i = threadIdx.x; i < nrows * nv; i += blockDim.x) {
-            const int r = i / nv, k = (i - r * nv) * E;
+        for_cells(nrows, kpad / E, [&](int r, int v) {
             const T* s = row(r);
+            const int k = v * E;
             T* d = dst + r * ldd + k;
             if (s != nullptr && k < ncols)
                 cp_async16(d, s + k);
             else
                 *reinterpret_cast<float4*>(d) = make_float4(0.f, 0.f, 0.f, 0.f);
-        }
+        });
         cp_async_wait();
     } else {
-        for (int i = threadIdx.x; i < nrows * kpad; i += blockDim.x) {
-            const int r = i / kpad, k = i - r * kpad;
+        for_cells(nrows, kpad, [&](int r, int k) {
             const T* s = row(r);
             dst[r * ldd + k] = (s != nullptr && k < ncols) ? ld_cg(s + k) : from_f<T>(0.f);
-        }
+        });
     }
 }
 
@@ -1021,6 +1033,24 @@ template <> struct TileMma<float, false> {   // SIMT, exact float
     }
 };
 
+// Runs step(s, d) over the k-steps s = s0, s0 + ds, ... below ns, d alternating between acc and a second set of
+// sums added into acc at the end: two independent mma chains per n-tile, where one waits out the mma's latency at
+// every step.
+template <typename Step>
+__device__ __forceinline__ void two_chains(float (&acc)[3][4], int s0, int ns, int ds, Step step) {
+    float odd[3][4] = {};
+    int s = s0;
+    for (; s + ds < ns; s += 2 * ds) {
+        step(s, acc);
+        step(s + ds, odd);
+    }
+    if (s < ns) step(s, acc);
+#pragma unroll
+    for (int q = 0; q < 3; ++q)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[q][c] += odd[q][c];
+}
+
 template <> struct TileMma<float, true> {    // TF32 tensor cores, m16n8k8
     static constexpr int STEP = 8;
     template <int NQ>
@@ -1032,13 +1062,12 @@ template <> struct TileMma<float, true> {    // TF32 tensor cores, m16n8k8
         const float* w[NQ];
 #pragma unroll
         for (int q = 0; q < NQ; ++q) w[q] = W[q] + g * ldw + t;
-#pragma unroll 2
-        for (int s = s0; s < ns; s += ds) {
+        two_chains(acc, s0, ns, ds, [&](int s, float (&d)[3][4]) {
             const int k = s * STEP;
             const unsigned a[4] = {tf32(a0[k]), tf32(a1[k]), tf32(a0[k + 4]), tf32(a1[k + 4])};
 #pragma unroll
-            for (int q = 0; q < NQ; ++q) mma_tf32(acc[q], a, tf32(w[q][k]), tf32(w[q][k + 4]));
-        }
+            for (int q = 0; q < NQ; ++q) mma_tf32(d[q], a, tf32(w[q][k]), tf32(w[q][k + 4]));
+        });
     }
 };
 
@@ -1054,13 +1083,12 @@ template <> struct TileMma<__half, true> {   // f16 tensor cores, m16n8k16, floa
 #pragma unroll
         for (int q = 0; q < NQ; ++q) w[q] = W[q] + g * ldw + 2 * t;
         auto pair = [](const __half* p) { return *reinterpret_cast<const unsigned*>(p); };
-#pragma unroll 2
-        for (int s = s0; s < ns; s += ds) {
+        two_chains(acc, s0, ns, ds, [&](int s, float (&d)[3][4]) {
             const int k = s * STEP;
             const unsigned a[4] = {pair(a0 + k), pair(a1 + k), pair(a0 + k + 8), pair(a1 + k + 8)};
 #pragma unroll
-            for (int q = 0; q < NQ; ++q) mma_f16(acc[q], a, pair(w[q] + k), pair(w[q] + k + 8));
-        }
+            for (int q = 0; q < NQ; ++q) mma_f16(d[q], a, pair(w[q] + k), pair(w[q] + k + 8));
+        });
     }
 };
 
