@@ -952,6 +952,16 @@ __device__ __forceinline__ void copy_rows(T* dst, int ldd, int nrows, int ncols,
     }
 }
 
+// Rounds the block's weight rows (n values at w, just staged by copy_rows) to TF32 in place, once per launch, for
+// TC float kernels: TileMma<float, true> then feeds them to the mma as they are. A no-op otherwise.
+template <typename T, int TC>
+__device__ __forceinline__ void weights_to_tf32(T* w, int n) {
+    if constexpr (TC != 0 && sizeof(T) == 4) {
+        __syncthreads();
+        for (int i = threadIdx.x; i < n; i += blockDim.x) w[i] = __uint_as_float(tf32(w[i]));
+    }
+}
+
 __device__ __forceinline__ void flag_store(unsigned long long* p, unsigned long long v) {
     asm volatile("st.release.gpu.global.u64 [%0], %1;\n" ::"l"(p), "l"(v) : "memory");
 }
@@ -1051,7 +1061,7 @@ __device__ __forceinline__ void two_chains(float (&acc)[3][4], int s0, int ns, i
         for (int c = 0; c < 4; ++c) acc[q][c] += odd[q][c];
 }
 
-template <> struct TileMma<float, true> {    // TF32 tensor cores, m16n8k8
+template <> struct TileMma<float, true> {    // TF32 tensor cores, m16n8k8; W already rounded (weights_to_tf32)
     static constexpr int STEP = 8;
     template <int NQ>
     __device__ static void run(float (&acc)[3][4], const float* A, int lda, const float* const (&W)[3], int ldw,
@@ -1066,7 +1076,7 @@ template <> struct TileMma<float, true> {    // TF32 tensor cores, m16n8k8
             const int k = s * STEP;
             const unsigned a[4] = {tf32(a0[k]), tf32(a1[k]), tf32(a0[k + 4]), tf32(a1[k + 4])};
 #pragma unroll
-            for (int q = 0; q < NQ; ++q) mma_tf32(d[q], a, tf32(w[q][k]), tf32(w[q][k + 4]));
+            for (int q = 0; q < NQ; ++q) mma_tf32(d[q], a, __float_as_uint(w[q][k]), __float_as_uint(w[q][k + 4]));
         });
     }
 };
@@ -1200,6 +1210,7 @@ gru_fwd_persistent(const T* __restrict__ xg, const T* __restrict__ w_hh, const T
         const int q = r / bk.Jp, u = r - q * bk.Jp;
         return u < bk.jn ? w_hh + static_cast<size_t>(q * H + bk.j0 + u) * H : nullptr;
     });
+    weights_to_tf32<T, TC>(bk.Ws, 3 * bk.Jp * bk.ldw);
 
     // cell i of this thread: local row cr[i], unit cu[i]; bias = (b_ir + b_hr, b_iz + b_hz, b_in, b_hn)
     int cr[CPT], cu[CPT];
@@ -1273,6 +1284,7 @@ gru_bwd_persistent(const T* __restrict__ dout, const T* __restrict__ gates, cons
     copy_rows(bk.Ws, bk.ldw, bk.Jp, 3 * H, vec, [&](int u) -> const T* {
         return u < bk.jn ? w_hhT + static_cast<size_t>(bk.j0 + u) * 3 * H : nullptr;
     });
+    weights_to_tf32<T, TC>(bk.Ws, bk.Jp * bk.ldw);
 
     int cr[CPT], cu[CPT];
     float dh[CPT], carry[CPT], gv[CPT][4], hpv[CPT], dov[CPT];
