@@ -952,8 +952,9 @@ __device__ __forceinline__ void copy_rows(T* dst, int ldd, int nrows, int ncols,
     }
 }
 
-// Rounds the block's weight rows (n values at w, just staged by copy_rows) to TF32 in place, once per launch, for
-// TC float kernels: TileMma<float, true> then feeds them to the mma as they are. A no-op otherwise.
+// Rounds the block's weight rows (n values at w, just staged by copy_rows; the rows' unread padding too) to TF32 in
+// place, once per launch, for TC float kernels: TileMma<float, true> then feeds them to the mma as they are. A no-op
+// otherwise. The caller puts a __syncthreads() between this and any reader (step_product starts with one).
 template <typename T, int TC>
 __device__ __forceinline__ void weights_to_tf32(T* w, int n) {
     if constexpr (TC != 0 && sizeof(T) == 4) {
