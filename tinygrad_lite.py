@@ -1584,19 +1584,27 @@ def _weight_grad(cols, dy, weight_shape, tf32):
     axes and rounding to dy's dtype (CuPy's sum over the chunks, cast and transposing copy took 45-50 us of 256->256
     at 7x7's backward on the H200). The chunks' products as (C_out, K) in float16, (K, C_out) in float32: cuBLAS's
     picks for train_cifar.py's 64->256 and 256->256 at 7x7 ran 5-10% faster so in float16, 12-15% slower in TF32."""
-    (rows, k), (cout, c, kh, kw) = cols.shape, weight_shape
+    (rows, k), cout = cols.shape, weight_shape[0]
     chunks = 1
     while chunks < 64 and rows % (2 * chunks) == 0 and rows // (2 * chunks) >= 4096:
         chunks *= 2
     dy_chunks, col_chunks, k_major = dy.reshape(chunks, -1, cout), cols.reshape(chunks, -1, k), dy.dtype == np.float32
     a, b = (col_chunks.transpose(0, 2, 1), dy_chunks) if k_major else (dy_chunks.transpose(0, 2, 1), col_chunks)
-    parts = _matmul(a, b, out_dtype=_stat_dtype(dy.dtype), tf32=tf32)
-    fold = _kernel('conv_dw_fold', dy.dtype)
-    if fold is None:   # float64, or no kernels.cu
+    return _folded_weight_grad(_matmul(a, b, out_dtype=_stat_dtype(dy.dtype), tf32=tf32), weight_shape, dy.dtype, k_major)
+
+
+def _folded_weight_grad(parts, weight_shape, dtype, k_major=False):
+    """dW (C_out, C, kh, kw) in dtype from a stack of float partial sums on the GPU, (splits, C_out, K) or, k_major,
+    (splits, K, C_out), K in (i, j, c) order: summed in order of the splits by conv_dw_fold, composed without it
+    (float64, or no kernels.cu)."""
+    cout, c, kh, kw = weight_shape
+    fold = _kernel('conv_dw_fold', dtype)
+    if fold is None:
         flat = parts.sum(axis=0).T if k_major else parts.sum(axis=0)
-        return cp.ascontiguousarray(flat.reshape(cout, kh, kw, c).transpose(0, 3, 1, 2), dy.dtype)
-    dw = cp.empty(weight_shape, dy.dtype)
-    _launch_flat(fold, cout * k, 1, (parts, np.int32(chunks), dw) + tuple(np.int32(v) for v in (c, cout, kh, kw, k_major)))
+        return cp.ascontiguousarray(flat.reshape(cout, kh, kw, c).transpose(0, 3, 1, 2), dtype)
+    dw = cp.empty(weight_shape, dtype)
+    args = (parts, np.int32(len(parts)), dw) + tuple(np.int32(v) for v in (c, cout, kh, kw, k_major))
+    _launch_flat(fold, parts[0].size, 1, args)
     return dw
 
 
@@ -1665,10 +1673,7 @@ def _implicit_weight_grad(xh, dy, weight_shape, stride, padding):
     part = cp.empty((splits, cout, k), np.float32)
     kernel(tiles + (splits,), (_BLOCK,), (_aligned(xh), _aligned(dy), part, np.int64(rows_per_split))
            + tuple(np.int32(v) for v in (n, h, w, c, cout, ho, wo, kh, kw, *stride, *padding)), shared_mem=smem)
-    dw = cp.empty(weight_shape, xh.dtype)
-    _launch_flat(_kernel('conv_dw_fold', xh.dtype), cout * k, 1,
-                 (part, np.int32(splits), dw) + tuple(np.int32(v) for v in (c, cout, kh, kw, False)))
-    return dw
+    return _folded_weight_grad(part, weight_shape, xh.dtype)
 
 
 def _flipped(flat_weight, kh, kw):
