@@ -307,7 +307,7 @@ __device__ __forceinline__ A act_grad(A z, A g)
 }
 
 // x is read as (N, C, S): S = H*W for 2d, L for (N, C, L), 1 for (N, C). Every kernel runs
-// groups x chunks blocks (blockIdx = group * chunks + chunk):
+// groups x chunks blocks (blockIdx = group * chunks + chunk, or see bn_block):
 // - segment mode (cpg == 0, for S >= 32): a group is one channel; its N*S elements (N segments of
 //   S contiguous ones, in 16-byte packs when S and the pointers allow) are cut into `chunks`
 //   equal, contiguous ranges, one per block.
@@ -318,10 +318,22 @@ __device__ __forceinline__ A act_grad(A z, A g)
 //   8 packs of channels, its N rows cut into `chunks`, each thread reading 16-byte packs of one fixed
 //   set of channels (see Rows below).
 // The host picks chunks so that one wave of blocks fills every SM (two blocks per SM in rows mode),
-// except for the elementwise kernels (apply, dx) outside rows mode: one round of 4 units per thread.
+// except for the elementwise kernels (apply, dx) in segment mode: one round of 4 units per thread (dx
+// in `split` parts of each chunk of the backward reduction, in the order of bn_block below).
 // The reductions write one partial per block (per lane in column mode, per channel in rows mode);
 // the last block of a group to finish, counted in ticket[group], folds the group's partials in
 // double and finalizes its channels.
+
+// This block's (group, chunk). With split > 1 (dx, after the backward reduction's chunks / split chunks
+// per group over the same x and dy), each of the reduction's chunks is cut in `split` parts, and the
+// blocks run the last parts first: what the reduction read last, from its chunks' ends, is still in L2
+// (dx walks each part from its end too).
+__device__ __forceinline__ int2 bn_block(int chunks, int split)
+{
+    const int coarse = chunks / split, per_part = gridDim.x / split, part = split - 1 - blockIdx.x / per_part;
+    const int rest = blockIdx.x % per_part;
+    return make_int2(rest / coarse, rest % coarse * split + part);
+}
 
 // Calls use(e, load(e)) for each unit of W elements (W divides S) of channel c in chunk k, e = offset
 // of the unit's first element, stepping blockDim.x units at a time; REV walks the chunk from its end.
@@ -611,11 +623,12 @@ template <typename T>
 __global__ void bn_fwd_stats(const T* __restrict__ x, acc_t<T>* __restrict__ part, int* __restrict__ ticket,
                              acc_t<T>* __restrict__ mean, acc_t<T>* __restrict__ invstd,
                              acc_t<T>* __restrict__ running_mean, acc_t<T>* __restrict__ running_var,
-                             double momentum, double eps, int N, int C, long long S, int chunks, int cpg)
+                             double momentum, double eps, int N, int C, long long S, int chunks, int cpg, int split)
 {
     typedef acc_t<T> A;
     constexpr int V = 16 / sizeof(T);
-    const int g = blockIdx.x / chunks, k = blockIdx.x % chunks, lane = threadIdx.x & 31;
+    const int2 gk = bn_block(chunks, split);
+    const int g = gk.x, k = gk.y, lane = threadIdx.x & 31;
     const long long W = (long long)C * S, j = (long long)g * cpg * S + lane;   // column mode
     const bool active = cpg == 0 || (cpg > 0 && lane < cpg * S && j < W);
     const A K = active ? A(x[(cpg ? j / S : g) * S]) : A(0);
@@ -674,11 +687,12 @@ __global__ void bn_fwd_apply(const T* __restrict__ x, T* __restrict__ y,
                              const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ stat,
                              const acc_t<T>* __restrict__ w, const acc_t<T>* __restrict__ b,
                              acc_t<T>* __restrict__ mean_out, acc_t<T>* __restrict__ invstd_out,
-                             double eps, int N, int C, long long S, int chunks, int cpg)
+                             double eps, int N, int C, long long S, int chunks, int cpg, int split)
 {
     typedef acc_t<T> A;
     constexpr int V = 16 / sizeof(T);
-    const int g = blockIdx.x / chunks, k = blockIdx.x % chunks, lane = threadIdx.x & 31;
+    const int2 gk = bn_block(chunks, split);
+    const int g = gk.x, k = gk.y, lane = threadIdx.x & 31;
     // the channel's constants; eval: the first chunk saves mean and invstd
     auto chan = [&](int c, bool saves) {
         const A inv = invstd_out ? A(1.0 / sqrt(double(stat[c]) + eps)) : stat[c];
@@ -720,22 +734,25 @@ __global__ void bn_fwd_apply(const T* __restrict__ x, T* __restrict__ y,
     });
 }
 
-// Backward reductions, per channel: sums[c] = sum(g) (= dbias) and sums[C + c] = sum(g * xhat)
+// Backward reductions, per channel: sum_g[c] = sum(g) (= dbias) and sum_gxhat[c] = sum(g * xhat)
 // (= dweight), g = dy * act'(pre) with the pre-activation recomputed from x exactly as forward
-// computed it (g = dy without an activation).
+// computed it (g = dy without an activation). Two arrays, so that each becomes a parameter's .grad
+// as it is.
 template <typename T, int ACT>
 __global__ void bn_bwd_reduce(const T* __restrict__ x, const T* __restrict__ dy,
                               const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ invstd,
                               const acc_t<T>* __restrict__ w, const acc_t<T>* __restrict__ b,
-                              acc_t<T>* __restrict__ part, int* __restrict__ ticket, acc_t<T>* __restrict__ sums,
-                              int N, int C, long long S, int chunks, int cpg)
+                              acc_t<T>* __restrict__ part, int* __restrict__ ticket,
+                              acc_t<T>* __restrict__ sum_g, acc_t<T>* __restrict__ sum_gxhat,
+                              int N, int C, long long S, int chunks, int cpg, int split)
 {
     typedef acc_t<T> A;
     constexpr int V = 16 / sizeof(T);
-    const int g = blockIdx.x / chunks, k = blockIdx.x % chunks, lane = threadIdx.x & 31;
+    const int2 gk = bn_block(chunks, split);
+    const int g = gk.x, k = gk.y, lane = threadIdx.x & 31;
     auto store_sums = [&](int c, double t1, double t2) {
-        sums[c] = A(t1);
-        sums[C + c] = A(t2);
+        sum_g[c] = A(t1);
+        sum_gxhat[c] = A(t2);
     };
     if (cpg < 0) {
         const Rows L = rows_of(N, C, V, g, k, chunks);
@@ -795,20 +812,21 @@ __device__ __forceinline__ Two<Pack<T, U>> load_x_dy(const T* x, const T* dy, lo
     return p;
 }
 
-// dx. Training (sums given): dx = w*invstd * (g - sum(g)/M - xhat * sum(g*xhat)/M), M = N*S, written as
-// scale*g + bx*(x - mean) + e0 with per-channel bx, e0. Eval: dx = w*invstd * g, where x is read
-// only to recompute the activation's derivative.
+// dx. Training (sum_g and sum_gxhat given): dx = w*invstd * (g - sum(g)/M - xhat * sum(g*xhat)/M),
+// M = N*S, written as scale*g + bx*(x - mean) + e0 with per-channel bx, e0. Eval: dx = w*invstd * g,
+// where x is read only to recompute the activation's derivative.
 template <typename T, int ACT>
 __global__ void bn_bwd_dx(const T* __restrict__ x, const T* __restrict__ dy,
                           const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ invstd,
                           const acc_t<T>* __restrict__ w, const acc_t<T>* __restrict__ b,
-                          const acc_t<T>* __restrict__ sums, T* __restrict__ dx,
-                          int N, int C, long long S, int chunks, int cpg)
+                          const acc_t<T>* __restrict__ sum_g, const acc_t<T>* __restrict__ sum_gxhat, T* __restrict__ dx,
+                          int N, int C, long long S, int chunks, int cpg, int split)
 {
     typedef acc_t<T> A;
     constexpr int V = 16 / sizeof(T);
-    const int g = blockIdx.x / chunks, k = blockIdx.x % chunks, lane = threadIdx.x & 31;
-    const bool need_x = sums || ACT != ACT_NONE;
+    const int2 gk = bn_block(chunks, split);
+    const int g = gk.x, k = gk.y, lane = threadIdx.x & 31;
+    const bool need_x = sum_g || ACT != ACT_NONE;
     const A M = A(double(N) * double(S));
     struct DxChan {   // dx = scale * act'(...) * dy + bx * (x - mean) + e0
         Chan<A> ch;
@@ -820,7 +838,7 @@ __global__ void bn_bwd_dx(const T* __restrict__ x, const T* __restrict__ dy,
     };
     auto chan = [&](int c) {
         const Chan<A> ch = load_chan(mean, invstd[c], w, b, c);
-        return DxChan{ch, sums ? -ch.scale * ch.invstd * (sums[C + c] / M) : A(0), sums ? -ch.scale * (sums[c] / M) : A(0)};
+        return DxChan{ch, sum_g ? -ch.scale * ch.invstd * (sum_gxhat[c] / M) : A(0), sum_g ? -ch.scale * (sum_g[c] / M) : A(0)};
     };
     if (cpg < 0) {
         const Rows L = rows_of(N, C, V, g, k, chunks);

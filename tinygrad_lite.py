@@ -1076,17 +1076,21 @@ def _bn_layout(x):
     return (lambda a: cp.ascontiguousarray(a).reshape(a.shape[0], c, -1)), (lambda r: r.reshape(x.shape))
 
 
-def _bn_grid(kernel, shape, itemsize, packed_rows, reduces):
-    """(blocks, chunks, channels per group, groups, partial pairs per block): each channel (or group of
-    32 // S channels when S < 32) cut into chunks of at least 4 units of work per thread; with packed_rows
-    (kernels.cu's rows mode, per_group -1), tiles of channels times chunks of rows for two blocks per SM.
-    Otherwise a reduction runs one wave of resident blocks, so that its partials stay few, and an
-    elementwise kernel as many blocks as give each thread one round of 4 units (on the H200, NCHW
-    float32: the forward apply took 50 us in one wave of looping blocks, 64% of the copy rate; rows
-    mode ran 10% slower so)."""
+def _bn_grid(kernel, shape, itemsize, packed_rows, reduces, follows=None):
+    """(blocks, groups, partial pairs per block, the kernel's trailing size arguments N, C, S, chunks, channels
+    per group and split): each channel (or group of 32 // S channels when S < 32) cut into chunks of at
+    least 4 units of work per thread; with packed_rows (kernels.cu's rows mode, per_group -1), tiles of
+    channels times chunks of rows for two blocks per SM. Otherwise a reduction runs one wave of resident
+    blocks, so that its partials stay few, and an elementwise kernel as many blocks as give each thread one
+    round of 4 units (on the H200, NCHW float32: the forward apply took 50 us in one wave of looping blocks,
+    64% of the copy rate; rows mode ran 10% slower so), in segment mode after the reduction kernel `follows`
+    as parts of its chunks (kernels.cu's bn_block). On the H200 at 256x64x32x32, CUDA-graph replays of the
+    fwd+bwd with dx so: 2-4% faster in float32 and float16, and with ReLU in float16; 3% slower with ReLU in
+    float32. The forward apply so gained nothing (0-2% slower), and runs its own chunks."""
     n, c, s = shape
-    key = (id(kernel), cp.cuda.runtime.getDevice(), shape, itemsize, packed_rows)
+    key = (id(kernel), cp.cuda.runtime.getDevice(), shape, itemsize, packed_rows, id(follows))
     if key not in _bn_grids:
+        split = 1
         resident = _resident_blocks(kernel) if reduces else 2 ** 31 - 1
         if packed_rows:   # tiles of up to 8 packs of channels, each a group
             packs = c * itemsize // 16
@@ -1102,24 +1106,30 @@ def _bn_grid(kernel, shape, itemsize, packed_rows, reduces):
             per_group, groups, width, partials = 0, c, 16 // itemsize, 1
             units = n * (s // width if s % width == 0 else s)
             chunks = max(1, min(resident // groups, units // (4 * _BLOCK)))
-        _bn_grids[key] = (groups * chunks, chunks, per_group, groups, partials)
+            if follows is not None:
+                blocks, reduced_groups = _bn_grid(follows, shape, itemsize, False, True)[:2]
+                split = -(-chunks * reduced_groups // blocks)   # no fewer chunks: a 5th unit per thread cost more
+                chunks = blocks // reduced_groups * split
+        sizes = (np.int32(n), np.int32(c), np.int64(s), np.int32(chunks), np.int32(per_group), np.int32(split))
+        _bn_grids[key] = (groups * chunks, groups, partials, sizes)
     return _bn_grids[key]
 
 
-def _bn_launch(name, x3, args, *template, scratch_at=None):
+def _bn_launch(name, x3, args, *template, scratch_at=None, follows=None):
     """Launch BatchNorm kernel name<x's dtype, template...> over (N, C, S) x3 with `args`, then the sizes
     and grid. A reduction gets its partial-sum buffer and ticket counters inserted at args[scratch_at]
-    (the counters are zero between calls: each group's last block re-arms its own)."""
+    (the counters are zero between calls: each group's last block re-arms its own); an elementwise pass
+    right after the reduction `follows` ((name, template...)) reads first what that one read last."""
     kernel = _kernel(name, x3.dtype, *template)
     n, c, s = x3.shape
     packed_rows = s == 1 and c * x3.itemsize // 16 <= _BLOCK and \
         _width(x3.dtype, c, *[a for a in args if isinstance(a, cp.ndarray) and a.size == x3.size]) > 1
-    blocks, chunks, per_group, groups, per_block = _bn_grid(kernel, x3.shape, x3.itemsize, packed_rows,
-                                                            scratch_at is not None)
+    blocks, groups, per_block, sizes = _bn_grid(kernel, x3.shape, x3.itemsize, packed_rows, scratch_at is not None,
+                                                follows and _kernel(follows[0], x3.dtype, *follows[1:]))
     if scratch_at is not None:
         partials = cp.empty(blocks * per_block * 2, _stat_dtype(x3.dtype))
         args = args[:scratch_at] + (partials, _ticket_counters(groups)) + args[scratch_at:]
-    kernel((blocks,), (_BLOCK,), args + (np.int32(n), np.int32(c), np.int64(s), np.int32(chunks), np.int32(per_group)))
+    kernel((blocks,), (_BLOCK,), args + sizes)
 
 
 def _bn_forward_fused(x, weight, bias, running_mean, running_var, training, momentum, eps, act):
@@ -1149,10 +1159,11 @@ def _bn_backward_fused(x, mean, invstd, weight, bias, g, training, act):
     rows, shaped = _bn_layout(x)
     x3, g3 = rows(x), rows(g)
     w, b = cp.ascontiguousarray(weight, a), cp.ascontiguousarray(bias, a)
-    sums = cp.empty((2, c), a)   # per channel: sum(g) and sum(g * xhat), g = dy * act'
-    _bn_launch('bn_bwd_reduce', x3, (x3, g3, mean, invstd, w, b, sums), _ACTIVATIONS[act], scratch_at=6)
+    sums = cp.empty(c, a), cp.empty(c, a)   # per channel: sum(g) = dbias and sum(g * xhat) = dweight, g = dy * act'
+    _bn_launch('bn_bwd_reduce', x3, (x3, g3, mean, invstd, w, b) + sums, _ACTIVATIONS[act], scratch_at=6)
     dx3 = cp.empty_like(x3)
-    _bn_launch('bn_bwd_dx', x3, (x3, g3, mean, invstd, w, b, sums if training else None, dx3), _ACTIVATIONS[act])
+    _bn_launch('bn_bwd_dx', x3, (x3, g3, mean, invstd, w, b) + (sums if training else (None, None)) + (dx3,),
+               _ACTIVATIONS[act], follows=('bn_bwd_reduce', _ACTIVATIONS[act]))
     return shaped(dx3), sums[1], sums[0]
 
 
