@@ -2958,8 +2958,10 @@ class GRU(Module):
         for k in range(self.num_layers):
             params = (getattr(self, f'{n}_l{k}') for n in ('weight_ih', 'weight_hh', 'bias_ih', 'bias_hh'))
             x = _gru_layer(x, *params, None if h0 is None else h0[k])
-            finals.append(x[-1])
-        return (x.transpose(0, 1) if self.batch_first else x), stack(finals)
+            finals.append(x[-1:])
+        # one layer: h_n is a view of the output's last step (as a slice of a tensor is), not a copy
+        h_n = finals[0] if self.num_layers == 1 else cat(finals)
+        return (x.transpose(0, 1) if self.batch_first else x), h_n
 
 
 # ================================================================ optimizers
