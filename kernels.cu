@@ -1842,7 +1842,7 @@ __global__ void conv_direct_dw_fold(const acc_t<T>* __restrict__ part, int block
 // reads as pairs of 16-bit halves); dW's transposed fragments need 16-bit elements, so TF32 loads them one by one.
 namespace implicit {
 
-enum { NT = 256, BK_BYTES = 64, STAGES = 4, WM = 32 };
+enum { NT = 256, BK_BYTES = 64, STAGES = 4, WM = 32, WG_STAGES = 6 };   // WG_STAGES: conv_implicit_wg's
 
 // index of granule g of row r in a tile of G granules per row: 64-byte rows (G = 4) pair up in 128 bytes
 template <int G> __device__ __forceinline__ int granule_at(int r, int g) {
@@ -2033,6 +2033,166 @@ conv_implicit_fwd(const T* __restrict__ x, const T* __restrict__ w2, const T* __
                 store_pair(y + m * Co + o, acc[mi][ni][2 * half] + b0, acc[mi][ni][2 * half + 1] + b1);   // C_out is even
             }
     }
+}
+
+// ----- conv_implicit_fwd on Hopper's warpgroup products (wgmma, sm_90a). The loader builds this kernel in a
+// module of its own with -arch=sm_90a on devices of compute capability 9.0; compiled for anything else (as CI's
+// sm_90 check does) its body traps. A warpgroup (4 warps) multiplies a 64-row tile of A by an N-column tile of B,
+// both read from shared memory through descriptors, asynchronously: d (64 x N in the mma.m16n8 C layout repeated
+// over N: warp w, lane 4 g + t holds d[4 i + 2 h + e] = D[16 w + g + 8 h][8 i + 2 t + e]) += A B^T of one k-step
+// of 32 bytes a row. Operands are K-major tiles of 128-byte rows in the 128-byte swizzle (granule c of row r at
+// c ^ (r % 8): implicit::granule_at<8>), 1024-byte aligned; descriptor: start address, LBO (unused here: 16),
+// SBO = 1024 (8 rows), swizzle mode 1 (bits 62-63); a k-step s starts 32 s bytes into the rows.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+namespace hopper {
+
+__device__ __forceinline__ unsigned long long operand(unsigned address) {
+    return ((address & 0x3FFFF) >> 4) | (1ull << 16) | ((1024ull >> 4) << 32) | (1ull << 62);
+}
+
+#define TL_D4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+#define TL_D16(i) TL_D4(i), TL_D4(i + 4), TL_D4(i + 8), TL_D4(i + 12)
+#define TL_R32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+               " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define TL_R64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+               " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
+               " %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
+               " %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define TL_WGMMA(INSTR, REGS, A, B, SCALE, TAIL, ...)                                                                  \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE ", 0;\n" INSTR " " REGS ", " A ", " B ", p, 1, 1" TAIL ";\n}\n" \
+                 : __VA_ARGS__ : "l"(a), "l"(b), "r"(int(accumulate)) : "memory")
+
+// d (+)= A B^T of one k-step: accumulate false overwrites d (the first step: d needs no zeros, whose writes would
+// make ptxas serialize the asynchronous products)
+template <typename T, int N> struct Wgmma;
+template <> struct Wgmma<__half, 64> {
+    __device__ static void mma(float (&d)[32], unsigned long long a, unsigned long long b, bool accumulate) {
+        TL_WGMMA("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", TL_R32, "%32", "%33", "%34", ", 0, 0", TL_D16(0),
+                 TL_D16(16));
+    }
+};
+template <> struct Wgmma<__half, 128> {
+    __device__ static void mma(float (&d)[64], unsigned long long a, unsigned long long b, bool accumulate) {
+        TL_WGMMA("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", TL_R64, "%64", "%65", "%66", ", 0, 0", TL_D16(0),
+                 TL_D16(16), TL_D16(32), TL_D16(48));
+    }
+};
+template <> struct Wgmma<float, 64> {   // TF32: the low 13 bits of each float are ignored (truncation)
+    __device__ static void mma(float (&d)[32], unsigned long long a, unsigned long long b, bool accumulate) {
+        TL_WGMMA("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", TL_R32, "%32", "%33", "%34", "", TL_D16(0),
+                 TL_D16(16));
+    }
+};
+template <> struct Wgmma<float, 128> {
+    __device__ static void mma(float (&d)[64], unsigned long long a, unsigned long long b, bool accumulate) {
+        TL_WGMMA("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32", TL_R64, "%64", "%65", "%66", "", TL_D16(0),
+                 TL_D16(16), TL_D16(32), TL_D16(48));
+    }
+};
+#undef TL_WGMMA
+#undef TL_R64
+#undef TL_R32
+#undef TL_D16
+#undef TL_D4
+
+}  // namespace hopper
+#endif
+
+// A block of two warpgroups owns 128 rows m of y (64 each) by BN output channels. The staging is conv_implicit_fwd's
+// (granule g of tile rows tid / 8 + 32 a, a k-step of 128 bytes a row) in a ring of WG_STAGES stages: while step s
+// is multiplied, steps s + 1 .. s + WG_STAGES - 2 are being copied and step s - 1's products may still run (one
+// wgmma group in flight), so the stage refilled after step s's barrier is step s - 2's. Each thread fences its
+// landed copies for the asynchronous proxy before the barrier. Dynamic shared memory: WG_STAGES x (128 + BN) x 128
+// bytes + 1024 (to align the tiles to 1024 bytes).
+template <typename T, int BN>
+__global__ void __launch_bounds__(256, 1)
+conv_implicit_wg(const T* __restrict__ x, const T* __restrict__ w2, const T* __restrict__ bias, T* __restrict__ y,
+                 int N, int H, int W, int C, int Co, int Ho, int Wo, int kh, int kw, int sh, int sw, int ph, int pw)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using namespace implicit;
+    constexpr int BM = 128, E = 16 / sizeof(T), BK = 128 / sizeof(T), G = 8, ROWS = 256 / G;
+    constexpr int AR = BM / ROWS, BR = BN / ROWS, REGS = BN / 2;
+    extern __shared__ uint4 hopper_smem[];
+    const unsigned base = (shared_address(hopper_smem) + 1023) & ~1023u;
+    uint4* const As = hopper_smem + (base - shared_address(hopper_smem)) / 16;   // [WG_STAGES][BM * G]
+    uint4* const Bs = As + WG_STAGES * BM * G;                                   // [WG_STAGES][BN * G]
+    const int tid = threadIdx.x, g = tid % G, group = tid / 128;
+    const long long M = (long long)N * Ho * Wo, m0 = (long long)blockIdx.x * BM;
+    const int K = kh * kw * C, o0 = blockIdx.y * BN;
+
+    int corner[AR], top[AR], left[AR], w_row[BR];   // as conv_implicit_fwd's
+#pragma unroll
+    for (int a = 0; a < AR; ++a) {
+        const long long m = m0 + tid / G + ROWS * a;
+        const Pixel p = pixel_of(m < M ? m : 0, Ho, Wo, 1);
+        top[a] = p.h * sh - ph, left[a] = p.w * sw - pw;
+        corner[a] = ((p.n * H + top[a]) * W + left[a]) * C;
+        top[a] = m < M ? top[a] : -(1 << 29);
+    }
+#pragma unroll
+    for (int b = 0; b < BR; ++b) {
+        const int o = o0 + tid / G + ROWS * b;
+        w_row[b] = o < Co ? o * K + g * E : -(1 << 30);
+    }
+    TapWalk tap(g * E, C, kw);
+    auto load = [&](int stage, int s) {
+        const bool k_ok = s * BK + g * E < K;
+        const int at_tap = (tap.i * W + tap.j) * C + tap.c;
+#pragma unroll
+        for (int a = 0; a < AR; ++a) {
+            const bool ok = k_ok && (unsigned)(top[a] + tap.i) < (unsigned)H && (unsigned)(left[a] + tap.j) < (unsigned)W;
+            cp_async16_or_zero(As + stage * BM * G + granule_at<G>(tid / G + ROWS * a, g), x + (ok ? corner[a] + at_tap : 0), ok);
+        }
+#pragma unroll
+        for (int b = 0; b < BR; ++b) {
+            const bool ok = k_ok && w_row[b] >= 0;
+            cp_async16_or_zero(Bs + stage * BN * G + granule_at<G>(tid / G + ROWS * b, g), w2 + (ok ? w_row[b] + s * BK : 0), ok);
+        }
+        tap.advance(BK, C, kw);
+    };
+
+    float d[REGS];   // written by the first step's products
+    const int steps = (K + BK - 1) / BK;
+    constexpr int AHEAD = WG_STAGES - 2;   // steps being copied
+#pragma unroll
+    for (int s = 0; s < AHEAD; ++s) {
+        if (s < steps) load(s, s);
+        cp_async_commit();
+    }
+    for (int s = 0; s < steps; ++s) {
+        cp_async_wait_groups<AHEAD - 1>();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   // this thread's copies, for wgmma's reads
+        __syncthreads();   // step s has landed; step s - 2's products are done (waited below): its stage is free
+        if (s + AHEAD < steps) load((s + AHEAD) % WG_STAGES, s + AHEAD);
+        cp_async_commit();
+        const int stage = s % WG_STAGES;
+        const unsigned a_tile = base + (stage * BM + group * 64) * 128, b_tile = base + (WG_STAGES * BM + stage * BN) * 128;
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int k = 0; k < 4; ++k)   // k-steps of 32 bytes a row
+            hopper::Wgmma<T, BN>::mma(d, hopper::operand(a_tile + 32 * k), hopper::operand(b_tile + 32 * k), s || k);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");   // step s - 1's products are done
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    cp_async_wait();
+
+    const int lane = tid & 31, warp = (tid >> 5) & 3, gq = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int i = 0; i < BN / 8; ++i) {
+        const int o = o0 + 8 * i + 2 * tq;
+        const float b0 = bias && o < Co ? float(bias[o]) : 0.f, b1 = bias && o < Co ? float(bias[o + 1]) : 0.f;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const long long m = m0 + group * 64 + warp * 16 + gq + 8 * half;
+            if (m < M && o < Co)
+                store_pair(y + m * Co + o, d[4 * i + 2 * half] + b0, d[4 * i + 2 * half + 1] + b1);   // C_out is even
+        }
+    }
+#else
+    __trap();   // built without sm_90a's features: the loader never launches it so
+#endif
 }
 
 // Partial sums of dw2 over the split's rows m in [z m_split, (z + 1) m_split): part[z][o][k] (float).

@@ -2058,17 +2058,31 @@ def poisoned():
 
 
 @contextlib.contextmanager
-def composed_only():
-    """tinygrad_lite as if kernels.cu were missing on the current GPU: every op composes CuPy ops."""
+def kernels_hidden(names=None):
+    """tinygrad_lite as if kernels.cu lacked the kernels `names` (None: as if it were missing) on the current GPU."""
     device = cp.cuda.runtime.getDevice()
     loaded = tl._load_kernels()
-    tl._modules[device] = {}
+    tl._modules[device] = {} if names is None else {e: k for e, k in loaded.items() if e.split('<')[0] not in names}
     tl._kernels.clear()   # the looked-up kernels
     try:
         yield
     finally:
         tl._modules[device] = loaded
         tl._kernels.clear()
+
+
+def composed_only():
+    """tinygrad_lite as if kernels.cu were missing on the current GPU: every op composes CuPy ops."""
+    return kernels_hidden()
+
+
+def without_wgmma():
+    """The implicit-GEMM convs on conv_implicit_fwd (mma.sync) where the GPU has conv_implicit_wg (wgmma, sm_90a):
+    tests run both; a GPU without sm_90a's kernels skips the second run."""
+    need_cuda()
+    if 'conv_implicit_wg' not in tl.fused_kernels():
+        raise Skip('no sm_90a kernels on this GPU: conv_implicit_fwd is what the other tests ran')
+    return kernels_hidden({'conv_implicit_wg'})
 
 
 @contextlib.contextmanager
@@ -2548,6 +2562,15 @@ def test_gpu_conv_implicit_edges():
     """The implicit-GEMM kernels (float16 and TF32, channels in multiples of 8 and 4) where CONV_CASES do not reach:
     x and dy in channels-last memory off a 16-byte boundary (the kernels copy 16-byte pieces: they get aligned copies),
     each gradient alone, an empty batch (dW and db zeros), and in TF32 12 channels (a multiple of 4, not of 8)."""
+    check_conv_implicit_edges()
+
+
+def test_gpu_conv_implicit_edges_without_wgmma():
+    with without_wgmma():
+        check_conv_implicit_edges()
+
+
+def check_conv_implicit_edges():
     need_cuda()
     r = rng('conv_implicit_edges')
     for dtype in (np.float16, np.float32):
@@ -2675,6 +2698,15 @@ for _mode in ('fused', 'composed'):
             register(f'test_gpu_{_mode}_{_op}_{_n}', lambda m=_mode, o=_op, dt=_dt: check_pool(m, o, dt))
         register(f'test_gpu_{_mode}_cross_entropy_{_n}', lambda m=_mode, dt=_dt: check_cross_entropy(m, dt))
 register('test_gpu_fused_conv_cases_float32_tf32', lambda: check_conv('fused', np.float32, allow_tf32=True))
+def run_without_wgmma(fn):
+    with without_wgmma():
+        fn()
+
+
+for _dt, _tf32 in ((np.float16, False), (np.float32, True)):
+    register(f'test_gpu_fused_conv_cases_{np.dtype(_dt).name}{"_tf32" * _tf32}_without_wgmma',
+             lambda dt=_dt, t=_tf32: run_without_wgmma(lambda: check_conv('fused', dt, allow_tf32=t)))
+
 
 
 def test_gpu_allow_tf32_switches_conv_products():

@@ -263,6 +263,8 @@ _CE_UNROLL = {'__half': 4, 'float': 8, 'double': 4}   # cross_entropy_fwd's U: p
 _IMPLICIT_BK_BYTES, _IMPLICIT_STAGES, _IMPLICIT_WM = 64, 4, 32
 _IMPLICIT_TILES = ((128, 32, 32, 32), (128, 64, 64, 32))
 _IMPLICIT_DW_TILES = {'__half': ((64, 256), (128, 128)), 'float': ((64, 128), (64, 128))}   # TF32: twice the bytes
+_IMPLICIT_WG_BN, _IMPLICIT_WG_STAGES = (64, 128), 6   # conv_implicit_wg's output channels a block (of 128 rows m):
+# for at most 64, and for more; its k-steps in shared memory (implicit::WG_STAGES)
 # kernel name -> the template arguments it is instantiated with (C type names, integers)
 _KERNEL_INSTANCES = {
     'relu_fwd': [(t,) for t in _FLOAT_C],
@@ -279,6 +281,7 @@ _KERNEL_INSTANCES = {
     **{name: [(t, v) for t in _FLOAT_C for v in _PACK[t]]
        for name in ('im2col_nhwc', 'col2im_nhwc', 'max_pool2d_fwd', 'max_pool2d_bwd', 'avg_pool2d_fwd', 'avg_pool2d_bwd')},
     'conv_implicit_fwd': [(t, *map(str, tile)) for t in ('__half', 'float') for tile in _IMPLICIT_TILES],
+    'conv_implicit_wg': [(t, str(bn)) for t in ('__half', 'float') for bn in _IMPLICIT_WG_BN],
     'conv_implicit_dw': [(t, *map(str, tile)) for t, tiles in _IMPLICIT_DW_TILES.items() for tile in sorted(set(tiles))],
     'conv_dw_fold': [('__half',), ('float',)],
     'cross_entropy_fwd': [(t, 'long long', v, str(_CE_UNROLL[t])) for t in _FLOAT_C for v in _PACK[t]],
@@ -286,6 +289,7 @@ _KERNEL_INSTANCES = {
     'sgd_step': [(t,) for t in _FLOAT_C],
 }
 _COOPERATIVE = {'gru_fwd_persistent', 'gru_bwd_persistent'}   # launched as cooperative grids (a module of their own)
+_SM90A = {'conv_implicit_wg'}   # Hopper's wgmma: a module of their own built with -arch=sm_90a, on 9.0 devices only
 _BLOCK = 256   # threads per block of every kernel
 _modules = {}   # GPU index -> {name expression: RawKernel}, {} when kernels.cu is missing or broken
 _kernels = {}   # (name, template arguments, GPU index) -> RawKernel or None, as _kernel found it
@@ -300,14 +304,17 @@ def _load_kernels():
     index = cp.cuda.runtime.getDevice()
     if index in _modules:
         return _modules[index]
-    _modules[index] = kernels = {}   # filled module by module: a failed cooperative one keeps the others
+    _modules[index] = kernels = {}   # filled module by module: a failed later one keeps the others
     try:
         with open(_KERNEL_PATH) as f:
             source = f.read()
-        for cooperative in (False, True):   # CuPy launches every kernel of a cooperative module cooperatively
-            expressions = [e for e in _kernel_name_expressions() if (e.split('<')[0] in _COOPERATIVE) == cooperative]
-            module = cp.RawModule(code=source, options=('-std=c++17',), name_expressions=expressions,
-                                  enable_cooperative_groups=cooperative)
+        hopper = cp.cuda.Device().compute_capability == '90'
+        # CuPy launches every kernel of a cooperative module cooperatively; sm_90a code runs on 9.0 devices alone
+        for cooperative, sm90a in ((False, False), (True, False)) + (((False, True),) if hopper else ()):
+            expressions = [e for e in _kernel_name_expressions()
+                           if (e.split('<')[0] in _COOPERATIVE, e.split('<')[0] in _SM90A) == (cooperative, sm90a)]
+            module = cp.RawModule(code=source, options=('-std=c++17',) + (('-arch=sm_90a',) if sm90a else ()),
+                                  name_expressions=expressions, enable_cooperative_groups=cooperative)
             kernels.update((e, module.get_function(e)) for e in expressions)
     except Exception as e:   # a missing file, a compile error: the composed CuPy paths serve instead
         warnings.warn(f"tinygrad_lite: fused kernels unavailable ({type(e).__name__}: {str(e)[:300]}); "
@@ -1645,7 +1652,8 @@ def _implicit_conv(x, weight_shape, pixels, tf32):
     train_cifar.py's shapes on the H200 (float16 fwd+bwd kernel times), with at most 64 output channels (64->64 at
     15x15: 0.30 ms against 0.43 the other way) or few pixels (256->256 at 3x3: 0.21 against 0.34), not at 64->256
     (0.92 against 0.57) or 256->256 at 7x7 (0.71 against 0.50). TF32 at the same shapes: 64->64 0.64 ms against 0.90
-    and 256->256 at 3x3 0.44 against 0.50 (bench.py's fwd+bwd), 64->256 2.3 against 1.4."""
+    and 256->256 at 3x3 0.44 against 0.50 (bench.py's fwd+bwd), 64->256 2.3 against 1.4. On 9.0 GPUs the products
+    of x and dy run on conv_implicit_wg (wgmma) instead; this rule is still the mma.sync kernels'."""
     cout, c, kh, kw = weight_shape
     granule = 16 // x.dtype.itemsize
     return ((x.dtype == np.float16 or x.dtype == np.float32 and tf32) and c % granule == 0 and cout % granule == 0
@@ -1655,17 +1663,26 @@ def _implicit_conv(x, weight_shape, pixels, tf32):
 
 
 def _implicit_products(xh, flat_weight, kernel_size, stride, padding, bias=None):
-    """im2col(xh) flat_weight^T (+ bias) as an (N, Ho, Wo, C_out) array, for channels-last xh, on conv_implicit_fwd."""
+    """im2col(xh) flat_weight^T (+ bias) as an (N, Ho, Wo, C_out) array, for channels-last xh, on conv_implicit_wg
+    (wgmma) where the GPU has it, else conv_implicit_fwd."""
     n, h, w, c = xh.shape
     (kh, kw), cout = kernel_size, flat_weight.shape[0]
     ho, wo = _conv_output(h, w, kernel_size, stride, padding)
     y = cp.empty((n, ho, wo, cout), xh.dtype)
+    if not y.size:
+        return y
+    args = (_aligned(xh), _aligned(flat_weight), bias, y) + tuple(np.int32(v) for v in (n, h, w, c, cout, ho, wo, kh, kw,
+                                                                                          *stride, *padding))
+    tile_n = _IMPLICIT_WG_BN[cout > _IMPLICIT_WG_BN[0]]
+    hopper = _kernel('conv_implicit_wg', xh.dtype, tile_n)
+    if hopper is not None:   # 128 rows m a block, 128-byte k-steps in 1024-byte aligned tiles
+        _launch_with_smem(hopper, (-(-n * ho * wo // 128), -(-cout // tile_n)), 256, args,
+                          _IMPLICIT_WG_STAGES * (128 + tile_n) * 128 + 1024)
+        return y
     tile_m, tile_n, warp_m, warp_n = tile = _IMPLICIT_TILES[cout > 32]
-    if y.size:   # 16-byte copies from 16-byte boundaries
-        _launch_with_smem(_kernel('conv_implicit_fwd', xh.dtype, *tile), (-(-n * ho * wo // tile_m), -(-cout // tile_n)),
-                          32 * (tile_m // warp_m) * (tile_n // warp_n), (_aligned(xh), _aligned(flat_weight), bias, y)
-                          + tuple(np.int32(v) for v in (n, h, w, c, cout, ho, wo, kh, kw, *stride, *padding)),
-                          _IMPLICIT_STAGES * (tile_m + tile_n) * _IMPLICIT_BK_BYTES)
+    _launch_with_smem(_kernel('conv_implicit_fwd', xh.dtype, *tile), (-(-n * ho * wo // tile_m), -(-cout // tile_n)),
+                      32 * (tile_m // warp_m) * (tile_n // warp_n), args,   # 16-byte copies from 16-byte boundaries
+                      _IMPLICIT_STAGES * (tile_m + tile_n) * _IMPLICIT_BK_BYTES)
     return y
 
 
