@@ -2176,6 +2176,8 @@ conv_implicit_wg(const T* __restrict__ x, const T* __restrict__ w2, const T* __r
         asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");   // step s - 1's products are done
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+    for (int i = 0; i < REGS; ++i) asm volatile("" : "+f"(d[i])::"memory");   // no read of d moves above the wait
     cp_async_wait();
 
     const int lane = tid & 31, warp = (tid >> 5) & 3, gq = lane >> 2, tq = lane & 3;

@@ -318,7 +318,7 @@ def _load_kernels():
             kernels.update((e, module.get_function(e)) for e in expressions)
     except Exception as e:   # a missing file, a compile error: the composed CuPy paths serve instead
         warnings.warn(f"tinygrad_lite: fused kernels unavailable ({type(e).__name__}: {str(e)[:300]}); "
-                      "using composed CuPy ops")
+                      "using composed CuPy ops" + (" for the kernels not loaded before it" if kernels else ""))
     return _modules[index]
 
 
@@ -1675,6 +1675,9 @@ def _implicit_products(xh, flat_weight, kernel_size, stride, padding, bias=None)
                                                                                           *stride, *padding))
     tile_n = _IMPLICIT_WG_BN[cout > _IMPLICIT_WG_BN[0]]
     hopper = _kernel('conv_implicit_wg', xh.dtype, tile_n)
+    if hopper is not None and c == 0:   # no k-steps: conv_implicit_wg's first step is what writes its sums
+        y[...] = 0 if bias is None else bias
+        return y
     if hopper is not None:   # 128 rows m a block, 128-byte k-steps in 1024-byte aligned tiles
         _launch_with_smem(hopper, (-(-n * ho * wo // 128), -(-cout // tile_n)), 256, args,
                           _IMPLICIT_WG_STAGES * (128 + tile_n) * 128 + 1024)
