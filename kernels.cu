@@ -1842,7 +1842,7 @@ __global__ void conv_direct_dw_fold(const acc_t<T>* __restrict__ part, int block
 // reads as pairs of 16-bit halves); dW's transposed fragments need 16-bit elements, so TF32 loads them one by one.
 namespace implicit {
 
-enum { NT = 256, BK_BYTES = 64, STAGES = 4, WM = 32, WG_STAGES = 6 };   // WG_STAGES: conv_implicit_wg's
+enum { NT = 256, BK_BYTES = 64, STAGES = 4, WM = 32 };
 
 // index of granule g of row r in a tile of G granules per row: 64-byte rows (G = 4) pair up in 128 bytes
 template <int G> __device__ __forceinline__ int granule_at(int r, int g) {
@@ -2035,19 +2035,21 @@ conv_implicit_fwd(const T* __restrict__ x, const T* __restrict__ w2, const T* __
     }
 }
 
-// ----- conv_implicit_fwd on Hopper's warpgroup products (wgmma, sm_90a). The loader builds this kernel in a
+// ----- The implicit-GEMM conv on Hopper's warpgroup products (wgmma, sm_90a). The loader builds these kernels in a
 // module of its own with -arch=sm_90a on devices of compute capability 9.0; compiled for anything else (as CI's
-// sm_90 check does) its body traps. A warpgroup (4 warps) multiplies a 64-row tile of A by an N-column tile of B,
+// sm_90 check does) their bodies trap. A warpgroup (4 warps) multiplies a 64-row tile of A by an N-column tile of B,
 // both read from shared memory through descriptors, asynchronously: d (64 x N in the mma.m16n8 C layout repeated
-// over N: warp w, lane 4 g + t holds d[4 i + 2 h + e] = D[16 w + g + 8 h][8 i + 2 t + e]) += A B^T of one k-step
-// of 32 bytes a row. Operands are K-major tiles of 128-byte rows in the 128-byte swizzle (granule c of row r at
-// c ^ (r % 8): implicit::granule_at<8>), 1024-byte aligned; descriptor: start address, LBO (unused here: 16),
-// SBO = 1024 (8 rows), swizzle mode 1 (bits 62-63); a k-step s starts 32 s bytes into the rows.
+// over N: warp w, lane 4 g + t holds d[4 i + 2 h + e] = D[16 w + g + 8 h][8 i + 2 t + e]) += A B of one k-step of
+// 16 values (8 in TF32). Tiles are 1024-byte aligned, in the 128-byte swizzle (16-byte granule c of a 128-byte row
+// r at c ^ (r % 8): implicit::granule_at<8>); descriptor: start address, LBO, SBO = 1024 (8 rows), swizzle mode 1
+// (bits 62-63). K-major tiles (rows of A and B along k; the only layout TF32 has): LBO unused, a k-step starts 32
+// bytes further into the rows. MN-major tiles (float16 only; the rows run along m or n, 64 values each): LBO steps
+// between 64-column blocks of rows, a k-step starts 16 rows (2048 bytes) further down.
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 namespace hopper {
 
-__device__ __forceinline__ unsigned long long operand(unsigned address) {
-    return ((address & 0x3FFFF) >> 4) | (1ull << 16) | ((1024ull >> 4) << 32) | (1ull << 62);
+__device__ __forceinline__ unsigned long long operand(unsigned address, unsigned lbo = 16) {
+    return ((address & 0x3FFFF) >> 4) | (unsigned long long)(lbo >> 4) << 16 | ((1024ull >> 4) << 32) | (1ull << 62);
 }
 
 #define TL_D4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
@@ -2060,30 +2062,32 @@ __device__ __forceinline__ unsigned long long operand(unsigned address) {
                " %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 #define TL_WGMMA(INSTR, REGS, A, B, SCALE, TAIL, ...)                                                                  \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE ", 0;\n" INSTR " " REGS ", " A ", " B ", p, 1, 1" TAIL ";\n}\n" \
-                 : __VA_ARGS__ : "l"(a), "l"(b), "r"(int(accumulate)) : "memory")
+                 : __VA_ARGS__ : "l"(a), "l"(b), "r"(int(accumulate)), "n"(MN) : "memory")
 
-// d (+)= A B^T of one k-step: accumulate false overwrites d (the first step: d needs no zeros, whose writes would
-// make ptxas serialize the asynchronous products)
-template <typename T, int N> struct Wgmma;
-template <> struct Wgmma<__half, 64> {
+// d (+)= A B of one k-step: accumulate false overwrites d (the first step: d needs no zeros, whose writes would
+// make ptxas serialize the asynchronous products). MN: both tiles MN-major (float16 only)
+template <typename T, int N, int MN = 0> struct Wgmma;
+template <int MN> struct Wgmma<__half, 64, MN> {
     __device__ static void mma(float (&d)[32], unsigned long long a, unsigned long long b, bool accumulate) {
-        TL_WGMMA("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", TL_R32, "%32", "%33", "%34", ", 0, 0", TL_D16(0),
-                 TL_D16(16));
+        TL_WGMMA("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", TL_R32, "%32", "%33", "%34", ", %35, %35",
+                 TL_D16(0), TL_D16(16));
     }
 };
-template <> struct Wgmma<__half, 128> {
+template <int MN> struct Wgmma<__half, 128, MN> {
     __device__ static void mma(float (&d)[64], unsigned long long a, unsigned long long b, bool accumulate) {
-        TL_WGMMA("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", TL_R64, "%64", "%65", "%66", ", 0, 0", TL_D16(0),
-                 TL_D16(16), TL_D16(32), TL_D16(48));
+        TL_WGMMA("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", TL_R64, "%64", "%65", "%66", ", %67, %67",
+                 TL_D16(0), TL_D16(16), TL_D16(32), TL_D16(48));
     }
 };
-template <> struct Wgmma<float, 64> {   // TF32: the low 13 bits of each float are ignored (truncation)
+template <int MN> struct Wgmma<float, 64, MN> {   // TF32: the low 13 bits of each float are ignored (truncation)
+    static_assert(!MN, "TF32 tiles are K-major");
     __device__ static void mma(float (&d)[32], unsigned long long a, unsigned long long b, bool accumulate) {
         TL_WGMMA("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", TL_R32, "%32", "%33", "%34", "", TL_D16(0),
                  TL_D16(16));
     }
 };
-template <> struct Wgmma<float, 128> {
+template <int MN> struct Wgmma<float, 128, MN> {
+    static_assert(!MN, "TF32 tiles are K-major");
     __device__ static void mma(float (&d)[64], unsigned long long a, unsigned long long b, bool accumulate) {
         TL_WGMMA("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32", TL_R64, "%64", "%65", "%66", "", TL_D16(0),
                  TL_D16(16), TL_D16(32), TL_D16(48));
@@ -2098,25 +2102,28 @@ template <> struct Wgmma<float, 128> {
 }  // namespace hopper
 #endif
 
-// A block of two warpgroups owns 128 rows m of y (64 each) by BN output channels. The staging is conv_implicit_fwd's
-// (granule g of tile rows tid / 8 + 32 a, a k-step of 128 bytes a row) in a ring of WG_STAGES stages: while step s
-// is multiplied, steps s + 1 .. s + WG_STAGES - 2 are being copied and step s - 1's products may still run (one
-// wgmma group in flight), so the stage refilled after step s's barrier is step s - 2's. Each thread fences its
-// landed copies for the asynchronous proxy before the barrier. Dynamic shared memory: WG_STAGES x (128 + BN) x 128
-// bytes + 1024 (to align the tiles to 1024 bytes).
-template <typename T, int BN>
-__global__ void __launch_bounds__(256, 1)
+// A block of two warpgroups owns MT x 128 rows m of y (warpgroup w the m-tiles of 64 rows 2 t + w) by BN output
+// channels (products of 64 or 128 columns). The staging is conv_implicit_fwd's (granule g of tile rows tid / 8 + 32 a,
+// a k-step of 128 bytes a row) in a ring of STAGES stages: while step s is multiplied, steps s + 1 .. s + STAGES - 2
+// are being copied and step s - 1's products may still run (one wgmma group in flight), so the stage refilled after
+// step s's barrier is step s - 2's. Each thread fences its landed copies for the asynchronous proxy before the
+// barrier. Dynamic shared memory: STAGES x (128 MT + BN) x 128 bytes + 1024 (to align the tiles to 1024 bytes);
+// two blocks an SM where that fits twice.
+template <int BN, int MT, int STAGES> constexpr int wg_smem() { return STAGES * (128 * MT + BN) * 128 + 1024; }
+
+template <typename T, int BN, int MT, int STAGES>
+__global__ void __launch_bounds__(256, 2 * wg_smem<BN, MT, STAGES>() <= 232448 ? 2 : 1)
 conv_implicit_wg(const T* __restrict__ x, const T* __restrict__ w2, const T* __restrict__ bias, T* __restrict__ y,
                  int N, int H, int W, int C, int Co, int Ho, int Wo, int kh, int kw, int sh, int sw, int ph, int pw)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace implicit;
-    constexpr int BM = 128, E = 16 / sizeof(T), BK = 128 / sizeof(T), G = 8, ROWS = 256 / G;
-    constexpr int AR = BM / ROWS, BR = BN / ROWS, REGS = BN / 2;
+    constexpr int BM = 128 * MT, E = 16 / sizeof(T), BK = 128 / sizeof(T), G = 8, ROWS = 256 / G;
+    constexpr int AR = BM / ROWS, BR = BN / ROWS, NN = BN < 128 ? BN : 128, NT = BN / NN, REGS = NN / 2;
     extern __shared__ uint4 hopper_smem[];
     const unsigned base = (shared_address(hopper_smem) + 1023) & ~1023u;
-    uint4* const As = hopper_smem + (base - shared_address(hopper_smem)) / 16;   // [WG_STAGES][BM * G]
-    uint4* const Bs = As + WG_STAGES * BM * G;                                   // [WG_STAGES][BN * G]
+    uint4* const As = hopper_smem + (base - shared_address(hopper_smem)) / 16;   // [STAGES][BM * G]
+    uint4* const Bs = As + STAGES * BM * G;                                      // [STAGES][BN * G]
     const int tid = threadIdx.x, g = tid % G, group = tid / 128;
     const long long M = (long long)N * Ho * Wo, m0 = (long long)blockIdx.x * BM;
     const int K = kh * kw * C, o0 = blockIdx.y * BN;
@@ -2152,9 +2159,9 @@ conv_implicit_wg(const T* __restrict__ x, const T* __restrict__ w2, const T* __r
         tap.advance(BK, C, kw);
     };
 
-    float d[REGS];   // written by the first step's products
+    float d[MT][NT][REGS];   // written by the first step's products
     const int steps = (K + BK - 1) / BK;
-    constexpr int AHEAD = WG_STAGES - 2;   // steps being copied
+    constexpr int AHEAD = STAGES - 2;   // steps being copied
 #pragma unroll
     for (int s = 0; s < AHEAD; ++s) {
         if (s < steps) load(s, s);
@@ -2164,36 +2171,152 @@ conv_implicit_wg(const T* __restrict__ x, const T* __restrict__ w2, const T* __r
         cp_async_wait_groups<AHEAD - 1>();
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   // this thread's copies, for wgmma's reads
         __syncthreads();   // step s has landed; step s - 2's products are done (waited below): its stage is free
-        if (s + AHEAD < steps) load((s + AHEAD) % WG_STAGES, s + AHEAD);
+        if (s + AHEAD < steps) load((s + AHEAD) % STAGES, s + AHEAD);
         cp_async_commit();
-        const int stage = s % WG_STAGES;
-        const unsigned a_tile = base + (stage * BM + group * 64) * 128, b_tile = base + (WG_STAGES * BM + stage * BN) * 128;
+        const int stage = s % STAGES;
+        const unsigned a_tile = base + (stage * BM + group * 64) * 128, b_tile = base + (STAGES * BM + stage * BN) * 128;
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
         for (int k = 0; k < 4; ++k)   // k-steps of 32 bytes a row
-            hopper::Wgmma<T, BN>::mma(d, hopper::operand(a_tile + 32 * k), hopper::operand(b_tile + 32 * k), s || k);
+#pragma unroll
+            for (int t = 0; t < MT; ++t)
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+                    hopper::Wgmma<T, NN>::mma(d[t][n], hopper::operand(a_tile + t * 128 * 128 + 32 * k),
+                                              hopper::operand(b_tile + n * NN * 128 + 32 * k), s || k);
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");   // step s - 1's products are done
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #pragma unroll
-    for (int i = 0; i < REGS; ++i) asm volatile("" : "+f"(d[i])::"memory");   // no read of d moves above the wait
+    for (int t = 0; t < MT; ++t)
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int i = 0; i < REGS; ++i) asm volatile("" : "+f"(d[t][n][i])::"memory");   // no read of d above the wait
     cp_async_wait();
 
     const int lane = tid & 31, warp = (tid >> 5) & 3, gq = lane >> 2, tq = lane & 3;
 #pragma unroll
-    for (int i = 0; i < BN / 8; ++i) {
-        const int o = o0 + 8 * i + 2 * tq;
-        const float b0 = bias && o < Co ? float(bias[o]) : 0.f, b1 = bias && o < Co ? float(bias[o + 1]) : 0.f;
+    for (int n = 0; n < NT; ++n)
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const long long m = m0 + group * 64 + warp * 16 + gq + 8 * half;
-            if (m < M && o < Co)
-                store_pair(y + m * Co + o, d[4 * i + 2 * half] + b0, d[4 * i + 2 * half + 1] + b1);   // C_out is even
+        for (int i = 0; i < NN / 8; ++i) {
+            const int o = o0 + n * NN + 8 * i + 2 * tq;
+            const float b0 = bias && o < Co ? float(bias[o]) : 0.f, b1 = bias && o < Co ? float(bias[o + 1]) : 0.f;
+#pragma unroll
+            for (int t = 0; t < MT; ++t)
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    const long long m = m0 + (2 * t + group) * 64 + warp * 16 + gq + 8 * half;
+                    if (m < M && o < Co)   // C_out is even
+                        store_pair(y + m * Co + o, d[t][n][4 * i + 2 * half] + b0, d[t][n][4 * i + 2 * half + 1] + b1);
+                }
         }
-    }
 #else
     __trap();   // built without sm_90a's features: the loader never launches it so
+#endif
+}
+
+// conv_implicit_dw on wgmma (float16): part[z][o][k] = the sum over split z's rows m of dy[m][o] cols[m][k] for a
+// block's BO x BKC of (o, k): two warpgroups, each 64 rows o by all BKC columns k (BO = 128), or the same 64 rows o
+// and half the columns each (BO = 64). A stage holds 64 rows m of dy's BO columns and of cols' BKC columns as
+// MN-major tiles (64-column blocks of 64 rows of 128 bytes), copied as conv_implicit_dw copies them; the ring as
+// conv_implicit_wg's. Every split has rows (the first step's products write d). Dynamic shared memory:
+// STAGES x (BO + BKC) x 128 bytes + 1024.
+template <typename T, int BO, int BKC, int STAGES>
+__global__ void __launch_bounds__(256, 1)
+conv_implicit_wg_dw(const T* __restrict__ x, const T* __restrict__ dy, float* __restrict__ part, long long m_split,
+                    int N, int H, int W, int C, int Co, int Ho, int Wo, int kh, int kw, int sh, int sw, int ph, int pw)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using namespace implicit;
+    static_assert(sizeof(T) == 2, "MN-major tiles are float16's");
+    constexpr int E = 8, RM = 64, GO = BO / E, GK = BKC / E, DA = RM * GO / 256, XA = RM * GK / 256;
+    constexpr int SPLIT = 128 / BO, COLS = BKC / SPLIT, NN = COLS < 128 ? COLS : 128, NS = COLS / NN;
+    extern __shared__ uint4 hopper_smem[];
+    const unsigned base = (shared_address(hopper_smem) + 1023) & ~1023u;
+    uint4* const Ds = hopper_smem + (base - shared_address(hopper_smem)) / 16;   // [STAGES][RM * GO]
+    uint4* const Xs = Ds + STAGES * RM * GO;                                      // [STAGES][RM * GK]
+    auto mn_at = [](int r, int c) { return (c / 8 * RM + r) * 8 + ((c % 8) ^ (r & 7)); };   // granule c of row r
+    const int tid = threadIdx.x, group = tid / 128;
+    const long long M = (long long)N * Ho * Wo, m_begin = blockIdx.z * m_split;
+    const long long m_end = min(M, m_begin + m_split);
+    const int K = kh * kw * C, k0 = blockIdx.x * BKC, o0 = blockIdx.y * BO;
+
+    const int gd = tid % GO, gx = tid % GK;   // as conv_implicit_dw's copies
+    const bool o_ok = o0 + gd * E < Co, k_ok = k0 + gx * E < K;
+    const TapWalk tap(k_ok ? k0 + gx * E : 0, C, kw);
+    PixelWalk at[XA];
+#pragma unroll
+    for (int a = 0; a < XA; ++a) at[a] = PixelWalk(min(m_begin + tid / GK + 256 / GK * a, M - 1), RM, Ho, Wo);
+    auto load = [&](int stage, int s) {
+        const long long mb = m_begin + (long long)s * RM;
+#pragma unroll
+        for (int a = 0; a < DA; ++a) {
+            const long long m = mb + tid / GO + 256 / GO * a;
+            const bool ok = o_ok && m < m_end;
+            cp_async16_or_zero(Ds + stage * RM * GO + mn_at(tid / GO + 256 / GO * a, gd), dy + (ok ? (int)m * Co + o0 + gd * E : 0), ok);
+        }
+#pragma unroll
+        for (int a = 0; a < XA; ++a) {
+            const int h = at[a].ho * sh - ph + tap.i, w = at[a].wo * sw - pw + tap.j;
+            const bool ok = k_ok && mb + tid / GK + 256 / GK * a < m_end && (unsigned)h < (unsigned)H && (unsigned)w < (unsigned)W;
+            cp_async16_or_zero(Xs + stage * RM * GK + mn_at(tid / GK + 256 / GK * a, gx),
+                               x + (ok ? ((at[a].n * H + h) * W + w) * C + tap.c : 0), ok);
+            at[a].advance(Ho, Wo);
+        }
+    };
+
+    float d[NS][NN / 2];   // written by the first step's products
+    const int steps = (int)((m_end - m_begin + RM - 1) / RM);
+    constexpr int AHEAD = STAGES - 2;
+#pragma unroll
+    for (int s = 0; s < AHEAD; ++s) {
+        if (s < steps) load(s, s);
+        cp_async_commit();
+    }
+    for (int s = 0; s < steps; ++s) {   // conv_implicit_wg's ring
+        cp_async_wait_groups<AHEAD - 1>();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        if (s + AHEAD < steps) load((s + AHEAD) % STAGES, s + AHEAD);
+        cp_async_commit();
+        const int stage = s % STAGES;
+        const unsigned d_tile = base + (stage * RM * GO + (SPLIT == 1 ? group : 0) * RM * 8) * 16;
+        const unsigned x_tile = base + (STAGES * RM * GO + stage * RM * GK + (SPLIT == 1 ? 0 : group * COLS / 64) * RM * 8) * 16;
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int k = 0; k < RM / 16; ++k)
+#pragma unroll
+            for (int n = 0; n < NS; ++n)
+                hopper::Wgmma<T, NN, 1>::mma(d[n], hopper::operand(d_tile + k * 2048, RM * 128),
+                                             hopper::operand(x_tile + n * NN / 64 * RM * 128 + k * 2048, RM * 128), s || k);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+    for (int n = 0; n < NS; ++n)
+#pragma unroll
+        for (int i = 0; i < NN / 2; ++i) asm volatile("" : "+f"(d[n][i])::"memory");
+    cp_async_wait();
+
+    const int lane = tid & 31, warp = (tid >> 5) & 3, gq = lane >> 2, tq = lane & 3;
+    float* const out = part + (long long)blockIdx.z * Co * K;
+#pragma unroll
+    for (int n = 0; n < NS; ++n)
+#pragma unroll
+        for (int i = 0; i < NN / 8; ++i) {
+            const int k = k0 + (SPLIT == 1 ? 0 : group * COLS) + n * NN + 8 * i + 2 * tq;   // K is even
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int o = o0 + (SPLIT == 1 ? group * 64 : 0) + warp * 16 + gq + 8 * half;
+                if (o < Co && k < K)
+                    *reinterpret_cast<float2*>(out + (long long)o * K + k) = make_float2(d[n][4 * i + 2 * half], d[n][4 * i + 2 * half + 1]);
+            }
+        }
+#else
+    __trap();
 #endif
 }
 

@@ -2077,12 +2077,13 @@ def composed_only():
 
 
 def without_wgmma():
-    """The implicit-GEMM convs on conv_implicit_fwd (mma.sync) where the GPU has conv_implicit_wg (wgmma, sm_90a):
-    tests run both; a GPU without sm_90a's kernels skips the second run."""
+    """The implicit-GEMM convs on conv_implicit_fwd and conv_implicit_dw (mma.sync) where the GPU has
+    conv_implicit_wg and conv_implicit_wg_dw (wgmma, sm_90a): tests run both; a GPU without sm_90a's kernels skips
+    the second run."""
     need_cuda()
     if 'conv_implicit_wg' not in tl.fused_kernels():
-        raise Skip('no sm_90a kernels on this GPU: conv_implicit_fwd is what the other tests ran')
-    return kernels_hidden({'conv_implicit_wg'})
+        raise Skip('no sm_90a kernels on this GPU: the mma.sync kernels are what the other tests ran')
+    return kernels_hidden({'conv_implicit_wg', 'conv_implicit_wg_dw'})
 
 
 @contextlib.contextmanager
@@ -2404,6 +2405,7 @@ CONV_CASES = [   # x's shape, weight's shape, stride, padding, bias, x's layout 
     ((2, 16, 6, 6), (24, 16, 2, 2), 1, 0, True, 'channels_last'),  # 2x2: dx as a conv of dy padded by 1
     ((2, 16, 5, 5), (136, 16, 3, 3), 1, 1, True, 'channels_last'),  # 3 blocks of 64 outputs, the last part-filled
     ((2, 72, 5, 5), (16, 72, 3, 3), 1, 1, False, 'channels_last'),  # dx with 72 outputs; dW with 3 k-tiles of 256
+    ((4, 40, 16, 16), (72, 40, 3, 3), 1, 1, False, 'channels_last'),  # dW: 2 splits of 512 rows, 2 k-tiles, 72 of 128 o
     ((2, 40, 6, 5), (24, 40, 3, 3), 2, 4, True, 'channels_last'),   # C=40, padding past the kernel, stride 2
     ((2, 12, 7, 7), (20, 12, 3, 3), 1, 1, True, 'channels_last'),   # 12 and 20 channels: TF32's 4-float granules
     ((3, 8, 1, 9), (8, 8, 3, 3), 1, 1, False, 'channels_last'),     # images of one row

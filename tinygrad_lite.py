@@ -263,8 +263,11 @@ _CE_UNROLL = {'__half': 4, 'float': 8, 'double': 4}   # cross_entropy_fwd's U: p
 _IMPLICIT_BK_BYTES, _IMPLICIT_STAGES, _IMPLICIT_WM = 64, 4, 32
 _IMPLICIT_TILES = ((128, 32, 32, 32), (128, 64, 64, 32))
 _IMPLICIT_DW_TILES = {'__half': ((64, 256), (128, 128)), 'float': ((64, 128), (64, 128))}   # TF32: twice the bytes
-_IMPLICIT_WG_BN, _IMPLICIT_WG_STAGES = (64, 128), 6   # conv_implicit_wg's output channels a block (of 128 rows m):
-# for at most 64, and for more; its k-steps in shared memory (implicit::WG_STAGES)
+# On 9.0 GPUs (wgmma, sm_90a; scratch sweeps at train_cifar.py's shapes): conv_implicit_wg's (BN output channels,
+# MT x 128 rows m, k-steps in shared memory) and conv_implicit_wg_dw's (BO output channels, BKC columns, stages,
+# waves of blocks over the splits of the rows), for at most 64 output channels and for more
+_IMPLICIT_WG = ((64, 1, 4), (256, 1, 4))
+_IMPLICIT_WG_DW = ((64, 256, 4, 1), (128, 256, 4, 2))
 # kernel name -> the template arguments it is instantiated with (C type names, integers)
 _KERNEL_INSTANCES = {
     'relu_fwd': [(t,) for t in _FLOAT_C],
@@ -281,7 +284,8 @@ _KERNEL_INSTANCES = {
     **{name: [(t, v) for t in _FLOAT_C for v in _PACK[t]]
        for name in ('im2col_nhwc', 'col2im_nhwc', 'max_pool2d_fwd', 'max_pool2d_bwd', 'avg_pool2d_fwd', 'avg_pool2d_bwd')},
     'conv_implicit_fwd': [(t, *map(str, tile)) for t in ('__half', 'float') for tile in _IMPLICIT_TILES],
-    'conv_implicit_wg': [(t, str(bn)) for t in ('__half', 'float') for bn in _IMPLICIT_WG_BN],
+    'conv_implicit_wg': [(t, *map(str, tile)) for t in ('__half', 'float') for tile in _IMPLICIT_WG],
+    'conv_implicit_wg_dw': [('__half', *map(str, tile[:3])) for tile in _IMPLICIT_WG_DW],
     'conv_implicit_dw': [(t, *map(str, tile)) for t, tiles in _IMPLICIT_DW_TILES.items() for tile in sorted(set(tiles))],
     'conv_dw_fold': [('__half',), ('float',)],
     'cross_entropy_fwd': [(t, 'long long', v, str(_CE_UNROLL[t])) for t in _FLOAT_C for v in _PACK[t]],
@@ -289,7 +293,7 @@ _KERNEL_INSTANCES = {
     'sgd_step': [(t,) for t in _FLOAT_C],
 }
 _COOPERATIVE = {'gru_fwd_persistent', 'gru_bwd_persistent'}   # launched as cooperative grids (a module of their own)
-_SM90A = {'conv_implicit_wg'}   # Hopper's wgmma: a module of their own built with -arch=sm_90a, on 9.0 devices only
+_SM90A = {'conv_implicit_wg', 'conv_implicit_wg_dw'}   # Hopper's wgmma: a module of their own built with -arch=sm_90a, on 9.0 devices only
 _BLOCK = 256   # threads per block of every kernel
 _modules = {}   # GPU index -> {name expression: RawKernel}, {} when kernels.cu is missing or broken
 _kernels = {}   # (name, template arguments, GPU index) -> RawKernel or None, as _kernel found it
@@ -1673,14 +1677,14 @@ def _implicit_products(xh, flat_weight, kernel_size, stride, padding, bias=None)
         return y
     args = (_aligned(xh), _aligned(flat_weight), bias, y) + tuple(np.int32(v) for v in (n, h, w, c, cout, ho, wo, kh, kw,
                                                                                           *stride, *padding))
-    tile_n = _IMPLICIT_WG_BN[cout > _IMPLICIT_WG_BN[0]]
-    hopper = _kernel('conv_implicit_wg', xh.dtype, tile_n)
+    tile_n, m_tiles, stages = tile = _IMPLICIT_WG[cout > 64]
+    hopper = _kernel('conv_implicit_wg', xh.dtype, *tile)
     if hopper is not None and c == 0:   # no k-steps: conv_implicit_wg's first step is what writes its sums
         y[...] = 0 if bias is None else bias
         return y
-    if hopper is not None:   # 128 rows m a block, 128-byte k-steps in 1024-byte aligned tiles
-        _launch_with_smem(hopper, (-(-n * ho * wo // 128), -(-cout // tile_n)), 256, args,
-                          _IMPLICIT_WG_STAGES * (128 + tile_n) * 128 + 1024)
+    if hopper is not None:   # 128-byte k-steps in 1024-byte aligned tiles
+        _launch_with_smem(hopper, (-(-n * ho * wo // (128 * m_tiles)), -(-cout // tile_n)), 256, args,
+                          stages * (128 * m_tiles + tile_n) * 128 + 1024)
         return y
     tile_m, tile_n, warp_m, warp_n = tile = _IMPLICIT_TILES[cout > 32]
     _launch_with_smem(_kernel('conv_implicit_fwd', xh.dtype, *tile), (-(-n * ho * wo // tile_m), -(-cout // tile_n)),
@@ -1690,15 +1694,23 @@ def _implicit_products(xh, flat_weight, kernel_size, stride, padding, bias=None)
 
 
 def _implicit_weight_grad(xh, dy, weight_shape, stride, padding):
-    """dW (C_out, C, kh, kw) from channels-last xh and dy (N, Ho, Wo, C_out): conv_implicit_dw's float sums over
-    splits of the rows (about two waves of blocks, at least 512 rows each), folded in order by conv_dw_fold."""
+    """dW (C_out, C, kh, kw) from channels-last xh and dy (N, Ho, Wo, C_out): float sums over splits of the rows
+    (waves of blocks, at least 512 rows each) by conv_implicit_wg_dw (wgmma) where the GPU has it, else by
+    conv_implicit_dw (two waves), folded in order by conv_dw_fold."""
     (cout, c, kh, kw), (n, h, w, _), (ho, wo) = weight_shape, xh.shape, dy.shape[1:3]
-    rows, k, (tile_o, tile_k) = n * ho * wo, kh * kw * c, _IMPLICIT_DW_TILES[_C_TYPES[xh.dtype]][cout > 64]
+    rows, k = n * ho * wo, kh * kw * c
     if rows == 0:
         return cp.zeros(weight_shape, xh.dtype)
-    tiles, smem = (-(-k // tile_k), -(-cout // tile_o)), _IMPLICIT_STAGES * _IMPLICIT_WM * (tile_o + tile_k) * xh.itemsize
-    kernel = _allow_smem(_kernel('conv_implicit_dw', xh.dtype, tile_o, tile_k), smem)
-    splits = max(1, min(-(-2 * _resident_blocks(kernel, smem) // (tiles[0] * tiles[1])), rows // 512))
+    tile_o, tile_k, stages, waves = _IMPLICIT_WG_DW[cout > 64]
+    kernel = _kernel('conv_implicit_wg_dw', xh.dtype, tile_o, tile_k, stages)
+    if kernel is not None:   # 128-byte rows in 1024-byte aligned tiles
+        smem = stages * (tile_o + tile_k) * 128 + 1024
+    else:
+        (tile_o, tile_k), waves = _IMPLICIT_DW_TILES[_C_TYPES[xh.dtype]][cout > 64], 2
+        smem = _IMPLICIT_STAGES * _IMPLICIT_WM * (tile_o + tile_k) * xh.itemsize
+        kernel = _kernel('conv_implicit_dw', xh.dtype, tile_o, tile_k)
+    tiles = (-(-k // tile_k), -(-cout // tile_o))
+    splits = max(1, min(-(-waves * _resident_blocks(_allow_smem(kernel, smem), smem) // (tiles[0] * tiles[1])), rows // 512))
     rows_per_split = -(-rows // splits)
     splits = -(-rows // rows_per_split)
     part = cp.empty((splits, cout, k), np.float32)
