@@ -1852,6 +1852,7 @@ template <int G> __device__ __forceinline__ int granule_at(int r, int g) {
 // A granule's tap (i, j) and channel c of cols' column k, moved on by `step` columns at a time.
 struct TapWalk {
     int c, i, j;
+    TapWalk() = default;
     __device__ __forceinline__ TapWalk(int k, int C, int kw) : c(k % C), i(k / C / kw), j(k / C % kw) {}
     __device__ __forceinline__ void advance(int step, int C, int kw) {
         for (c += step; c >= C; c -= C)
@@ -2217,89 +2218,171 @@ conv_implicit_wg(const T* __restrict__ x, const T* __restrict__ w2, const T* __r
 #endif
 }
 
-// conv_implicit_dw on wgmma (float16): part[z][o][k] = the sum over split z's rows m of dy[m][o] cols[m][k] for a
-// block's BO x BKC of (o, k): two warpgroups, each 64 rows o by all BKC columns k (BO = 128), or the same 64 rows o
-// and half the columns each (BO = 64). A stage holds 64 rows m of dy's BO columns and of cols' BKC columns as
-// MN-major tiles (64-column blocks of 64 rows of 128 bytes), copied as conv_implicit_dw copies them; the ring as
-// conv_implicit_wg's. Every split has rows (the first step's products write d). Dynamic shared memory:
-// STAGES x (BO + BKC) x 128 bytes + 1024.
+// conv_implicit_dw on wgmma: part[z][o][k] = the sum over split z's rows m of dy[m][o] cols[m][k] for a block's
+// BO x BKC of (o, k): two warpgroups, each 64 rows o by all BKC columns k (BO = 128), or the same 64 rows o and half
+// the columns each (BO = 64). A stage holds RM rows m (a k-step of 128 bytes) of dy's BO columns and of cols' BKC.
+// float16: MN-major tiles (64-column blocks of RM = 64 rows of 128 bytes), copied by cp.async as conv_implicit_dw
+// copies, in conv_implicit_wg's ring of STAGES. TF32 (K-major only): tiles of BO and BKC rows of RM = 32 floats m,
+// each thread loading 4 x 4 blocks (4 rows m by a 16-byte piece) into registers two steps ahead and storing them
+// transposed; 3 stages (the stage stored after step s's products is step s - 2's, as in the ring).
+// Every split has rows (the first step's products write d). Dynamic shared memory: STAGES x (BO + BKC) x 128 + 1024.
+template <int BO, int BKC, int STAGES> constexpr int wg_dw_blocks() {   // two an SM where the stages fit twice and
+    return 2 * (STAGES * (BO + BKC) * 128 + 1024) <= 232448 && BO * BKC / 256 <= 32 ? 2 : 1;   // d needs 32 registers
+}
+
 template <typename T, int BO, int BKC, int STAGES>
-__global__ void __launch_bounds__(256, 1)
+__global__ void __launch_bounds__(256, wg_dw_blocks<BO, BKC, STAGES>())
 conv_implicit_wg_dw(const T* __restrict__ x, const T* __restrict__ dy, float* __restrict__ part, long long m_split,
                     int N, int H, int W, int C, int Co, int Ho, int Wo, int kh, int kw, int sh, int sw, int ph, int pw)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace implicit;
-    static_assert(sizeof(T) == 2, "MN-major tiles are float16's");
-    constexpr int E = 8, RM = 64, GO = BO / E, GK = BKC / E, DA = RM * GO / 256, XA = RM * GK / 256;
+    constexpr bool MN = sizeof(T) == 2;
+    constexpr int E = 16 / sizeof(T), RM = 128 / sizeof(T), GO = BO / E, GK = BKC / E;
     constexpr int SPLIT = 128 / BO, COLS = BKC / SPLIT, NN = COLS < 128 ? COLS : 128, NS = COLS / NN;
+    static_assert(MN ? STAGES >= 3 : STAGES == 3, "the rings' stage counts");
     extern __shared__ uint4 hopper_smem[];
     const unsigned base = (shared_address(hopper_smem) + 1023) & ~1023u;
-    uint4* const Ds = hopper_smem + (base - shared_address(hopper_smem)) / 16;   // [STAGES][RM * GO]
-    uint4* const Xs = Ds + STAGES * RM * GO;                                      // [STAGES][RM * GK]
-    auto mn_at = [](int r, int c) { return (c / 8 * RM + r) * 8 + ((c % 8) ^ (r & 7)); };   // granule c of row r
+    uint4* const Ds = hopper_smem + (base - shared_address(hopper_smem)) / 16;   // [STAGES][BO * 8]
+    uint4* const Xs = Ds + STAGES * BO * 8;                                       // [STAGES][BKC * 8]
     const int tid = threadIdx.x, group = tid / 128;
     const long long M = (long long)N * Ho * Wo, m_begin = blockIdx.z * m_split;
     const long long m_end = min(M, m_begin + m_split);
     const int K = kh * kw * C, k0 = blockIdx.x * BKC, o0 = blockIdx.y * BO;
-
-    const int gd = tid % GO, gx = tid % GK;   // as conv_implicit_dw's copies
-    const bool o_ok = o0 + gd * E < Co, k_ok = k0 + gx * E < K;
-    const TapWalk tap(k_ok ? k0 + gx * E : 0, C, kw);
-    PixelWalk at[XA];
-#pragma unroll
-    for (int a = 0; a < XA; ++a) at[a] = PixelWalk(min(m_begin + tid / GK + 256 / GK * a, M - 1), RM, Ho, Wo);
-    auto load = [&](int stage, int s) {
-        const long long mb = m_begin + (long long)s * RM;
-#pragma unroll
-        for (int a = 0; a < DA; ++a) {
-            const long long m = mb + tid / GO + 256 / GO * a;
-            const bool ok = o_ok && m < m_end;
-            cp_async16_or_zero(Ds + stage * RM * GO + mn_at(tid / GO + 256 / GO * a, gd), dy + (ok ? (int)m * Co + o0 + gd * E : 0), ok);
-        }
-#pragma unroll
-        for (int a = 0; a < XA; ++a) {
-            const int h = at[a].ho * sh - ph + tap.i, w = at[a].wo * sw - pw + tap.j;
-            const bool ok = k_ok && mb + tid / GK + 256 / GK * a < m_end && (unsigned)h < (unsigned)H && (unsigned)w < (unsigned)W;
-            cp_async16_or_zero(Xs + stage * RM * GK + mn_at(tid / GK + 256 / GK * a, gx),
-                               x + (ok ? ((at[a].n * H + h) * W + w) * C + tap.c : 0), ok);
-            at[a].advance(Ho, Wo);
-        }
-    };
-
-    float d[NS][NN / 2];   // written by the first step's products
     const int steps = (int)((m_end - m_begin + RM - 1) / RM);
-    constexpr int AHEAD = STAGES - 2;
-#pragma unroll
-    for (int s = 0; s < AHEAD; ++s) {
-        if (s < steps) load(s, s);
-        cp_async_commit();
-    }
-    for (int s = 0; s < steps; ++s) {   // conv_implicit_wg's ring
-        cp_async_wait_groups<AHEAD - 1>();
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncthreads();
-        if (s + AHEAD < steps) load((s + AHEAD) % STAGES, s + AHEAD);
-        cp_async_commit();
+
+    float d[NS][NN / 2];
+    auto products = [&](int s) {   // d (+)= step s's tiles (float16: k-steps of 16 rows; TF32: of 32 bytes)
         const int stage = s % STAGES;
-        const unsigned d_tile = base + (stage * RM * GO + (SPLIT == 1 ? group : 0) * RM * 8) * 16;
-        const unsigned x_tile = base + (STAGES * RM * GO + stage * RM * GK + (SPLIT == 1 ? 0 : group * COLS / 64) * RM * 8) * 16;
+        const unsigned d_tile = base + (stage * BO + (SPLIT == 1 ? group * 64 : 0)) * 128;
+        const unsigned x_tile = base + (STAGES * BO + stage * BKC + (SPLIT == 1 ? 0 : group * COLS)) * 128;
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-        for (int k = 0; k < RM / 16; ++k)
+        for (int k = 0; k < 4; ++k)
 #pragma unroll
             for (int n = 0; n < NS; ++n)
-                hopper::Wgmma<T, NN, 1>::mma(d[n], hopper::operand(d_tile + k * 2048, RM * 128),
-                                             hopper::operand(x_tile + n * NN / 64 * RM * 128 + k * 2048, RM * 128), s || k);
+                hopper::Wgmma<T, NN, MN>::mma(d[n], hopper::operand(d_tile + k * (MN ? 2048 : 32), MN ? RM * 128 : 16),
+                                              hopper::operand(x_tile + n * NN * 128 + k * (MN ? 2048 : 32), MN ? RM * 128 : 16),
+                                              s || k);
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");   // step s - 1's products are done
+    };
+
+    if constexpr (MN) {
+        constexpr int DA = RM * GO / 256, XA = RM * GK / 256, AHEAD = STAGES - 2;
+        auto mn_at = [](int r, int c) { return (c / 8 * RM + r) * 8 + ((c % 8) ^ (r & 7)); };   // granule c of row r
+        const int gd = tid % GO, gx = tid % GK;   // as conv_implicit_dw's copies
+        const bool o_ok = o0 + gd * E < Co, k_ok = k0 + gx * E < K;
+        const TapWalk tap(k_ok ? k0 + gx * E : 0, C, kw);
+        PixelWalk at[XA];
+#pragma unroll
+        for (int a = 0; a < XA; ++a) at[a] = PixelWalk(min(m_begin + tid / GK + 256 / GK * a, M - 1), RM, Ho, Wo);
+        auto load = [&](int stage, int s) {
+            const long long mb = m_begin + (long long)s * RM;
+#pragma unroll
+            for (int a = 0; a < DA; ++a) {
+                const long long m = mb + tid / GO + 256 / GO * a;
+                const bool ok = o_ok && m < m_end;
+                cp_async16_or_zero(Ds + stage * BO * 8 + mn_at(tid / GO + 256 / GO * a, gd), dy + (ok ? (int)m * Co + o0 + gd * E : 0), ok);
+            }
+#pragma unroll
+            for (int a = 0; a < XA; ++a) {
+                const int h = at[a].ho * sh - ph + tap.i, w = at[a].wo * sw - pw + tap.j;
+                const bool ok = k_ok && mb + tid / GK + 256 / GK * a < m_end && (unsigned)h < (unsigned)H && (unsigned)w < (unsigned)W;
+                cp_async16_or_zero(Xs + stage * BKC * 8 + mn_at(tid / GK + 256 / GK * a, gx),
+                                   x + (ok ? ((at[a].n * H + h) * W + w) * C + tap.c : 0), ok);
+                at[a].advance(Ho, Wo);
+            }
+        };
+#pragma unroll
+        for (int s = 0; s < AHEAD; ++s) {
+            if (s < steps) load(s, s);
+            cp_async_commit();
+        }
+        for (int s = 0; s < steps; ++s) {   // conv_implicit_wg's ring
+            cp_async_wait_groups<AHEAD - 1>();
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            __syncthreads();
+            if (s + AHEAD < steps) load((s + AHEAD) % STAGES, s + AHEAD);
+            cp_async_commit();
+            products(s);
+        }
+        cp_async_wait();
+    } else {
+        // A warp's unit: 16 rows m (half of a step's 32) by 8 granules of a tile's rows; unit u = warp + 8 p of a
+        // tile of G granules (2 G / 8 units) takes rows 16 (u % 2) + 4 mq + r (r = 0..3) and granule 8 (u / 2) + g
+        // (lane = 8 ... : mq = lane % 4, g = lane / 4): four 16-byte loads (whole 128-byte lines a load), whose
+        // transposes are four 16-byte stores of 4 rows m into tile rows 4 granule + j (no bank conflicts)
+        constexpr int UD = 2 * GO / 8, UX = 2 * GK / 8, PD = (UD + 7) / 8, PX = (UX + 7) / 8;
+        const int warp = tid / 32, mq = tid % 4, g = tid / 4 % 8, m_row = 16 * (warp % 2) + 4 * mq;
+        TapWalk taps[PX];
+        bool k_ok[PX];
+#pragma unroll
+        for (int p = 0; p < PX; ++p) {
+            const int k = k0 + 4 * ((warp + 8 * p) / 2 * 8 + g);
+            k_ok[p] = warp + 8 * p < UX && k < K;
+            taps[p] = TapWalk(k_ok[p] ? k : 0, C, kw);
+        }
+        PixelWalk at[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) at[r] = PixelWalk(min(m_begin + m_row + r, M - 1), RM, Ho, Wo);
+        struct Pieces { float4 d[PD][4], x[PX][4]; } ra, rb;
+        auto fetch = [&](Pieces& pc, int s) {   // step s (in order: the walks move on)
+            const long long mb = m_begin + (long long)s * RM + m_row;
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const bool m_ok = mb + r < m_end;
+#pragma unroll
+                for (int p = 0; p < PD; ++p) {
+                    const int o = o0 + 4 * ((warp + 8 * p) / 2 * 8 + g);
+                    pc.d[p][r] = m_ok && warp + 8 * p < UD && o < Co ? *reinterpret_cast<const float4*>(dy + (int)(mb + r) * Co + o)
+                                                                     : make_float4(0, 0, 0, 0);
+                }
+#pragma unroll
+                for (int p = 0; p < PX; ++p) {
+                    const int hh = at[r].ho * sh - ph + taps[p].i, ww = at[r].wo * sw - pw + taps[p].j;
+                    const bool ok = m_ok && k_ok[p] && (unsigned)hh < (unsigned)H && (unsigned)ww < (unsigned)W;
+                    pc.x[p][r] = ok ? *reinterpret_cast<const float4*>(x + ((at[r].n * H + hh) * W + ww) * C + taps[p].c)
+                                    : make_float4(0, 0, 0, 0);
+                }
+                at[r].advance(Ho, Wo);
+            }
+        };
+        auto put = [&](const Pieces& pc, int stage) {   // rows m of tile row j: granule (m / 4) ^ (j % 8) of the row
+            auto store = [&](uint4* tile, int units, int p, const float4 (&v)[4]) {
+                const int row = 4 * ((warp + 8 * p) / 2 * 8 + g);
+                if (warp + 8 * p < units) {
+                    tile[(row + 0) * 8 + ((m_row / 4) ^ ((row + 0) & 7))] = make_uint4(__float_as_uint(v[0].x), __float_as_uint(v[1].x), __float_as_uint(v[2].x), __float_as_uint(v[3].x));
+                    tile[(row + 1) * 8 + ((m_row / 4) ^ ((row + 1) & 7))] = make_uint4(__float_as_uint(v[0].y), __float_as_uint(v[1].y), __float_as_uint(v[2].y), __float_as_uint(v[3].y));
+                    tile[(row + 2) * 8 + ((m_row / 4) ^ ((row + 2) & 7))] = make_uint4(__float_as_uint(v[0].z), __float_as_uint(v[1].z), __float_as_uint(v[2].z), __float_as_uint(v[3].z));
+                    tile[(row + 3) * 8 + ((m_row / 4) ^ ((row + 3) & 7))] = make_uint4(__float_as_uint(v[0].w), __float_as_uint(v[1].w), __float_as_uint(v[2].w), __float_as_uint(v[3].w));
+                }
+            };
+#pragma unroll
+            for (int p = 0; p < PD; ++p) store(Ds + stage * BO * 8, UD, p, pc.d[p]);
+#pragma unroll
+            for (int p = 0; p < PX; ++p) store(Xs + stage * BKC * 8, UX, p, pc.x[p]);
+        };
+        auto step = [&](int s, Pieces& refill, const Pieces& next) {   // refill held step s, next holds step s + 1
+            if (s + 2 < steps) fetch(refill, s + 2);
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   // this thread's stores, for wgmma's reads
+            __syncthreads();   // step s is stored; step s - 2's products are done: its stage is free
+            products(s);
+            if (s + 1 < steps) put(next, (s + 1) % STAGES);
+        };
+        fetch(ra, 0);
+        put(ra, 0);
+        if (steps > 1) fetch(rb, 1);
+        for (int s = 0; s < steps; s += 2) {
+            step(s, ra, rb);
+            if (s + 1 < steps) step(s + 1, rb, ra);
+        }
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #pragma unroll
     for (int n = 0; n < NS; ++n)
 #pragma unroll
-        for (int i = 0; i < NN / 2; ++i) asm volatile("" : "+f"(d[n][i])::"memory");
-    cp_async_wait();
+        for (int i = 0; i < NN / 2; ++i) asm volatile("" : "+f"(d[n][i])::"memory");   // no read of d above the wait
 
     const int lane = tid & 31, warp = (tid >> 5) & 3, gq = lane >> 2, tq = lane & 3;
     float* const out = part + (long long)blockIdx.z * Co * K;

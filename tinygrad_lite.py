@@ -267,7 +267,7 @@ _IMPLICIT_DW_TILES = {'__half': ((64, 256), (128, 128)), 'float': ((64, 128), (6
 # MT x 128 rows m, k-steps in shared memory) and conv_implicit_wg_dw's (BO output channels, BKC columns, stages,
 # waves of blocks over the splits of the rows), for at most 64 output channels and for more
 _IMPLICIT_WG = ((64, 1, 4), (256, 1, 4))
-_IMPLICIT_WG_DW = ((64, 256, 4, 1), (128, 256, 4, 2))
+_IMPLICIT_WG_DW = {'__half': ((64, 256, 4, 1), (128, 256, 4, 2)), 'float': ((64, 256, 3, 1), (128, 128, 3, 4))}
 # kernel name -> the template arguments it is instantiated with (C type names, integers)
 _KERNEL_INSTANCES = {
     'relu_fwd': [(t,) for t in _FLOAT_C],
@@ -285,7 +285,7 @@ _KERNEL_INSTANCES = {
        for name in ('im2col_nhwc', 'col2im_nhwc', 'max_pool2d_fwd', 'max_pool2d_bwd', 'avg_pool2d_fwd', 'avg_pool2d_bwd')},
     'conv_implicit_fwd': [(t, *map(str, tile)) for t in ('__half', 'float') for tile in _IMPLICIT_TILES],
     'conv_implicit_wg': [(t, *map(str, tile)) for t in ('__half', 'float') for tile in _IMPLICIT_WG],
-    'conv_implicit_wg_dw': [('__half', *map(str, tile[:3])) for tile in _IMPLICIT_WG_DW],
+    'conv_implicit_wg_dw': [(t, *map(str, tile[:3])) for t, tiles in _IMPLICIT_WG_DW.items() for tile in tiles],
     'conv_implicit_dw': [(t, *map(str, tile)) for t, tiles in _IMPLICIT_DW_TILES.items() for tile in sorted(set(tiles))],
     'conv_dw_fold': [('__half',), ('float',)],
     'cross_entropy_fwd': [(t, 'long long', v, str(_CE_UNROLL[t])) for t in _FLOAT_C for v in _PACK[t]],
@@ -1651,17 +1651,17 @@ def _implicit_conv(x, weight_shape, pixels, tf32):
     """Whether the GPU runs this conv on kernels.cu's implicit GEMM (float16, or float32 as TF32 where tf32 allows it,
     on the tensor cores; im2col's matrix, 9x the activations of a 3x3 conv, is never written): channel counts that
     are multiples of a 16-byte granule (copies within one tap), windows larger than 1x1 (a 1x1 conv's matrix is x
-    itself), arrays of fewer than 2^31 elements (32-bit offsets). Our mma.sync kernels reach about 300 TFLOP/s in
-    float16 where cuBLAS's products reach 500-700, so they win only where the unfolding costs more than that: at
-    train_cifar.py's shapes on the H200 (float16 fwd+bwd kernel times), with at most 64 output channels (64->64 at
-    15x15: 0.30 ms against 0.43 the other way) or few pixels (256->256 at 3x3: 0.21 against 0.34), not at 64->256
-    (0.92 against 0.57) or 256->256 at 7x7 (0.71 against 0.50). TF32 at the same shapes: 64->64 0.64 ms against 0.90
-    and 256->256 at 3x3 0.44 against 0.50 (bench.py's fwd+bwd), 64->256 2.3 against 1.4. On 9.0 GPUs the products
-    of x and dy run on conv_implicit_wg (wgmma) instead; this rule is still the mma.sync kernels'."""
+    itself), arrays of fewer than 2^31 elements (32-bit offsets). Its kernels reach 250-450 TFLOP/s in float16 where
+    cuBLAS's products reach 500-700, so they win where the unfolding costs more than that. bench.py's fwd+bwd on the
+    H200 (wgmma kernels, each route forced: scratch/wgconv/route_ab.py): float16 with at most 64 output channels or
+    few pixels (64->64 at 15x15, 256->256 at 3x3), not 64->256 at 15x15 (0.63 ms against 0.54 unfolded) nor
+    256->256 at 7x7 (0.47-0.51 either way); TF32 on wgmma at every shape (256->256 at 7x7 1.04-1.06 ms against
+    1.11-1.13, 64->256 1.41-1.44 against 1.41), on mma.sync as float16 (64->256 2.3 ms against 1.4)."""
     cout, c, kh, kw = weight_shape
     granule = 16 // x.dtype.itemsize
+    wgmma_tf32 = x.dtype == np.float32 and _fused(x, 'conv_implicit_wg', x.dtype, *_IMPLICIT_WG[1]) is not None
     return ((x.dtype == np.float16 or x.dtype == np.float32 and tf32) and c % granule == 0 and cout % granule == 0
-            and kh * kw > 1 and (cout <= 64 or pixels <= 16384)
+            and kh * kw > 1 and (cout <= 64 or pixels <= 16384 or wgmma_tf32)
             and max(x.size, pixels * cout, cout * c * kh * kw) < 2 ** 31
             and _fused(x, 'conv_implicit_fwd', x.dtype, *_IMPLICIT_TILES[0]) is not None)
 
@@ -1701,7 +1701,7 @@ def _implicit_weight_grad(xh, dy, weight_shape, stride, padding):
     rows, k = n * ho * wo, kh * kw * c
     if rows == 0:
         return cp.zeros(weight_shape, xh.dtype)
-    tile_o, tile_k, stages, waves = _IMPLICIT_WG_DW[cout > 64]
+    tile_o, tile_k, stages, waves = _IMPLICIT_WG_DW[_C_TYPES[xh.dtype]][cout > 64]
     kernel = _kernel('conv_implicit_wg_dw', xh.dtype, tile_o, tile_k, stages)
     if kernel is not None:   # 128-byte rows in 1024-byte aligned tiles
         smem = stages * (tile_o + tile_k) * 128 + 1024
