@@ -1679,10 +1679,7 @@ def _implicit_products(xh, flat_weight, kernel_size, stride, padding, bias=None)
                                                                                           *stride, *padding))
     tile_n, m_tiles, stages = tile = _IMPLICIT_WG[cout > 64]
     hopper = _kernel('conv_implicit_wg', xh.dtype, *tile)
-    if hopper is not None and c == 0:   # no k-steps: conv_implicit_wg's first step is what writes its sums
-        y[...] = 0 if bias is None else bias
-        return y
-    if hopper is not None:   # 128-byte k-steps in 1024-byte aligned tiles
+    if hopper is not None:   # 128-byte k-steps in 1024-byte aligned tiles (conv2d refuses C = 0: no k-steps)
         _launch_with_smem(hopper, (-(-n * ho * wo // (128 * m_tiles)), -(-cout // tile_n)), 256, args,
                           stages * (128 * m_tiles + tile_n) * 128 + 1024)
         return y
