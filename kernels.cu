@@ -2241,6 +2241,7 @@ conv_implicit_wg_dw(const T* __restrict__ x, const T* __restrict__ dy, float* __
     constexpr int E = 16 / sizeof(T), RM = 128 / sizeof(T), GO = BO / E, GK = BKC / E;
     constexpr int SPLIT = 128 / BO, COLS = BKC / SPLIT, NN = COLS < 128 ? COLS : 128, NS = COLS / NN;
     static_assert(MN ? STAGES >= 3 : STAGES == 3, "the rings' stage counts");
+    static_assert(!MN || RM == 64, "float16's tile offsets below count 64-column blocks of RM rows as RM x 128 bytes");
     extern __shared__ uint4 hopper_smem[];
     const unsigned base = (shared_address(hopper_smem) + 1023) & ~1023u;
     uint4* const Ds = hopper_smem + (base - shared_address(hopper_smem)) / 16;   // [STAGES][BO * 8]
