@@ -2037,8 +2037,10 @@ conv_implicit_fwd(const T* __restrict__ x, const T* __restrict__ w2, const T* __
 }
 
 // ----- The implicit-GEMM conv on Hopper's warpgroup products (wgmma, sm_90a). The loader builds these kernels in a
-// module of its own with -arch=sm_90a on devices of compute capability 9.0; compiled for anything else (as CI's
-// sm_90 check does) their bodies trap. A warpgroup (4 warps) multiplies a 64-row tile of A by an N-column tile of B,
+// module of its own with NVRTC's -arch=sm_90a -DTL_SM90A on devices of compute capability 9.0 (with TL_SM90A, a
+// compiler that drops sm_90a's features fails the build, and the loader falls back; not for nvcc, whose generic
+// preprocessing pass lacks the feature macro); compiled for anything else (as CI's sm_90 check does) their bodies
+// trap. A warpgroup (4 warps) multiplies a 64-row tile of A by an N-column tile of B,
 // both read from shared memory through descriptors, asynchronously: d (64 x N in the mma.m16n8 C layout repeated
 // over N: warp w, lane 4 g + t holds d[4 i + 2 h + e] = D[16 w + g + 8 h][8 i + 2 t + e]) += A B of one k-step of
 // 16 values (8 in TF32). Tiles are 1024-byte aligned, in the 128-byte swizzle (16-byte granule c of a 128-byte row
@@ -2046,6 +2048,9 @@ conv_implicit_fwd(const T* __restrict__ x, const T* __restrict__ w2, const T* __
 // (bits 62-63). K-major tiles (rows of A and B along k; the only layout TF32 has): LBO unused, a k-step starts 32
 // bytes further into the rows. MN-major tiles (float16 only; the rows run along m or n, 64 values each): LBO steps
 // between 64-column blocks of rows, a k-step starts 16 rows (2048 bytes) further down.
+#if defined(TL_SM90A) && defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "built for the wgmma kernels (TL_SM90A) without sm_90a's features: they would trap"
+#endif
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 namespace hopper {
 

@@ -317,7 +317,7 @@ def _load_kernels():
         for cooperative, sm90a in ((False, False), (True, False)) + (((False, True),) if hopper else ()):
             expressions = [e for e in _kernel_name_expressions()
                            if (e.split('<')[0] in _COOPERATIVE, e.split('<')[0] in _SM90A) == (cooperative, sm90a)]
-            module = cp.RawModule(code=source, options=('-std=c++17',) + (('-arch=sm_90a',) if sm90a else ()),
+            module = cp.RawModule(code=source, options=('-std=c++17',) + (('-arch=sm_90a', '-DTL_SM90A') if sm90a else ()),
                                   name_expressions=expressions, enable_cooperative_groups=cooperative)
             kernels.update((e, module.get_function(e)) for e in expressions)
     except Exception as e:   # a missing file, a compile error: the composed CuPy paths serve instead
