@@ -1860,6 +1860,52 @@ struct TapWalk {
     }
 };
 
+// The forward's copies (conv_implicit_fwd's and conv_implicit_wg's): thread tid copies granule g = tid % G of tile
+// rows tid / G + ROWS a of x's tile (their window's corner (top, left), as an offset into x that may lie outside the
+// image: only pixels inside are read), and granule g of w2's rows o0 + tid / G + ROWS b, at k = s BK + E g in step
+// s, into tiles of rows of G granules (granule_at<G>). 32-bit offsets: the host keeps x and w2 below 2^31.
+template <typename T, int G, int ROWS, int BM, int BN> struct ForwardCopies {
+    static constexpr int E = 16 / sizeof(T), BK = G * E, AR = BM / ROWS, BR = (BN + ROWS - 1) / ROWS;
+    static_assert(BM % ROWS == 0, "whole passes over the rows of x's tile");
+    int g, row, corner[AR], top[AR], left[AR], w_row[BR];
+    TapWalk tap;
+    __device__ __forceinline__ ForwardCopies(int tid, long long m0, long long M, int o0, int Co, int K, int H, int W,
+                                             int C, int Ho, int Wo, int kw, int sh, int sw, int ph, int pw)
+        : g(tid % G), row(tid / G), tap(tid % G * E, C, kw) {
+#pragma unroll
+        for (int a = 0; a < AR; ++a) {
+            const long long m = m0 + row + ROWS * a;
+            const Pixel p = pixel_of(m < M ? m : 0, Ho, Wo, 1);
+            top[a] = p.h * sh - ph, left[a] = p.w * sw - pw;
+            corner[a] = ((p.n * H + top[a]) * W + left[a]) * C;
+            top[a] = m < M ? top[a] : -(1 << 29);   // a row past M reads zeros
+        }
+#pragma unroll
+        for (int b = 0; b < BR; ++b) {
+            const int o = o0 + row + ROWS * b;
+            w_row[b] = o < Co ? o * K + g * E : -(1 << 30);   // a row past C_out reads zeros
+        }
+    }
+    // step s into a_tile and b_tile (the steps in order: the tap walks on)
+    __device__ __forceinline__ void load(uint4* a_tile, uint4* b_tile, int s, const T* x, const T* w2, int K, int H,
+                                         int W, int C, int kw) {
+        const bool k_ok = s * BK + g * E < K;
+        const int at_tap = (tap.i * W + tap.j) * C + tap.c;
+#pragma unroll
+        for (int a = 0; a < AR; ++a) {
+            const bool ok = k_ok && (unsigned)(top[a] + tap.i) < (unsigned)H && (unsigned)(left[a] + tap.j) < (unsigned)W;
+            cp_async16_or_zero(a_tile + granule_at<G>(row + ROWS * a, g), x + (ok ? corner[a] + at_tap : 0), ok);
+        }
+#pragma unroll
+        for (int b = 0; b < BR; ++b) {
+            const bool ok = k_ok && w_row[b] >= 0;
+            if (BN % ROWS == 0 || row + ROWS * b < BN)
+                cp_async16_or_zero(b_tile + granule_at<G>(row + ROWS * b, g), w2 + (ok ? w_row[b] + s * BK : 0), ok);
+        }
+        tap.advance(BK, C, kw);
+    }
+};
+
 // The tensor-core product of T: d += a b on fragments of 32-bit registers, an mma's k extent K.
 template <typename T> struct TensorOp;
 template <> struct TensorOp<__half> {
@@ -1963,50 +2009,14 @@ conv_implicit_fwd(const T* __restrict__ x, const T* __restrict__ w2, const T* __
     constexpr int WARPS_M = BM / TM, THREADS = 32 * WARPS_M * (BN / TN);
     constexpr int G = BK / E, ROWS = THREADS / G;   // granules per tile row; rows one pass of the threads covers
     constexpr int MI = TM / 16, NI = TN / 8;        // a warp's tile in mma tiles
-    constexpr int AR = BM / ROWS, BR = (BN + ROWS - 1) / ROWS;   // rows of each tile a thread copies
-    static_assert(BM % ROWS == 0, "whole passes over the rows of x's tile");
     extern __shared__ __align__(128) uint4 implicit_smem[];
     uint4* const As = implicit_smem;                  // [STAGES][BM * G]
     uint4* const Bs = implicit_smem + STAGES * BM * G;   // [STAGES][BN * G]
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = tid % G;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const long long M = (long long)N * Ho * Wo, m0 = (long long)blockIdx.x * BM;
     const int K = kh * kw * C, o0 = blockIdx.y * BN;
-
-    // this thread copies granule g of tile rows tid / G + ROWS a: their window's corner (top, left), as an
-    // offset into x that may lie outside the image (only pixels inside are read); and granule g of w2's rows
-    // o0 + tid / G + ROWS b, at k = s BK + E g in step s. 32-bit offsets: the host keeps x and w2 below 2^31.
-    int corner[AR], top[AR], left[AR], w_row[BR];
-#pragma unroll
-    for (int a = 0; a < AR; ++a) {
-        const long long m = m0 + tid / G + ROWS * a;
-        const Pixel p = pixel_of(m < M ? m : 0, Ho, Wo, 1);
-        top[a] = p.h * sh - ph, left[a] = p.w * sw - pw;
-        corner[a] = ((p.n * H + top[a]) * W + left[a]) * C;
-        top[a] = m < M ? top[a] : -(1 << 29);   // a row past M reads zeros
-    }
-#pragma unroll
-    for (int b = 0; b < BR; ++b) {
-        const int o = o0 + tid / G + ROWS * b;
-        w_row[b] = o < Co ? o * K + g * E : -(1 << 30);   // a row past C_out reads zeros
-    }
-    TapWalk tap(g * E, C, kw);
-    auto load = [&](int stage, int s) {
-        const bool k_ok = s * BK + g * E < K;
-        const int at_tap = (tap.i * W + tap.j) * C + tap.c;
-        uint4* const a_stage = As + stage * BM * G;
-#pragma unroll
-        for (int a = 0; a < AR; ++a) {
-            const bool ok = k_ok && (unsigned)(top[a] + tap.i) < (unsigned)H && (unsigned)(left[a] + tap.j) < (unsigned)W;
-            cp_async16_or_zero(a_stage + granule_at<G>(tid / G + ROWS * a, g), x + (ok ? corner[a] + at_tap : 0), ok);
-        }
-#pragma unroll
-        for (int b = 0; b < BR; ++b) {
-            const bool ok = k_ok && w_row[b] >= 0;
-            if (BN % ROWS == 0 || tid / G + ROWS * b < BN)
-                cp_async16_or_zero(Bs + stage * BN * G + granule_at<G>(tid / G + ROWS * b, g), w2 + (ok ? w_row[b] + s * BK : 0), ok);
-        }
-        tap.advance(BK, C, kw);
-    };
+    ForwardCopies<T, G, ROWS, BM, BN> copies(tid, m0, M, o0, Co, K, H, W, C, Ho, Wo, kw, sh, sw, ph, pw);
+    auto load = [&](int stage, int s) { copies.load(As + stage * BM * G, Bs + stage * BN * G, s, x, w2, K, H, W, C, kw); };
 
     float acc[MI][NI][4] = {};
     const int wm = warp % WARPS_M * TM, wn = warp / WARPS_M * TN;
@@ -2108,62 +2118,35 @@ template <int MN> struct Wgmma<float, 128, MN> {
 }  // namespace hopper
 #endif
 
+// Blocks an SM for the wgmma kernels' launch bounds: two where STAGES stages of `rows` 128-byte rows (+ 1024 bytes
+// to align them) fit twice in the SM's 227 KB of shared memory
+constexpr int wg_blocks(int rows, int stages) { return 2 * (stages * rows * 128 + 1024) <= 232448 ? 2 : 1; }
+
 // A block of two warpgroups owns MT x 128 rows m of y (warpgroup w the m-tiles of 64 rows 2 t + w) by BN output
-// channels (products of 64 or 128 columns). The staging is conv_implicit_fwd's (granule g of tile rows tid / 8 + 32 a,
+// channels (products of 64 or 128 columns). The staging is conv_implicit_fwd's (implicit::ForwardCopies with 8 granules,
 // a k-step of 128 bytes a row) in a ring of STAGES stages: while step s is multiplied, steps s + 1 .. s + STAGES - 2
 // are being copied and step s - 1's products may still run (one wgmma group in flight), so the stage refilled after
 // step s's barrier is step s - 2's. Each thread fences its landed copies for the asynchronous proxy before the
 // barrier. Dynamic shared memory: STAGES x (128 MT + BN) x 128 bytes + 1024 (to align the tiles to 1024 bytes);
 // two blocks an SM where that fits twice.
-template <int BN, int MT, int STAGES> constexpr int wg_smem() { return STAGES * (128 * MT + BN) * 128 + 1024; }
-
 template <typename T, int BN, int MT, int STAGES>
-__global__ void __launch_bounds__(256, 2 * wg_smem<BN, MT, STAGES>() <= 232448 ? 2 : 1)
+__global__ void __launch_bounds__(256, wg_blocks(128 * MT + BN, STAGES))
 conv_implicit_wg(const T* __restrict__ x, const T* __restrict__ w2, const T* __restrict__ bias, T* __restrict__ y,
                  int N, int H, int W, int C, int Co, int Ho, int Wo, int kh, int kw, int sh, int sw, int ph, int pw)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace implicit;
-    constexpr int BM = 128 * MT, E = 16 / sizeof(T), BK = 128 / sizeof(T), G = 8, ROWS = 256 / G;
-    constexpr int AR = BM / ROWS, BR = BN / ROWS, NN = BN < 128 ? BN : 128, NT = BN / NN, REGS = NN / 2;
+    constexpr int BM = 128 * MT, BK = 128 / sizeof(T), G = 8, ROWS = 256 / G;   // conv_implicit_fwd's copies
+    constexpr int NN = BN < 128 ? BN : 128, NT = BN / NN, REGS = NN / 2;
     extern __shared__ uint4 hopper_smem[];
     const unsigned base = (shared_address(hopper_smem) + 1023) & ~1023u;
     uint4* const As = hopper_smem + (base - shared_address(hopper_smem)) / 16;   // [STAGES][BM * G]
     uint4* const Bs = As + STAGES * BM * G;                                      // [STAGES][BN * G]
-    const int tid = threadIdx.x, g = tid % G, group = tid / 128;
+    const int tid = threadIdx.x, group = tid / 128;
     const long long M = (long long)N * Ho * Wo, m0 = (long long)blockIdx.x * BM;
     const int K = kh * kw * C, o0 = blockIdx.y * BN;
-
-    int corner[AR], top[AR], left[AR], w_row[BR];   // as conv_implicit_fwd's
-#pragma unroll
-    for (int a = 0; a < AR; ++a) {
-        const long long m = m0 + tid / G + ROWS * a;
-        const Pixel p = pixel_of(m < M ? m : 0, Ho, Wo, 1);
-        top[a] = p.h * sh - ph, left[a] = p.w * sw - pw;
-        corner[a] = ((p.n * H + top[a]) * W + left[a]) * C;
-        top[a] = m < M ? top[a] : -(1 << 29);
-    }
-#pragma unroll
-    for (int b = 0; b < BR; ++b) {
-        const int o = o0 + tid / G + ROWS * b;
-        w_row[b] = o < Co ? o * K + g * E : -(1 << 30);
-    }
-    TapWalk tap(g * E, C, kw);
-    auto load = [&](int stage, int s) {
-        const bool k_ok = s * BK + g * E < K;
-        const int at_tap = (tap.i * W + tap.j) * C + tap.c;
-#pragma unroll
-        for (int a = 0; a < AR; ++a) {
-            const bool ok = k_ok && (unsigned)(top[a] + tap.i) < (unsigned)H && (unsigned)(left[a] + tap.j) < (unsigned)W;
-            cp_async16_or_zero(As + stage * BM * G + granule_at<G>(tid / G + ROWS * a, g), x + (ok ? corner[a] + at_tap : 0), ok);
-        }
-#pragma unroll
-        for (int b = 0; b < BR; ++b) {
-            const bool ok = k_ok && w_row[b] >= 0;
-            cp_async16_or_zero(Bs + stage * BN * G + granule_at<G>(tid / G + ROWS * b, g), w2 + (ok ? w_row[b] + s * BK : 0), ok);
-        }
-        tap.advance(BK, C, kw);
-    };
+    ForwardCopies<T, G, ROWS, BM, BN> copies(tid, m0, M, o0, Co, K, H, W, C, Ho, Wo, kw, sh, sw, ph, pw);
+    auto load = [&](int stage, int s) { copies.load(As + stage * BM * G, Bs + stage * BN * G, s, x, w2, K, H, W, C, kw); };
 
     float d[MT][NT][REGS];   // written by the first step's products
     const int steps = (K + BK - 1) / BK;
@@ -2231,8 +2214,8 @@ conv_implicit_wg(const T* __restrict__ x, const T* __restrict__ w2, const T* __r
 // each thread loading 4 x 4 blocks (4 rows m by a 16-byte piece) into registers two steps ahead and storing them
 // transposed; 3 stages (the stage stored after step s's products is step s - 2's, as in the ring).
 // Every split has rows (the first step's products write d). Dynamic shared memory: STAGES x (BO + BKC) x 128 + 1024.
-template <int BO, int BKC, int STAGES> constexpr int wg_dw_blocks() {   // two an SM where the stages fit twice and
-    return 2 * (STAGES * (BO + BKC) * 128 + 1024) <= 232448 && BO * BKC / 256 <= 32 ? 2 : 1;   // d needs 32 registers
+template <int BO, int BKC, int STAGES> constexpr int wg_dw_blocks() {   // as wg_blocks, where d needs 32 registers
+    return BO * BKC / 256 <= 32 ? wg_blocks(BO + BKC, STAGES) : 1;
 }
 
 template <typename T, int BO, int BKC, int STAGES>
