@@ -2086,6 +2086,11 @@ def without_wgmma():
     return kernels_hidden({'conv_implicit_wg', 'conv_implicit_wg_dw'})
 
 
+def run_without_wgmma(fn):
+    with without_wgmma():
+        fn()
+
+
 @contextlib.contextmanager
 def gpu_path(path, kernels=()):
     """The body on the 'fused' path (kernels.cu loaded, with every name in `kernels`) or the 'composed'
@@ -2568,8 +2573,7 @@ def test_gpu_conv_implicit_edges():
 
 
 def test_gpu_conv_implicit_edges_without_wgmma():
-    with without_wgmma():
-        check_conv_implicit_edges()
+    run_without_wgmma(check_conv_implicit_edges)
 
 
 def check_conv_implicit_edges():
@@ -2700,11 +2704,6 @@ for _mode in ('fused', 'composed'):
             register(f'test_gpu_{_mode}_{_op}_{_n}', lambda m=_mode, o=_op, dt=_dt: check_pool(m, o, dt))
         register(f'test_gpu_{_mode}_cross_entropy_{_n}', lambda m=_mode, dt=_dt: check_cross_entropy(m, dt))
 register('test_gpu_fused_conv_cases_float32_tf32', lambda: check_conv('fused', np.float32, allow_tf32=True))
-def run_without_wgmma(fn):
-    with without_wgmma():
-        fn()
-
-
 for _dt, _tf32 in ((np.float16, False), (np.float32, True)):
     register(f'test_gpu_fused_conv_cases_{np.dtype(_dt).name}{"_tf32" * _tf32}_without_wgmma',
              lambda dt=_dt, t=_tf32: run_without_wgmma(lambda: check_conv('fused', dt, allow_tf32=t)))
