@@ -2115,6 +2115,21 @@ template <int MN> struct Wgmma<float, 128, MN> {
 #undef TL_D16
 #undef TL_D4
 
+// mbarriers in shared memory (8 bytes each): a phase completes after `count` arrivals; waits name its parity
+__device__ __forceinline__ void bar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(unsigned bar) {
+    asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void bar_wait(unsigned bar, unsigned parity) {   // until the phase of that parity completed
+    unsigned done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+
 }  // namespace hopper
 #endif
 
@@ -2209,17 +2224,22 @@ conv_implicit_wg(const T* __restrict__ x, const T* __restrict__ w2, const T* __r
 // conv_implicit_dw on wgmma: part[z][o][k] = the sum over split z's rows m of dy[m][o] cols[m][k] for a block's
 // BO x BKC of (o, k): two warpgroups, each 64 rows o by all BKC columns k (BO = 128), or the same 64 rows o and half
 // the columns each (BO = 64). A stage holds RM rows m (a k-step of 128 bytes) of dy's BO columns and of cols' BKC.
-// float16: MN-major tiles (64-column blocks of RM = 64 rows of 128 bytes), copied by cp.async as conv_implicit_dw
-// copies, in conv_implicit_wg's ring of STAGES. TF32 (K-major only): tiles of BO and BKC rows of RM = 32 floats m,
-// each thread loading 4 x 4 blocks (4 rows m by a 16-byte piece) into registers two steps ahead and storing them
-// transposed; 3 stages (the stage stored after step s's products is step s - 2's, as in the ring).
-// Every split has rows (the first step's products write d). Dynamic shared memory: STAGES x (BO + BKC) x 128 + 1024.
-template <int BO, int BKC, int STAGES> constexpr int wg_dw_blocks() {   // as wg_blocks, where d needs 32 registers
-    return BO * BKC / 256 <= 32 ? wg_blocks(BO + BKC, STAGES) : 1;
+// float16 (256 threads): MN-major tiles (64-column blocks of RM = 64 rows of 128 bytes), copied by cp.async as
+// conv_implicit_dw copies, in conv_implicit_wg's ring of STAGES. TF32 (K-major only; 512 threads, warpgroups
+// specialized): tiles of BO and BKC rows of RM = 32 floats m, threads 0-255 loading 4 x 4 blocks (4 rows m by a
+// 16-byte piece) into registers two steps ahead and storing them transposed; threads 256-511 multiply. No block
+// barrier: per stage an mbarrier `full` (256 arrivals: each copying thread once its stores are fenced for wgmma's
+// reads) and `empty` (8 arrivals: each multiplying warp once the stage's products are done), phases counted by
+// step / STAGES. On the H200 at train_cifar.py's shapes (scratch/wgconv/sweep_dw.py), the specialized TF32 took
+// 256->256 at 7x7 from 604 to 555 us and 64->256 at 15x15 from 779 to 689; float16's (a copying warpgroup issuing
+// cp.async) gained nothing. Every split has rows (the first step's products write d).
+// Dynamic shared memory: STAGES x (BO + BKC) x 128 + 1024 (+ 16 STAGES for TF32's mbarriers).
+template <typename T, int BO, int BKC, int STAGES> constexpr int wg_dw_blocks() {   // as wg_blocks, where d needs 32 registers
+    return sizeof(T) == 4 || BO * BKC / 256 > 32 ? 1 : wg_blocks(BO + BKC, STAGES);
 }
 
 template <typename T, int BO, int BKC, int STAGES>
-__global__ void __launch_bounds__(256, wg_dw_blocks<BO, BKC, STAGES>())
+__global__ void __launch_bounds__(sizeof(T) == 2 ? 256 : 512, wg_dw_blocks<T, BO, BKC, STAGES>())
 conv_implicit_wg_dw(const T* __restrict__ x, const T* __restrict__ dy, float* __restrict__ part, long long m_split,
                     int N, int H, int W, int C, int Co, int Ho, int Wo, int kh, int kw, int sh, int sw, int ph, int pw)
 {
@@ -2228,17 +2248,23 @@ conv_implicit_wg_dw(const T* __restrict__ x, const T* __restrict__ dy, float* __
     constexpr bool MN = sizeof(T) == 2;
     constexpr int E = 16 / sizeof(T), RM = 128 / sizeof(T), GO = BO / E, GK = BKC / E;
     constexpr int SPLIT = 128 / BO, COLS = BKC / SPLIT, NN = COLS < 128 ? COLS : 128, NS = COLS / NN;
-    static_assert(MN ? STAGES >= 3 : STAGES == 3, "the rings' stage counts");
+    static_assert(STAGES >= (MN ? 3 : 2), "the rings' stage counts");
     static_assert(!MN || RM == 64, "float16's tile offsets below count 64-column blocks of RM rows as RM x 128 bytes");
     extern __shared__ uint4 hopper_smem[];
     const unsigned base = (shared_address(hopper_smem) + 1023) & ~1023u;
     uint4* const Ds = hopper_smem + (base - shared_address(hopper_smem)) / 16;   // [STAGES][BO * 8]
     uint4* const Xs = Ds + STAGES * BO * 8;                                       // [STAGES][BKC * 8]
-    const int tid = threadIdx.x, group = tid / 128;
+    const int tid = threadIdx.x, group = (MN ? tid : tid - 256) / 128;   // the multiplying warpgroups: 0 and 1
     const long long M = (long long)N * Ho * Wo, m_begin = blockIdx.z * m_split;
     const long long m_end = min(M, m_begin + m_split);
     const int K = kh * kw * C, k0 = blockIdx.x * BKC, o0 = blockIdx.y * BO;
     const int steps = (int)((m_end - m_begin + RM - 1) / RM);
+    const unsigned full = base + STAGES * (BO + BKC) * 128, empty = full + 8 * STAGES;   // TF32's mbarriers
+    if (!MN) {
+        if (tid == 0)
+            for (int st = 0; st < STAGES; ++st) hopper::bar_init(full + 8 * st, 256), hopper::bar_init(empty + 8 * st, 8);
+        __syncthreads();
+    }
 
     float d[NS][NN / 2];
     auto products = [&](int s) {   // d (+)= step s's tiles (float16: k-steps of 16 rows; TF32: of 32 bytes)
@@ -2352,19 +2378,27 @@ conv_implicit_wg_dw(const T* __restrict__ x, const T* __restrict__ dy, float* __
 #pragma unroll
             for (int p = 0; p < PX; ++p) store(Xs + stage * BKC * 8, UX, p, pc.x[p]);
         };
-        auto step = [&](int s, Pieces& refill, const Pieces& next) {   // refill held step s, next holds step s + 1
-            if (s + 2 < steps) fetch(refill, s + 2);
-            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   // this thread's stores, for wgmma's reads
-            __syncthreads();   // step s is stored; step s - 2's products are done: its stage is free
+        if (tid < 256) {   // copy: store step s once its stage is free, say so, then fetch step s + 2 into the set
+            auto produce = [&](int s, Pieces& pc) {
+                if (s >= STAGES) hopper::bar_wait(empty + 8 * (s % STAGES), (s / STAGES - 1) & 1);   // s - STAGES done
+                put(pc, s % STAGES);
+                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   // this thread's stores, for wgmma's reads
+                hopper::bar_arrive(full + 8 * (s % STAGES));
+                if (s + 2 < steps) fetch(pc, s + 2);
+            };
+            fetch(ra, 0);
+            if (steps > 1) fetch(rb, 1);
+            for (int s = 0; s < steps; s += 2) {
+                produce(s, ra);
+                if (s + 1 < steps) produce(s + 1, rb);
+            }
+            return;
+        }
+        for (int s = 0; s < steps; ++s) {   // multiply, releasing step s - 1's stage once its products are done
+            hopper::bar_wait(full + 8 * (s % STAGES), (s / STAGES) & 1);
+            __syncwarp();   // converged for the .aligned wgmma instructions
             products(s);
-            if (s + 1 < steps) put(next, (s + 1) % STAGES);
-        };
-        fetch(ra, 0);
-        put(ra, 0);
-        if (steps > 1) fetch(rb, 1);
-        for (int s = 0; s < steps; s += 2) {
-            step(s, ra, rb);
-            if (s + 1 < steps) step(s + 1, rb, ra);
+            if (s > 0 && tid % 32 == 0) hopper::bar_arrive(empty + 8 * ((s - 1) % STAGES));
         }
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");

@@ -267,7 +267,7 @@ _IMPLICIT_DW_TILES = {'__half': ((64, 256), (128, 128)), 'float': ((64, 128), (6
 # MT x 128 rows m, k-steps in shared memory) and conv_implicit_wg_dw's (BO output channels, BKC columns, stages,
 # waves of blocks over the splits of the rows), for at most 64 output channels and for more
 _IMPLICIT_WG = ((64, 1, 4), (256, 1, 4))
-_IMPLICIT_WG_DW = {'__half': ((64, 256, 4, 1), (128, 256, 4, 2)), 'float': ((64, 256, 3, 1), (128, 128, 3, 4))}
+_IMPLICIT_WG_DW = {'__half': ((64, 256, 4, 1), (128, 256, 4, 2)), 'float': ((64, 128, 6, 8), (128, 128, 4, 8))}
 # kernel name -> the template arguments it is instantiated with (C type names, integers)
 _KERNEL_INSTANCES = {
     'relu_fwd': [(t,) for t in _FLOAT_C],
@@ -294,7 +294,7 @@ _KERNEL_INSTANCES = {
 }
 _COOPERATIVE = {'gru_fwd_persistent', 'gru_bwd_persistent'}   # launched as cooperative grids (a module of their own)
 _SM90A = {'conv_implicit_wg', 'conv_implicit_wg_dw'}   # Hopper's wgmma: a module of their own built with -arch=sm_90a, on 9.0 devices only
-_BLOCK = 256   # threads per block of every kernel
+_BLOCK = 256   # threads per block of every kernel but TF32's conv_implicit_wg_dw (512: warpgroups specialized)
 _modules = {}   # GPU index -> {name expression: RawKernel}, {} when kernels.cu is missing or broken
 _kernels = {}   # (name, template arguments, GPU index) -> RawKernel or None, as _kernel found it
 
@@ -361,12 +361,12 @@ def _multiprocessors():
     return _sm_counts[device]
 
 
-def _resident_blocks(kernel, smem=0):
-    """Blocks of _BLOCK threads of `kernel` (with `smem` bytes of dynamic shared memory) resident on the whole
+def _resident_blocks(kernel, smem=0, threads=_BLOCK):
+    """Blocks of `threads` threads of `kernel` (with `smem` bytes of dynamic shared memory) resident on the whole
     GPU at once: SMs x occupancy."""
-    key = (id(kernel), smem, cp.cuda.runtime.getDevice())
+    key = (id(kernel), smem, threads, cp.cuda.runtime.getDevice())
     if key not in _resident:
-        per_sm = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, _BLOCK, smem)
+        per_sm = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, threads, smem)
         _resident[key] = max(1, per_sm) * _multiprocessors()
     return _resident[key]
 
@@ -1699,19 +1699,22 @@ def _implicit_weight_grad(xh, dy, weight_shape, stride, padding):
     if rows == 0:
         return cp.zeros(weight_shape, xh.dtype)
     tile_o, tile_k, stages, waves = _IMPLICIT_WG_DW[_C_TYPES[xh.dtype]][cout > 64]
-    kernel = _kernel('conv_implicit_wg_dw', xh.dtype, tile_o, tile_k, stages)
-    if kernel is not None:   # 128-byte rows in 1024-byte aligned tiles
+    kernel, threads = _kernel('conv_implicit_wg_dw', xh.dtype, tile_o, tile_k, stages), _BLOCK
+    if kernel is not None:   # 128-byte rows in 1024-byte aligned tiles; TF32: its mbarriers, 512 threads
         smem = stages * (tile_o + tile_k) * 128 + 1024
+        if xh.dtype == np.float32:
+            smem, threads = smem + 16 * stages, 2 * _BLOCK
     else:
         (tile_o, tile_k), waves = _IMPLICIT_DW_TILES[_C_TYPES[xh.dtype]][cout > 64], 2
         smem = _IMPLICIT_STAGES * _IMPLICIT_WM * (tile_o + tile_k) * xh.itemsize
         kernel = _kernel('conv_implicit_dw', xh.dtype, tile_o, tile_k)
     tiles = (-(-k // tile_k), -(-cout // tile_o))
-    splits = max(1, min(-(-waves * _resident_blocks(_allow_smem(kernel, smem), smem) // (tiles[0] * tiles[1])), rows // 512))
+    resident = _resident_blocks(_allow_smem(kernel, smem), smem, threads)
+    splits = max(1, min(-(-waves * resident // (tiles[0] * tiles[1])), rows // 512))
     rows_per_split = -(-rows // splits)
     splits = -(-rows // rows_per_split)
     part = cp.empty((splits, cout, k), np.float32)
-    kernel(tiles + (splits,), (_BLOCK,), (_aligned(xh), _aligned(dy), part, np.int64(rows_per_split))
+    kernel(tiles + (splits,), (threads,), (_aligned(xh), _aligned(dy), part, np.int64(rows_per_split))
            + tuple(np.int32(v) for v in (n, h, w, c, cout, ho, wo, kh, kw, *stride, *padding)), shared_mem=smem)
     return _folded_weight_grad(part, weight_shape, xh.dtype)
 
