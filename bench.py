@@ -502,6 +502,7 @@ def _cross_entropy_rows(table, n, classes):
     (loss, dx), (loss_t, dx_t) = ours_fwd_bwd(*ours[0]), theirs_fwd_bwd(*theirs[0])
     table.check(f'{label} loss', loss, loss_t, 1e-4)
     table.check(f'{label} dlogits', dx, dx_t, 1e-4)
+    del loss, dx, loss_t, dx_t   # as in _bn_rows: a live torch graph would break graph_time's capture
     # the small case is launch-bound (40 KB): no copy-rate target there
     target = ('copy', 0.8) if xbytes >= L2_BYTES else None
     with tl.no_grad(), torch.no_grad():
