@@ -265,9 +265,9 @@ _IMPLICIT_TILES = ((128, 32, 32, 32), (128, 64, 64, 32))
 _IMPLICIT_DW_TILES = {'__half': ((64, 256), (128, 128)), 'float': ((64, 128), (64, 128))}   # TF32: twice the bytes
 # On 9.0 GPUs (wgmma, sm_90a; scratch sweeps at train_cifar.py's shapes): conv_implicit_wg's (BN output channels,
 # MT x 128 rows m, k-steps in shared memory) and conv_implicit_wg_dw's (BO output channels, BKC columns, stages,
-# waves of blocks over the splits of the rows), for at most 64 output channels and for more
+# whole waves of blocks over the splits of the rows), for at most 64 output channels and for more
 _IMPLICIT_WG = ((64, 1, 4), (256, 1, 4))
-_IMPLICIT_WG_DW = {'__half': ((64, 256, 4, 1), (128, 256, 4, 2)), 'float': ((64, 128, 6, 8), (128, 128, 4, 8))}
+_IMPLICIT_WG_DW = {'__half': ((64, 256, 4, 1), (128, 256, 4, 1)), 'float': ((64, 128, 6, 1), (128, 128, 4, 2))}
 # kernel name -> the template arguments it is instantiated with (C type names, integers)
 _KERNEL_INSTANCES = {
     'relu_fwd': [(t,) for t in _FLOAT_C],
@@ -1653,15 +1653,16 @@ def _implicit_conv(x, weight_shape, pixels, tf32):
     are multiples of a 16-byte granule (copies within one tap), windows larger than 1x1 (a 1x1 conv's matrix is x
     itself), arrays of fewer than 2^31 elements (32-bit offsets). Its kernels reach 250-450 TFLOP/s in float16 where
     cuBLAS's products reach 500-700, so they win where the unfolding costs more than that. bench.py's fwd+bwd on the
-    H200 (wgmma kernels, each route forced: scratch/wgconv/route_ab.py): float16 with at most 64 output channels or
-    few pixels (64->64 at 15x15, 256->256 at 3x3), not 64->256 at 15x15 (0.63 ms against 0.54 unfolded) nor
-    256->256 at 7x7 (0.47-0.51 either way); TF32 on wgmma at every shape (256->256 at 7x7 1.04-1.06 ms against
-    1.11-1.13, 64->256 1.41-1.44 against 1.41), on mma.sync as float16 (64->256 2.3 ms against 1.4)."""
+    H200 (each route forced: scratch/wgconv/route_ab.py): float16 with at most 64 output channels or few pixels
+    (64->64 at 15x15, 256->256 at 3x3), and on wgmma with reductions of 2048 or more (256->256 at 7x7: 0.41 ms
+    against 0.47 unfolded), not 64->256 at 15x15 (0.62 against 0.55); TF32 on wgmma at every shape (256->256 at 7x7
+    1.04-1.06 ms against 1.11-1.13, 64->256 1.41-1.44 against 1.41, before dW's warp specialization), on mma.sync as
+    float16 (64->256 2.3 ms against 1.4)."""
     cout, c, kh, kw = weight_shape
     granule = 16 // x.dtype.itemsize
-    wgmma_tf32 = x.dtype == np.float32 and _fused(x, 'conv_implicit_wg', x.dtype, *_IMPLICIT_WG[1]) is not None
+    wgmma = _fused(x, 'conv_implicit_wg', x.dtype, *_IMPLICIT_WG[1]) is not None
     return ((x.dtype == np.float16 or x.dtype == np.float32 and tf32) and c % granule == 0 and cout % granule == 0
-            and kh * kw > 1 and (cout <= 64 or pixels <= 16384 or wgmma_tf32)
+            and kh * kw > 1 and (cout <= 64 or pixels <= 16384 or wgmma and (x.dtype == np.float32 or c * kh * kw >= 2048))
             and max(x.size, pixels * cout, cout * c * kh * kw) < 2 ** 31
             and _fused(x, 'conv_implicit_fwd', x.dtype, *_IMPLICIT_TILES[0]) is not None)
 
@@ -1710,7 +1711,7 @@ def _implicit_weight_grad(xh, dy, weight_shape, stride, padding):
         kernel = _kernel('conv_implicit_dw', xh.dtype, tile_o, tile_k)
     tiles = (-(-k // tile_k), -(-cout // tile_o))
     resident = _resident_blocks(_allow_smem(kernel, smem), smem, threads)
-    splits = max(1, min(-(-waves * resident // (tiles[0] * tiles[1])), rows // 512))
+    splits = max(1, min(waves * resident // (tiles[0] * tiles[1]), rows // 512))   # whole waves: no last wave of a few blocks
     rows_per_split = -(-rows // splits)
     splits = -(-rows // rows_per_split)
     part = cp.empty((splits, cout, k), np.float32)
