@@ -2221,6 +2221,119 @@ conv_implicit_wg(const T* __restrict__ x, const T* __restrict__ w2, const T* __r
 #endif
 }
 
+// conv_implicit_wg fed by the Tensor Memory Accelerator (a probe on branch tma-conv; the library does not load it):
+// warpgroup 0's first thread issues, per k-step, one im2col load of BM pixels by 128 bytes of channels (x's rows at
+// tap (i, j), zeros outside the image, from the tensor map x_map) and one tiled load of BN rows of w2 (w_map), both in
+// the 128-byte swizzle wgmma reads; warpgroups 1 and 2 multiply as conv_implicit_wg's. Per stage an mbarrier `full`
+// (the producer's arrival with the stage's byte count; the loads complete it) and `empty` (8 arrivals: each
+// multiplying warp once the stage's products are done). C must be a multiple of 128 bytes (a k-step lies in one tap).
+// The maps (host: cuTensorMapEncodeIm2col over x as (C, W, H, N) with the box's corners at (-pw, -ph) and
+// (pw - kw + 1, ph - kh + 1), strides (1, sw, sh, 1); cuTensorMapEncodeTiled over w2 as (K, Co)) come as
+// __grid_constant__ parameters. Dynamic shared memory: STAGES x (BM + BN) x 128 + 1024 + 16 STAGES.
+namespace hopper {
+struct alignas(64) TensorMap { unsigned long long opaque[16]; };
+
+__device__ __forceinline__ void bar_expect_bytes(unsigned bar, unsigned bytes) {   // the producer's arrival
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void tma_im2col(unsigned dst, const TensorMap* map, int c, int w, int h, int n,
+                                           unsigned short dj, unsigned short di, unsigned bar) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5}], [%6], {%7, %8};\n"
+                 ::"r"(dst), "l"(map), "r"(c), "r"(w), "r"(h), "r"(n), "r"(bar), "h"(dj), "h"(di) : "memory");
+}
+__device__ __forceinline__ void tma_tile(unsigned dst, const TensorMap* map, int k, int row, unsigned bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+                 ::"r"(dst), "l"(map), "r"(k), "r"(row), "r"(bar) : "memory");
+}
+}  // namespace hopper
+
+template <typename T, int BN, int MT, int STAGES>
+__global__ void __launch_bounds__(384, 1)
+conv_implicit_tma(const __grid_constant__ hopper::TensorMap x_map, const __grid_constant__ hopper::TensorMap w_map,
+                  const T* __restrict__ bias, T* __restrict__ y,
+                  int N, int H, int W, int C, int Co, int Ho, int Wo, int kh, int kw, int sh, int sw, int ph, int pw)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using namespace implicit;
+    constexpr int BM = 128 * MT, BK = 128 / sizeof(T);
+    constexpr int NN = BN < 128 ? BN : 128, NT = BN / NN, REGS = NN / 2;
+    extern __shared__ uint4 hopper_smem[];
+    const unsigned base = (shared_address(hopper_smem) + 1023) & ~1023u;
+    const unsigned full = base + STAGES * (BM + BN) * 128, empty = full + 8 * STAGES;   // mbarriers, 8 bytes each
+    const int tid = threadIdx.x, group = tid / 128;
+    const long long M = (long long)N * Ho * Wo, m0 = (long long)blockIdx.x * BM;
+    const int K = kh * kw * C, o0 = blockIdx.y * BN, steps = K / BK, chunks = C / BK;
+    if (tid == 0) {
+        for (int st = 0; st < STAGES; ++st) hopper::bar_init(full + 8 * st, 1), hopper::bar_init(empty + 8 * st, 8);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");   // the inits, for the TMA unit too
+    }
+    __syncthreads();
+
+    if (group == 0) {   // the producer: one thread
+        if (tid == 0) {
+            const int n = (int)(m0 / (Ho * Wo)), p = (int)(m0 % (Ho * Wo)), h = p / Wo * sh - ph, w = p % Wo * sw - pw;
+            for (int s = 0; s < steps; ++s) {
+                const int stage = s % STAGES, tap = s / chunks;
+                if (s >= STAGES) hopper::bar_wait(empty + 8 * stage, (s / STAGES - 1) & 1);   // s - STAGES multiplied
+                hopper::bar_expect_bytes(full + 8 * stage, (BM + BN) * 128);
+                hopper::tma_im2col(base + stage * BM * 128, &x_map, s % chunks * BK, w, h, n, tap % kw, tap / kw,
+                                   full + 8 * stage);
+                hopper::tma_tile(base + (STAGES * BM + stage * BN) * 128, &w_map, s * BK, o0, full + 8 * stage);
+            }
+        }
+        return;
+    }
+
+    float d[MT][NT][REGS];   // written by the first step's products
+    const int c = group - 1;
+    for (int s = 0; s < steps; ++s) {
+        const int stage = s % STAGES;
+        hopper::bar_wait(full + 8 * stage, (s / STAGES) & 1);
+        __syncwarp();   // converged for the .aligned wgmma instructions
+        const unsigned a_tile = base + (stage * BM + c * 64) * 128, b_tile = base + (STAGES * BM + stage * BN) * 128;
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+#pragma unroll
+            for (int t = 0; t < MT; ++t)
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+                    hopper::Wgmma<T, NN>::mma(d[t][n], hopper::operand(a_tile + t * 128 * 128 + 32 * k),
+                                              hopper::operand(b_tile + n * NN * 128 + 32 * k), s || k);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");   // step s - 1's products are done
+        if (s > 0 && tid % 32 == 0) hopper::bar_arrive(empty + 8 * ((s - 1) % STAGES));
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+    for (int t = 0; t < MT; ++t)
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int i = 0; i < REGS; ++i) asm volatile("" : "+f"(d[t][n][i])::"memory");   // no read of d above the wait
+
+    const int lane = tid & 31, warp = (tid >> 5) & 3, gq = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int i = 0; i < NN / 8; ++i) {
+            const int o = o0 + n * NN + 8 * i + 2 * tq;
+            const float b0 = bias && o < Co ? float(bias[o]) : 0.f, b1 = bias && o < Co ? float(bias[o + 1]) : 0.f;
+#pragma unroll
+            for (int t = 0; t < MT; ++t)
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    const long long m = m0 + (2 * t + c) * 64 + warp * 16 + gq + 8 * half;
+                    if (m < M && o < Co)   // C_out is even
+                        store_pair(y + m * Co + o, d[t][n][4 * i + 2 * half] + b0, d[t][n][4 * i + 2 * half + 1] + b1);
+                }
+        }
+#else
+    __trap();
+#endif
+}
+
 // conv_implicit_dw on wgmma: part[z][o][k] = the sum over split z's rows m of dy[m][o] cols[m][k] for a block's
 // BO x BKC of (o, k): two warpgroups, each 64 rows o by all BKC columns k (BO = 128), or the same 64 rows o and half
 // the columns each (BO = 64). A stage holds RM rows m (a k-step of 128 bytes) of dy's BO columns and of cols' BKC.
