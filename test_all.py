@@ -2076,18 +2076,21 @@ def composed_only():
     return kernels_hidden()
 
 
-def without_wgmma():
-    """The implicit-GEMM convs on conv_implicit_fwd and conv_implicit_dw (mma.sync) where the GPU has
-    conv_implicit_wg and conv_implicit_wg_dw (wgmma, sm_90a): tests run both; a GPU without sm_90a's kernels skips
-    the second run."""
+SM90A_CONVS = ('conv_implicit_tma', 'conv_implicit_wg', 'conv_implicit_wg_dw')
+
+
+def without_wgmma(names=SM90A_CONVS):
+    """The implicit-GEMM convs without the sm_90a kernels `names` where the GPU has them: without all three, on
+    conv_implicit_fwd and conv_implicit_dw (mma.sync); without conv_implicit_tma, the forward on conv_implicit_wg at
+    every channel count. Tests run each; a GPU without sm_90a's kernels skips these runs."""
     need_cuda()
     if 'conv_implicit_wg' not in tl.fused_kernels():
         raise Skip('no sm_90a kernels on this GPU: the mma.sync kernels are what the other tests ran')
-    return kernels_hidden({'conv_implicit_wg', 'conv_implicit_wg_dw'})
+    return kernels_hidden(set(names))
 
 
-def run_without_wgmma(fn):
-    with without_wgmma():
+def run_without_wgmma(fn, names=SM90A_CONVS):
+    with without_wgmma(names):
         fn()
 
 
@@ -2414,7 +2417,11 @@ CONV_CASES = [   # x's shape, weight's shape, stride, padding, bias, x's layout 
     ((2, 40, 6, 5), (24, 40, 3, 3), 2, 4, True, 'channels_last'),   # C=40, padding past the kernel, stride 2
     ((2, 12, 7, 7), (20, 12, 3, 3), 1, 1, True, 'channels_last'),   # 12 and 20 channels: TF32's 4-float granules
     ((3, 8, 1, 9), (8, 8, 3, 3), 1, 1, False, 'channels_last'),     # images of one row
-    ((2, 16, 3, 3), (8, 16, 3, 3), 1, 0, False, 'channels_last')]   # a 1x1 output: dx padded by 2
+    ((2, 16, 3, 3), (8, 16, 3, 3), 1, 0, False, 'channels_last'),   # a 1x1 output: dx padded by 2
+    # channels filling 128-byte rows (64 in float16, 32 in TF32): conv_implicit_tma's im2col loads on 9.0 GPUs
+    ((2, 64, 5, 7), (128, 64, 3, 3), 1, 1, True, 'channels_last'),  # 70 rows of one part-filled tile; dx of 128 channels
+    ((3, 64, 9, 9), (64, 64, 3, 3), 2, 1, False, 'channels_last'),  # stride 2
+    ((2, 32, 6, 6), (40, 32, 3, 3), 1, 1, True, 'channels_last')]   # TF32's rows; dx of 40 channels on conv_implicit_wg
 CONV_TOL = {np.dtype(np.float16): 1e-2, np.dtype(np.float32): 1e-4, np.dtype(np.float64): 1e-9}   # of max |ref|
 CONV_KERNELS = ('im2col_nhwc', 'col2im_nhwc', 'conv_direct_fwd', 'conv_direct_dx', 'conv_direct_dw', 'conv_direct_dw_fold',
                 'conv_implicit_fwd', 'conv_implicit_dw', 'conv_dw_fold')
@@ -2576,6 +2583,10 @@ def test_gpu_conv_implicit_edges_without_wgmma():
     run_without_wgmma(check_conv_implicit_edges)
 
 
+def test_gpu_conv_implicit_edges_without_tma():
+    run_without_wgmma(check_conv_implicit_edges, ('conv_implicit_tma',))
+
+
 def check_conv_implicit_edges():
     need_cuda()
     r = rng('conv_implicit_edges')
@@ -2705,8 +2716,9 @@ for _mode in ('fused', 'composed'):
         register(f'test_gpu_{_mode}_cross_entropy_{_n}', lambda m=_mode, dt=_dt: check_cross_entropy(m, dt))
 register('test_gpu_fused_conv_cases_float32_tf32', lambda: check_conv('fused', np.float32, allow_tf32=True))
 for _dt, _tf32 in ((np.float16, False), (np.float32, True)):
-    register(f'test_gpu_fused_conv_cases_{np.dtype(_dt).name}{"_tf32" * _tf32}_without_wgmma',
-             lambda dt=_dt, t=_tf32: run_without_wgmma(lambda: check_conv('fused', dt, allow_tf32=t)))
+    for _hidden, _names in (('wgmma', SM90A_CONVS), ('tma', ('conv_implicit_tma',))):
+        register(f'test_gpu_fused_conv_cases_{np.dtype(_dt).name}{"_tf32" * _tf32}_without_{_hidden}',
+                 lambda dt=_dt, t=_tf32, h=_names: run_without_wgmma(lambda: check_conv('fused', dt, allow_tf32=t), h))
 
 
 

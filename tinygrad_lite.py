@@ -268,6 +268,9 @@ _IMPLICIT_DW_TILES = {'__half': ((64, 256), (128, 128)), 'float': ((64, 128), (6
 # whole waves of blocks over the splits of the rows), for at most 64 output channels and for more
 _IMPLICIT_WG = ((64, 1, 4), (256, 1, 4))
 _IMPLICIT_WG_DW = {'__half': ((64, 256, 4, 1), (128, 256, 4, 1)), 'float': ((64, 128, 6, 1), (128, 128, 4, 2))}
+# conv_implicit_tma's (BN, MT, STAGES) where x's channels fill whole 128-byte rows, for at most 64 output channels
+# and for more (scratch/tma/probe.py on the H200, float16 and TF32)
+_IMPLICIT_TMA = ((64, 1, 6), (256, 1, 4))
 # kernel name -> the template arguments it is instantiated with (C type names, integers)
 _KERNEL_INSTANCES = {
     'relu_fwd': [(t,) for t in _FLOAT_C],
@@ -285,6 +288,7 @@ _KERNEL_INSTANCES = {
        for name in ('im2col_nhwc', 'col2im_nhwc', 'max_pool2d_fwd', 'max_pool2d_bwd', 'avg_pool2d_fwd', 'avg_pool2d_bwd')},
     'conv_implicit_fwd': [(t, *map(str, tile)) for t in ('__half', 'float') for tile in _IMPLICIT_TILES],
     'conv_implicit_wg': [(t, *map(str, tile)) for t in ('__half', 'float') for tile in _IMPLICIT_WG],
+    'conv_implicit_tma': [(t, *map(str, tile)) for t in ('__half', 'float') for tile in _IMPLICIT_TMA],
     'conv_implicit_wg_dw': [(t, *map(str, tile[:3])) for t, tiles in _IMPLICIT_WG_DW.items() for tile in tiles],
     'conv_implicit_dw': [(t, *map(str, tile)) for t, tiles in _IMPLICIT_DW_TILES.items() for tile in sorted(set(tiles))],
     'conv_dw_fold': [('__half',), ('float',)],
@@ -293,7 +297,8 @@ _KERNEL_INSTANCES = {
     'sgd_step': [(t,) for t in _FLOAT_C],
 }
 _COOPERATIVE = {'gru_fwd_persistent', 'gru_bwd_persistent'}   # launched as cooperative grids (a module of their own)
-_SM90A = {'conv_implicit_wg', 'conv_implicit_wg_dw'}   # Hopper's wgmma: a module of their own built with -arch=sm_90a, on 9.0 devices only
+_SM90A = {'conv_implicit_wg', 'conv_implicit_wg_dw', 'conv_implicit_tma'}   # Hopper's wgmma (and TMA): a module of
+# their own built with -arch=sm_90a, on 9.0 devices only
 _BLOCK = 256   # threads per block of every kernel but TF32's conv_implicit_wg_dw (512: warpgroups specialized)
 _modules = {}   # GPU index -> {name expression: RawKernel}, {} when kernels.cu is missing or broken
 _kernels = {}   # (name, template arguments, GPU index) -> RawKernel or None, as _kernel found it
@@ -1667,17 +1672,72 @@ def _implicit_conv(x, weight_shape, pixels, tf32):
             and _fused(x, 'conv_implicit_fwd', x.dtype, *_IMPLICIT_TILES[0]) is not None)
 
 
+_tensor_maps = []   # [the driver library, the kernel-argument dtype of a CUtensorMap], or [None, None]
+
+
+def _tensor_map(encode, *args):
+    """A CUtensorMap (128 opaque bytes, 64-byte aligned) from the driver's cuTensorMapEncode<encode>(map, *args) through
+    ctypes, as a kernel argument passed by value; None where the driver or CuPy cannot."""
+    if not _tensor_maps:
+        try:
+            _tensor_maps.extend((ctypes.CDLL('libcuda.so.1'),
+                                 cp.make_aligned_dtype(np.dtype([('opaque', np.uint64, (16,))]), alignment=64)))
+        except (OSError, AttributeError):
+            _tensor_maps.extend((None, None))
+    driver, map_dtype = _tensor_maps
+    if driver is None:
+        return None
+    buffer = np.zeros(24, np.uint64)
+    tensor_map = buffer[(-buffer.ctypes.data % 64) // 8:][:16]
+    status = getattr(driver, 'cuTensorMapEncode' + encode)(ctypes.c_void_p(tensor_map.ctypes.data), *args)
+    if status:
+        raise RuntimeError(f"cuTensorMapEncode{encode}: CUDA driver error {status}")
+    return np.frombuffer(tensor_map.tobytes(), map_dtype)[0]
+
+
+def _tma_products(xh, w2, kernel_size, stride, padding, bias, y):
+    """y = im2col(xh) w2^T (+ bias) on conv_implicit_tma, where the GPU has it and x's channels fill whole 128-byte
+    rows (a k-step in one tap), within the TMA's limits (strides up to 8, window corners within 127 pixels): its
+    im2col loads (x as (C, W, H, N): BM pixels at a tap, the padding read as zeros) and tiled loads of w2 (as (K, C_out))
+    come from tensor maps. False where it does not run."""
+    n, h, w, c = xh.shape
+    (kh, kw), (cout, k), size = kernel_size, w2.shape, xh.itemsize
+    tile_n, m_tiles, stages = tile = _IMPLICIT_TMA[cout > 64]
+    kernel = _kernel('conv_implicit_tma', xh.dtype, *tile)
+    if kernel is None or c % (128 // size) or max(stride) > 8 or max(kh, kw) + max(padding) >= 128:
+        return False
+    u64, u32, i32 = ctypes.c_uint64, ctypes.c_uint32, ctypes.c_int
+    common = (i32(0), i32(3), i32(2), i32(0))   # no interleave, the 128-byte swizzle, L2 lines of 128 bytes, zeros
+    element = i32({2: 6, 4: 7}[size])   # CU_TENSOR_MAP_DATA_TYPE_FLOAT16, _FLOAT32
+    x_map = _tensor_map('Im2col', element, u32(4), ctypes.c_void_p(xh.data.ptr), (u64 * 4)(c, w, h, n),
+                        (u64 * 3)(c * size, w * c * size, h * w * c * size), (i32 * 2)(-padding[1], -padding[0]),
+                        (i32 * 2)(padding[1] - kw + 1, padding[0] - kh + 1), u32(128 // size), u32(128 * m_tiles),
+                        (u32 * 4)(1, stride[1], stride[0], 1), *common)
+    w_map = _tensor_map('Tiled', element, u32(2), ctypes.c_void_p(w2.data.ptr), (u64 * 2)(k, cout), (u64 * 1)(k * size),
+                        (u32 * 2)(128 // size, tile_n), (u32 * 2)(1, 1), *common)
+    if x_map is None:
+        return False
+    ho, wo = y.shape[1:3]
+    _launch_with_smem(kernel, (-(-n * ho * wo // (128 * m_tiles)), -(-cout // tile_n)), 384,
+                      (x_map, w_map, bias, y) + tuple(np.int32(v) for v in (n, h, w, c, cout, ho, wo, kh, kw, *stride,
+                                                                               *padding)),
+                      stages * (128 * m_tiles + tile_n) * 128 + 1024 + 16 * stages)
+    return True
+
+
 def _implicit_products(xh, flat_weight, kernel_size, stride, padding, bias=None):
-    """im2col(xh) flat_weight^T (+ bias) as an (N, Ho, Wo, C_out) array, for channels-last xh, on conv_implicit_wg
-    (wgmma) where the GPU has it, else conv_implicit_fwd."""
+    """im2col(xh) flat_weight^T (+ bias) as an (N, Ho, Wo, C_out) array, for channels-last xh, on conv_implicit_tma or
+    conv_implicit_wg (wgmma) where the GPU has them, else conv_implicit_fwd."""
     n, h, w, c = xh.shape
     (kh, kw), cout = kernel_size, flat_weight.shape[0]
     ho, wo = _conv_output(h, w, kernel_size, stride, padding)
     y = cp.empty((n, ho, wo, cout), xh.dtype)
     if not y.size:
         return y
-    args = (_aligned(xh), _aligned(flat_weight), bias, y) + tuple(np.int32(v) for v in (n, h, w, c, cout, ho, wo, kh, kw,
-                                                                                          *stride, *padding))
+    xh, flat_weight = _aligned(xh), _aligned(flat_weight)
+    if _tma_products(xh, flat_weight, kernel_size, stride, padding, bias, y):
+        return y
+    args = (xh, flat_weight, bias, y) + tuple(np.int32(v) for v in (n, h, w, c, cout, ho, wo, kh, kw, *stride, *padding))
     tile_n, m_tiles, stages = tile = _IMPLICIT_WG[cout > 64]
     hopper = _kernel('conv_implicit_wg', xh.dtype, *tile)
     if hopper is not None:   # 128-byte k-steps in 1024-byte aligned tiles (conv2d refuses C = 0: no k-steps)
