@@ -2221,10 +2221,10 @@ conv_implicit_wg(const T* __restrict__ x, const T* __restrict__ w2, const T* __r
 #endif
 }
 
-// conv_implicit_wg fed by the Tensor Memory Accelerator (a probe on branch tma-conv; the library does not load it):
-// warpgroup 0's first thread issues, per k-step, one im2col load of BM pixels by 128 bytes of channels (x's rows at
-// tap (i, j), zeros outside the image, from the tensor map x_map) and one tiled load of BN rows of w2 (w_map), both in
-// the 128-byte swizzle wgmma reads; warpgroups 1 and 2 multiply as conv_implicit_wg's. Per stage an mbarrier `full`
+// conv_implicit_wg fed by the Tensor Memory Accelerator, for channel counts that fill 128-byte rows (the library's
+// forward and stride-1 dx there): warpgroup 0's first thread issues, per k-step, one im2col load of BM pixels by 128
+// bytes of channels (x's rows at tap (i, j), zeros outside the image, from the tensor map x_map) and one tiled load of
+// BN rows of w2 (w_map), both in the 128-byte swizzle wgmma reads; warpgroups 1 and 2 multiply as conv_implicit_wg's. Per stage an mbarrier `full`
 // (the producer's arrival with the stage's byte count; the loads complete it) and `empty` (8 arrivals: each
 // multiplying warp once the stage's products are done). C must be a multiple of 128 bytes (a k-step lies in one tap).
 // The maps (host: cuTensorMapEncodeIm2col over x as (C, W, H, N) with the box's corners at (-pw, -ph) and

@@ -2421,7 +2421,8 @@ CONV_CASES = [   # x's shape, weight's shape, stride, padding, bias, x's layout 
     # channels filling 128-byte rows (64 in float16, 32 in TF32): conv_implicit_tma's im2col loads on 9.0 GPUs
     ((2, 64, 5, 7), (128, 64, 3, 3), 1, 1, True, 'channels_last'),  # 70 rows of one part-filled tile; dx of 128 channels
     ((3, 64, 9, 9), (64, 64, 3, 3), 2, 1, False, 'channels_last'),  # stride 2
-    ((2, 32, 6, 6), (40, 32, 3, 3), 1, 1, True, 'channels_last')]   # TF32's rows; dx of 40 channels on conv_implicit_wg
+    ((2, 32, 6, 6), (40, 32, 3, 3), 1, 1, True, 'channels_last'),   # TF32's rows; dx of 40 channels on conv_implicit_wg
+    ((2, 64, 7, 9), (64, 64, 3, 2), (1, 2), (1, 0), False, 'channels_last')]   # a 3x2 window, strides and paddings unequal
 CONV_TOL = {np.dtype(np.float16): 1e-2, np.dtype(np.float32): 1e-4, np.dtype(np.float64): 1e-9}   # of max |ref|
 CONV_KERNELS = ('im2col_nhwc', 'col2im_nhwc', 'conv_direct_fwd', 'conv_direct_dx', 'conv_direct_dw', 'conv_direct_dw_fold',
                 'conv_implicit_fwd', 'conv_implicit_dw', 'conv_dw_fold')
@@ -2458,7 +2459,8 @@ def check_conv(path, dtype, allow_tf32=False):
         r = rng(('conv', np.dtype(dtype).name, xs, ws))
         x, w = r.standard_normal(xs).astype(dtype), (r.standard_normal(ws) / np.sqrt(np.prod(ws[1:]))).astype(dtype)
         b = r.standard_normal(ws[0]).astype(dtype) if bias else None
-        ho, wo = ((size + 2 * padding - k) // stride + 1 for size, k in zip(xs[2:], ws[2:]))
+        pairs = lambda v: v if isinstance(v, tuple) else (v, v)
+        ho, wo = ((size + 2 * p - k) // s + 1 for size, k, s, p in zip(xs[2:], ws[2:], pairs(stride), pairs(padding)))
         dy = r.standard_normal((xs[0], ws[0], ho, wo)).astype(dtype)
         want = conv_results(x, w, b, stride, padding, dy)
         what = f'conv2d x {xs} weight {ws} stride {stride} padding {padding} {layout}'
@@ -2587,12 +2589,25 @@ def test_gpu_conv_implicit_edges_without_tma():
     run_without_wgmma(check_conv_implicit_edges, ('conv_implicit_tma',))
 
 
+def tma_results(fn):
+    """What tl._tma_products returned during fn() (True: conv_implicit_tma ran)."""
+    results, original = [], tl._tma_products
+    tl._tma_products = lambda *args: results.append(original(*args)) or results[-1]
+    try:
+        fn()
+    finally:
+        tl._tma_products = original
+    return results
+
+
 def check_conv_implicit_edges():
     need_cuda()
     r = rng('conv_implicit_edges')
     for dtype in (np.float16, np.float32):
+        row = 128 // np.dtype(dtype).itemsize   # channels filling 128-byte rows: conv_implicit_tma's, where loaded
         cases = (((2, 16, 6, 6), 'xwb', 1), ((3, 8, 7, 7), 'x', 0), ((3, 8, 7, 7), 'w', 3), ((3, 8, 7, 7), 'b', 0),
-                 ((0, 16, 5, 5), 'xwb', 0)) + ((((2, 12, 6, 6), 'xwb', 1),) if dtype == np.float32 else ())
+                 ((0, 16, 5, 5), 'xwb', 0), ((2, row, 5, 7), 'xwb', 1)) + \
+            ((((2, 12, 6, 6), 'xwb', 1),) if dtype == np.float32 else ())
         tol = TF32_TOL if dtype == np.float32 else CONV_TOL[np.dtype(dtype)]
         for xs, grads, offset in cases:
             c, what = xs[1], f'implicit conv {np.dtype(dtype).name} x {xs}, gradients of {grads}, offset {offset}'
@@ -2610,6 +2625,25 @@ def check_conv_implicit_edges():
                     assert_matches(res[k], v, tol, f'{what}: {k} of the {path} path vs the CPU path')
             if xs[0] == 0:
                 assert not want['dw'].any() and not want['db'].any(), 'an empty batch gives zero dW and db'
+            if xs[1] == row and tl._kernel('conv_implicit_tma', dtype, *tl._IMPLICIT_TMA[0]) is not None:
+                with tf32(True):
+                    assert all(tma_results(run)), f'{what}: conv_implicit_tma did not run (forward and dx)'
+
+
+def test_gpu_conv_implicit_empty_image():
+    """An image of no rows whose padding still gives output pixels (the bias; dW zero, db the sums of dy), on the
+    implicit GEMM at channel counts that fill 128-byte rows (the TMA forward's, which takes no empty tensor)."""
+    need_cuda()
+    r = rng('conv_empty_image')
+    for dtype in (np.float16, np.float32):
+        c = 128 // np.dtype(dtype).itemsize
+        x, w, b = np.zeros((1, c, 0, 4), dtype), r.standard_normal((8, c, 2, 2)).astype(dtype), r.standard_normal(8).astype(dtype)
+        dy = r.standard_normal((1, 8, 1, 5)).astype(dtype)
+        want = conv_grads_of('xwb', x, w, b, dy, padding=1)
+        with tf32(True):
+            got = conv_grads_of('xwb', channels_last_at(x, 0), cp.asarray(w), cp.asarray(b), channels_last_at(dy, 0), padding=1)
+        for k, v in want.items():
+            assert_matches(got[k], v, CONV_TOL[np.dtype(dtype)], f'empty image {np.dtype(dtype).name}: {k} vs the CPU path')
 
 
 def ce_logits(dtype, shape, key):

@@ -1678,12 +1678,12 @@ _tensor_maps = []   # [the driver library, the kernel-argument dtype of a CUtens
 def _tensor_map(encode, *args):
     """A CUtensorMap (128 opaque bytes, 64-byte aligned) from the driver's cuTensorMapEncode<encode>(map, *args) through
     ctypes, as a kernel argument passed by value; None where the driver or CuPy cannot."""
-    if not _tensor_maps:
+    if not _tensor_maps:   # one assignment: threads racing here set the same pair
         try:
-            _tensor_maps.extend((ctypes.CDLL('libcuda.so.1'),
-                                 cp.make_aligned_dtype(np.dtype([('opaque', np.uint64, (16,))]), alignment=64)))
+            _tensor_maps[:] = ctypes.CDLL('libcuda.so.1'), cp.make_aligned_dtype(np.dtype([('opaque', np.uint64, (16,))]),
+                                                                                 alignment=64)
         except (OSError, AttributeError):
-            _tensor_maps.extend((None, None))
+            _tensor_maps[:] = None, None
     driver, map_dtype = _tensor_maps
     if driver is None:
         return None
@@ -1697,14 +1697,14 @@ def _tensor_map(encode, *args):
 
 def _tma_products(xh, w2, kernel_size, stride, padding, bias, y):
     """y = im2col(xh) w2^T (+ bias) on conv_implicit_tma, where the GPU has it and x's channels fill whole 128-byte
-    rows (a k-step in one tap), within the TMA's limits (strides up to 8, window corners within 127 pixels): its
-    im2col loads (x as (C, W, H, N): BM pixels at a tap, the padding read as zeros) and tiled loads of w2 (as (K, C_out))
-    come from tensor maps. False where it does not run."""
+    rows (a k-step in one tap), within the TMA's limits (strides up to 8, window corners within 127 pixels, no empty
+    dimension): its im2col loads (x as (C, W, H, N): BM pixels at a tap, the padding read as zeros) and tiled loads of
+    w2 (as (K, C_out)) come from tensor maps. False where it does not run."""
     n, h, w, c = xh.shape
     (kh, kw), (cout, k), size = kernel_size, w2.shape, xh.itemsize
     tile_n, m_tiles, stages = tile = _IMPLICIT_TMA[cout > 64]
     kernel = _kernel('conv_implicit_tma', xh.dtype, *tile)
-    if kernel is None or c % (128 // size) or max(stride) > 8 or max(kh, kw) + max(padding) >= 128:
+    if kernel is None or not xh.size or c % (128 // size) or max(stride) > 8 or max(kh, kw) + max(padding) >= 128:
         return False
     u64, u32, i32 = ctypes.c_uint64, ctypes.c_uint32, ctypes.c_int
     common = (i32(0), i32(3), i32(2), i32(0))   # no interleave, the 128-byte swizzle, L2 lines of 128 bytes, zeros
