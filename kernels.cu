@@ -2224,12 +2224,12 @@ conv_implicit_wg(const T* __restrict__ x, const T* __restrict__ w2, const T* __r
 // conv_implicit_wg fed by the Tensor Memory Accelerator, for channel counts that fill 128-byte rows (the library's
 // forward and stride-1 dx there): warpgroup 0's first thread issues, per k-step, one im2col load of BM pixels by 128
 // bytes of channels (x's rows at tap (i, j), zeros outside the image, from the tensor map x_map) and one tiled load of
-// BN rows of w2 (w_map), both in the 128-byte swizzle wgmma reads; warpgroups 1 and 2 multiply as conv_implicit_wg's. Per stage an mbarrier `full`
-// (the producer's arrival with the stage's byte count; the loads complete it) and `empty` (8 arrivals: each
-// multiplying warp once the stage's products are done). C must be a multiple of 128 bytes (a k-step lies in one tap).
-// The maps (host: cuTensorMapEncodeIm2col over x as (C, W, H, N) with the box's corners at (-pw, -ph) and
-// (pw - kw + 1, ph - kh + 1), strides (1, sw, sh, 1); cuTensorMapEncodeTiled over w2 as (K, Co)) come as
-// __grid_constant__ parameters. Dynamic shared memory: STAGES x (BM + BN) x 128 + 1024 + 16 STAGES.
+// BN rows of w2 (w_map), both in the 128-byte swizzle wgmma reads; warpgroups 1 and 2 multiply as conv_implicit_wg's.
+// Per stage an mbarrier `full` (the producer's arrival with the stage's byte count; the loads complete it) and
+// `empty` (8 arrivals: each multiplying warp once the stage's products are done). C must be a multiple of 128 bytes
+// (a k-step lies in one tap). The maps (host: cuTensorMapEncodeIm2col over x as (C, W, H, N) with the box's corners
+// at (-pw, -ph) and (pw - kw + 1, ph - kh + 1), strides (1, sw, sh, 1); cuTensorMapEncodeTiled over w2 as (K, Co))
+// come as __grid_constant__ parameters. Dynamic shared memory: STAGES x (BM + BN) x 128 + 1024 + 16 STAGES.
 namespace hopper {
 struct alignas(64) TensorMap { unsigned long long opaque[16]; };
 
@@ -2347,7 +2347,8 @@ conv_implicit_tma(const __grid_constant__ hopper::TensorMap x_map, const __grid_
 // 256->256 at 7x7 from 604 to 555 us and 64->256 at 15x15 from 779 to 689; float16's (a copying warpgroup issuing
 // cp.async) gained nothing. Every split has rows (the first step's products write d).
 // Dynamic shared memory: STAGES x (BO + BKC) x 128 + 1024 (+ 16 STAGES for TF32's mbarriers).
-template <typename T, int BO, int BKC, int STAGES> constexpr int wg_dw_blocks() {   // as wg_blocks, where d needs 32 registers
+template <typename T, int BO, int BKC, int STAGES>   // as wg_blocks, where d needs 32 registers (TF32: 512 threads)
+constexpr int wg_dw_blocks() {
     return sizeof(T) == 4 || BO * BKC / 256 > 32 ? 1 : wg_blocks(BO + BKC, STAGES);
 }
 

@@ -2422,7 +2422,7 @@ CONV_CASES = [   # x's shape, weight's shape, stride, padding, bias, x's layout 
     ((2, 64, 5, 7), (128, 64, 3, 3), 1, 1, True, 'channels_last'),  # 70 rows of one part-filled tile; dx of 128 channels
     ((3, 64, 9, 9), (64, 64, 3, 3), 2, 1, False, 'channels_last'),  # stride 2
     ((2, 32, 6, 6), (40, 32, 3, 3), 1, 1, True, 'channels_last'),   # TF32's rows; dx of 40 channels on conv_implicit_wg
-    ((2, 64, 7, 9), (64, 64, 3, 2), (1, 2), (1, 0), False, 'channels_last')]   # a 3x2 window, strides and paddings unequal
+    ((2, 64, 7, 9), (64, 64, 3, 2), (1, 2), (1, 0), False, 'channels_last')]   # 3x2, unequal strides and paddings
 CONV_TOL = {np.dtype(np.float16): 1e-2, np.dtype(np.float32): 1e-4, np.dtype(np.float64): 1e-9}   # of max |ref|
 CONV_KERNELS = ('im2col_nhwc', 'col2im_nhwc', 'conv_direct_fwd', 'conv_direct_dx', 'conv_direct_dw', 'conv_direct_dw_fold',
                 'conv_implicit_fwd', 'conv_implicit_dw', 'conv_dw_fold')
@@ -2637,11 +2637,12 @@ def test_gpu_conv_implicit_empty_image():
     r = rng('conv_empty_image')
     for dtype in (np.float16, np.float32):
         c = 128 // np.dtype(dtype).itemsize
-        x, w, b = np.zeros((1, c, 0, 4), dtype), r.standard_normal((8, c, 2, 2)).astype(dtype), r.standard_normal(8).astype(dtype)
-        dy = r.standard_normal((1, 8, 1, 5)).astype(dtype)
+        x, w = np.zeros((1, c, 0, 4), dtype), r.standard_normal((8, c, 2, 2)).astype(dtype)
+        b, dy = r.standard_normal(8).astype(dtype), r.standard_normal((1, 8, 1, 5)).astype(dtype)
         want = conv_grads_of('xwb', x, w, b, dy, padding=1)
+        on = channels_last_at(x, 0), cp.asarray(w), cp.asarray(b), channels_last_at(dy, 0)
         with tf32(True):
-            got = conv_grads_of('xwb', channels_last_at(x, 0), cp.asarray(w), cp.asarray(b), channels_last_at(dy, 0), padding=1)
+            got = conv_grads_of('xwb', *on, padding=1)
         for k, v in want.items():
             assert_matches(got[k], v, CONV_TOL[np.dtype(dtype)], f'empty image {np.dtype(dtype).name}: {k} vs the CPU path')
 

@@ -1667,7 +1667,8 @@ def _implicit_conv(x, weight_shape, pixels, tf32):
     granule = 16 // x.dtype.itemsize
     wgmma = _fused(x, 'conv_implicit_wg', x.dtype, *_IMPLICIT_WG[1]) is not None
     return ((x.dtype == np.float16 or x.dtype == np.float32 and tf32) and c % granule == 0 and cout % granule == 0
-            and kh * kw > 1 and (cout <= 64 or pixels <= 16384 or wgmma and (x.dtype == np.float32 or c * kh * kw >= 2048))
+            and kh * kw > 1
+            and (cout <= 64 or pixels <= 16384 or wgmma and (x.dtype == np.float32 or c * kh * kw >= 2048))
             and max(x.size, pixels * cout, cout * c * kh * kw) < 2 ** 31
             and _fused(x, 'conv_implicit_fwd', x.dtype, *_IMPLICIT_TILES[0]) is not None)
 
@@ -1680,8 +1681,8 @@ def _tensor_map(encode, *args):
     ctypes, as a kernel argument passed by value; None where the driver or CuPy cannot."""
     if not _tensor_maps:   # one assignment: threads racing here set the same pair
         try:
-            _tensor_maps[:] = ctypes.CDLL('libcuda.so.1'), cp.make_aligned_dtype(np.dtype([('opaque', np.uint64, (16,))]),
-                                                                                 alignment=64)
+            opaque = np.dtype([('opaque', np.uint64, (16,))])
+            _tensor_maps[:] = ctypes.CDLL('libcuda.so.1'), cp.make_aligned_dtype(opaque, alignment=64)
         except (OSError, AttributeError):
             _tensor_maps[:] = None, None
     driver, map_dtype = _tensor_maps
@@ -1771,7 +1772,8 @@ def _implicit_weight_grad(xh, dy, weight_shape, stride, padding):
         kernel = _kernel('conv_implicit_dw', xh.dtype, tile_o, tile_k)
     tiles = (-(-k // tile_k), -(-cout // tile_o))
     resident = _resident_blocks(_allow_smem(kernel, smem), smem, threads)
-    splits = max(1, min(waves * resident // (tiles[0] * tiles[1]), rows // 512))   # whole waves: no last wave of a few blocks
+    # whole waves (rounded down): no last wave of a few blocks
+    splits = max(1, min(waves * resident // (tiles[0] * tiles[1]), rows // 512))
     rows_per_split = -(-rows // splits)
     splits = -(-rows // rows_per_split)
     part = cp.empty((splits, cout, k), np.float32)
