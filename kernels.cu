@@ -2137,6 +2137,59 @@ __device__ __forceinline__ void bar_wait(unsigned bar, unsigned parity) {   // u
 // to align them) fit twice in the SM's 227 KB of shared memory
 constexpr int wg_blocks(int rows, int stages) { return 2 * (stages * rows * 128 + 1024) <= 232448 ? 2 : 1; }
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The products and output of conv_implicit_wg and conv_implicit_tma: multiplying warpgroup `group` (0 or 1) of a block
+// owns the m-tiles of 64 rows 2 t + group of the block's MT x 128 rows m by BN output channels (products of NN = 64
+// or 128 columns), from K-major tiles of 128-byte rows in the 128-byte swizzle.
+template <typename T, int BN, int MT> struct ForwardTile {
+    static constexpr int NN = BN < 128 ? BN : 128, NT = BN / NN, REGS = NN / 2;
+    float d[MT][NT][REGS];   // written by the first step's products
+
+    // d (+)= a k-step's products (the A rows at a_tile, B at b_tile); returns once the previous step's are done
+    __device__ __forceinline__ void products(unsigned a_tile, unsigned b_tile, bool first) {
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int k = 0; k < 4; ++k)   // k-steps of 32 bytes a row
+#pragma unroll
+            for (int t = 0; t < MT; ++t)
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+                    hopper::Wgmma<T, NN>::mma(d[t][n], hopper::operand(a_tile + t * 128 * 128 + 32 * k),
+                                              hopper::operand(b_tile + n * NN * 128 + 32 * k), !first || k);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");   // the previous step's products are done
+    }
+
+    // once the last products are done: y rows m0 + ... (below M) = d (+ bias)
+    __device__ __forceinline__ void store(T* y, const T* bias, long long m0, long long M, int o0, int Co, int group) {
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+        for (int t = 0; t < MT; ++t)
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+                for (int i = 0; i < REGS; ++i) asm volatile("" : "+f"(d[t][n][i])::"memory");   // no read above the wait
+        const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3, gq = lane >> 2, tq = lane & 3;
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int i = 0; i < NN / 8; ++i) {
+                const int o = o0 + n * NN + 8 * i + 2 * tq;
+                const float b0 = bias && o < Co ? float(bias[o]) : 0.f, b1 = bias && o < Co ? float(bias[o + 1]) : 0.f;
+#pragma unroll
+                for (int t = 0; t < MT; ++t)
+#pragma unroll
+                    for (int half = 0; half < 2; ++half) {
+                        const long long m = m0 + (2 * t + group) * 64 + warp * 16 + gq + 8 * half;
+                        if (m < M && o < Co)   // C_out is even
+                            implicit::store_pair(y + m * Co + o, d[t][n][4 * i + 2 * half] + b0,
+                                                 d[t][n][4 * i + 2 * half + 1] + b1);
+                    }
+            }
+    }
+};
+#endif
+
 // A block of two warpgroups owns MT x 128 rows m of y (warpgroup w the m-tiles of 64 rows 2 t + w) by BN output
 // channels (products of 64 or 128 columns). The staging is conv_implicit_fwd's (implicit::ForwardCopies with 8 granules,
 // a k-step of 128 bytes a row) in a ring of STAGES stages: while step s is multiplied, steps s + 1 .. s + STAGES - 2
@@ -2152,7 +2205,6 @@ conv_implicit_wg(const T* __restrict__ x, const T* __restrict__ w2, const T* __r
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace implicit;
     constexpr int BM = 128 * MT, BK = 128 / sizeof(T), G = 8, ROWS = 256 / G;   // conv_implicit_fwd's copies
-    constexpr int NN = BN < 128 ? BN : 128, NT = BN / NN, REGS = NN / 2;
     extern __shared__ uint4 hopper_smem[];
     const unsigned base = (shared_address(hopper_smem) + 1023) & ~1023u;
     uint4* const As = hopper_smem + (base - shared_address(hopper_smem)) / 16;   // [STAGES][BM * G]
@@ -2163,7 +2215,7 @@ conv_implicit_wg(const T* __restrict__ x, const T* __restrict__ w2, const T* __r
     ForwardCopies<T, G, ROWS, BM, BN> copies(tid, m0, M, o0, Co, K, H, W, C, Ho, Wo, kw, sh, sw, ph, pw);
     auto load = [&](int stage, int s) { copies.load(As + stage * BM * G, Bs + stage * BN * G, s, x, w2, K, H, W, C, kw); };
 
-    float d[MT][NT][REGS];   // written by the first step's products
+    ForwardTile<T, BN, MT> tile;
     const int steps = (K + BK - 1) / BK;
     constexpr int AHEAD = STAGES - 2;   // steps being copied
 #pragma unroll
@@ -2178,44 +2230,10 @@ conv_implicit_wg(const T* __restrict__ x, const T* __restrict__ w2, const T* __r
         if (s + AHEAD < steps) load((s + AHEAD) % STAGES, s + AHEAD);
         cp_async_commit();
         const int stage = s % STAGES;
-        const unsigned a_tile = base + (stage * BM + group * 64) * 128, b_tile = base + (STAGES * BM + stage * BN) * 128;
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-        for (int k = 0; k < 4; ++k)   // k-steps of 32 bytes a row
-#pragma unroll
-            for (int t = 0; t < MT; ++t)
-#pragma unroll
-                for (int n = 0; n < NT; ++n)
-                    hopper::Wgmma<T, NN>::mma(d[t][n], hopper::operand(a_tile + t * 128 * 128 + 32 * k),
-                                              hopper::operand(b_tile + n * NN * 128 + 32 * k), s || k);
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");   // step s - 1's products are done
+        tile.products(base + (stage * BM + group * 64) * 128, base + (STAGES * BM + stage * BN) * 128, s == 0);
     }
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#pragma unroll
-    for (int t = 0; t < MT; ++t)
-#pragma unroll
-        for (int n = 0; n < NT; ++n)
-#pragma unroll
-            for (int i = 0; i < REGS; ++i) asm volatile("" : "+f"(d[t][n][i])::"memory");   // no read of d above the wait
     cp_async_wait();
-
-    const int lane = tid & 31, warp = (tid >> 5) & 3, gq = lane >> 2, tq = lane & 3;
-#pragma unroll
-    for (int n = 0; n < NT; ++n)
-#pragma unroll
-        for (int i = 0; i < NN / 8; ++i) {
-            const int o = o0 + n * NN + 8 * i + 2 * tq;
-            const float b0 = bias && o < Co ? float(bias[o]) : 0.f, b1 = bias && o < Co ? float(bias[o + 1]) : 0.f;
-#pragma unroll
-            for (int t = 0; t < MT; ++t)
-#pragma unroll
-                for (int half = 0; half < 2; ++half) {
-                    const long long m = m0 + (2 * t + group) * 64 + warp * 16 + gq + 8 * half;
-                    if (m < M && o < Co)   // C_out is even
-                        store_pair(y + m * Co + o, d[t][n][4 * i + 2 * half] + b0, d[t][n][4 * i + 2 * half + 1] + b1);
-                }
-        }
+    tile.store(y, bias, m0, M, o0, Co, group);
 #else
     __trap();   // built without sm_90a's features: the loader never launches it so
 #endif
@@ -2257,7 +2275,6 @@ conv_implicit_tma(const __grid_constant__ hopper::TensorMap x_map, const __grid_
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace implicit;
     constexpr int BM = 128 * MT, BK = 128 / sizeof(T);
-    constexpr int NN = BN < 128 ? BN : 128, NT = BN / NN, REGS = NN / 2;
     extern __shared__ uint4 hopper_smem[];
     const unsigned base = (shared_address(hopper_smem) + 1023) & ~1023u;
     const unsigned full = base + STAGES * (BM + BN) * 128, empty = full + 8 * STAGES;   // mbarriers, 8 bytes each
@@ -2285,50 +2302,16 @@ conv_implicit_tma(const __grid_constant__ hopper::TensorMap x_map, const __grid_
         return;
     }
 
-    float d[MT][NT][REGS];   // written by the first step's products
-    const int c = group - 1;
+    ForwardTile<T, BN, MT> tile;
+    const int c = group - 1;   // the multiplying warpgroups: 0 and 1
     for (int s = 0; s < steps; ++s) {
         const int stage = s % STAGES;
         hopper::bar_wait(full + 8 * stage, (s / STAGES) & 1);
         __syncwarp();   // converged for the .aligned wgmma instructions
-        const unsigned a_tile = base + (stage * BM + c * 64) * 128, b_tile = base + (STAGES * BM + stage * BN) * 128;
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-        for (int k = 0; k < 4; ++k)
-#pragma unroll
-            for (int t = 0; t < MT; ++t)
-#pragma unroll
-                for (int n = 0; n < NT; ++n)
-                    hopper::Wgmma<T, NN>::mma(d[t][n], hopper::operand(a_tile + t * 128 * 128 + 32 * k),
-                                              hopper::operand(b_tile + n * NN * 128 + 32 * k), s || k);
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");   // step s - 1's products are done
-        if (s > 0 && tid % 32 == 0) hopper::bar_arrive(empty + 8 * ((s - 1) % STAGES));
+        tile.products(base + (stage * BM + c * 64) * 128, base + (STAGES * BM + stage * BN) * 128, s == 0);
+        if (s > 0 && tid % 32 == 0) hopper::bar_arrive(empty + 8 * ((s - 1) % STAGES));   // step s - 1's are done
     }
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#pragma unroll
-    for (int t = 0; t < MT; ++t)
-#pragma unroll
-        for (int n = 0; n < NT; ++n)
-#pragma unroll
-            for (int i = 0; i < REGS; ++i) asm volatile("" : "+f"(d[t][n][i])::"memory");   // no read of d above the wait
-
-    const int lane = tid & 31, warp = (tid >> 5) & 3, gq = lane >> 2, tq = lane & 3;
-#pragma unroll
-    for (int n = 0; n < NT; ++n)
-#pragma unroll
-        for (int i = 0; i < NN / 8; ++i) {
-            const int o = o0 + n * NN + 8 * i + 2 * tq;
-            const float b0 = bias && o < Co ? float(bias[o]) : 0.f, b1 = bias && o < Co ? float(bias[o + 1]) : 0.f;
-#pragma unroll
-            for (int t = 0; t < MT; ++t)
-#pragma unroll
-                for (int half = 0; half < 2; ++half) {
-                    const long long m = m0 + (2 * t + c) * 64 + warp * 16 + gq + 8 * half;
-                    if (m < M && o < Co)   // C_out is even
-                        store_pair(y + m * Co + o, d[t][n][4 * i + 2 * half] + b0, d[t][n][4 * i + 2 * half + 1] + b1);
-                }
-        }
+    tile.store(y, bias, m0, M, o0, Co, c);
 #else
     __trap();
 #endif
