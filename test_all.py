@@ -2611,9 +2611,10 @@ def check_conv_implicit_edges():
         tol = TF32_TOL if dtype == np.float32 else CONV_TOL[np.dtype(dtype)]
         for xs, grads, offset in cases:
             c, what = xs[1], f'implicit conv {np.dtype(dtype).name} x {xs}, gradients of {grads}, offset {offset}'
-            x, w, b = r.standard_normal(xs).astype(dtype), (r.standard_normal((24, c, 3, 3)) / (3 * c ** 0.5)).astype(
-                dtype), r.standard_normal(24).astype(dtype)
-            dy = r.standard_normal((xs[0], 24) + xs[2:]).astype(dtype)
+            cout = row if c == row else 24   # dx, the conv of dy, on conv_implicit_tma too where C_out fills rows
+            x, b = r.standard_normal(xs).astype(dtype), r.standard_normal(cout).astype(dtype)
+            w = (r.standard_normal((cout, c, 3, 3)) / (3 * c ** 0.5)).astype(dtype)
+            dy = r.standard_normal((xs[0], cout) + xs[2:]).astype(dtype)
             want = conv_grads_of(grads, x, w, b, dy, padding=1)
             on = channels_last_at(x, offset), cp.asarray(w), cp.asarray(b), channels_last_at(dy, offset)
             assert tl._implicit_conv(on[0], w.shape, xs[0] * xs[2] * xs[3], True), f'{what}: not the implicit GEMM'
@@ -2717,6 +2718,21 @@ def test_gpu_cross_entropy_grids():
                     assert int(tl._ticket_counters(1)[0]) == 0, f'{what}: ticket not re-armed'
     finally:
         tl._CE_MAX_BLOCKS = saved
+
+
+def test_conv_cpu_empty_image():
+    """An image of no rows whose padding still gives output pixels, on the CPU (stride 1: dx and dW from the
+    unfolded dy, which is empty; stride 2: from the unfolded x): the output is the bias, dx empty, dW zero, db the
+    sums of dy."""
+    r = rng('conv_cpu_empty_image')
+    x, w, b = np.zeros((2, 6, 0, 4)), r.standard_normal((5, 6, 2, 2)), r.standard_normal(5)
+    for stride, out in ((1, (1, 5)), (2, (1, 3))):
+        dy = r.standard_normal((2, 5) + out)
+        got = conv_results(x, w, b, stride, 1, dy)
+        assert_matches(got['output'], np.broadcast_to(b[:, None, None], (2, 5) + out), 0, f'stride {stride}: output')
+        assert got['dx'].shape == x.shape, f'stride {stride}: dx {got["dx"].shape}'
+        assert_matches(got['dweight'], np.zeros_like(w), 0, f'stride {stride}: dweight')
+        assert_matches(got['dbias'], dy.sum((0, 2, 3)), 1e-12, f'stride {stride}: dbias')
 
 
 def test_conv_cpu_blocks_of_one_image():

@@ -1567,7 +1567,7 @@ def _cpu_col_blocks(x, kh, kw, stride, padding, dtype, fn, zero=None):
     n, c, h, w = x.shape
     ph, pw = padding
     ho, wo = _conv_output(h, w, (kh, kw), stride, padding)
-    step = max(1, min(n, _CPU_BLOCK_BYTES // (ho * wo * kh * kw * c * dtype.itemsize)))
+    step = max(1, min(n, _CPU_BLOCK_BYTES // max(1, ho * wo * kh * kw * c * dtype.itemsize)))
 
     def run(starts):
         padded = np.zeros((step, h + 2 * ph, w + 2 * pw, c), dtype)
@@ -1918,8 +1918,9 @@ class Convolution(Function):
         def products(images, cols):
             np.matmul(cols, flipped.T, out=dx[images].reshape(len(cols), c))
             if self.needs_grad[1]:
-                x = self.x[images].astype(ct, copy=False).transpose(0, 2, 3, 1).reshape(-1, h * w, c)
-                return np.matmul(cols.reshape(len(x), h * w, -1).transpose(0, 2, 1), x).sum(axis=0)
+                x = self.x[images].astype(ct, copy=False)
+                rows = x.transpose(0, 2, 3, 1).reshape(len(x), h * w, c)
+                return np.matmul(cols.reshape(len(x), h * w, kh * kw * cout).transpose(0, 2, 1), rows).sum(axis=0)
         dw = _cpu_col_blocks(g, kh, kw, (1, 1), (kh - 1 - ph, kw - 1 - pw), ct, products,
                              np.zeros((kh * kw * cout, c), ct) if self.needs_grad[1] else None)
         if dw is not None:
