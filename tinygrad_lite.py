@@ -5,6 +5,7 @@ The public interface follows PyTorch's names and semantics: see README.md.
 """
 import contextlib
 import ctypes
+import functools
 import json
 import math
 import os
@@ -357,6 +358,7 @@ def fused_kernels():
 
 
 _resident, _sm_counts = {}, {}   # (kernel, GPU) -> blocks the GPU holds at once; GPU -> multiprocessors
+_smem_allowed = {}   # kernel -> the dynamic shared memory it is allowed
 
 
 def _multiprocessors():
@@ -379,8 +381,8 @@ def _resident_blocks(kernel, smem=0, threads=_BLOCK):
 def _allow_smem(kernel, smem):
     """kernel, allowed `smem` bytes of dynamic shared memory (over 48 KB takes its consent, asked once; the
     occupancy of a kernel without it counts no blocks)."""
-    if kernel.max_dynamic_shared_size_bytes < smem:
-        kernel.max_dynamic_shared_size_bytes = smem
+    if _smem_allowed.get(kernel, 0) < smem:   # the attribute's getter is a driver call
+        kernel.max_dynamic_shared_size_bytes = _smem_allowed[kernel] = max(smem, kernel.max_dynamic_shared_size_bytes)
     return kernel
 
 
@@ -1673,24 +1675,33 @@ def _implicit_conv(x, weight_shape, pixels, tf32):
             and _fused(x, 'conv_implicit_fwd', x.dtype, *_IMPLICIT_TILES[0]) is not None)
 
 
-_tensor_maps = []   # [the driver library, the kernel-argument dtype of a CUtensorMap], or [None, None]
+_driver = []   # [the driver library, the kernel-argument dtype of a CUtensorMap], or [None, None]
+_u32, _u64, _i32 = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int
+_ENCODE_ARGUMENTS = {   # the C types of cuTensorMapEncode<name>'s arguments after the map (a tuple: an array of them)
+    'Tiled': (_i32, _u32, ctypes.c_void_p, _u64, _u64, _u32, _u32, _i32, _i32, _i32, _i32),
+    'Im2col': (_i32, _u32, ctypes.c_void_p, _u64, _u64, _i32, _i32, _u32, _u32, _u32, _i32, _i32, _i32, _i32)}
 
 
+@functools.lru_cache(maxsize=512)
 def _tensor_map(encode, *args):
-    """A CUtensorMap (128 opaque bytes, 64-byte aligned) from the driver's cuTensorMapEncode<encode>(map, *args) through
-    ctypes, as a kernel argument passed by value; None where the driver or CuPy cannot."""
-    if not _tensor_maps:   # one assignment: threads racing here set the same pair
+    """A CUtensorMap (128 opaque bytes, 64-byte aligned) from the driver's cuTensorMapEncode<encode>(map, *args) (ints,
+    and tuples of ints for its arrays) through ctypes, as a kernel argument passed by value; None where the driver or
+    CuPy cannot. A map encodes only an address and a layout, so one is remembered per argument list: a training
+    step's arrays come back at the same addresses, and encoding took about 10 us of Python a map."""
+    if not _driver:   # one assignment: threads racing here set the same pair
         try:
             opaque = np.dtype([('opaque', np.uint64, (16,))])
-            _tensor_maps[:] = ctypes.CDLL('libcuda.so.1'), cp.make_aligned_dtype(opaque, alignment=64)
+            _driver[:] = ctypes.CDLL('libcuda.so.1'), cp.make_aligned_dtype(opaque, alignment=64)
         except (OSError, AttributeError):
-            _tensor_maps[:] = None, None
-    driver, map_dtype = _tensor_maps
+            _driver[:] = None, None
+    driver, map_dtype = _driver
     if driver is None:
         return None
     buffer = np.zeros(24, np.uint64)
     tensor_map = buffer[(-buffer.ctypes.data % 64) // 8:][:16]
-    status = getattr(driver, 'cuTensorMapEncode' + encode)(ctypes.c_void_p(tensor_map.ctypes.data), *args)
+    c_args = [(kind * len(a))(*a) if isinstance(a, tuple) else kind(a)
+              for kind, a in zip(_ENCODE_ARGUMENTS[encode], args)]
+    status = getattr(driver, 'cuTensorMapEncode' + encode)(ctypes.c_void_p(tensor_map.ctypes.data), *c_args)
     if status:
         raise RuntimeError(f"cuTensorMapEncode{encode}: CUDA driver error {status}")
     return np.frombuffer(tensor_map.tobytes(), map_dtype)[0]
@@ -1707,15 +1718,13 @@ def _tma_products(xh, w2, kernel_size, stride, padding, bias, y):
     kernel = _kernel('conv_implicit_tma', xh.dtype, *tile)
     if kernel is None or not xh.size or c % (128 // size) or max(stride) > 8 or max(kh, kw) + max(padding) >= 128:
         return False
-    u64, u32, i32 = ctypes.c_uint64, ctypes.c_uint32, ctypes.c_int
-    common = (i32(0), i32(3), i32(2), i32(0))   # no interleave, the 128-byte swizzle, L2 lines of 128 bytes, zeros
-    element = i32({2: 6, 4: 7}[size])   # CU_TENSOR_MAP_DATA_TYPE_FLOAT16, _FLOAT32
-    x_map = _tensor_map('Im2col', element, u32(4), ctypes.c_void_p(xh.data.ptr), (u64 * 4)(c, w, h, n),
-                        (u64 * 3)(c * size, w * c * size, h * w * c * size), (i32 * 2)(-padding[1], -padding[0]),
-                        (i32 * 2)(padding[1] - kw + 1, padding[0] - kh + 1), u32(128 // size), u32(128 * m_tiles),
-                        (u32 * 4)(1, stride[1], stride[0], 1), *common)
-    w_map = _tensor_map('Tiled', element, u32(2), ctypes.c_void_p(w2.data.ptr), (u64 * 2)(k, cout), (u64 * 1)(k * size),
-                        (u32 * 2)(128 // size, tile_n), (u32 * 2)(1, 1), *common)
+    common = (0, 3, 2, 0)   # no interleave, the 128-byte swizzle, L2 lines of 128 bytes, zeros
+    element = {2: 6, 4: 7}[size]   # CU_TENSOR_MAP_DATA_TYPE_FLOAT16, _FLOAT32
+    x_map = _tensor_map('Im2col', element, 4, xh.data.ptr, (c, w, h, n), (c * size, w * c * size, h * w * c * size),
+                        (-padding[1], -padding[0]), (padding[1] - kw + 1, padding[0] - kh + 1), 128 // size,
+                        128 * m_tiles, (1, stride[1], stride[0], 1), *common)
+    w_map = _tensor_map('Tiled', element, 2, w2.data.ptr, (k, cout), (k * size,), (128 // size, tile_n), (1, 1),
+                        *common)
     if x_map is None:
         return False
     ho, wo = y.shape[1:3]
