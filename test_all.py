@@ -1655,7 +1655,8 @@ def test_error_cat_reshape_linear_conv_shapes():
     assert_names_shapes(raises(ValueError, lambda: tl.linear(a, w)), (2, 3), (5, 4))
     x, k = tl.Tensor(sample(r, (1, 3, 5, 5))), tl.Tensor(sample(r, (2, 2, 3, 3)))
     assert_names_shapes(raises(ValueError, lambda: tl.conv2d(x, k)), (1, 3, 5, 5), (2, 2, 3, 3))
-    for empty in ((0, 3, 3, 3), (2, 0, 3, 3)):   # PyTorch rejects no output channels; no input channels match none
+    # PyTorch rejects no output channels and an empty window; no input channels match none
+    for empty in ((0, 3, 3, 3), (2, 0, 3, 3), (2, 3, 0, 3), (2, 3, 3, 0)):
         assert_names_shapes(raises(ValueError, lambda: tl.conv2d(tl.zeros(1, empty[1], 5, 5), tl.zeros(*empty))), empty)
     raises(TypeError, lambda: tl.conv2d(x, tl.zeros(2, 3, 3, 3), tl.zeros(2, dtype=np.float64)), 'float64', 'bias')
     logits, target = tl.Tensor(sample(r, (4, 3))), tl.Tensor(np.array([0, 1, 2]))
@@ -2628,7 +2629,7 @@ def check_conv_implicit_edges():
                 assert not want['dw'].any() and not want['db'].any(), 'an empty batch gives zero dW and db'
             if xs[1] == row and tl._kernel('conv_implicit_tma', dtype, *tl._IMPLICIT_TMA[0]) is not None:
                 with tf32(True):
-                    assert all(tma_results(run)), f'{what}: conv_implicit_tma did not run (forward and dx)'
+                    assert tma_results(run) == [True, True], f'{what}: conv_implicit_tma did not run (forward and dx)'
 
 
 def test_gpu_conv_implicit_empty_image():
@@ -2723,7 +2724,7 @@ def test_gpu_cross_entropy_grids():
 def test_conv_cpu_empty_image():
     """An image of no rows whose padding still gives output pixels, on the CPU (stride 1: dx and dW from the
     unfolded dy, which is empty; stride 2: from the unfolded x): the output is the bias, dx empty, dW zero, db the
-    sums of dy."""
+    sums of dy. A batch of no images, each gradient alone and both: empty output and dx, zero dW (as PyTorch)."""
     r = rng('conv_cpu_empty_image')
     x, w, b = np.zeros((2, 6, 0, 4)), r.standard_normal((5, 6, 2, 2)), r.standard_normal(5)
     for stride, out in ((1, (1, 5)), (2, (1, 3))):
@@ -2733,6 +2734,27 @@ def test_conv_cpu_empty_image():
         assert got['dx'].shape == x.shape, f'stride {stride}: dx {got["dx"].shape}'
         assert_matches(got['dweight'], np.zeros_like(w), 0, f'stride {stride}: dweight')
         assert_matches(got['dbias'], dy.sum((0, 2, 3)), 1e-12, f'stride {stride}: dbias')
+    for stride, out in ((1, (6, 6)), (2, (3, 3))):
+        for wanted in ('x', 'w', 'xw'):
+            xt, wt = tl.Tensor(np.zeros((0, 6, 5, 5)), requires_grad='x' in wanted), tl.Tensor(w, requires_grad=True)
+            wt.requires_grad = 'w' in wanted
+            y = tl.conv2d(xt, wt, stride=stride, padding=1)
+            y.backward(tl.Tensor(np.zeros(y.shape)))
+            what = f'batch 0, stride {stride}, gradients of {wanted}'
+            assert y.shape == (0, 5) + out, f'{what}: output {y.shape}'
+            assert ('x' not in wanted) == (xt.grad is None) and ('x' not in wanted or xt.grad.shape == xt.shape), what
+            assert ('w' not in wanted) == (wt.grad is None), what
+            if 'w' in wanted:
+                assert_matches(wt.grad.numpy(), np.zeros_like(w), 0, f'{what}: dweight')
+
+
+def test_pool_cpu_empty_batch():
+    """max_pool2d and avg_pool2d of a batch of no images on the CPU: empty output and gradient (as PyTorch)."""
+    for name in ('max_pool2d', 'avg_pool2d'):
+        x = tl.Tensor(np.zeros((0, 3, 4, 5)), requires_grad=True)
+        y = getattr(tl, name)(x, 2)
+        y.backward(tl.Tensor(np.zeros(y.shape)))
+        assert y.shape == (0, 3, 2, 2) and x.grad.shape == x.shape, f'{name}: {y.shape}, {x.grad.shape}'
 
 
 def test_conv_cpu_blocks_of_one_image():

@@ -1447,7 +1447,7 @@ def _col2im(dwindows, shape, stride):
     array, one strided add per kernel offset, a few images at a time so each chunk stays in cache."""
     xp, (ho, wo, kh, kw) = _xp(dwindows), dwindows.shape[1:5]
     out = xp.zeros(shape, dwindows.dtype)
-    step = max(1, (256 << 10) // max(out[0].nbytes, 1)) if xp is np else shape[0]
+    step = max(1, (256 << 10) // max(math.prod(shape[1:]) * out.itemsize, 1) if xp is np else shape[0])
     for n in range(0, shape[0], step):
         for i in range(kh):
             for j in range(kw):
@@ -1701,7 +1701,7 @@ def _tensor_map(encode, *args):
     buffer = np.zeros(24, np.uint64)
     tensor_map = buffer[(-buffer.ctypes.data % 64) // 8:][:16]
     c_args = [(kind * len(a))(*a) if isinstance(a, tuple) else kind(a)
-              for kind, a in zip(_ENCODE_ARGUMENTS[encode], args)]
+              for kind, a in zip(_ENCODE_ARGUMENTS[encode], args, strict=True)]
     status = getattr(driver, 'cuTensorMapEncode' + encode)(ctypes.c_void_p(tensor_map.ctypes.data), *c_args)
     if status:
         raise RuntimeError(f"cuTensorMapEncode{encode}: CUDA driver error {status}")
@@ -1873,7 +1873,7 @@ class Convolution(Function):
             dw = _implicit_weight_grad(self.x, dy_image, (cout, c, kh, kw), self.stride, self.padding)
         elif self.needs_grad[1]:
             if cpu:
-                dy_images = dy.reshape(n, -1, cout)
+                dy_images = dy.reshape(n, g.shape[2] * g.shape[3], cout)
                 flat = _cpu_col_blocks(self.x, kh, kw, self.stride, self.padding, dy.dtype,
                                        lambda images, cols: cols.T @ dy_images[images].reshape(len(cols), cout),
                                        np.zeros((kh * kw * c, cout), dy.dtype))
@@ -2001,7 +2001,8 @@ class MaxPool(_Pool):
         return cp.empty(-(-y.size // 4) if packed else y.size, np.uint8), np.int32(packed)
 
     def composed_forward(self, win):
-        flat = win.transpose(0, 1, 2, 5, 3, 4).reshape(win.shape[:3] + (win.shape[5], -1))   # N, Ho, Wo, C, k
+        n, ho, wo, kh, kw, c = win.shape
+        flat = win.transpose(0, 1, 2, 5, 3, 4).reshape(n, ho, wo, c, kh * kw)
         self.offset = flat.argmax(axis=-1)
         return _xp(win).take_along_axis(flat, self.offset[..., None], axis=-1)[..., 0]
 
@@ -2644,9 +2645,9 @@ def conv2d(x, weight, bias=None, stride=1, padding=0):
         raise ValueError(f"conv2d: kernel {weight.shape[2:]} is larger than the padded input {x.shape[2:]}")
     if bias is not None and bias.shape != (weight.shape[0],):
         raise ValueError(f"conv2d: bias of shape {bias.shape} for {weight.shape[0]} output channels")
-    if 0 in weight.shape[:2]:
-        raise ValueError(f"conv2d: weight {weight.shape} (C_out, C_in, kh, kw) needs at least one output and one "
-                         "input channel")
+    if 0 in weight.shape:
+        raise ValueError(f"conv2d: weight {weight.shape} (C_out, C_in, kh, kw) needs at least one output channel, "
+                         "one input channel and a window of at least 1x1")
     if x.dtype != weight.dtype or (bias is not None and bias.dtype != x.dtype):
         raise TypeError(f"conv2d: input dtype {x.dtype}, weight dtype {weight.dtype} and bias dtype "
                         f"{None if bias is None else bias.dtype} differ")
