@@ -2460,8 +2460,8 @@ def check_conv(path, dtype, allow_tf32=False):
         r = rng(('conv', np.dtype(dtype).name, xs, ws))
         x, w = r.standard_normal(xs).astype(dtype), (r.standard_normal(ws) / np.sqrt(np.prod(ws[1:]))).astype(dtype)
         b = r.standard_normal(ws[0]).astype(dtype) if bias else None
-        pairs = lambda v: v if isinstance(v, tuple) else (v, v)
-        ho, wo = ((size + 2 * p - k) // s + 1 for size, k, s, p in zip(xs[2:], ws[2:], pairs(stride), pairs(padding)))
+        ho, wo = ((size + 2 * p - k) // s + 1
+                  for size, k, s, p in zip(xs[2:], ws[2:], tl._pair(stride), tl._pair(padding)))
         dy = r.standard_normal((xs[0], ws[0], ho, wo)).astype(dtype)
         want = conv_results(x, w, b, stride, padding, dy)
         what = f'conv2d x {xs} weight {ws} stride {stride} padding {padding} {layout}'
@@ -2736,8 +2736,8 @@ def test_conv_cpu_empty_image():
         assert_matches(got['dbias'], dy.sum((0, 2, 3)), 1e-12, f'stride {stride}: dbias')
     for stride, out in ((1, (6, 6)), (2, (3, 3))):
         for wanted in ('x', 'w', 'xw'):
-            xt, wt = tl.Tensor(np.zeros((0, 6, 5, 5)), requires_grad='x' in wanted), tl.Tensor(w, requires_grad=True)
-            wt.requires_grad = 'w' in wanted
+            xt = tl.Tensor(np.zeros((0, 6, 5, 5)), requires_grad='x' in wanted)
+            wt = tl.Tensor(w, requires_grad='w' in wanted)
             y = tl.conv2d(xt, wt, stride=stride, padding=1)
             y.backward(tl.Tensor(np.zeros(y.shape)))
             what = f'batch 0, stride {stride}, gradients of {wanted}'
