@@ -1536,6 +1536,21 @@ __global__ void batch_transpose(const T* __restrict__ in, T* __restrict__ out, i
     }
 }
 
+// A conv weight w (C_out, C, kh, kw), read through its element strides, as the products' matrix flat (C_out,
+// (i, j, c)) and, where flipped is not null, as the stride-1 input gradient's (C, (i, j, o)) matrix of w flipped
+// in both window axes: flipped[c, (kh-1-i, kw-1-j, o)] = w[o, c, i, j]. A thread per element, in flat's order.
+template <typename T>
+__global__ void conv_weight_layouts(const T* __restrict__ w, long long so, long long sc, long long si, long long sj,
+                                    T* __restrict__ flat, T* __restrict__ flipped, int cout, int c, int kh, int kw) {
+    const long long total = (long long)cout * c * kh * kw;
+    for (long long t = global_id(); t < total; t += global_threads()) {
+        const int ci = t % c, j = t / c % kw, i = t / c / kw % kh, o = t / c / kw / kh;
+        const T v = w[o * so + ci * sc + i * si + j * sj];
+        flat[t] = v;
+        if (flipped) flipped[(((long long)ci * kh + kh - 1 - i) * kw + kw - 1 - j) * cout + o] = v;
+    }
+}
+
 // Direct convolution. A conv whose window holds few values (K = C kh kw <= KMAX: the whitening conv's 12) makes
 // products too thin for cuBLAS (a million rows of 12), so its passes run directly on x and dy, read through
 // their element strides (sn, sc, sh, sw) in any layout. k = (i kw + j) C + c orders a window's values as
@@ -2672,6 +2687,7 @@ __device__ __forceinline__ void window_max(const T* base, int W, int C, int kh, 
 template <int V>
 __device__ __forceinline__ void store_taps(unsigned char* idx, long long t, const Pack<unsigned char, V>& arg, int packed)
 {
+    if (!idx) return;   // a forward that nothing records
     if constexpr (V >= 4) {
         if (packed) {
             unsigned bits = 0;

@@ -2369,7 +2369,9 @@ def pool_results(op, x, dy, kernel, stride):
     xt = tl.Tensor(x, requires_grad=True)
     y = getattr(tl, op)(xt, kernel, stride)
     y.backward(tl.Tensor(dy))
-    return {'output': y.numpy(), 'dx': xt.grad.numpy()}
+    with tl.no_grad():   # the forward that keeps nothing for a backward
+        unrecorded = getattr(tl, op)(tl.Tensor(x), kernel, stride)
+    return {'output': y.numpy(), 'dx': xt.grad.numpy(), 'output without recording': unrecorded.numpy()}
 
 
 def check_pool(mode, op, dtype):
@@ -2793,6 +2795,40 @@ for _dt, _tf32 in ((np.float16, False), (np.float32, True)):
         register(f'test_gpu_fused_conv_cases_{np.dtype(_dt).name}{"_tf32" * _tf32}_without_{_hidden}',
                  lambda dt=_dt, t=_tf32, h=_names: run_without_wgmma(lambda: check_conv('fused', dt, allow_tf32=t), h))
 
+
+
+def test_gpu_conv_weight_layouts():
+    """conv_weight_layouts (the products' weight matrix and its flip for a stride-1 dx, in one launch) against the
+    composed layouts (_nhwc and _flipped) on the GPU and the CPU's, for weights of any strides: equal values."""
+    need_cuda()
+    for dtype in FLOATS:
+        for shape, layout in (((5, 3, 3, 2), 'contiguous'), ((64, 32, 3, 3), 'channels_last'), ((7, 4, 1, 5), 'step'),
+                              ((16, 8, 3, 3), 'offset1')):
+            w = rng(('weight layouts', shape, np.dtype(dtype).name)).standard_normal(shape).astype(dtype)
+            want = tl._weight_layouts(w, True)
+            for path in ('fused', 'composed'):
+                got = run_on(path, ('conv_weight_layouts',),
+                             lambda: [host(a) for a in tl._weight_layouts(on_gpu(w, layout), True)])
+                for name, g, v in zip(('flat', 'flipped'), got, want):
+                    assert_matches(g, v, 0, f'{shape} {layout} {np.dtype(dtype).name} {path}: {name}')
+            flat, flipped = tl._weight_layouts(on_gpu(w, layout), False)
+            assert flipped is None and (host(flat) == want[0]).all(), f'{shape} {layout}: without the flip'
+
+
+def test_gpu_max_pool2d_keeps_no_taps_without_recording():
+    """max_pool2d's forward keeps its window taps for a backward only when the op is recorded: under no_grad, and
+    for an input that needs no gradient, it allocates no tap buffer (the kernel writes none) and y is unchanged."""
+    need_cuda()
+    x = on_gpu(rng('pool taps').standard_normal((2, 8, 6, 6)).astype(np.float16), 'channels_last')
+    want = tl.max_pool2d(tl.Tensor(x), 2).numpy()
+    kept = {}
+    for grad_mode, requires_grad in ((True, True), (False, True), (True, False)):
+        ctx = tl.MaxPool([tl.Tensor(x, requires_grad=requires_grad)])
+        with contextlib.nullcontext() if grad_mode else tl.no_grad():
+            y = ctx.forward(x, kernel=(2, 2), stride=(2, 2))
+        assert_matches(host(y), want, 0, f'grad mode {grad_mode}, requires_grad {requires_grad}')
+        kept[grad_mode, requires_grad] = ctx.kept[0] is not None
+    assert kept == {(True, True): True, (False, True): False, (True, False): False}, kept
 
 
 def test_gpu_allow_tf32_switches_conv_products():

@@ -285,7 +285,8 @@ _KERNEL_INSTANCES = {
     **{name: [('float', '0'), ('float', '1'), ('__half', '1')] for name in ('gru_fwd_persistent', 'gru_bwd_persistent')},
     **{name: [('float',), ('__half',)] for name in ('gru_gates_fwd', 'gru_gates_bwd')},
     **{name: [(t,) for t in _FLOAT_C]
-       for name in ('batch_transpose', 'conv_direct_fwd', 'conv_direct_dx', 'conv_direct_dw', 'conv_direct_dw_fold')},
+       for name in ('batch_transpose', 'conv_weight_layouts', 'conv_direct_fwd', 'conv_direct_dx', 'conv_direct_dw',
+                    'conv_direct_dw_fold')},
     **{name: [(t, v) for t in _FLOAT_C for v in _PACK[t]]
        for name in ('im2col_nhwc', 'col2im_nhwc', 'max_pool2d_fwd', 'max_pool2d_bwd', 'avg_pool2d_fwd', 'avg_pool2d_bwd')},
     'conv_implicit_fwd': [(t, *map(str, tile)) for t in ('__half', 'float') for tile in _IMPLICIT_TILES],
@@ -391,6 +392,13 @@ def _launch_with_smem(kernel, grid, threads, args, smem):
     _allow_smem(kernel, smem)(grid, (threads,), args, shared_mem=smem)
 
 
+@functools.lru_cache(maxsize=1024)
+def _int32s(*values):
+    """values as a tuple of np.int32 kernel arguments, remembered: a training step launches with the same sizes
+    each time, and converting 14 of them took 8.6 us of Python on the H200's host."""
+    return tuple(np.int32(v) for v in values)
+
+
 def _launch_flat(kernel, n, per_thread, args):
     """An elementwise launch of a grid-stride kernel with a thread per `per_thread` of the n elements: on the
     H200 that reads at 95% of the copy rate where one wave of resident blocks looping reached 87%."""
@@ -439,6 +447,11 @@ class Function:
 
     def output_device(self, device):
         return device
+
+    @property
+    def recording(self):
+        """Whether apply records this op for a backward (forward keeps what backward needs only then)."""
+        return _GradMode.enabled and any(self.needs_grad)
 
 
 def _topological_order(root):
@@ -1369,7 +1382,7 @@ def _gru_launch(name, plan, tf32, arrays, steps, batch, hidden):
     """One cooperative launch of persistent kernel `name` with layout `plan` (_gru_plan)."""
     groups, slices, units, rows, chunk, smem = plan
     kernel = _kernel(name, arrays[0].dtype, int(arrays[0].dtype == np.float16 or tf32))
-    sizes = tuple(np.int32(v) for v in (steps, batch, hidden, slices, units, rows, chunk))
+    sizes = _int32s(steps, batch, hidden, slices, units, rows, chunk)
     _launch_with_smem(kernel, (groups * slices,), _BLOCK, arrays + (_gru_device()[2],) + sizes, smem)
 
 
@@ -1481,7 +1494,7 @@ def _im2col(x, kh, kw, stride, padding):
     slots = kh * kw * c // width   # each thread owns one column slot and walks `rows` rows
     rows = max(1, min(n * ho * wo, _resident_blocks(kernel) * _BLOCK // slots))
     kernel((-(-rows * slots // _BLOCK),), (_BLOCK,),
-           (xh, cols) + tuple(np.int32(v) for v in (n, h, w, c, ho, wo, kh, kw, sh, sw, ph, pw, rows)))
+           (xh, cols) + _int32s(n, h, w, c, ho, wo, kh, kw, sh, sw, ph, pw, rows))
     return cols
 
 
@@ -1498,7 +1511,7 @@ def _col2im_image(dcols, shape, kh, kw, stride, padding):
     dx = cp.empty((n, h, w, c), dcols.dtype)
     width = _width(dcols.dtype, c, dcols, dx)
     _launch_flat(_kernel('col2im_nhwc', dcols.dtype, width), n * h * w * c // width, 1,
-                 (dcols, dx) + tuple(np.int32(v) for v in (n, h, w, c, ho, wo, kh, kw, sh, sw, ph, pw)))
+                 (dcols, dx) + _int32s(n, h, w, c, ho, wo, kh, kw, sh, sw, ph, pw))
     return dx.transpose(0, 3, 1, 2)
 
 
@@ -1633,7 +1646,7 @@ def _folded_weight_grad(parts, weight_shape, dtype, k_major=False):
         flat = parts.sum(axis=0).T if k_major else parts.sum(axis=0)
         return cp.ascontiguousarray(flat.reshape(cout, kh, kw, c).transpose(0, 3, 1, 2), dtype)
     dw = cp.empty(weight_shape, dtype)
-    args = (parts, np.int32(len(parts)), dw) + tuple(np.int32(v) for v in (c, cout, kh, kw, k_major))
+    args = (parts, np.int32(len(parts)), dw) + _int32s(c, cout, kh, kw, k_major)
     _launch_flat(fold, parts[0].size, 1, args)
     return dw
 
@@ -1730,8 +1743,7 @@ def _tma_products(xh, w2, kernel_size, stride, padding, bias, y):
         return False
     ho, wo = y.shape[1:3]
     _launch_with_smem(kernel, (-(-n * ho * wo // (128 * m_tiles)), -(-cout // tile_n)), 384,
-                      (x_map, w_map, bias, y) + tuple(np.int32(v) for v in (n, h, w, c, cout, ho, wo, kh, kw, *stride,
-                                                                               *padding)),
+                      (x_map, w_map, bias, y) + _int32s(n, h, w, c, cout, ho, wo, kh, kw, *stride, *padding),
                       stages * (128 * m_tiles + tile_n) * 128 + 1024 + 16 * stages)
     return True
 
@@ -1748,7 +1760,7 @@ def _implicit_products(xh, flat_weight, kernel_size, stride, padding, bias=None)
     xh, flat_weight = _aligned(xh), _aligned(flat_weight)
     if _tma_products(xh, flat_weight, kernel_size, stride, padding, bias, y):
         return y
-    args = (xh, flat_weight, bias, y) + tuple(np.int32(v) for v in (n, h, w, c, cout, ho, wo, kh, kw, *stride, *padding))
+    args = (xh, flat_weight, bias, y) + _int32s(n, h, w, c, cout, ho, wo, kh, kw, *stride, *padding)
     tile_n, m_tiles, stages = tile = _IMPLICIT_WG[cout > 64]
     hopper = _kernel('conv_implicit_wg', xh.dtype, *tile)
     if hopper is not None:   # 128-byte k-steps in 1024-byte aligned tiles (conv2d refuses C = 0: no k-steps)
@@ -1788,7 +1800,7 @@ def _implicit_weight_grad(xh, dy, weight_shape, stride, padding):
     splits = -(-rows // rows_per_split)
     part = cp.empty((splits, cout, k), np.float32)
     kernel(tiles + (splits,), (threads,), (_aligned(xh), _aligned(dy), part, np.int64(rows_per_split))
-           + tuple(np.int32(v) for v in (n, h, w, c, cout, ho, wo, kh, kw, *stride, *padding)), shared_mem=smem)
+           + _int32s(n, h, w, c, cout, ho, wo, kh, kw, *stride, *padding), shared_mem=smem)
     return _folded_weight_grad(part, weight_shape, xh.dtype)
 
 
@@ -1798,6 +1810,22 @@ def _flipped(flat_weight, kh, kw):
     cout, c = flat_weight.shape[0], flat_weight.shape[1] // (kh * kw)
     return _xp(flat_weight).ascontiguousarray(
         flat_weight.reshape(cout, kh, kw, c)[:, ::-1, ::-1].transpose(3, 1, 2, 0).reshape(c, -1))
+
+
+def _weight_layouts(weight, flipped):
+    """A conv weight (C_out, C, kh, kw) as the products' (C_out, (i, j, c)) matrix and, where `flipped`, also as
+    the stride-1 input gradient's (C, (i, j, o)) matrix (_flipped), else None. On the GPU one conv_weight_layouts
+    launch writes both (the flip as CuPy's strided copy took about 30 us of Python a backward on the H200's host)."""
+    cout, c, kh, kw = weight.shape
+    kernel = _fused(weight, 'conv_weight_layouts', weight.dtype)
+    if kernel is None:
+        flat = _nhwc(weight).reshape(cout, -1)
+        return flat, _flipped(flat, kh, kw) if flipped else None
+    flat = cp.empty((cout, kh * kw * c), weight.dtype)
+    flip = cp.empty((c, kh * kw * cout), weight.dtype) if flipped else None
+    _launch_flat(kernel, weight.size, 1, (weight, *_element_strides(weight), flat, flip)
+                 + _int32s(*weight.shape))
+    return flat, flip
 
 
 def _direct_launch(name, count, args):
@@ -1826,20 +1854,23 @@ class Convolution(Function):
         if self.direct:
             self.weight, self.x, self.pixels = cp.ascontiguousarray(weight), x if self.needs_grad[1] else None, n * ho * wo
             self.channels_last = _channels_last(x) and not x.flags.c_contiguous   # dx's layout
-            self.sizes = tuple(np.int32(v) for v in (n, c, h, w, cout, ho, wo, kh, kw, *stride, *padding))
+            self.sizes = _int32s(n, c, h, w, cout, ho, wo, kh, kw, *stride, *padding)
             y = cp.empty((n, ho, wo, cout), x.dtype)
             bias = None if bias is None else cp.ascontiguousarray(bias, x.dtype)
             _direct_launch('fwd', n * ho * wo * -(-cout // _DIRECT_CT), (x, *_element_strides(x), self.weight, bias, y) + self.sizes)
             return y.transpose(0, 3, 1, 2)
-        ct = _compute_dtype(x)
-        self.flat_weight = _nhwc(weight.astype(ct, copy=False)).reshape(cout, -1)   # (C_out, (i, j, c))
-        self.implicit = _xp(x) is not np and _implicit_conv(x, weight.shape, n * ho * wo, self.tf32)
+        ct, cpu = _compute_dtype(x), _xp(x) is np
+        self.implicit = not cpu and _implicit_conv(x, weight.shape, n * ho * wo, self.tf32)
+        # dx = dy, padded by k - 1 - p, conv the flipped W (on the CPU and the implicit GEMM)
+        self.dx_as_conv = stride == (1, 1) and padding[0] < kh and padding[1] < kw and (cpu or self.implicit)
+        self.flat_weight, self.flipped = _weight_layouts(weight.astype(ct, copy=False),
+                                                         self.dx_as_conv and self.needs_grad[0])
         if self.implicit:
             xh = _nhwc(x)
             self.x = xh if self.needs_grad[1] else None
             return _implicit_products(xh, self.flat_weight, (kh, kw), stride, padding,
                                       None if bias is None else cp.ascontiguousarray(bias)).transpose(0, 3, 1, 2)
-        if _xp(x) is np:
+        if cpu:
             self.x = x if self.needs_grad[1] else None
             y = _cpu_conv(x, self.flat_weight, kh, kw, stride, padding,
                           None if bias is None else bias.astype(ct, copy=False))
@@ -1857,15 +1888,14 @@ class Convolution(Function):
             return self._direct_backward(g.astype(self.dtype, copy=False))
         (kh, kw), (n, c, _, _), cout = self.kernel, self.shape, self.flat_weight.shape[0]
         (ph, pw), cpu = self.padding, _xp(g) is np
-        dx_as_conv = self.stride == (1, 1) and ph < kh and pw < kw   # dx = dy, padded by k - 1 - p, conv the flipped W
-        if cpu and self.needs_grad[0] and dx_as_conv:
+        if cpu and self.needs_grad[0] and self.dx_as_conv:
             return self._cpu_stride1_backward(g)
         dy_image = _nhwc(g.astype(self.flat_weight.dtype, copy=False))
         dy = dy_image.reshape(-1, cout)
         dx = dw = db = None
         if self.needs_grad[0]:
-            if self.implicit and dx_as_conv:
-                dx = _implicit_products(dy_image, _flipped(self.flat_weight, kh, kw), (kh, kw), (1, 1),
+            if self.dx_as_conv:
+                dx = _implicit_products(dy_image, self.flipped, (kh, kw), (1, 1),
                                         (kh - 1 - ph, kw - 1 - pw)).transpose(0, 3, 1, 2)
             else:
                 dx = _col2im_image(_matmul(dy, self.flat_weight, tf32=self.tf32), self.shape, kh, kw, self.stride, self.padding).astype(self.dtype, copy=False)
@@ -1910,7 +1940,7 @@ class Convolution(Function):
             dw = cp.empty(self.weight.shape, self.dtype) if self.needs_grad[1] else None
             db = cp.empty(cout, self.dtype) if wants_db else None
             _kernel('conv_direct_dw_fold', self.dtype)((-(-per_block // 32),), (_BLOCK,), (
-                partials, np.int32(blocks), dw, db, np.int32(window), np.int32(c), np.int32(cout), np.int32(kh), np.int32(kw)))
+                partials, np.int32(blocks), dw, db) + _int32s(window, c, cout, kh, kw))
         return dx, dw, db
 
     def _cpu_stride1_backward(self, g):
@@ -1921,8 +1951,7 @@ class Convolution(Function):
         (cols^T x)[(i, j, o), c], x as (H*W, C) rows per image (a view of NCHW or channels-last memory: a
         product per image costs less than copying x channels-last)."""
         (kh, kw), (n, c, h, w), (ph, pw) = self.kernel, self.shape, self.padding
-        cout, ct = self.flat_weight.shape[0], self.flat_weight.dtype
-        flipped = _flipped(self.flat_weight, kh, kw)
+        cout, ct, flipped = self.flat_weight.shape[0], self.flat_weight.dtype, self.flipped
         dx = np.empty((n, h * w, c), ct)
 
         def products(images, cols):
@@ -1986,7 +2015,7 @@ class _Pool(Function):
         """One thread per 16-byte pack of `out` (`width` elements; by default as many as `args` allow); `image` is
         the (N', H, W, C') input-sized array."""
         width = width or _width(out.dtype, image.shape[3], *[a for a in args if a.dtype == out.dtype])
-        sizes = tuple(np.int32(v) for v in image.shape + self.sizes)
+        sizes = _int32s(*image.shape, *self.sizes)
         _launch_flat(_kernel(self.name + suffix, out.dtype, width), out.size // width, 1, args + sizes)
 
 
@@ -1996,9 +2025,11 @@ class MaxPool(_Pool):
 
     def kept_for_backward(self, y, width, kernel):
         """The index buffer of each output's window tap (kernels.cu: 2 bits each where windows have at most 4
-        taps and the forward runs packs of 4 or more), and that choice."""
+        taps and the forward runs packs of 4 or more), and that choice; no buffer (a null pointer: the forward
+        writes no taps) where nothing records."""
         packed = kernel[0] * kernel[1] <= 4 and width >= 4
-        return cp.empty(-(-y.size // 4) if packed else y.size, np.uint8), np.int32(packed)
+        taps = cp.empty(-(-y.size // 4) if packed else y.size, np.uint8) if self.recording else None
+        return taps, np.int32(packed)
 
     def composed_forward(self, win):
         n, ho, wo, kh, kw, c = win.shape
@@ -2091,7 +2122,7 @@ class CrossEntropy(Function):
         (n, classes), a = logits.shape, _stat_dtype(logits.dtype)
         self.logits, self.target, self.width = logits, cp.ascontiguousarray(self.target, np.int64), width
         self.lanes = min(32, 1 << (max(1, classes // width) - 1).bit_length())   # a power of two >= the row's packs
-        self.lse = cp.empty(n, a) if _GradMode.enabled and self.needs_grad[0] else None
+        self.lse = cp.empty(n, a) if self.recording else None
         out = cp.empty(n if self.reduction == 'none' else (), logits.dtype)
         # one wave of resident blocks looping over the rows: 94% of the copy rate at 65536x1000 float32 on the
         # H200, a block per 8 rows 83% (scratch probe)
