@@ -13,17 +13,22 @@ import tinygrad_lite as tl  # noqa: E402
 
 
 def cuda_includes():
-    """The include options nvcc itself uses (its dry run prints them)."""
+    """The include options nvcc itself uses (its dry run prints them; none found: NVRTC's own)."""
     dry = subprocess.run(['nvcc', '--dryrun', '-x', 'cu', '-E', '/dev/null'], capture_output=True, text=True).stderr
-    return re.findall(r'-I(\S+?)"?\s', next(line for line in dry.splitlines() if 'INCLUDES=' in line) + ' ')
+    return re.findall(r'-I(\S+?)"?\s', next((line for line in dry.splitlines() if 'INCLUDES=' in line), '') + ' ')
+
+
+def checked(status, call):
+    if status != 0:
+        raise RuntimeError(f'{call} returned NVRTC status {status}')
 
 
 def compile_module(nvrtc, source, names, options):
     """nvrtcCompileProgram's status and log for source with name expressions `names`."""
     program = ctypes.c_void_p()
-    assert nvrtc.nvrtcCreateProgram(ctypes.byref(program), source, b'kernels.cu', 0, None, None) == 0
+    checked(nvrtc.nvrtcCreateProgram(ctypes.byref(program), source, b'kernels.cu', 0, None, None), 'nvrtcCreateProgram')
     for name in names:
-        assert nvrtc.nvrtcAddNameExpression(program, name.encode()) == 0
+        checked(nvrtc.nvrtcAddNameExpression(program, name.encode()), f'nvrtcAddNameExpression({name})')
     status = nvrtc.nvrtcCompileProgram(program, len(options), (ctypes.c_char_p * len(options))(*options))
     size = ctypes.c_size_t()
     nvrtc.nvrtcGetProgramLogSize(program, ctypes.byref(size))
@@ -43,7 +48,7 @@ def main(library):
         names = [e for e in tl._kernel_name_expressions()
                  if (e.split('<')[0] in tl._COOPERATIVE, e.split('<')[0] in tl._SM90A) == (cooperative, sm90a)]
         status, log = compile_module(nvrtc, source, names, common + ([b'-arch=sm_90a', b'-DTL_SM90A'] if sm90a
-                                                                     else [b'-arch=compute_90']))
+                                                                     else [b'-arch=sm_90']))
         print(f'ci: NVRTC, {"cooperative" if cooperative else "sm_90a" if sm90a else "plain"} module, '
               f'{len(names)} kernels: {"compiled" if status == 0 else f"FAILED (status {status})"}')
         if status:
