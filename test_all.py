@@ -2127,7 +2127,8 @@ def host(a):
 def on_gpu(a, layout='contiguous'):
     """A copy of NumPy array a on the GPU, in memory `layout`: 'contiguous'; 'offset1', 'offset3' (that
     many elements into a larger buffer: not 16-byte aligned); 'channels_last' (4-d, NHWC memory);
-    'step' (every other element of a wider buffer)."""
+    'step' (every other element of a wider buffer); 'reversed' (the last axis in reverse memory order: a negative
+    stride)."""
     if layout.startswith('offset'):
         k = int(layout[6:])
         flat = cp.zeros(a.size + k, a.dtype)
@@ -2139,6 +2140,8 @@ def on_gpu(a, layout='contiguous'):
         wide = cp.zeros(a.shape[:-1] + (2 * a.shape[-1],), a.dtype)
         wide[..., ::2] = cp.asarray(a)
         return wide[..., ::2]
+    if layout == 'reversed':
+        return cp.asarray(np.ascontiguousarray(a[..., ::-1]))[..., ::-1]
     assert layout == 'contiguous', layout
     return cp.asarray(a)
 
@@ -2801,9 +2804,10 @@ def test_gpu_conv_weight_layouts():
     """conv_weight_layouts (the products' weight matrix and its flip for a stride-1 dx, in one launch) against the
     composed layouts (_nhwc and _flipped) on the GPU and the CPU's, for weights of any strides: equal values."""
     need_cuda()
+    assert on_gpu(np.ones((2, 3)), 'reversed').strides[1] < 0
     for dtype in FLOATS:
         for shape, layout in (((5, 3, 3, 2), 'contiguous'), ((64, 32, 3, 3), 'channels_last'), ((7, 4, 1, 5), 'step'),
-                              ((16, 8, 3, 3), 'offset1')):
+                              ((16, 8, 3, 3), 'offset1'), ((6, 5, 2, 3), 'reversed')):
             w = rng(('weight layouts', shape, np.dtype(dtype).name)).standard_normal(shape).astype(dtype)
             want = tl._weight_layouts(w, True)
             for path in ('fused', 'composed'):
@@ -2815,12 +2819,48 @@ def test_gpu_conv_weight_layouts():
             assert flipped is None and (host(flat) == want[0]).all(), f'{shape} {layout}: without the flip'
 
 
+def check_conv_keeps_no_flip_without_recording(device):
+    """A stride-1 conv's forward builds the flipped weight for its dx (on the CPU, and on the GPU's implicit GEMM)
+    only when the op is recorded: not under no_grad, nor for an input that needs no gradient; y is the same either
+    way, and a backward of an unrecorded forward says it has nothing kept."""
+    r = rng(('conv flip', device))
+    dtype = np.float16 if device == 'gpu' else np.float32
+    x, w = r.standard_normal((2, 16, 6, 6)).astype(dtype), r.standard_normal((16, 16, 3, 3)).astype(dtype)
+    xd, wd = (on_gpu(x, 'channels_last'), on_gpu(w)) if device == 'gpu' else (x, w)
+    windows = np.lib.stride_tricks.sliding_window_view(np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1))),
+                                                       (3, 3), axis=(2, 3))
+    want = np.einsum('nchwij,ocij->nohw', windows, w.astype(np.float64))
+    for grad_mode, requires_grad in ((True, True), (False, True), (True, False)):
+        ctx = tl.Convolution([tl.Tensor(xd, requires_grad=requires_grad), tl.Tensor(wd, requires_grad=requires_grad)])
+        with contextlib.nullcontext() if grad_mode else tl.no_grad():
+            y = host(ctx.forward(xd, wd, stride=(1, 1), padding=(1, 1)))
+        what = f'{device}: grad mode {grad_mode}, requires_grad {requires_grad}'
+        assert_close(y, want, 2e-2 if dtype == np.float16 else 1e-4, 2e-2 if dtype == np.float16 else 1e-4, what)
+        recorded = grad_mode and requires_grad
+        assert (ctx.flipped is not None) == (recorded and ctx.dx_as_conv), what
+        if ctx.dx_as_conv and requires_grad and not grad_mode:   # (needing no gradient, backward computes none)
+            raises(RuntimeError, lambda: ctx.backward(y if device == 'cpu' else cp.asarray(y)),
+                   'Convolution.backward', 'ran unrecorded')
+    assert device == 'gpu' or ctx.dx_as_conv, 'the CPU takes a stride-1 dx as a conv'
+
+
+def test_conv_keeps_no_flip_without_recording_cpu():
+    check_conv_keeps_no_flip_without_recording('cpu')
+
+
+def test_gpu_conv_keeps_no_flip_without_recording():
+    need_cuda()
+    check_conv_keeps_no_flip_without_recording('gpu')
+
+
 def test_gpu_max_pool2d_keeps_no_taps_without_recording():
     """max_pool2d's forward keeps its window taps for a backward only when the op is recorded: under no_grad, and
-    for an input that needs no gradient, it allocates no tap buffer (the kernel writes none) and y is unchanged."""
+    for an input that needs no gradient, it allocates no tap buffer (the kernel writes none) and y is unchanged; a
+    backward of such a forward says it has nothing kept."""
     need_cuda()
-    x = on_gpu(rng('pool taps').standard_normal((2, 8, 6, 6)).astype(np.float16), 'channels_last')
-    want = tl.max_pool2d(tl.Tensor(x), 2).numpy()
+    x_host = rng('pool taps').standard_normal((2, 8, 6, 6)).astype(np.float16)
+    x = on_gpu(x_host, 'channels_last')
+    want = x_host.reshape(2, 8, 3, 2, 3, 2).max(axis=(3, 5))
     kept = {}
     for grad_mode, requires_grad in ((True, True), (False, True), (True, False)):
         ctx = tl.MaxPool([tl.Tensor(x, requires_grad=requires_grad)])
@@ -2828,6 +2868,8 @@ def test_gpu_max_pool2d_keeps_no_taps_without_recording():
             y = ctx.forward(x, kernel=(2, 2), stride=(2, 2))
         assert_matches(host(y), want, 0, f'grad mode {grad_mode}, requires_grad {requires_grad}')
         kept[grad_mode, requires_grad] = ctx.kept[0] is not None
+        if not kept[grad_mode, requires_grad]:
+            raises(RuntimeError, lambda: ctx.backward(cp.ones_like(y)), 'MaxPool.backward', 'ran unrecorded')
     assert kept == {(True, True): True, (False, True): False, (True, False): False}, kept
 
 

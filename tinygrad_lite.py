@@ -450,8 +450,16 @@ class Function:
 
     @property
     def recording(self):
-        """Whether apply records this op for a backward (forward keeps what backward needs only then)."""
+        """Whether apply records this op for a backward (forward keeps what backward needs only then): grad mode on
+        and an input needing a gradient (apply records a float output only; an integer one needs no backward)."""
         return _GradMode.enabled and any(self.needs_grad)
+
+    def _saved(self, value):
+        """value, kept by forward for backward; a clear error where that forward did not record (then it kept none)."""
+        if value is None:
+            raise RuntimeError(f"{type(self).__name__}.backward: its forward ran unrecorded (under tl.no_grad() or "
+                               "with no input needing a gradient) and kept nothing for a backward")
+        return value
 
 
 def _topological_order(root):
@@ -1812,17 +1820,17 @@ def _flipped(flat_weight, kh, kw):
         flat_weight.reshape(cout, kh, kw, c)[:, ::-1, ::-1].transpose(3, 1, 2, 0).reshape(c, -1))
 
 
-def _weight_layouts(weight, flipped):
-    """A conv weight (C_out, C, kh, kw) as the products' (C_out, (i, j, c)) matrix and, where `flipped`, also as
+def _weight_layouts(weight, with_flip):
+    """A conv weight (C_out, C, kh, kw) as the products' (C_out, (i, j, c)) matrix and, where `with_flip`, also as
     the stride-1 input gradient's (C, (i, j, o)) matrix (_flipped), else None. On the GPU one conv_weight_layouts
     launch writes both (the flip as CuPy's strided copy took about 30 us of Python a backward on the H200's host)."""
     cout, c, kh, kw = weight.shape
     kernel = _fused(weight, 'conv_weight_layouts', weight.dtype)
     if kernel is None:
         flat = _nhwc(weight).reshape(cout, -1)
-        return flat, _flipped(flat, kh, kw) if flipped else None
+        return flat, _flipped(flat, kh, kw) if with_flip else None
     flat = cp.empty((cout, kh * kw * c), weight.dtype)
-    flip = cp.empty((c, kh * kw * cout), weight.dtype) if flipped else None
+    flip = cp.empty((c, kh * kw * cout), weight.dtype) if with_flip else None
     _launch_flat(kernel, weight.size, 1, (weight, *_element_strides(weight), flat, flip)
                  + _int32s(*weight.shape))
     return flat, flip
@@ -1864,7 +1872,7 @@ class Convolution(Function):
         # dx = dy, padded by k - 1 - p, conv the flipped W (on the CPU and the implicit GEMM)
         self.dx_as_conv = stride == (1, 1) and padding[0] < kh and padding[1] < kw and (cpu or self.implicit)
         self.flat_weight, self.flipped = _weight_layouts(weight.astype(ct, copy=False),
-                                                         self.dx_as_conv and self.needs_grad[0])
+                                                         self.dx_as_conv and self.recording and self.needs_grad[0])
         if self.implicit:
             xh = _nhwc(x)
             self.x = xh if self.needs_grad[1] else None
@@ -1894,8 +1902,8 @@ class Convolution(Function):
         dy = dy_image.reshape(-1, cout)
         dx = dw = db = None
         if self.needs_grad[0]:
-            if self.dx_as_conv:
-                dx = _implicit_products(dy_image, self.flipped, (kh, kw), (1, 1),
+            if self.dx_as_conv:   # on the implicit GEMM (the CPU's returned above)
+                dx = _implicit_products(dy_image, self._saved(self.flipped), (kh, kw), (1, 1),
                                         (kh - 1 - ph, kw - 1 - pw)).transpose(0, 3, 1, 2)
             else:
                 dx = _col2im_image(_matmul(dy, self.flat_weight, tf32=self.tf32), self.shape, kh, kw, self.stride, self.padding).astype(self.dtype, copy=False)
@@ -1951,7 +1959,7 @@ class Convolution(Function):
         (cols^T x)[(i, j, o), c], x as (H*W, C) rows per image (a view of NCHW or channels-last memory: a
         product per image costs less than copying x channels-last)."""
         (kh, kw), (n, c, h, w), (ph, pw) = self.kernel, self.shape, self.padding
-        cout, ct, flipped = self.flat_weight.shape[0], self.flat_weight.dtype, self.flipped
+        cout, ct, flipped = self.flat_weight.shape[0], self.flat_weight.dtype, self._saved(self.flipped)
         dx = np.empty((n, h * w, c), ct)
 
         def products(images, cols):
@@ -2002,10 +2010,11 @@ class _Pool(Function):
         if not self.fused:
             dwin = self.composed_backward(g.transpose(0, 2, 3, 1))                 # N, Ho, Wo, kh, kw, C
             return _col2im(dwin, (n, h, w, c), self.stride).transpose(0, 3, 1, 2)
+        kept = tuple(self._saved(a) for a in self.kept)
         gk, shaped = _pool_rows(g, self.channels_last)
         dx = cp.empty((gk.shape[0], h, w, gk.shape[3]), g.dtype)
         tiles = all(s >= k for s, k in zip(self.stride, self.kernel))   # kernels.cu: a thread per gk pack
-        self._launch('_bwd', dx, (gk,) + self.kept + (dx,), gk if tiles else dx)
+        self._launch('_bwd', dx, (gk,) + kept + (dx,), gk if tiles else dx)
         return shaped(dx)
 
     def kept_for_backward(self, y, width, kernel):
