@@ -2853,6 +2853,36 @@ def test_gpu_conv_keeps_no_flip_without_recording():
     check_conv_keeps_no_flip_without_recording('gpu')
 
 
+def test_gpu_kernel_scalars():
+    """Launches pass their scalar arguments as CuPy's CScalar objects, made once per list (_scalars); where CuPy lacks
+    that class, as NumPy scalars: ReLU (an int64 size), max-pool (int32 sizes) and BatchNorm (int32, int64 and float64
+    arguments) give equal results both ways."""
+    need_cuda()
+    made = tl._scalars(np.int32, 7, -3) + tl._scalars(np.float64, 0.25)
+    assert [type(a).__name__ for a in made] == ['CScalar'] * 3, made
+    assert [(a.value, a.dtype) for a in made] == [(7, np.int32), (-3, np.int32), (0.25, np.float64)], made
+    assert tl._scalars(np.int32, 7, -3) is tl._scalars(np.int32, 7, -3), 'not remembered'
+    r = rng('kernel scalars')
+    x = on_gpu(r.standard_normal((3, 8, 7, 9)).astype(np.float32), 'channels_last')
+    w, b = tl.Tensor(on_gpu(r.uniform(0.5, 1.5, 8).astype(np.float32))), tl.Tensor(on_gpu(r.standard_normal(8).astype(np.float32)))
+
+    def results():
+        mean, var = tl.zeros(8, device='cuda'), tl.ones(8, device='cuda')
+        y = tl.batch_norm(tl.Tensor(x), mean, var, w, b, training=True)
+        return [host(a) for a in (tl.relu(tl.Tensor(x)).data, tl.max_pool2d(tl.Tensor(x), 2).data, y.data, mean.data,
+                                  var.data)]
+    want = results()
+    tl._scalars.cache_clear()
+    try:
+        with mock.patch.dict(sys.modules, {'cupy._core._scalar': None}):   # its import fails
+            assert type(tl._scalars(np.int32, 7)[0]) is np.int32
+            got = results()
+    finally:
+        tl._scalars.cache_clear()
+    for name, g, v in zip(('relu', 'max_pool2d', 'batch_norm', 'running mean', 'running var'), got, want):
+        assert_matches(g, v, 0, f'{name}: NumPy scalar arguments')
+
+
 def test_gpu_max_pool2d_keeps_no_taps_without_recording():
     """max_pool2d's forward keeps its window taps for a backward only when the op is recorded: under no_grad, and
     for an input that needs no gradient, it allocates no tap buffer (the kernel writes none) and y is unchanged; a

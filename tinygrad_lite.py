@@ -392,11 +392,25 @@ def _launch_with_smem(kernel, grid, threads, args, smem):
     _allow_smem(kernel, smem)(grid, (threads,), args, shared_mem=smem)
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=4096)
+def _scalars(kind, *values):
+    """values as a tuple of scalar kernel arguments of NumPy type `kind`, made once per list as the objects CuPy
+    passes on as they are (its CScalar): CuPy converts a NumPy scalar at every launch, about 0.5 us of Python each
+    on the H200's host, and a training step launches with the same sizes each time. Where this CuPy lacks that
+    class, the NumPy scalars themselves."""
+    try:
+        from cupy._core._scalar import CScalar
+    except ImportError:
+        return tuple(kind(v) for v in values)
+    return tuple(CScalar(kind(v)) for v in values)
+
+
 def _int32s(*values):
-    """values as a tuple of np.int32 kernel arguments, remembered: a training step launches with the same sizes
-    each time, and converting 14 of them took 8.6 us of Python on the H200's host."""
-    return tuple(np.int32(v) for v in values)
+    return _scalars(np.int32, *values)
+
+
+def _int64s(*values):
+    return _scalars(np.int64, *values)
 
 
 def _launch_flat(kernel, n, per_thread, args):
@@ -875,7 +889,7 @@ def _nhwc(x):
         return _xp(x).ascontiguousarray(xh)
     n, c, h, w = x.shape
     out = cp.empty(xh.shape, x.dtype)
-    kernel((-(-h * w // 32), -(-c // 32), n), (32, 8, 1), (x, out, np.int32(c), np.int32(h * w)))
+    kernel((-(-h * w // 32), -(-c // 32), n), (32, 8, 1), (x, out) + _int32s(c, h * w))
     return out
 
 
@@ -916,7 +930,7 @@ class Relu(Function):
         else:
             x = _dense(x)
             self.out = cp.empty_like(x)
-            _launch_flat(kernel, x.size, 16 // x.itemsize, (x, self.out, np.int64(x.size)))
+            _launch_flat(kernel, x.size, 16 // x.itemsize, (x, self.out) + _int64s(x.size))
         return self.out
 
     def backward(self, g):
@@ -925,7 +939,7 @@ class Relu(Function):
             return _relu_grad(self.out, g)
         g = _like(g, self.out)
         dx = cp.empty_like(g)
-        _launch_flat(kernel, g.size, 16 // min(g.itemsize, self.out.itemsize), (self.out, g, dx, np.int64(g.size)))
+        _launch_flat(kernel, g.size, 16 // min(g.itemsize, self.out.itemsize), (self.out, g, dx) + _int64s(g.size))
         return dx
 
 
@@ -951,7 +965,7 @@ class Gelu(Function):
             kernel = _kernel('gelu_fwd', x.dtype, width, self.tanh)
             if kernel is not None:
                 self.x, y = x, cp.empty_like(x)
-                _launch_flat(kernel, x.size // width + 1, 1, (x, y, np.int64(x.size)))
+                _launch_flat(kernel, x.size // width + 1, 1, (x, y) + _int64s(x.size))
                 return y
         self.x = x
         if self.tanh:
@@ -966,7 +980,7 @@ class Gelu(Function):
             kernel = _kernel('gelu_bwd', x.dtype, width, self.tanh)
             if kernel is not None:
                 dx = cp.empty_like(x)
-                _launch_flat(kernel, x.size // width + 1, 1, (x, g, dx, np.int64(x.size)))
+                _launch_flat(kernel, x.size // width + 1, 1, (x, g, dx) + _int64s(x.size))
                 return dx
         if self.tanh:
             t = _xp(x).tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))
@@ -1150,7 +1164,7 @@ def _bn_grid(kernel, shape, itemsize, packed_rows, reduces, follows=None):
                 blocks, reduced_groups = _bn_grid(follows, shape, itemsize, False, True)[:2]
                 split = -(-chunks * reduced_groups // blocks)   # no fewer chunks: a 5th unit per thread cost more
                 chunks = blocks // reduced_groups * split
-        sizes = (np.int32(n), np.int32(c), np.int64(s), np.int32(chunks), np.int32(per_group), np.int32(split))
+        sizes = _int32s(n, c) + _int64s(s) + _int32s(chunks, per_group, split)
         _bn_grids[key] = (groups * chunks, groups, partials, sizes)
     return _bn_grids[key]
 
@@ -1183,14 +1197,14 @@ def _bn_forward_fused(x, weight, bias, running_mean, running_var, training, mome
     mean, invstd = stats[0], stats[1]
     y3 = cp.empty_like(x3)
     if training:
-        _bn_launch('bn_fwd_stats', x3, (x3, mean, invstd, rm, rv, np.float64(momentum), np.float64(eps)), scratch_at=1)
+        _bn_launch('bn_fwd_stats', x3, (x3, mean, invstd, rm, rv) + _scalars(np.float64, momentum, eps), scratch_at=1)
         for given, used in ((running_mean, rm), (running_var, rv)):
             if used is not given:   # the buffers were of another dtype: copy the update back
                 given[...] = used
         apply_args = (mean, invstd, w, b, None, None)
     else:   # the apply kernel turns running_var into invstd and stores mean and invstd for backward
         apply_args = (rm, rv, w, b, mean, invstd)
-    _bn_launch('bn_fwd_apply', x3, (x3, y3) + apply_args + (np.float64(eps),), _ACTIVATIONS[act])
+    _bn_launch('bn_fwd_apply', x3, (x3, y3) + apply_args + _scalars(np.float64, eps), _ACTIVATIONS[act])
     return shaped(y3), mean, invstd
 
 
@@ -1355,7 +1369,7 @@ def _gru_forward_fused(x, w_ih, w_hh, b_ih, b_hh, h0, plan, tf32):
         else:
             _gemm(h_prev, w_hh.T, x.dtype, tf32, out=hg)
         _launch_flat(kernel, batch * hidden, 1,
-                     (xg[t], hg, b_ih, b_hh, h_prev, out[t], gates[t], np.int32(batch), np.int32(hidden)))
+                     (xg[t], hg, b_ih, b_hh, h_prev, out[t], gates[t]) + _int32s(batch, hidden))
     return out, gates
 
 
@@ -1371,8 +1385,7 @@ def _gru_backward_fused(g, w_hh, h0, out, gates, dg_ih, dg_hh, plan, tf32):
     kernel = _kernel('gru_gates_bwd', g.dtype)
     for t in range(steps - 1, -1, -1):   # dh_mm holds dG_hh[t + 1] W_hh, carry dh z of step t + 1
         _launch_flat(kernel, batch * hidden, 1, (g[t], dh_mm if t < steps - 1 else None, carry, gates[t],
-                                                 out[t - 1] if t else h0, dg_ih[t], dg_hh[t], np.int32(batch),
-                                                 np.int32(hidden)))
+                                                 out[t - 1] if t else h0, dg_ih[t], dg_hh[t]) + _int32s(batch, hidden))
         _gemm(dg_hh[t], w_hh, g.dtype, tf32, out=dh_mm)
     return (carry + dh_mm).astype(g.dtype)
 
@@ -1654,7 +1667,7 @@ def _folded_weight_grad(parts, weight_shape, dtype, k_major=False):
         flat = parts.sum(axis=0).T if k_major else parts.sum(axis=0)
         return cp.ascontiguousarray(flat.reshape(cout, kh, kw, c).transpose(0, 3, 1, 2), dtype)
     dw = cp.empty(weight_shape, dtype)
-    args = (parts, np.int32(len(parts)), dw) + _int32s(c, cout, kh, kw, k_major)
+    args = (parts, *_int32s(len(parts)), dw) + _int32s(c, cout, kh, kw, k_major)
     _launch_flat(fold, parts[0].size, 1, args)
     return dw
 
@@ -1673,7 +1686,7 @@ def _direct_conv(x, weight_shape):
 
 
 def _element_strides(a):
-    return tuple(np.int64(step // a.itemsize) for step in a.strides)
+    return _int64s(*(step // a.itemsize for step in a.strides))
 
 
 def _implicit_conv(x, weight_shape, pixels, tf32):
@@ -1807,7 +1820,7 @@ def _implicit_weight_grad(xh, dy, weight_shape, stride, padding):
     rows_per_split = -(-rows // splits)
     splits = -(-rows // rows_per_split)
     part = cp.empty((splits, cout, k), np.float32)
-    kernel(tiles + (splits,), (threads,), (_aligned(xh), _aligned(dy), part, np.int64(rows_per_split))
+    kernel(tiles + (splits,), (threads,), (_aligned(xh), _aligned(dy), part) + _int64s(rows_per_split)
            + _int32s(n, h, w, c, cout, ho, wo, kh, kw, *stride, *padding), shared_mem=smem)
     return _folded_weight_grad(part, weight_shape, xh.dtype)
 
@@ -1934,7 +1947,7 @@ class Convolution(Function):
         g_strides = _element_strides(g)
         if self.needs_grad[0]:
             dx = cp.empty((n, h, w, c) if self.channels_last else (n, c, h, w), self.dtype)
-            _direct_launch('dx', n * h * w * -(-c // _DIRECT_CI), (g, *g_strides, self.weight, dx, np.int32(self.channels_last)) + self.sizes)
+            _direct_launch('dx', n * h * w * -(-c // _DIRECT_CI), (g, *g_strides, self.weight, dx) + _int32s(self.channels_last) + self.sizes)
             dx = dx.transpose(0, 3, 1, 2) if self.channels_last else dx
         if self.needs_grad[1] or wants_db:
             window = c * kh * kw if self.needs_grad[1] else 0
@@ -1943,12 +1956,12 @@ class Convolution(Function):
             blocks = max(1, min(_resident_blocks(kernel), self.pixels // _BLOCK))
             partials = cp.empty(blocks * per_block, _stat_dtype(self.dtype))
             x = self.x if self.needs_grad[1] else g   # for db alone the kernel reads no window value
-            kernel((blocks,), (_BLOCK,), (x, *_element_strides(x), g, *g_strides, partials, np.int32(window))
+            kernel((blocks,), (_BLOCK,), (x, *_element_strides(x), g, *g_strides, partials) + _int32s(window)
                    + self.sizes)
             dw = cp.empty(self.weight.shape, self.dtype) if self.needs_grad[1] else None
             db = cp.empty(cout, self.dtype) if wants_db else None
             _kernel('conv_direct_dw_fold', self.dtype)((-(-per_block // 32),), (_BLOCK,), (
-                partials, np.int32(blocks), dw, db) + _int32s(window, c, cout, kh, kw))
+                partials, *_int32s(blocks), dw, db) + _int32s(window, c, cout, kh, kw))
         return dx, dw, db
 
     def _cpu_stride1_backward(self, g):
@@ -2038,7 +2051,7 @@ class MaxPool(_Pool):
         writes no taps) where nothing records."""
         packed = kernel[0] * kernel[1] <= 4 and width >= 4
         taps = cp.empty(-(-y.size // 4) if packed else y.size, np.uint8) if self.recording else None
-        return taps, np.int32(packed)
+        return (taps,) + _int32s(packed)
 
     def composed_forward(self, win):
         n, ho, wo, kh, kw, c = win.shape
@@ -2137,8 +2150,8 @@ class CrossEntropy(Function):
         # H200, a block per 8 rows 83% (scratch probe)
         blocks = min(_CE_MAX_BLOCKS, _resident_blocks(kernel), -(-n * self.lanes // _BLOCK))
         partials, ticket = cp.empty(blocks, np.float64), _ticket_counters(1)
-        kernel((blocks,), (_BLOCK,), (logits, self.target, out, self.lse, partials, ticket, np.int32(n), np.int32(classes),
-                                      a.type(self.smoothing), np.int32(self.lanes), np.int32(_CE_REDUCTIONS[self.reduction])))
+        kernel((blocks,), (_BLOCK,), (logits, self.target, out, self.lse, partials, ticket) + _int32s(n, classes)
+               + _scalars(a.type, self.smoothing) + _int32s(self.lanes, _CE_REDUCTIONS[self.reduction]))
         return out
 
     def backward(self, g):
@@ -2149,9 +2162,9 @@ class CrossEntropy(Function):
             classes = self.logits.shape[1]
             dx = cp.empty(self.logits.shape, self.dtype)
             _launch_flat(_kernel('cross_entropy_bwd', self.dtype, np.int64, self.width), n * self.lanes, 1,
-                         (self.logits, self.target, self.lse, cp.ascontiguousarray(g, a).reshape(-1),
-                          np.int64(self.reduction == 'none'), a.type(scale), dx, np.int32(n), np.int32(classes),
-                          a.type(self.smoothing), np.int32(self.lanes)))
+                         (self.logits, self.target, self.lse, cp.ascontiguousarray(g, a).reshape(-1))
+                         + _int64s(self.reduction == 'none') + _scalars(a.type, scale) + (dx,) + _int32s(n, classes)
+                         + _scalars(a.type, self.smoothing) + _int32s(self.lanes))
             return dx, None
         d = self.probs - self.smoothing / self.probs.shape[1]
         d[xp.arange(n), self.target] -= 1 - self.smoothing
@@ -3234,10 +3247,10 @@ class SGD(Optimizer):
                 state['momentum_buffer'] = cp.empty_like(p)
             lr = group['lr']
             on_device = cp.ascontiguousarray(lr.data, np.float32) if isinstance(lr, Tensor) else None
-            _launch_flat(kernel, p.size, 1, (p, _like(g, p), state.get('momentum_buffer', p), np.int64(p.size), on_device,
-                                             *(np.float64(0 if k == 'lr' and on_device is not None else group[k])
-                                               for k in ('lr', 'weight_decay', 'momentum', 'dampening')),
-                                             np.int32(group['nesterov']), np.int32(bool(first))))
+            factors = [0 if k == 'lr' and on_device is not None else group[k]
+                       for k in ('lr', 'weight_decay', 'momentum', 'dampening')]
+            _launch_flat(kernel, p.size, 1, (p, _like(g, p), state.get('momentum_buffer', p)) + _int64s(p.size)
+                         + (on_device,) + _scalars(np.float64, *factors) + _int32s(group['nesterov'], bool(first)))
             return
         if group['weight_decay']:
             g = g + group['weight_decay'] * p
