@@ -470,6 +470,8 @@ def _max_pool_rows(table):
     with tl.no_grad(), torch.no_grad():
         table.add(f'{label} fwd', cuda_time(lambda x, g: tl.max_pool2d(x, 2), ours, 'tl'),
                   cuda_time(lambda x, g: F.max_pool2d(x, 2), theirs, 'torch'), xbytes + ybytes, ('copy', 0.8))
+        table.add(f'{label} fwd, CUDA-graph replay', graph_time(lambda x, g: tl.max_pool2d(x, 2), ours, 'tl'),
+                  graph_time(lambda x, g: F.max_pool2d(x, 2), theirs, 'torch'), xbytes + ybytes, ('copy', 0.8))
     table.add(f'{label} fwd+bwd', cuda_time(ours_fwd_bwd, ours, 'tl'), cuda_time(theirs_fwd_bwd, theirs, 'torch'),
               2 * (xbytes + ybytes), ('copy', 0.8))
     table.add(f'{label} fwd+bwd, CUDA-graph replay', graph_time(ours_fwd_bwd, ours, 'tl'),
