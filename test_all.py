@@ -3050,6 +3050,55 @@ def test_gpu_fallback_without_kernels_cu():
         f'exit {child.returncode}\n{child.stdout[-2000:]}\n{child.stderr[-4000:]}'
 
 
+BROKEN_KERNEL_CHILD = '''
+import warnings
+import numpy as np
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter('always')
+    import tinygrad_lite as tl
+    names = tl.fused_kernels()
+    r = np.random.default_rng(1)
+    weights = {}
+    for device in ('cpu', 'cuda'):
+        p = tl.Tensor(r.standard_normal(7).astype(np.float32), device=device, requires_grad=True) if not weights else \
+            tl.Tensor(weights['cpu'][0], device=device, requires_grad=True)
+        p.grad = tl.Tensor(np.linspace(-1, 1, 7, dtype=np.float32), device=device)
+        opt = tl.SGD([p], lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)
+        start = p.numpy().copy()   # (on the CPU, numpy() is the parameter's own array, which the steps update)
+        opt.step()
+        opt.step()
+        weights[device] = (start, p.numpy().copy())
+ours = [str(w.message) for w in caught if 'tinygrad_lite' in str(w.message) + w.filename]
+assert len(ours) == 1 and 'sgd_step' in ours[0] and 'broken on purpose' in ours[0], ours
+expected = sorted(n for n in tl._KERNEL_INSTANCES if n != 'sgd_step' and (n not in tl._SM90A or
+                  __import__('cupy').cuda.Device().compute_capability == '90'))
+assert names == expected, (names, expected)
+np.testing.assert_allclose(weights['cuda'][1], weights['cpu'][1], rtol=1e-6, atol=1e-6)
+assert not np.allclose(weights['cuda'][1], weights['cuda'][0])
+print('partial ok')
+'''
+
+
+def test_gpu_kernel_that_fails_to_compile_alone_falls_back():
+    """A kernels.cu whose sgd_step alone fails to compile (a static_assert in its body): one warning naming it and
+    NVRTC's message, every other kernel loaded (a module per kernel name), and SGD's composed step on the GPU as
+    the CPU's."""
+    need_cuda()
+    with open(tl._KERNEL_PATH) as f:
+        source = f.read()
+    head = source.index('__global__ void sgd_step(')
+    body = source.index('{', head) + 1
+    broken = source[:body] + '\n    static_assert(sizeof(T) == 0, "broken on purpose");' + source[body:]
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, 'kernels.cu')
+        with open(path, 'w') as f:
+            f.write(broken)
+        child = subprocess.run([sys.executable, '-c', BROKEN_KERNEL_CHILD], cwd=os.path.dirname(os.path.abspath(__file__)),
+                               env=dict(os.environ, TINYGRAD_LITE_KERNELS=path), capture_output=True, text=True, timeout=600)
+    assert child.returncode == 0 and child.stdout.strip().endswith('partial ok'), \
+        f'exit {child.returncode}\n{child.stdout[-2000:]}\n{child.stderr[-4000:]}'
+
+
 # ===== CUDA graphs =====
 
 def test_gpu_cuda_graph_replays_training_steps():

@@ -1,12 +1,14 @@
-"""CI: compile kernels.cu with NVRTC as tinygrad_lite._load_kernels does on a GPU (its three modules: plain,
-cooperative, sm_90a with -DTL_SM90A; every name expression), on a machine without one. NVRTC rejects some code that
+"""CI: compile kernels.cu with NVRTC as tinygrad_lite._load_kernels does on a GPU (a module per kernel name with
+_module_options, every name expression; the sm_90a ones too), on a machine without one. NVRTC rejects some code that
 nvcc accepts (in C++17, a lambda capturing a structured binding: the H200's module once failed to load so).
 -default-device stands for CuPy's handling of unannotated functions (kernels.cu's constexpr helpers and lambdas).
 usage: python .ci/nvrtc_check.py LIBNVRTC   (from the repository root; nvcc on PATH gives the CUDA headers)"""
 import ctypes
+import os
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, '.')
 import tinygrad_lite as tl  # noqa: E402
@@ -42,19 +44,20 @@ def main(library):
     nvrtc = ctypes.CDLL(library)
     with open(tl._KERNEL_PATH, 'rb') as f:
         source = f.read()
-    common = [b'-std=c++17', b'-default-device'] + [f'-I{d}'.encode() for d in cuda_includes()]
-    failed = 0
-    for cooperative, sm90a in ((False, False), (True, False), (False, True)):
-        names = [e for e in tl._kernel_name_expressions()
-                 if (e.split('<')[0] in tl._COOPERATIVE, e.split('<')[0] in tl._SM90A) == (cooperative, sm90a)]
-        status, log = compile_module(nvrtc, source, names, common + ([b'-arch=sm_90a', b'-DTL_SM90A'] if sm90a
-                                                                     else [b'-arch=sm_90']))
-        print(f'ci: NVRTC, {"cooperative" if cooperative else "sm_90a" if sm90a else "plain"} module, '
-              f'{len(names)} kernels: {"compiled" if status == 0 else f"FAILED (status {status})"}')
-        if status:
-            failed += 1
-            print('\n'.join(line for line in log.splitlines() if 'error' in line or line.startswith(' '))[-4000:])
-    return failed
+    common = [b'-default-device'] + [f'-I{d}'.encode() for d in cuda_includes()]
+
+    def compile_kernel(name):   # as the loader, with sm_90 where CuPy picks the device's architecture
+        options = [o.encode() for o in tl._module_options(name)]
+        return compile_module(nvrtc, source, tl._name_expressions(name),
+                              common + options + ([] if name in tl._SM90A else [b'-arch=sm_90']))
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:   # ctypes lets go of the GIL in NVRTC's calls
+        results = list(zip(tl._KERNEL_INSTANCES, pool.map(compile_kernel, tl._KERNEL_INSTANCES)))
+    failed = [(name, log) for name, (status, log) in results if status]
+    print(f'ci: NVRTC, {len(results)} modules ({len(tl._kernel_name_expressions())} kernels): '
+          f'{"compiled" if not failed else f"{len(failed)} FAILED: " + ", ".join(name for name, _ in failed)}')
+    for name, log in failed[:3]:
+        print(f'{name}:\n' + '\n'.join(line for line in log.splitlines() if 'error' in line or line.startswith(' '))[-4000:])
+    return len(failed)
 
 
 if __name__ == '__main__':
