@@ -24,6 +24,9 @@ try:
     import cupyx.scipy.special
 except ImportError:
     cp = None
+_CScalar = None   # CuPy 14's CScalar(value): a scalar kernel argument it passes on as it is (older CuPy's takes none)
+if cp is not None and int(cp.__version__.split('.')[0]) >= 14:
+    from cupy._core._scalar import CScalar as _CScalar
 
 # ================================================================ dtype and device helpers
 
@@ -299,8 +302,7 @@ _KERNEL_INSTANCES = {
     'cross_entropy_bwd': [(t, 'long long', v) for t in _FLOAT_C for v in _PACK[t]],
     'sgd_step': [(t,) for t in _FLOAT_C],
 }
-_COOPERATIVE = {'gru_fwd_persistent', 'gru_bwd_persistent'}   # launched as cooperative grids (CuPy launches every
-# kernel of a cooperative module so: modules of their own)
+_COOPERATIVE = {'gru_fwd_persistent', 'gru_bwd_persistent'}   # launched as cooperative grids
 _SM90A = {'conv_implicit_wg', 'conv_implicit_wg_dw', 'conv_implicit_tma'}   # Hopper's wgmma (and TMA): built with
 # -arch=sm_90a, on 9.0 devices only
 _BLOCK = 256   # threads per block of every kernel but TF32's conv_implicit_wg_dw (512: warpgroups specialized)
@@ -317,15 +319,16 @@ def _kernel_name_expressions():
 
 
 def _module_options(name):
-    """NVRTC's options for kernel `name`'s module."""
-    return ('-std=c++17',) + (('-arch=sm_90a', '-DTL_SM90A') if name in _SM90A else ())
+    """NVRTC's options for kernel `name`'s module (the name too: CuPy's disk cache keys a binary by source and
+    options)."""
+    return ('-std=c++17', f'-DTL_MODULE_{name}') + (('-arch=sm_90a', '-DTL_SM90A') if name in _SM90A else ())
 
 
 def _load_kernels():
     """Compile kernels.cu once per GPU (CuPy caches the binaries on disk) as a module per kernel name, the modules in
-    parallel threads (NVRTC lets go of the GIL): with an empty cache, the H200 machine's 16 CPUs loaded every kernel
-    in 10.2 s so, in 38.2 s as three modules one after another (most of it the BatchNorm kernels). Warn once and
-    fall back for whatever does not load."""
+    parallel threads (NVRTC lets go of the GIL). With an empty cache the H200 machine's 16 CPUs loaded every kernel
+    so in 10.2 s, and as three modules compiled one after another in 38.2 s (most of it the BatchNorm kernels).
+    Warn once, and fall back to composed CuPy ops for whatever does not load."""
     index = cp.cuda.runtime.getDevice()
     if index in _modules:
         return _modules[index]
@@ -333,16 +336,17 @@ def _load_kernels():
     try:
         with open(_KERNEL_PATH) as f:
             source = f.read()
-    except OSError as e:   # the composed CuPy paths serve instead
+    except Exception as e:   # a missing file: the composed CuPy paths serve instead
         warnings.warn(f"tinygrad_lite: fused kernels unavailable ({type(e).__name__}: {e}); using composed CuPy ops")
         return kernels
     hopper = cp.cuda.Device().compute_capability == '90'
 
     def build(name):
+        expressions = _name_expressions(name)
         with cp.cuda.Device(index):   # a thread starts on GPU 0
-            module = cp.RawModule(code=source, options=_module_options(name), name_expressions=_name_expressions(name),
+            module = cp.RawModule(code=source, options=_module_options(name), name_expressions=expressions,
                                   enable_cooperative_groups=name in _COOPERATIVE)
-            return {e: module.get_function(e) for e in _name_expressions(name)}
+            return {e: module.get_function(e) for e in expressions}
     names = [name for name in _KERNEL_INSTANCES if hopper or name not in _SM90A]
     with ThreadPoolExecutor(min(len(names), os.cpu_count() or 1)) as pool:
         built = [(name, pool.submit(build, name)) for name in names]
@@ -354,7 +358,8 @@ def _load_kernels():
             failed.append((name, e))
     if failed:
         name, e = failed[0]
-        warnings.warn(f"tinygrad_lite: fused kernels unavailable ({type(e).__name__} in {name}: {str(e)[:300]}); "
+        detail = next((line for line in str(e).splitlines() if 'error' in line), str(e))[:300]   # NVRTC's first error
+        warnings.warn(f"tinygrad_lite: fused kernels unavailable ({type(e).__name__} in {name}: {detail}); "
                       f"using composed CuPy ops for {', '.join(name for name, _ in failed)}")
     return kernels
 
@@ -419,15 +424,11 @@ def _launch_with_smem(kernel, grid, threads, args, smem):
 
 @functools.lru_cache(maxsize=4096)
 def _scalars(kind, *values):
-    """values as a tuple of scalar kernel arguments of NumPy type `kind`, made once per list as the objects CuPy
-    passes on as they are (its CScalar): CuPy converts a NumPy scalar at every launch, about 0.5 us of Python each
-    on the H200's host, and a training step launches with the same sizes each time. Where this CuPy lacks that
-    class, the NumPy scalars themselves."""
-    try:
-        from cupy._core._scalar import CScalar
-    except ImportError:
-        return tuple(kind(v) for v in values)
-    return tuple(CScalar(kind(v)) for v in values)
+    """values (Python or NumPy numbers) as a tuple of scalar kernel arguments of NumPy type `kind`, made once per
+    list as the objects CuPy passes on as they are (CuPy 14's CScalar; before 14, the NumPy scalars): CuPy converts
+    a NumPy scalar at every launch, about 0.4 us of Python each on the H200's host, and a training step launches
+    with the same sizes each time."""
+    return tuple(_CScalar(kind(v)) if _CScalar else kind(v) for v in values)
 
 
 def _int32s(*values):
@@ -1222,14 +1223,15 @@ def _bn_forward_fused(x, weight, bias, running_mean, running_var, training, mome
     mean, invstd = stats[0], stats[1]
     y3 = cp.empty_like(x3)
     if training:
-        _bn_launch('bn_fwd_stats', x3, (x3, mean, invstd, rm, rv) + _scalars(np.float64, momentum, eps), scratch_at=1)
+        _bn_launch('bn_fwd_stats', x3, (x3, mean, invstd, rm, rv) + _scalars(np.float64, float(momentum), float(eps)),
+                   scratch_at=1)
         for given, used in ((running_mean, rm), (running_var, rv)):
             if used is not given:   # the buffers were of another dtype: copy the update back
                 given[...] = used
         apply_args = (mean, invstd, w, b, None, None)
     else:   # the apply kernel turns running_var into invstd and stores mean and invstd for backward
         apply_args = (rm, rv, w, b, mean, invstd)
-    _bn_launch('bn_fwd_apply', x3, (x3, y3) + apply_args + _scalars(np.float64, eps), _ACTIVATIONS[act])
+    _bn_launch('bn_fwd_apply', x3, (x3, y3) + apply_args + _scalars(np.float64, float(eps)), _ACTIVATIONS[act])
     return shaped(y3), mean, invstd
 
 
@@ -2187,7 +2189,7 @@ class CrossEntropy(Function):
             classes = self.logits.shape[1]
             dx = cp.empty(self.logits.shape, self.dtype)
             _launch_flat(_kernel('cross_entropy_bwd', self.dtype, np.int64, self.width), n * self.lanes, 1,
-                         (self.logits, self.target, self.lse, cp.ascontiguousarray(g, a).reshape(-1))
+                         (self.logits, self.target, self._saved(self.lse), cp.ascontiguousarray(g, a).reshape(-1))
                          + _int64s(self.reduction == 'none') + _scalars(a.type, scale) + (dx,) + _int32s(n, classes)
                          + _scalars(a.type, self.smoothing) + _int32s(self.lanes))
             return dx, None
@@ -3272,7 +3274,7 @@ class SGD(Optimizer):
                 state['momentum_buffer'] = cp.empty_like(p)
             lr = group['lr']
             on_device = cp.ascontiguousarray(lr.data, np.float32) if isinstance(lr, Tensor) else None
-            factors = [0 if k == 'lr' and on_device is not None else group[k]
+            factors = [0.0 if k == 'lr' and on_device is not None else float(group[k])
                        for k in ('lr', 'weight_decay', 'momentum', 'dampening')]
             _launch_flat(kernel, p.size, 1, (p, _like(g, p), state.get('momentum_buffer', p)) + _int64s(p.size)
                          + (on_device,) + _scalars(np.float64, *factors) + _int32s(group['nesterov'], bool(first)))

@@ -48,8 +48,9 @@ def main(library):
 
     def compile_kernel(name):   # as the loader, with sm_90 where CuPy picks the device's architecture
         options = [o.encode() for o in tl._module_options(name)]
-        return compile_module(nvrtc, source, tl._name_expressions(name),
-                              common + options + ([] if name in tl._SM90A else [b'-arch=sm_90']))
+        return compile_module(nvrtc, source, tl._name_expressions(name), common + options
+                              + ([] if name in tl._SM90A else [b'-arch=sm_90'])
+                              + ([b'--device-c'] if name in tl._COOPERATIVE else []))   # CuPy's for cooperative groups
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:   # ctypes lets go of the GIL in NVRTC's calls
         results = list(zip(tl._KERNEL_INSTANCES, pool.map(compile_kernel, tl._KERNEL_INSTANCES)))
     failed = [(name, log) for name, (status, log) in results if status]
