@@ -2859,7 +2859,7 @@ def test_gpu_kernel_scalars():
     arguments) give equal results both ways."""
     need_cuda()
     made = tl._scalars(np.int32, 7, -3) + tl._scalars(np.float64, 0.25)
-    if int(cp.__version__.split('.')[0]) >= 14:
+    if tl._CScalar is not None:   # CuPy 14 and later
         assert [type(a).__name__ for a in made] == ['CScalar'] * 3, made
         assert [(a.value, a.get_numpy_type()) for a in made] == [(7, np.int32), (-3, np.int32), (0.25, np.float64)]
     assert tl._scalars(np.int32, 7, -3) is tl._scalars(np.int32, 7, -3), 'not remembered'
@@ -3051,16 +3051,20 @@ print('fallback ok')
 '''
 
 
+def run_with_kernels_cu(child_code, path, ok):
+    """child_code in a fresh process whose TINYGRAD_LITE_KERNELS is `path`; it must end by printing `ok`."""
+    child = subprocess.run([sys.executable, '-c', child_code], cwd=os.path.dirname(os.path.abspath(__file__)),
+                           env=dict(os.environ, TINYGRAD_LITE_KERNELS=path), capture_output=True, text=True, timeout=600)
+    assert child.returncode == 0 and child.stdout.strip().endswith(ok), \
+        f'exit {child.returncode}\n{child.stdout[-2000:]}\n{child.stderr[-4000:]}'
+
+
 def test_gpu_fallback_without_kernels_cu():
     """A process whose TINYGRAD_LITE_KERNELS names no file: one warning, no kernels, and ReLU and
     BatchNorm(+ReLU) on the GPU still match the CPU."""
     need_cuda()
     with tempfile.TemporaryDirectory() as d:
-        env = dict(os.environ, TINYGRAD_LITE_KERNELS=os.path.join(d, 'missing', 'kernels.cu'))
-        child = subprocess.run([sys.executable, '-c', FALLBACK_CHILD], cwd=os.path.dirname(os.path.abspath(__file__)),
-                               env=env, capture_output=True, text=True, timeout=600)
-    assert child.returncode == 0 and child.stdout.strip().endswith('fallback ok'), \
-        f'exit {child.returncode}\n{child.stdout[-2000:]}\n{child.stderr[-4000:]}'
+        run_with_kernels_cu(FALLBACK_CHILD, os.path.join(d, 'missing', 'kernels.cu'), 'fallback ok')
 
 
 BROKEN_KERNEL_CHILD = '''
@@ -3106,10 +3110,7 @@ def test_gpu_kernel_that_fails_to_compile_alone_falls_back():
         path = os.path.join(d, 'kernels.cu')
         with open(path, 'w') as f:
             f.write(broken)
-        child = subprocess.run([sys.executable, '-c', BROKEN_KERNEL_CHILD], cwd=os.path.dirname(os.path.abspath(__file__)),
-                               env=dict(os.environ, TINYGRAD_LITE_KERNELS=path), capture_output=True, text=True, timeout=600)
-    assert child.returncode == 0 and child.stdout.strip().endswith('partial ok'), \
-        f'exit {child.returncode}\n{child.stdout[-2000:]}\n{child.stderr[-4000:]}'
+        run_with_kernels_cu(BROKEN_KERNEL_CHILD, path, 'partial ok')
 
 
 # ===== CUDA graphs =====
