@@ -2064,12 +2064,19 @@ def kernels_hidden(names=None):
     device = cp.cuda.runtime.getDevice()
     loaded = tl._load_kernels()
     tl._modules[device] = {} if names is None else {e: k for e, k in loaded.items() if e.split('<')[0] not in names}
-    tl._kernels.clear()   # the looked-up kernels
+    forget_kernels()
     try:
         yield
     finally:
         tl._modules[device] = loaded
-        tl._kernels.clear()
+        forget_kernels()
+
+
+def forget_kernels():
+    """Clears tinygrad_lite's caches of looked-up kernels: the lookups and the launch configurations holding them."""
+    tl._kernels.clear()
+    tl._bn_config.cache_clear()
+    tl._pool_configs.clear()
 
 
 def composed_only():
@@ -2873,13 +2880,16 @@ def test_gpu_kernel_scalars():
         return [host(a) for a in (tl.relu(tl.Tensor(x)).data, tl.max_pool2d(tl.Tensor(x), 2).data, y.data, mean.data,
                                   var.data)]
     want = results()
-    tl._scalars.cache_clear()
-    try:   # as before CuPy 14 (BatchNorm's grids keep their size arguments: made anew too)
-        with mock.patch.object(tl, '_CScalar', None), mock.patch.dict(tl._bn_grids, clear=True):
+    cached = (tl._scalars, tl._bn_config)   # BatchNorm's configurations keep their size arguments: made anew too
+    for f in cached:
+        f.cache_clear()
+    try:   # as before CuPy 14
+        with mock.patch.object(tl, '_CScalar', None):
             assert type(tl._scalars(np.int32, 7)[0]) is np.int32
             got = results()
     finally:
-        tl._scalars.cache_clear()
+        for f in cached:
+            f.cache_clear()
     for name, g, v in zip(('relu', 'max_pool2d', 'batch_norm', 'running mean', 'running var'), got, want):
         assert_matches(g, v, 0, f'{name}: NumPy scalar arguments')
 

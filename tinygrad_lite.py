@@ -1134,7 +1134,7 @@ def _bn_backward(x, mean, invstd, weight, bias, g, training, act):
 
 
 # The fused path: kernels.cu's BatchNorm section explains the (group, chunk) grid of these kernels.
-_bn_grids, _tickets = {}, {}
+_tickets = {}
 
 
 def _ticket_counters(count):
@@ -1156,56 +1156,55 @@ def _bn_layout(x):
     return (lambda a: cp.ascontiguousarray(a).reshape(a.shape[0], c, -1)), (lambda r: r.reshape(x.shape))
 
 
-def _bn_grid(kernel, shape, itemsize, packed_rows, reduces, follows=None):
-    """(blocks, groups, partial pairs per block, the kernel's trailing size arguments N, C, S, chunks, channels
-    per group and split): each channel (or group of 32 // S channels when S < 32) cut into chunks of at
-    least 4 units of work per thread; with packed_rows (kernels.cu's rows mode, per_group -1), tiles of
-    channels times chunks of rows for two blocks per SM. Otherwise a reduction runs one wave of resident
-    blocks, so that its partials stay few, and an elementwise kernel as many blocks as give each thread one
-    round of 4 units (on the H200, NCHW float32: the forward apply took 50 us in one wave of looping blocks,
-    64% of the copy rate; rows mode ran 10% slower so), in segment mode after the reduction kernel `follows`
-    as parts of its chunks (kernels.cu's bn_block). On the H200 at 256x64x32x32, CUDA-graph replays of the
-    fwd+bwd with dx so: 2-4% faster in float32 and float16, and with ReLU in float16; 3% slower with ReLU in
-    float32. The forward apply so gained nothing (0-2% slower), and runs its own chunks."""
-    n, c, s = shape
-    key = (id(kernel), cp.cuda.runtime.getDevice(), shape, itemsize, packed_rows, id(follows))
-    if key not in _bn_grids:
-        split = 1
-        resident = _resident_blocks(kernel) if reduces else 2 ** 31 - 1
-        if packed_rows:   # tiles of up to 8 packs of channels, each a group
-            packs = c * itemsize // 16
-            tile = min(packs, 8)
-            groups, per_group, partials = -(-packs // tile), -1, tile * 16 // itemsize   # a tile's channels
-            sms = _multiprocessors()
-            chunks = max(1, min(2 * sms // groups, n // (4 * (_BLOCK // tile))))
-        elif s < 32:
-            per_group, partials = 32 // s, 32   # one per lane
-            groups = -(-c // per_group)
-            chunks = max(1, min(resident // groups, n // (4 * _BLOCK // 32)))
-        else:
-            per_group, groups, width, partials = 0, c, 16 // itemsize, 1
-            units = n * (s // width if s % width == 0 else s)
-            chunks = max(1, min(resident // groups, units // (4 * _BLOCK)))
-            if follows is not None:
-                blocks, reduced_groups = _bn_grid(follows, shape, itemsize, False, True)[:2]
-                split = -(-chunks * reduced_groups // blocks)   # no fewer chunks: a 5th unit per thread cost more
-                chunks = blocks // reduced_groups * split
-        sizes = _int32s(n, c) + _int64s(s) + _int32s(chunks, per_group, split)
-        _bn_grids[key] = (groups * chunks, groups, partials, sizes)
-    return _bn_grids[key]
+@functools.lru_cache(maxsize=None)
+def _bn_config(name, template, shape, dtype, packed_rows, reduces, follows, device):
+    """(kernel, blocks, groups, partial pairs per block, the kernel's trailing size arguments N, C, S, chunks,
+    channels per group and split) of BatchNorm kernel name<dtype, *template> over (N, C, S) arrays on GPU
+    `device`, made once per case (a training step asks the same each time): each channel (or group of 32 // S
+    channels when S < 32) cut into chunks of at least 4 units of work per thread; with packed_rows (kernels.cu's
+    rows mode, per_group -1, for S == 1 with 16-byte aligned arrays), tiles of channels times chunks of rows for
+    two blocks per SM. Otherwise a reduction runs one wave of resident blocks, so that its partials stay few
+    (on the H200, 2 and 4 waves made the float32 statistics 6% and 29% slower), and an elementwise kernel as
+    many blocks as give each thread one round of 4 units (on the H200, NCHW float32: the forward apply took 50 us
+    in one wave of looping blocks, 64% of the copy rate; rows mode ran 10% slower so), in segment mode after the
+    reduction `follows` ((name, template)) as parts of its chunks (kernels.cu's bn_block). On the H200 at
+    256x64x32x32, CUDA-graph replays of the fwd+bwd with dx so: 2-4% faster in float32 and float16, and with
+    ReLU in float16; 3% slower with ReLU in float32. The forward apply so gained nothing (0-2% slower), and runs
+    its own chunks."""
+    kernel = _kernel(name, dtype, *template)
+    (n, c, s), itemsize, split = shape, dtype.itemsize, 1
+    packed_rows = packed_rows and c * itemsize // 16 <= _BLOCK
+    resident = _resident_blocks(kernel) if reduces else 2 ** 31 - 1
+    if packed_rows:   # tiles of up to 8 packs of channels, each a group
+        packs = c * itemsize // 16
+        tile = min(packs, 8)
+        groups, per_group, partials = -(-packs // tile), -1, tile * 16 // itemsize   # a tile's channels
+        chunks = max(1, min(2 * _multiprocessors() // groups, n // (4 * (_BLOCK // tile))))
+    elif s < 32:
+        per_group, partials = 32 // s, 32   # one per lane
+        groups = -(-c // per_group)
+        chunks = max(1, min(resident // groups, n // (4 * _BLOCK // 32)))
+    else:
+        per_group, groups, width, partials = 0, c, 16 // itemsize, 1
+        units = n * (s // width if s % width == 0 else s)
+        chunks = max(1, min(resident // groups, units // (4 * _BLOCK)))
+        if follows is not None:
+            blocks, reduced_groups = _bn_config(*follows, shape, dtype, False, True, None, device)[1:3]
+            split = -(-chunks * reduced_groups // blocks)   # no fewer chunks: a 5th unit per thread cost more
+            chunks = blocks // reduced_groups * split
+    sizes = _int32s(n, c) + _int64s(s) + _int32s(chunks, per_group, split)
+    return kernel, groups * chunks, groups, partials, sizes
 
 
-def _bn_launch(name, x3, args, *template, scratch_at=None, follows=None):
-    """Launch BatchNorm kernel name<x's dtype, template...> over (N, C, S) x3 with `args`, then the sizes
+def _bn_launch(name, x3, args, template, scratch_at=None, follows=None):
+    """Launch BatchNorm kernel name<x's dtype, *template> over (N, C, S) x3 with `args`, then the sizes
     and grid. A reduction gets its partial-sum buffer and ticket counters inserted at args[scratch_at]
     (the counters are zero between calls: each group's last block re-arms its own); an elementwise pass
-    right after the reduction `follows` ((name, template...)) reads first what that one read last."""
-    kernel = _kernel(name, x3.dtype, *template)
+    right after the reduction `follows` ((name, template)) reads first what that one read last."""
     n, c, s = x3.shape
-    packed_rows = s == 1 and c * x3.itemsize // 16 <= _BLOCK and \
-        _width(x3.dtype, c, *[a for a in args if isinstance(a, cp.ndarray) and a.size == x3.size]) > 1
-    blocks, groups, per_block, sizes = _bn_grid(kernel, x3.shape, x3.itemsize, packed_rows, scratch_at is not None,
-                                                follows and _kernel(follows[0], x3.dtype, *follows[1:]))
+    packed_rows = s == 1 and _width(x3.dtype, c, *[a for a in args if isinstance(a, cp.ndarray) and a.size == x3.size]) > 1
+    kernel, blocks, groups, per_block, sizes = _bn_config(name, template, x3.shape, x3.dtype, packed_rows,
+                                                          scratch_at is not None, follows, cp.cuda.runtime.getDevice())
     if scratch_at is not None:
         partials = cp.empty(blocks * per_block * 2, _stat_dtype(x3.dtype))
         args = args[:scratch_at] + (partials, _ticket_counters(groups)) + args[scratch_at:]
@@ -1221,17 +1220,17 @@ def _bn_forward_fused(x, weight, bias, running_mean, running_var, training, mome
     rm, rv = own(running_mean), own(running_var)
     stats = cp.empty((2, c), a)
     mean, invstd = stats[0], stats[1]
-    y3 = cp.empty_like(x3)
+    y3 = cp.empty(x3.shape, x3.dtype)   # x3 is C-contiguous (empty_like takes twice as long to ask)
     if training:
         _bn_launch('bn_fwd_stats', x3, (x3, mean, invstd, rm, rv) + _scalars(np.float64, float(momentum), float(eps)),
-                   scratch_at=1)
+                   (), scratch_at=1)
         for given, used in ((running_mean, rm), (running_var, rv)):
             if used is not given:   # the buffers were of another dtype: copy the update back
                 given[...] = used
         apply_args = (mean, invstd, w, b, None, None)
     else:   # the apply kernel turns running_var into invstd and stores mean and invstd for backward
         apply_args = (rm, rv, w, b, mean, invstd)
-    _bn_launch('bn_fwd_apply', x3, (x3, y3) + apply_args + _scalars(np.float64, float(eps)), _ACTIVATIONS[act])
+    _bn_launch('bn_fwd_apply', x3, (x3, y3) + apply_args + _scalars(np.float64, float(eps)), (_ACTIVATIONS[act],))
     return shaped(y3), mean, invstd
 
 
@@ -1241,10 +1240,11 @@ def _bn_backward_fused(x, mean, invstd, weight, bias, g, training, act):
     x3, g3 = rows(x), rows(g)
     w, b = cp.ascontiguousarray(weight, a), cp.ascontiguousarray(bias, a)
     sums = cp.empty(c, a), cp.empty(c, a)   # per channel: sum(g) = dbias and sum(g * xhat) = dweight, g = dy * act'
-    _bn_launch('bn_bwd_reduce', x3, (x3, g3, mean, invstd, w, b) + sums, _ACTIVATIONS[act], scratch_at=6)
-    dx3 = cp.empty_like(x3)
-    _bn_launch('bn_bwd_dx', x3, (x3, g3, mean, invstd, w, b) + (sums if training else (None, None)) + (dx3,),
-               _ACTIVATIONS[act], follows=('bn_bwd_reduce', _ACTIVATIONS[act]))
+    act = (_ACTIVATIONS[act],)
+    _bn_launch('bn_bwd_reduce', x3, (x3, g3, mean, invstd, w, b) + sums, act, scratch_at=6)
+    dx3 = cp.empty(x3.shape, x3.dtype)
+    _bn_launch('bn_bwd_dx', x3, (x3, g3, mean, invstd, w, b) + (sums if training else (None, None)) + (dx3,), act,
+               follows=('bn_bwd_reduce', act))
     return shaped(dx3), sums[1], sums[0]
 
 
@@ -2026,6 +2026,9 @@ def _pool_rows(a, channels_last):
     return cp.ascontiguousarray(a).reshape(n * c, *a.shape[2:], 1), lambda r: r.reshape(n, c, *r.shape[1:3])
 
 
+_pool_configs = {}   # see _Pool._forward_config
+
+
 class _Pool(Function):
     """Pooling over windows. Composed: the windows as a view (_windows) and their adjoint (_col2im). On
     the GPU: one kernel forward (name_fwd: x, y, outputs kept for backward) and one backward
@@ -2037,13 +2040,28 @@ class _Pool(Function):
         self.fused = kernel[0] * kernel[1] < 256 and _fused(x, self.name + '_fwd', x.dtype, 1) is not None
         if not self.fused:
             return self.composed_forward(_windows(x.transpose(0, 2, 3, 1), *kernel, stride)).transpose(0, 3, 1, 2)
-        self.channels_last = _channels_last(x)
-        xk, shaped = _pool_rows(x, self.channels_last)
-        y = cp.empty((xk.shape[0], *self.sizes[:2], xk.shape[3]), x.dtype)
-        width = _width(y.dtype, y.shape[3], xk, y)
+        self.channels_last, dense, y_rows, width, forward, sizes = self._forward_config(x)
+        y = cp.empty(y_rows, x.dtype)
         self.kept = self.kept_for_backward(y, width, kernel)
-        self._launch('_fwd', xk, (xk, y) + self.kept, y, width)
-        return shaped(y)
+        xk = x if dense else cp.ascontiguousarray(x)   # the kernel reads x's memory as the image, whatever its shape
+        _launch_flat(forward, y.size // width, 1, (xk, y) + self.kept + sizes)
+        return y.transpose(0, 3, 1, 2) if self.channels_last else y.reshape(n, c, *self.sizes[:2])
+
+    def _forward_config(self, x):
+        """(channels-last, whether x's memory is the (N', H, W, C') image as it is (else a C-contiguous copy is), y's
+        shape as (N', Ho, Wo, C'), the pack width, the kernel and its size arguments) of the forward over an x of
+        this shape, layout, dtype and 16-byte alignment: made once per case, as a training step asks the same each
+        time (on the H200's hosts, working them out took about 10 us of a 25-40 us call)."""
+        key = (self.name, x.shape, x.strides, x.dtype, x.data.ptr % 16, self.kernel, self.stride, cp.cuda.runtime.getDevice())
+        if key not in _pool_configs:
+            channels_last, (n, c, h, w) = _channels_last(x), x.shape
+            dense = channels_last or x.flags.c_contiguous
+            image = (n, h, w, c) if channels_last else (n * c, h, w, 1)
+            v = 16 // x.itemsize
+            width = v if image[3] % v == 0 and (x.data.ptr % 16 == 0 or not dense) else 1   # y and copies are aligned
+            _pool_configs[key] = (channels_last, dense, (image[0], *self.sizes[:2], image[3]), width,
+                                  _kernel(self.name + '_fwd', x.dtype, width), _int32s(*image, *self.sizes))
+        return _pool_configs[key]
 
     def backward(self, g):
         n, c, h, w = self.shape
@@ -2060,10 +2078,10 @@ class _Pool(Function):
     def kept_for_backward(self, y, width, kernel):
         return ()
 
-    def _launch(self, suffix, image, args, out, width=None):
-        """One thread per 16-byte pack of `out` (`width` elements; by default as many as `args` allow); `image` is
-        the (N', H, W, C') input-sized array."""
-        width = width or _width(out.dtype, image.shape[3], *[a for a in args if a.dtype == out.dtype])
+    def _launch(self, suffix, image, args, out):
+        """One thread per 16-byte pack of `out` (as many elements as `args` allow); `image` is the (N', H, W, C')
+        input-sized array."""
+        width = _width(out.dtype, image.shape[3], *[a for a in args if a.dtype == out.dtype])
         sizes = _int32s(*image.shape, *self.sizes)
         _launch_flat(_kernel(self.name + suffix, out.dtype, width), out.size // width, 1, args + sizes)
 
