@@ -632,14 +632,17 @@ __global__ void bn_fwd_stats(const T* __restrict__ x, acc_t<T>* __restrict__ par
     const long long W = (long long)C * S, j = (long long)g * cpg * S + lane;   // column mode
     const bool active = cpg == 0 || (cpg > 0 && lane < cpg * S && j < W);
     const A K = active ? A(x[(cpg ? j / S : g) * S]) : A(0);
+    // segment mode finalizes channel g alone: its running statistics are loaded now, off the finishing block's path
+    const bool prefetched = cpg == 0 && running_mean;
+    const A rm = prefetched ? running_mean[g] : A(0), rv = prefetched ? running_var[g] : A(0);
     auto finalize = [&](int c, double t1, double t2) {
         const double M = double(N) * double(S), d = t1 / M, var = fmax(t2 / M - d * d, 0.0);
-        const double mu = double(x[(long long)c * S]) + d;
+        const double mu = (cpg ? double(x[(long long)c * S]) : double(K)) + d;   // K = x[c * S] in segment mode
         mean[c] = A(mu);
         invstd[c] = A(1.0 / sqrt(var + eps));
         if (running_mean) {
-            running_mean[c] = A((1.0 - momentum) * double(running_mean[c]) + momentum * mu);
-            running_var[c] = A((1.0 - momentum) * double(running_var[c]) + momentum * var * M / (M - 1.0));
+            running_mean[c] = A((1.0 - momentum) * double(prefetched ? rm : running_mean[c]) + momentum * mu);
+            running_var[c] = A((1.0 - momentum) * double(prefetched ? rv : running_var[c]) + momentum * var * M / (M - 1.0));
         }
     };
     if (cpg < 0) {
