@@ -1710,6 +1710,13 @@ def test_error_bad_function_arguments():
     for fn in ('randn', 'rand'):
         raises((RuntimeError, NotImplementedError), lambda: getattr(torch, fn)(2, dtype=torch.int64))
         raises(TypeError, lambda: getattr(tl, fn)(2, dtype=tl.int64), fn, 'int64')
+    x, mean = sample(r, (4, 3, 5)), sample(r, (3,))
+    for stats in ((mean, None), (None, mean)):   # one running statistic without the other: nothing is updated
+        raises(ValueError, lambda: F.batch_norm(torch.tensor(x), *[s if s is None else torch.tensor(s) for s in stats],
+                                                training=True))
+        given = [s if s is None else tl.tensor(s) for s in stats]
+        raises(ValueError, lambda: tl.batch_norm(tl.tensor(x), *given, training=True), 'running_mean', 'running_var')
+        assert all(np.array_equal(g.numpy(), mean) for g in given if g is not None), 'a running statistic changed'
 
 
 def test_error_backward_non_scalar():
@@ -2133,7 +2140,8 @@ def host(a):
 
 def on_gpu(a, layout='contiguous'):
     """A copy of NumPy array a on the GPU, in memory `layout`: 'contiguous'; 'offset1', 'offset3' (that
-    many elements into a larger buffer: not 16-byte aligned); 'channels_last' (4-d, NHWC memory);
+    many elements into a larger buffer: not 16-byte aligned); 'channels_last' (4-d, NHWC memory); 'channels_last_offset1'
+    (that, one element into a larger buffer);
     'step' (every other element of a wider buffer); 'reversed' (the last axis in reverse memory order: a negative
     stride)."""
     if layout.startswith('offset'):
@@ -2143,6 +2151,8 @@ def on_gpu(a, layout='contiguous'):
         return flat[k:].reshape(a.shape)
     if layout == 'channels_last':
         return cp.ascontiguousarray(cp.asarray(a).transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    if layout == 'channels_last_offset1':
+        return channels_last_at(a, 1)
     if layout == 'step':
         wide = cp.zeros(a.shape[:-1] + (2 * a.shape[-1],), a.dtype)
         wide[..., ::2] = cp.asarray(a)
@@ -2372,7 +2382,11 @@ POOL_CASES = [   # x's shape, kernel, stride, layout on the GPU
     ((2, 8, 6, 7), 2, 1, 'channels_last'),     # overlapping 2x2 windows in packs: max-pool's 2-bit taps
     ((2, 3, 11, 8), (2, 3), (1, 2), 'contiguous'),   # NCHW
     ((1, 8, 8, 9), 2, 3, 'channels_last'),     # stride > kernel: rows and columns between windows
-    ((1, 8, 6, 6), 2, 2, 'offset1')]           # NCHW memory at an odd offset
+    ((1, 8, 6, 6), 2, 2, 'offset1'),           # NCHW memory at an odd offset
+    ((2, 3, 6, 7), 2, 2, 'step'),              # neither layout: the forward runs on a contiguous copy
+    ((2, 3, 6, 7), 2, 2, 'reversed'),          # a negative stride: the same
+    ((2, 16, 6, 6), 2, 2, 'channels_last'),    # 16-byte packs, remembered for this shape ...
+    ((2, 16, 6, 6), 2, 2, 'channels_last_offset1')]   # ... and not taken for the same shape off 16-byte boundaries
 
 
 def pool_results(op, x, dy, kernel, stride):
@@ -2880,16 +2894,17 @@ def test_gpu_kernel_scalars():
         return [host(a) for a in (tl.relu(tl.Tensor(x)).data, tl.max_pool2d(tl.Tensor(x), 2).data, y.data, mean.data,
                                   var.data)]
     want = results()
-    cached = (tl._scalars, tl._bn_config)   # BatchNorm's configurations keep their size arguments: made anew too
-    for f in cached:
-        f.cache_clear()
+    # the remembered launch configurations keep their size arguments: made anew too
+    forgotten = (tl._scalars.cache_clear, tl._bn_config.cache_clear, tl._pool_configs.clear)
+    for forget in forgotten:
+        forget()
     try:   # as before CuPy 14
         with mock.patch.object(tl, '_CScalar', None):
             assert type(tl._scalars(np.int32, 7)[0]) is np.int32
             got = results()
     finally:
-        for f in cached:
-            f.cache_clear()
+        for forget in forgotten:
+            forget()
     for name, g, v in zip(('relu', 'max_pool2d', 'batch_norm', 'running mean', 'running var'), got, want):
         assert_matches(g, v, 0, f'{name}: NumPy scalar arguments')
 

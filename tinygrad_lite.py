@@ -1156,14 +1156,14 @@ def _bn_layout(x):
     return (lambda a: cp.ascontiguousarray(a).reshape(a.shape[0], c, -1)), (lambda r: r.reshape(x.shape))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=4096)
 def _bn_config(name, template, shape, dtype, packed_rows, reduces, follows, device):
     """(kernel, blocks, groups, partial pairs per block, the kernel's trailing size arguments N, C, S, chunks,
-    channels per group and split) of BatchNorm kernel name<dtype, *template> over (N, C, S) arrays on GPU
-    `device`, made once per case (a training step asks the same each time): each channel (or group of 32 // S
-    channels when S < 32) cut into chunks of at least 4 units of work per thread; with packed_rows (kernels.cu's
-    rows mode, per_group -1, for S == 1 with 16-byte aligned arrays), tiles of channels times chunks of rows for
-    two blocks per SM. Otherwise a reduction runs one wave of resident blocks, so that its partials stay few
+    channels per group and split) of BatchNorm kernel name<dtype, *template> over (N, C, S) arrays on the current
+    GPU (`device`, its index, keys the cache), made once per case (a training step asks the same each time): each
+    channel (or group of 32 // S channels when S < 32) cut into chunks of at least 4 units of work per thread; where
+    packed_rows allows (S == 1 with 16-byte aligned arrays) and C fits one block's packs, kernels.cu's rows mode
+    (per_group -1): tiles of channels times chunks of rows for two blocks per SM. Otherwise a reduction runs one wave of resident blocks, so that its partials stay few
     (on the H200, 2 and 4 waves made the float32 statistics 6% and 29% slower), and an elementwise kernel as
     many blocks as give each thread one round of 4 units (on the H200, NCHW float32: the forward apply took 50 us
     in one wave of looping blocks, 64% of the copy rate; rows mode ran 10% slower so), in segment mode after the
@@ -1220,7 +1220,7 @@ def _bn_forward_fused(x, weight, bias, running_mean, running_var, training, mome
     rm, rv = own(running_mean), own(running_var)
     stats = cp.empty((2, c), a)
     mean, invstd = stats[0], stats[1]
-    y3 = cp.empty(x3.shape, x3.dtype)   # x3 is C-contiguous (empty_like takes twice as long to ask)
+    y3 = cp.empty(x3.shape, x3.dtype)   # x3 is C-contiguous (H200 host: empty_like 8 us of Python, empty 3-5)
     if training:
         _bn_launch('bn_fwd_stats', x3, (x3, mean, invstd, rm, rv) + _scalars(np.float64, float(momentum), float(eps)),
                    (), scratch_at=1)
@@ -1240,11 +1240,11 @@ def _bn_backward_fused(x, mean, invstd, weight, bias, g, training, act):
     x3, g3 = rows(x), rows(g)
     w, b = cp.ascontiguousarray(weight, a), cp.ascontiguousarray(bias, a)
     sums = cp.empty(c, a), cp.empty(c, a)   # per channel: sum(g) = dbias and sum(g * xhat) = dweight, g = dy * act'
-    act = (_ACTIVATIONS[act],)
-    _bn_launch('bn_bwd_reduce', x3, (x3, g3, mean, invstd, w, b) + sums, act, scratch_at=6)
+    template = (_ACTIVATIONS[act],)
+    _bn_launch('bn_bwd_reduce', x3, (x3, g3, mean, invstd, w, b) + sums, template, scratch_at=6)
     dx3 = cp.empty(x3.shape, x3.dtype)
-    _bn_launch('bn_bwd_dx', x3, (x3, g3, mean, invstd, w, b) + (sums if training else (None, None)) + (dx3,), act,
-               follows=('bn_bwd_reduce', act))
+    _bn_launch('bn_bwd_dx', x3, (x3, g3, mean, invstd, w, b) + (sums if training else (None, None)) + (dx3,), template,
+               follows=('bn_bwd_reduce', template))
     return shaped(dx3), sums[1], sums[0]
 
 
@@ -2055,11 +2055,14 @@ class _Pool(Function):
         host)."""
         key = (self.name, x.shape, x.strides, x.dtype, x.data.ptr % 16, self.kernel, self.stride, cp.cuda.runtime.getDevice())
         if key not in _pool_configs:
+            if len(_pool_configs) >= 4096:   # inputs of ever new shapes: start over rather than grow without bound
+                _pool_configs.clear()
             channels_last, (n, c, h, w) = _channels_last(x), x.shape
             dense = channels_last or x.flags.c_contiguous
             image = (n, h, w, c) if channels_last else (n * c, h, w, 1)
             v = 16 // x.itemsize
-            width = v if image[3] % v == 0 and (x.data.ptr % 16 == 0 or not dense) else 1   # y and copies are aligned
+            # y and a copy are fresh allocations (CuPy's pool hands out 512-byte aligned blocks)
+            width = v if image[3] % v == 0 and (x.data.ptr % 16 == 0 or not dense) else 1
             _pool_configs[key] = (channels_last, dense, (image[0], *self.sizes[:2], image[3]), width,
                                   _kernel(self.name + '_fwd', x.dtype, width), _int32s(*image, *self.sizes))
         return _pool_configs[key]
@@ -2778,6 +2781,8 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     for name, t in (('running_mean', running_mean), ('running_var', running_var), ('weight', weight), ('bias', bias)):
         if t is not None and t.shape != (channels,):
             raise ValueError(f"batch_norm: {name} of shape {t.shape} for input of shape {x.shape}")
+    if (running_mean is None) != (running_var is None):
+        raise ValueError("batch_norm: running_mean and running_var must both be given or both be None")
     if not training and running_mean is None:
         raise ValueError("batch_norm: evaluation mode needs running_mean and running_var")
     if training and x.numel() // channels < 2:
