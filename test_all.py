@@ -2140,8 +2140,8 @@ def host(a):
 
 def on_gpu(a, layout='contiguous'):
     """A copy of NumPy array a on the GPU, in memory `layout`: 'contiguous'; 'offset1', 'offset3' (that
-    many elements into a larger buffer: not 16-byte aligned); 'channels_last' (4-d, NHWC memory); 'channels_last_offset1'
-    (that, one element into a larger buffer);
+    many elements into a larger buffer: not 16-byte aligned); 'channels_last' (4-d, NHWC memory);
+    'channels_last_offset1' (that, one element into a larger buffer);
     'step' (every other element of a wider buffer); 'reversed' (the last axis in reverse memory order: a negative
     stride)."""
     if layout.startswith('offset'):

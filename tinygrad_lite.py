@@ -1163,14 +1163,14 @@ def _bn_config(name, template, shape, dtype, packed_rows, reduces, follows, devi
     GPU (`device`, its index, keys the cache), made once per case (a training step asks the same each time): each
     channel (or group of 32 // S channels when S < 32) cut into chunks of at least 4 units of work per thread; where
     packed_rows allows (S == 1 with 16-byte aligned arrays) and C fits one block's packs, kernels.cu's rows mode
-    (per_group -1): tiles of channels times chunks of rows for two blocks per SM. Otherwise a reduction runs one wave of resident blocks, so that its partials stay few
-    (on the H200, 2 and 4 waves made the float32 statistics 6% and 29% slower), and an elementwise kernel as
-    many blocks as give each thread one round of 4 units (on the H200, NCHW float32: the forward apply took 50 us
-    in one wave of looping blocks, 64% of the copy rate; rows mode ran 10% slower so), in segment mode after the
-    reduction `follows` ((name, template)) as parts of its chunks (kernels.cu's bn_block). On the H200 at
-    256x64x32x32, CUDA-graph replays of the fwd+bwd with dx so: 2-4% faster in float32 and float16, and with
-    ReLU in float16; 3% slower with ReLU in float32. The forward apply so gained nothing (0-2% slower), and runs
-    its own chunks."""
+    (per_group -1): tiles of channels times chunks of rows for two blocks per SM. Otherwise a reduction runs one
+    wave of resident blocks, so that its partials stay few (on the H200, 2 and 4 waves made the float32 statistics
+    6% and 29% slower), and an elementwise kernel as many blocks as give each thread one round of 4 units (on the
+    H200, NCHW float32: the forward apply took 50 us in one wave of looping blocks, 64% of the copy rate; rows mode
+    ran 10% slower so), in segment mode after the reduction `follows` ((name, template)) as parts of its chunks
+    (kernels.cu's bn_block). On the H200 at 256x64x32x32, CUDA-graph replays of the fwd+bwd with dx so: 2-4% faster
+    in float32 and float16, and with ReLU in float16; 3% slower with ReLU in float32. The forward apply so gained
+    nothing (0-2% slower), and runs its own chunks."""
     kernel = _kernel(name, dtype, *template)
     (n, c, s), itemsize, split = shape, dtype.itemsize, 1
     packed_rows = packed_rows and c * itemsize // 16 <= _BLOCK
@@ -1202,7 +1202,8 @@ def _bn_launch(name, x3, args, template, scratch_at=None, follows=None):
     (the counters are zero between calls: each group's last block re-arms its own); an elementwise pass
     right after the reduction `follows` ((name, template)) reads first what that one read last."""
     n, c, s = x3.shape
-    packed_rows = s == 1 and _width(x3.dtype, c, *[a for a in args if isinstance(a, cp.ndarray) and a.size == x3.size]) > 1
+    packed_rows = s == 1 and _width(x3.dtype, c, *[a for a in args
+                                                  if isinstance(a, cp.ndarray) and a.size == x3.size]) > 1
     kernel, blocks, groups, per_block, sizes = _bn_config(name, template, x3.shape, x3.dtype, packed_rows,
                                                           scratch_at is not None, follows, cp.cuda.runtime.getDevice())
     if scratch_at is not None:
@@ -2053,7 +2054,8 @@ class _Pool(Function):
         this shape, layout, dtype and 16-byte alignment: made once per case, as a training step asks the same each
         time (with x handed to the kernel as it is: the public forward's Python 30.8 -> 23.4 us a call on an H200
         host)."""
-        key = (self.name, x.shape, x.strides, x.dtype, x.data.ptr % 16, self.kernel, self.stride, cp.cuda.runtime.getDevice())
+        key = (self.name, x.shape, x.strides, x.dtype, x.data.ptr % 16, self.kernel, self.stride,
+               cp.cuda.runtime.getDevice())
         if key not in _pool_configs:
             if len(_pool_configs) >= 4096:   # inputs of ever new shapes: start over rather than grow without bound
                 _pool_configs.clear()
