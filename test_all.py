@@ -1719,6 +1719,116 @@ def test_error_bad_function_arguments():
         assert all(np.array_equal(g.numpy(), mean) for g in given if g is not None), 'a running statistic changed'
 
 
+def test_error_float_only_ops_reject_integer_tensors():
+    """Ops PyTorch computes only in floating point raise a TypeError naming the dtype on integer tensors (they gave
+    truncated numbers), and leave every tensor as it was: BatchNorm's running statistics and batch count too."""
+    need_torch()
+    ints = np.arange(12, dtype=np.int64).reshape(4, 3)
+    calls = {'gelu': lambda t: t.gelu(), 'softmax': lambda t: t.softmax(), 'log_softmax': lambda t: t.log_softmax(),
+             'mse_loss': lambda t: tl.mse_loss(t, t), 'dropout': lambda t: tl.dropout(t, 0.5),
+             'cross_entropy': lambda t: tl.cross_entropy(t, [0, 1, 2, 0])}
+    for name, call in calls.items():
+        raises(TypeError, lambda: call(tl.tensor(ints)), name, 'int64')
+    for theirs in (F.gelu, lambda t: F.softmax(t, -1), lambda t: F.log_softmax(t, -1)):   # PyTorch raises too
+        raises((RuntimeError, NotImplementedError), lambda: theirs(torch.tensor(ints)))
+    bn, bn_t = tl.BatchNorm1d(3), torch.nn.BatchNorm1d(3)
+    raises((RuntimeError, NotImplementedError), lambda: bn_t(torch.tensor(ints)))
+    raises(TypeError, lambda: bn(tl.tensor(ints)), 'batch_norm', 'int64')
+    assert_close(bn.running_mean, np.zeros(3, np.float32), 0, 0, 'running_mean changed')
+    assert int(bn.num_batches_tracked.item()) == 0, 'a batch counted'
+    layer = tl.Linear(2, 2)
+    before = [p.numpy().copy() for p in layer.parameters()]
+    raises(TypeError, lambda: torch.nn.Linear(2, 2).to(torch.int64))
+    raises(TypeError, lambda: layer.to(np.int64), 'Module.to', 'int64')
+    assert all(p.dtype == np.float32 and np.array_equal(p.numpy(), b) for p, b in zip(layer.parameters(), before))
+
+
+def test_inplace_ops_compute_in_the_promoted_dtype():
+    """a op= b computes a op b in the promoted dtype and stores it in a's: as PyTorch (b was cast to a's dtype first,
+    which rounded a float32 operand to float16, and a float64 one to float32, before the op)."""
+    need_torch()
+    r = rng('inplace promoted')
+    for a_dtype, b_dtype in ((np.float16, np.float32), (np.float32, np.float64), (np.int32, np.int64)):
+        a = (r.standard_normal((3, 5)) * 100).astype(a_dtype)
+        b = (r.standard_normal((5,)) * 10 + 20).astype(b_dtype)
+        for op in ('__iadd__', '__isub__', '__imul__', '__itruediv__'):
+            if op == '__itruediv__' and a_dtype == np.int32:
+                continue   # true division gives a float: no integer tensor takes it in place (tested elsewhere)
+            ours, theirs = tl.tensor(a.copy()), torch.tensor(a.copy())
+            getattr(ours, op)(tl.tensor(b))
+            getattr(theirs, op)(torch.tensor(b))
+            assert ours.dtype == a_dtype, (op, ours.dtype)
+            assert np.array_equal(ours.numpy(), theirs.numpy()), (a_dtype, b_dtype, op)
+
+
+def test_reductions_over_no_axes_reduce_every_axis():
+    """sum, mean, var, max and min over axis=() reduce every axis, as PyTorch's (NumPy's axis=() reduces none)."""
+    need_torch()
+    x = sample(rng('empty axes'), (2, 3, 4))
+    xt = torch.tensor(x)
+    for name, theirs in (('sum', xt.sum(dim=())), ('mean', xt.mean(dim=())), ('var', xt.var(dim=())),
+                         ('max', xt.amax(dim=())), ('min', xt.amin(dim=()))):
+        got = getattr(tl.tensor(x), name)(axis=())
+        assert got.shape == (), (name, got.shape)
+        assert_close(got, theirs.numpy(), 1e-12, 1e-12, f'{name}(axis=())')
+    assert tl.tensor(x).squeeze(()).shape == xt.squeeze(()).shape == x.shape, 'squeeze(()) squeezes nothing'
+
+
+def test_error_window_sizes_name_the_argument():
+    """conv2d's stride and padding and the pools' kernel_size and stride: ints or pairs, strides and windows at
+    least 1, padding at least 0; otherwise a ValueError naming the argument (a ZeroDivisionError or a NumPy
+    broadcast error before)."""
+    r = rng('window sizes')
+    x, w = tl.tensor(sample(r, (2, 3, 6, 6))), tl.tensor(sample(r, (4, 3, 3, 3)))
+    for kwargs, needle in (({'stride': 0}, 'stride'), ({'stride': (2,)}, 'stride'), ({'padding': -1}, 'padding'),
+                           ({'padding': (1, 1, 1)}, 'padding')):
+        raises(ValueError, lambda: tl.conv2d(x, w, **kwargs), 'conv2d', needle, str(list(kwargs.values())[0]))
+    assert tl.conv2d(x, w, padding=0).shape == (2, 4, 4, 4)
+    for pool in (tl.max_pool2d, tl.avg_pool2d):
+        raises(ValueError, lambda: pool(x, 0), 'kernel_size')
+        raises(ValueError, lambda: pool(x, 2, 0), 'stride')
+        raises(ValueError, lambda: pool(x, (2, 2, 2)), 'kernel_size')
+
+
+def test_grad_mode_is_per_thread():
+    """As PyTorch's, no_grad holds in the thread that entered it: another thread records meanwhile, and two
+    threads' no_grad blocks overlapping (entered 1, 2, left 1, 2) leave recording on (a shared flag ended off)."""
+    import threading
+    x = tl.tensor([1.0, 2.0], requires_grad=True)
+    entered, main_entered, left, seen = threading.Event(), threading.Event(), threading.Event(), {}
+
+    def quiet():
+        with tl.no_grad():
+            seen['quiet'] = (x * 2).requires_grad
+            entered.set()
+            main_entered.wait(10)
+        left.set()
+    thread = threading.Thread(target=quiet)
+    thread.start()
+    entered.wait(10)
+    seen['other'] = (x * 2).requires_grad
+    with tl.no_grad():
+        main_entered.set()
+        left.wait(10)
+    thread.join(10)
+    assert seen == {'quiet': False, 'other': True}, seen
+    assert (x * 2).requires_grad, 'recording left off'
+
+
+def test_module_lists_shared_buffers_once_and_groups_take_one_tensor():
+    """A submodule registered twice lists its buffers once (as its parameters, and as PyTorch); an optimizer's
+    parameter group may name one tensor as its 'params' (PyTorch accepts it)."""
+    need_torch()
+    bn, bn_t = tl.BatchNorm1d(3), torch.nn.BatchNorm1d(3)
+    ours, theirs = tl.Sequential(bn, bn), torch.nn.Sequential(bn_t, bn_t)
+    assert [n for n, _ in ours.named_buffers()] == [n for n, _ in theirs.named_buffers()]
+    assert len(ours.buffers()) == len(list(theirs.buffers())) == 3
+    p = tl.Parameter(tl.tensor(sample(rng('one tensor group'), (2,))))
+    opt = tl.SGD([{'params': p}], lr=0.1)
+    assert opt.param_groups[0]['params'] == [p]
+    torch.optim.SGD([{'params': torch.nn.Parameter(torch.ones(2))}], lr=0.1)
+
+
 def test_error_backward_non_scalar():
     x = tl.Tensor(sample(rng('e6'), (2, 3)), requires_grad=True)
     raises(RuntimeError, (x * 2).backward)
@@ -2487,7 +2597,7 @@ def check_conv(path, dtype, allow_tf32=False):
         x, w = r.standard_normal(xs).astype(dtype), (r.standard_normal(ws) / np.sqrt(np.prod(ws[1:]))).astype(dtype)
         b = r.standard_normal(ws[0]).astype(dtype) if bias else None
         ho, wo = ((size + 2 * p - k) // s + 1
-                  for size, k, s, p in zip(xs[2:], ws[2:], tl._pair(stride), tl._pair(padding)))
+                  for size, k, s, p in zip(xs[2:], ws[2:], tl._pair(stride), tl._pair(padding, least=0)))
         dy = r.standard_normal((xs[0], ws[0], ho, wo)).astype(dtype)
         want = conv_results(x, w, b, stride, padding, dy)
         what = f'conv2d x {xs} weight {ws} stride {stride} padding {padding} {layout}'

@@ -199,6 +199,11 @@ def _dim(d, ndim, new=False):
     return d % n
 
 
+def _reduced_axes(axis, ndim):
+    """The axes a reduction over `axis` runs on: PyTorch's reductions read None and () as every axis."""
+    return _axes(None if axis == () else axis, ndim)
+
+
 def _axes(axis, ndim):
     """A tuple of non-negative axes from None, an int or a tuple; () on a 0-d tensor."""
     if axis is None:
@@ -217,6 +222,14 @@ def _promote(*dtypes, divide=False):
     floats = [d for d in dtypes if d.kind == 'f']
     result = np.result_type(*(floats or dtypes))
     return np.dtype(np.float32) if divide and result.kind != 'f' else result
+
+
+def _need_float(t, what):
+    """t, which must be a floating-point tensor: PyTorch's float-only ops raise for integer and bool ones (they
+    would give truncated results and, for BatchNorm, update the running statistics)."""
+    if t.dtype.kind != 'f':
+        raise TypeError(f"{what}: expected a floating-point tensor, got {t.dtype}")
+    return t
 
 
 def _number_dtype(value):
@@ -448,8 +461,11 @@ def _launch_flat(kernel, n, per_thread, args):
 
 # ================================================================ the autograd core
 
-class _GradMode:
-    enabled = True
+class _GradModeState(threading.local):
+    enabled = True   # per thread, as PyTorch's grad mode: each thread starts recording
+
+
+_GradMode = _GradModeState()
 
 
 class no_grad(contextlib.ContextDecorator):
@@ -2225,8 +2241,12 @@ class CrossEntropy(Function):
 
 # ================================================================ the Tensor
 
-def _pair(v):
-    return (int(v), int(v)) if isinstance(v, (int, np.integer)) else tuple(int(i) for i in v)
+def _pair(v, what='kernel_size', least=1):
+    """(a, b) from an int or a pair of ints, each at least `least`: a clear error naming `what` otherwise."""
+    pair = (int(v), int(v)) if isinstance(v, (int, np.integer)) else tuple(int(i) for i in v)
+    if len(pair) != 2 or min(pair) < least:
+        raise ValueError(f"{what} must be an int or a pair of ints, each at least {least}; got {v!r}")
+    return pair
 
 
 class Tensor:
@@ -2444,7 +2464,10 @@ class Tensor:
             raise RuntimeError(f"in-place op: tensors on {self.device} and {other.device}")
         if np.broadcast_shapes(self.shape, other.shape) != self.shape:
             raise ValueError(f"in-place op: shape {other.shape} cannot update a tensor of shape {self.shape}")
-        getattr(_xp(self.data), ufunc)(self.data, other.data.astype(self.dtype, copy=False), out=self.data)
+        if other.dtype == self.dtype:
+            getattr(_xp(self.data), ufunc)(self.data, other.data, out=self.data)
+        else:   # as PyTorch: computed in the promoted dtype, then stored in the tensor's
+            self.data[...] = getattr(_xp(self.data), ufunc)(self.data, other.data, dtype=result)
         return self
 
     __iadd__ = lambda self, o: self._inplace('add', o)
@@ -2479,7 +2502,7 @@ class Tensor:
     def gelu(self, approximate='none'):
         if approximate not in ('none', 'tanh'):
             raise ValueError(f"gelu: approximate must be 'none' or 'tanh', not {approximate!r}")
-        return Gelu.apply(self, approximate=approximate)
+        return Gelu.apply(_need_float(self, 'gelu'), approximate=approximate)
 
     def clamp(self, min=None, max=None):
         if min is None and max is None:
@@ -2494,23 +2517,23 @@ class Tensor:
 
     # ---- reductions
     def sum(self, axis=None, keepdim=False):
-        return Sum.apply(self, axes=_axes(axis, self.ndim), keepdim=keepdim)
+        return Sum.apply(self, axes=_reduced_axes(axis, self.ndim), keepdim=keepdim)
 
     def mean(self, axis=None, keepdim=False):
-        axes = _axes(axis, self.ndim)
+        axes = _reduced_axes(axis, self.ndim)
         count = int(np.prod([self.shape[a] for a in axes]))
         return Sum.apply(self._floating(), axes=axes, keepdim=keepdim, scale=1 / count if count else math.nan)
 
     def max(self, axis=None, keepdim=False):
-        return Max.apply(self, axes=_axes(axis, self.ndim), keepdim=keepdim)
+        return Max.apply(self, axes=_reduced_axes(axis, self.ndim), keepdim=keepdim)
 
     def min(self, axis=None, keepdim=False):
-        return Max.apply(self, axes=_axes(axis, self.ndim), keepdim=keepdim, least=True)
+        return Max.apply(self, axes=_reduced_axes(axis, self.ndim), keepdim=keepdim, least=True)
 
     def var(self, axis=None, keepdim=False, correction=1):
         if self.dtype == np.float16:   # in float32, as PyTorch: the squares overflow float16 long before the variance
             return self.float().var(axis, keepdim, correction).half()
-        axes = _axes(axis, self.ndim)
+        axes = _reduced_axes(axis, self.ndim)
         count = int(np.prod([self.shape[a] for a in axes]))
         centred = self - self.mean(axes, keepdim=True)
         scale = 1 / (count - correction) if count > correction else math.inf if count else math.nan
@@ -2521,10 +2544,10 @@ class Tensor:
         return Tensor._wrap(_xp(self.data).asarray(index).astype(np.int64), self.device)
 
     def softmax(self, axis=-1):
-        return Softmax.apply(self, axis=_dim(axis, self.ndim))
+        return Softmax.apply(_need_float(self, 'softmax'), axis=_dim(axis, self.ndim))
 
     def log_softmax(self, axis=-1):
-        return LogSoftmax.apply(self, axis=_dim(axis, self.ndim))
+        return LogSoftmax.apply(_need_float(self, 'log_softmax'), axis=_dim(axis, self.ndim))
 
     # ---- shape
     def reshape(self, *shape):
@@ -2744,7 +2767,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0):
     if x.ndim != 4 or weight.ndim != 4 or x.shape[1] != weight.shape[1]:
         raise ValueError(f"conv2d: input {x.shape} (N, C, H, W) and weight {weight.shape} (C_out, C_in, kh, kw) "
                          "do not match")
-    stride, padding = _pair(stride), _pair(padding)
+    stride, padding = _pair(stride, 'conv2d: stride'), _pair(padding, 'conv2d: padding', least=0)
     if x.shape[2] + 2 * padding[0] < weight.shape[2] or x.shape[3] + 2 * padding[1] < weight.shape[3]:
         raise ValueError(f"conv2d: kernel {weight.shape[2:]} is larger than the padded input {x.shape[2:]}")
     if bias is not None and bias.shape != (weight.shape[0],):
@@ -2760,8 +2783,8 @@ def conv2d(x, weight, bias=None, stride=1, padding=0):
 
 
 def _pool(fn, x, kernel_size, stride):
-    kernel = _pair(kernel_size)
-    stride = kernel if stride is None else _pair(stride)
+    kernel = _pair(kernel_size, f'{fn.__name__}: kernel_size')
+    stride = kernel if stride is None else _pair(stride, f'{fn.__name__}: stride')
     if x.ndim != 4:
         raise ValueError(f"{fn.__name__}: expected a 4-d input (N, C, H, W), got shape {x.shape}")
     if x.shape[2] < kernel[0] or x.shape[3] < kernel[1]:
@@ -2785,6 +2808,7 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
             raise ValueError(f"batch_norm: {name} of shape {t.shape} for input of shape {x.shape}")
     if (running_mean is None) != (running_var is None):
         raise ValueError("batch_norm: running_mean and running_var must both be given or both be None")
+    _need_float(x, 'batch_norm')
     if not training and running_mean is None:
         raise ValueError("batch_norm: evaluation mode needs running_mean and running_var")
     if training and x.numel() // channels < 2:
@@ -2809,6 +2833,7 @@ def cross_entropy(logits, target, label_smoothing=0.0, reduction='mean'):
                          f"({logits.shape[0] if logits.ndim else '?'},), got {target.shape}")
     if target.dtype.kind not in 'iu':
         raise TypeError(f"cross_entropy: targets must be integer class indices, not {target.dtype}")
+    _need_float(logits, 'cross_entropy')
     _same_device([logits, target], 'cross_entropy')
     return CrossEntropy.apply(logits, target=target.data.astype(np.int64, copy=False), smoothing=float(label_smoothing),
                               reduction=reduction)
@@ -2819,6 +2844,7 @@ def mse_loss(input, target, reduction='mean'):
         raise ValueError(f"mse_loss: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
     if input.shape != target.shape:
         raise ValueError(f"mse_loss: input of shape {input.shape} and target of shape {target.shape} differ")
+    _need_float(input, 'mse_loss')
     diff = input - target
     loss = diff * diff
     return loss.mean() if reduction == 'mean' else loss.sum() if reduction == 'sum' else loss
@@ -2827,6 +2853,7 @@ def mse_loss(input, target, reduction='mean'):
 def dropout(x, p=0.5, training=True):
     if not 0 <= p <= 1:
         raise ValueError(f"dropout: probability must lie in [0, 1], got {p}")
+    _need_float(x, 'dropout')
     if not training or p == 0:
         return x
     xp = _xp(x.data)
@@ -2890,18 +2917,22 @@ class Module:
         for name, child in self.named_children():
             yield from child._named_tensors(f'{prefix}{name}.')
 
-    def named_parameters(self):
+    def _named(self, buffers):
+        """(name, tensor) of each parameter (or buffer) once, the first name of one registered twice, as PyTorch."""
         seen = set()
         for name, t, is_buffer in self._named_tensors():
-            if not is_buffer and id(t) not in seen:
+            if is_buffer == buffers and id(t) not in seen:
                 seen.add(id(t))
                 yield name, t
+
+    def named_parameters(self):
+        return self._named(buffers=False)
 
     def parameters(self):
         return [p for _, p in self.named_parameters()]
 
     def named_buffers(self):
-        return [(name, t) for name, t, is_buffer in self._named_tensors() if is_buffer]
+        return list(self._named(buffers=True))
 
     def buffers(self):
         return [t for _, t in self.named_buffers()]
@@ -2928,6 +2959,8 @@ class Module:
                 dtype = a
         device = None if device is None else _parse_device(device)
         dtype = None if dtype is None else _dtype(dtype)
+        if dtype is not None and dtype.kind != 'f':
+            raise TypeError(f"Module.to: only floating-point dtypes, got {dtype}")
         for _, t, _ in self._named_tensors():
             for u in (t, t.grad):
                 if u is None:
@@ -3192,7 +3225,8 @@ class Optimizer:
         self.defaults, self.param_groups, self.state = defaults, [], {}
         seen = set()
         for g in groups:
-            group = {**defaults, **g, 'params': list(g['params'])}
+            given = g['params']
+            group = {**defaults, **g, 'params': [given] if isinstance(given, Tensor) else list(given)}
             for p in group['params']:
                 if not isinstance(p, Tensor) or not p.is_leaf:
                     raise TypeError(f"{type(self).__name__} can only optimize leaf tensors, got {type(p).__name__}")
