@@ -1829,6 +1829,97 @@ def test_module_lists_shared_buffers_once_and_groups_take_one_tensor():
     torch.optim.SGD([{'params': torch.nn.Parameter(torch.ones(2))}], lr=0.1)
 
 
+def test_clamp_and_nan_extrema_as_pytorch():
+    """An integer tensor clamped by a float bound gives float32 (its bounds were truncated); max and min with a NaN
+    give the NaN's position the gradient, as PyTorch's max() and min() (NaN == NaN is False: every gradient was
+    NaN)."""
+    need_torch()
+    ints = np.array([0, 1, 2, 5])
+    for kwargs in ({'max': 1.5}, {'min': 0.5, 'max': 4}, {'max': 1}):
+        got, want = tl.tensor(ints).clamp(**kwargs), torch.tensor(ints).clamp(**kwargs)
+        assert got.dtype == getattr(np, str(want.dtype).split('.')[-1]), (kwargs, got.dtype, want.dtype)
+        assert_close(got, want.numpy(), 0, 0, f'clamp {kwargs}')
+    x = np.array([[1.0, np.nan, 3.0], [4.0, -2.0, 0.5]])
+    for name in ('max', 'min'):
+        for axis in (None, 1):
+            ours, theirs = tl.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+            getattr(ours, name)(axis=axis).sum().backward()
+            (getattr(theirs, name)() if axis is None else getattr(theirs, name)(dim=axis).values).sum().backward()
+            assert_close(ours.grad, theirs.grad.numpy(), 0, 0, f'{name}(axis={axis}) gradient with a NaN')
+
+
+def test_error_argument_checks_name_what_was_wrong():
+    """Calls PyTorch refuses get a clear error from tinygrad_lite too, not a NumPy one or a wrong answer: shapes that
+    do not broadcast in a comparison, an axis named twice, argmax of nothing or past the last axis, a reshape to a
+    negative size other than -1, linear of a 0-d input, batch_norm of a 1-d one, a GRU of no layers."""
+    r = rng('argument checks')
+    x = tl.tensor(sample(r, (2, 3)))
+    assert_names_shapes(raises(ValueError, lambda: x < tl.tensor(sample(r, (4,)))), (2, 3), (4,))
+    raises(ValueError, lambda: x.sum((0, 0)), 'more than once')
+    raises(ValueError, lambda: tl.tensor(np.zeros(0)).argmax(), 'empty')
+    raises(IndexError, lambda: x.argmax(5), 'out of range')
+    assert int(x.argmax(-1).numpy()[0]) == int(np.argmax(x.numpy()[0]))
+    raises(ValueError, lambda: tl.tensor(sample(r, (12,))).reshape(-2, -6), 'reshape')
+    raises(ValueError, lambda: tl.linear(tl.tensor(1.0), tl.tensor(sample(r, (2, 1)))), 'linear')
+    raises(ValueError, lambda: tl.batch_norm(tl.ones(3), None, None, training=True), 'batch_norm', '(3,)')
+    raises(ValueError, lambda: tl.GRU(2, 3, 0), 'num_layers')
+
+
+def test_modules_and_optimizers_as_pytorch():
+    """Sequential[a:b] is a Sequential; load_state_dict returns the keys it left out (strict=False); Linear(0, n)
+    builds (zero bias, as PyTorch's); zero_grad(set_to_none=False) zeroes the gradients in place; step(closure)
+    evaluates the loss with gradients recorded (enable_grad, even inside no_grad) and returns it."""
+    need_torch()
+    seq = tl.Sequential(tl.Linear(2, 3), tl.ReLU(), tl.Linear(3, 1))
+    part = seq[0:2]
+    assert isinstance(part, tl.Sequential) and len(part) == 2 and part[0] is seq[0]
+    keys = seq.load_state_dict({'0.weight': seq[0].weight.numpy(), 'extra': np.zeros(1)}, strict=False)
+    assert keys.missing_keys == ['0.bias', '2.weight', '2.bias'] and keys.unexpected_keys == ['extra'], keys
+    theirs = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.ReLU(), torch.nn.Linear(3, 1))
+    want = theirs.load_state_dict({'0.weight': theirs[0].weight.detach(), 'extra': torch.zeros(1)}, strict=False)
+    assert (keys.missing_keys, keys.unexpected_keys) == (want.missing_keys, want.unexpected_keys)
+    empty = tl.Linear(0, 2)
+    assert empty.weight.shape == (2, 0) and np.array_equal(empty.bias.numpy(), np.zeros(2, np.float32))
+    w = tl.Parameter(tl.tensor(sample(rng('closure'), (3,))))
+    opt = tl.SGD([w], lr=0.1)
+    (w * w).sum().backward()
+    grad = w.grad
+    opt.zero_grad(set_to_none=False)
+    assert w.grad is grad and not w.grad.numpy().any(), 'zero_grad(set_to_none=False) zeroes in place'
+    start = w.numpy().copy()
+
+    def closure():
+        opt.zero_grad()
+        loss = (w * w).sum()
+        loss.backward()
+        return loss
+    with tl.no_grad():
+        loss = opt.step(closure)
+    assert_close(loss, (start * start).sum(), 1e-6, 1e-6, 'the closure loss')
+    assert_close(w, start - 0.1 * 2 * start, 1e-6, 1e-6, 'the step after the closure')
+
+
+def test_no_grad_decorates_bare():
+    """@tl.no_grad without parentheses decorates as @tl.no_grad() does (PyTorch 2 allows both); enable_grad records
+    inside no_grad."""
+    x = tl.tensor([1.0, 2.0], requires_grad=True)
+
+    @tl.no_grad
+    def bare(t):
+        return t * 2
+
+    @tl.no_grad()
+    def called(t):
+        return t * 2
+    assert not bare(x).requires_grad and not called(x).requires_grad
+    assert bare.__name__ == 'bare'
+    with tl.no_grad():
+        with tl.enable_grad():
+            assert (x * 2).requires_grad
+        assert not (x * 2).requires_grad
+    assert (x * 2).requires_grad
+
+
 def test_error_backward_non_scalar():
     x = tl.Tensor(sample(rng('e6'), (2, 3)), requires_grad=True)
     raises(RuntimeError, (x * 2).backward)

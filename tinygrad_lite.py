@@ -3,6 +3,7 @@
 NumPy on the CPU, CuPy on the GPU (optional), fused GPU kernels from kernels.cu beside this file.
 The public interface follows PyTorch's names and semantics: see README.md.
 """
+import collections
 import contextlib
 import ctypes
 import functools
@@ -209,6 +210,8 @@ def _axes(axis, ndim):
     if axis is None:
         return tuple(range(ndim))
     axes = sorted(_dim(a, ndim) for a in ((axis,) if isinstance(axis, (int, np.integer)) else axis))
+    if len(set(axes)) < len(axes):
+        raise ValueError(f"axes {axis} name an axis more than once")
     return tuple(axes) if ndim else ()
 
 
@@ -468,18 +471,35 @@ class _GradModeState(threading.local):
 _GradMode = _GradModeState()
 
 
-class no_grad(contextlib.ContextDecorator):
-    """Record nothing inside: `with tl.no_grad(): ...` or as a decorator. Re-entrant: one instance
-    may be entered again before it exits (a decorated function that recurses)."""
-    def __init__(self):
+class _GradSwitch(contextlib.ContextDecorator):
+    """Grad mode `enabled` inside: `with ...:` or as a decorator, called (`@tl.no_grad()`) or bare (`@tl.no_grad`).
+    Re-entrant: one instance may be entered again before it exits (a decorated function that recurses)."""
+    enabled = False
+
+    def __new__(cls, func=None):
+        self = super().__new__(cls)
         self.previous = []
+        return self if func is None else self(func)   # used bare: the decorated function
+
+    def __init__(self, func=None):
+        pass
 
     def __enter__(self):
         self.previous.append(_GradMode.enabled)
-        _GradMode.enabled = False
+        _GradMode.enabled = self.enabled
 
     def __exit__(self, *exc):
         _GradMode.enabled = self.previous.pop()
+
+
+class no_grad(_GradSwitch):
+    """Record nothing inside."""
+    enabled = False
+
+
+class enable_grad(_GradSwitch):
+    """Record inside, even within no_grad (as PyTorch's): an optimizer's closure runs so."""
+    enabled = True
 
 
 class Function:
@@ -827,6 +847,8 @@ class Max(Function):
 
     def backward(self, g):
         hit = self.x == self.out
+        if self.x.dtype.kind == 'f':   # a NaN result: the NaNs take its gradient (NaN == NaN is False)
+            hit |= _xp(hit).isnan(self.x) & _xp(hit).isnan(self.out)
         return hit * (g.reshape(self.out.shape) / _sum(hit.astype(g.dtype), self.axes, keepdims=True))
 
 
@@ -2479,6 +2501,10 @@ class Tensor:
         other = self._operand(other)
         if other.device != self.device:
             raise RuntimeError(f"comparison of tensors on {self.device} and {other.device}")
+        try:
+            np.broadcast_shapes(self.shape, other.shape)
+        except ValueError:
+            raise ValueError(f"comparison: shapes {self.shape} and {other.shape} cannot be broadcast together") from None
         return Tensor._wrap(op(self.data, other.data), self.device)
 
     __gt__ = lambda self, o: self._compare(lambda a, b: a > b, o)
@@ -2507,6 +2533,8 @@ class Tensor:
     def clamp(self, min=None, max=None):
         if min is None and max is None:
             raise ValueError("clamp: at least one of min and max must be given")
+        if self.dtype.kind != 'f' and any(isinstance(b, (float, np.floating)) for b in (min, max)):
+            return self.float().clamp(min, max)   # as PyTorch: a float bound makes the result float32
         return Clamp.apply(self, low=min, high=max)
 
     def maximum(self, other):
@@ -2540,7 +2568,9 @@ class Tensor:
         return Sum.apply(centred * centred, axes=axes, keepdim=keepdim, scale=scale)
 
     def argmax(self, axis=None):
-        index = self.data.argmax() if axis is None else self.data.argmax(axis=axis)
+        if self.numel() == 0 and (axis is None or self.shape[_dim(axis, self.ndim)] == 0):
+            raise ValueError(f"argmax of an empty tensor of shape {self.shape}")
+        index = self.data.argmax() if axis is None else self.data.argmax(axis=_dim(axis, self.ndim))
         return Tensor._wrap(_xp(self.data).asarray(index).astype(np.int64), self.device)
 
     def softmax(self, axis=-1):
@@ -2553,7 +2583,7 @@ class Tensor:
     def reshape(self, *shape):
         shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
         known = int(np.prod([n for n in shape if n != -1]))
-        if shape.count(-1) > 1 or (-1 in shape and (known == 0 or self.numel() % known)) or \
+        if any(n < -1 for n in shape) or shape.count(-1) > 1 or (-1 in shape and (known == 0 or self.numel() % known)) or \
                 (-1 not in shape and known != self.numel()):
             raise ValueError(f"reshape: cannot view a tensor of shape {self.shape} as {shape}")
         return Reshape.apply(self, shape=shape)
@@ -2757,7 +2787,7 @@ pad = lambda x, pad, value=0.0: x.pad(pad, value)
 
 
 def linear(x, weight, bias=None):
-    if x.shape[-1] != weight.shape[-1]:
+    if x.ndim == 0 or x.shape[-1] != weight.shape[-1]:
         raise ValueError(f"linear: input of shape {x.shape} does not match weight of shape {weight.shape}")
     y = x @ weight.T
     return y if bias is None else y + bias
@@ -2802,7 +2832,9 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     (one fused kernel on the GPU), for conv blocks."""
     if activation not in _ACTIVATIONS:
         raise ValueError(f"batch_norm: activation must be None, 'relu' or 'gelu', not {activation!r}")
-    channels = x.shape[1] if x.ndim >= 2 else None
+    if x.ndim < 2:
+        raise ValueError(f"batch_norm: expected an input of shape (N, C, ...), got shape {x.shape}")
+    channels = x.shape[1]
     for name, t in (('running_mean', running_mean), ('running_var', running_var), ('weight', weight), ('bias', bias)):
         if t is not None and t.shape != (channels,):
             raise ValueError(f"batch_norm: {name} of shape {t.shape} for input of shape {x.shape}")
@@ -2876,6 +2908,9 @@ class Parameter(Tensor):
     """A tensor that modules register as a parameter (requires_grad=True)."""
     def __init__(self, data, requires_grad=True):
         super().__init__(data.data if isinstance(data, Tensor) else data, requires_grad=requires_grad)
+
+
+_IncompatibleKeys = collections.namedtuple('_IncompatibleKeys', 'missing_keys unexpected_keys')   # PyTorch's
 
 
 class Module:
@@ -3003,6 +3038,7 @@ class Module:
             raise RuntimeError(f"load_state_dict for {type(self).__name__}: " + '; '.join(problems))
         for k, value in converted.items():
             own[k].data[...] = value
+        return _IncompatibleKeys(missing, unexpected)
 
 
 def _as_array(value):
@@ -3023,7 +3059,7 @@ def _uniform_parameter(shape, bound):
 class Linear(Module):
     def __init__(self, in_features, out_features, bias=True):
         super().__init__()
-        bound = 1 / math.sqrt(in_features)   # PyTorch's kaiming_uniform(a=sqrt(5)) bound
+        bound = 1 / math.sqrt(in_features) if in_features else 0.0   # PyTorch's kaiming_uniform(a=sqrt(5)) bound
         self.weight = _uniform_parameter((out_features, in_features), bound)
         self.bias = _uniform_parameter((out_features,), bound) if bias else None
 
@@ -3149,7 +3185,7 @@ class Sequential(Module):
             setattr(self, str(i), m)
 
     def __getitem__(self, i):
-        return self.children()[i]
+        return Sequential(*self.children()[i]) if isinstance(i, slice) else self.children()[i]
 
     def __len__(self):
         return len(self.children())
@@ -3187,6 +3223,8 @@ class GRUCell(Module):
 class GRU(Module):
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False):
         super().__init__()
+        if num_layers < 1:
+            raise ValueError(f"GRU: num_layers must be at least 1, got {num_layers}")
         self.input_size, self.hidden_size, self.num_layers, self.batch_first = input_size, hidden_size, num_layers, batch_first
         for k in range(num_layers):
             _gru_parameters(self, f'_l{k}', input_size if k == 0 else hidden_size, hidden_size, bias)
@@ -3237,12 +3275,21 @@ class Optimizer:
             _check_options(group)
             self.param_groups.append(group)
 
-    def zero_grad(self):
+    def zero_grad(self, set_to_none=True):
         for group in self.param_groups:
             for p in group['params']:
-                p.grad = None
+                if set_to_none or p.grad is None:
+                    p.grad = None
+                else:
+                    p.grad.data[...] = 0
 
-    def step(self):
+    def step(self, closure=None):
+        """One update of every parameter with a gradient; closure (optional, as PyTorch's) re-evaluates the loss
+        first, with gradients recorded, and its loss is returned."""
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
         work = []
         for i, (p, group) in enumerate((p, group) for group in self.param_groups for p in group['params']):
             if p.grad is None:
@@ -3255,6 +3302,7 @@ class Optimizer:
             work.append((p, group))
         for p, group in work:
             self._update(p.data, p.grad.data.astype(p.dtype, copy=False), group, self.state.setdefault(id(p), {}))
+        return loss
 
     def _check_state(self, i, p, state):
         """ValueError naming parameter i unless `state` has every one of state_keys and each array in it p's shape."""
