@@ -1886,6 +1886,12 @@ def test_modules_and_optimizers_as_pytorch():
     grad = w.grad
     opt.zero_grad(set_to_none=False)
     assert w.grad is grad and not w.grad.numpy().any(), 'zero_grad(set_to_none=False) zeroes in place'
+    seq(tl.tensor(sample(rng('module zero_grad'), (4, 2)).astype(np.float32))).sum().backward()
+    grads = [p.grad for p in seq.parameters()]
+    seq.zero_grad(set_to_none=False)
+    assert all(p.grad is g and not g.numpy().any() for p, g in zip(seq.parameters(), grads))
+    seq.zero_grad()
+    assert all(p.grad is None for p in seq.parameters())
     start = w.numpy().copy()
 
     def closure():

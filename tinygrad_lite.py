@@ -2910,6 +2910,15 @@ class Parameter(Tensor):
         super().__init__(data.data if isinstance(data, Tensor) else data, requires_grad=requires_grad)
 
 
+def _zero_grads(params, set_to_none):
+    """As PyTorch's zero_grad: each gradient dropped (set_to_none), or zeroed in place."""
+    for p in params:
+        if set_to_none or p.grad is None:
+            p.grad = None
+        else:
+            p.grad.data[...] = 0
+
+
 _IncompatibleKeys = collections.namedtuple('_IncompatibleKeys', 'missing_keys unexpected_keys')   # PyTorch's
 
 
@@ -2981,9 +2990,8 @@ class Module:
     def eval(self):
         return self.train(False)
 
-    def zero_grad(self):
-        for p in self.parameters():
-            p.grad = None
+    def zero_grad(self, set_to_none=True):
+        _zero_grads(self.parameters(), set_to_none)
 
     def to(self, *args, device=None, dtype=None):
         """Move and/or cast every parameter and buffer in place (floating-point ones only change dtype)."""
@@ -3276,12 +3284,7 @@ class Optimizer:
             self.param_groups.append(group)
 
     def zero_grad(self, set_to_none=True):
-        for group in self.param_groups:
-            for p in group['params']:
-                if set_to_none or p.grad is None:
-                    p.grad = None
-                else:
-                    p.grad.data[...] = 0
+        _zero_grads(self._params(), set_to_none)
 
     def step(self, closure=None):
         """One update of every parameter with a gradient; closure (optional, as PyTorch's) re-evaluates the loss
