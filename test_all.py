@@ -1761,6 +1761,37 @@ def test_inplace_ops_compute_in_the_promoted_dtype():
             assert np.array_equal(ours.numpy(), theirs.numpy()), (a_dtype, b_dtype, op)
 
 
+def test_zero_dim_operands_promote_as_pytorch():
+    """A 0-d tensor does not widen a tensor with dimensions within its kind (float16 (7,) * float32 () is float16),
+    and does where its kind is higher (int64 (7,) + float64 () is float64); as PyTorch, in +, -, *, /, where and
+    in place. Values equal PyTorch's, but for float16 results within one float16 step: the operands meet in float32
+    and the result is rounded once (PyTorch's CPU kernels round a 0-d operand to float16 first in + and -, not in
+    * and /)."""
+    need_torch()
+    r = rng('zero-d promotion')
+    cases = ((np.float16, (7,), np.float32, ()), (np.float32, (7,), np.float64, ()), (np.float16, (7,), np.float64, ()),
+             (np.int64, (7,), np.float64, ()), (np.int32, (7,), np.int64, ()), (np.uint8, (7,), np.int64, ()),
+             (np.bool_, (7,), np.int32, ()), (np.float16, (), np.float32, (7,)), (np.float16, (7,), np.float32, (7,)))
+    for a_dtype, a_shape, b_dtype, b_shape in cases:
+        a = (r.standard_normal(a_shape) * 10 + 3).astype(a_dtype)
+        b = np.asarray(r.standard_normal(b_shape) * 3 + 7).astype(b_dtype)
+        what = f'{np.dtype(a_dtype).name}{a_shape} with {np.dtype(b_dtype).name}{b_shape}'
+        pairs = [(getattr(tl.tensor(a), f'__{op}__')(tl.tensor(b)), getattr(torch.tensor(a), f'__{op}__')(torch.tensor(b)))
+                 for op in ('add', 'mul', 'truediv') + (('sub',) if a_dtype != np.bool_ else ())]
+        pairs.append((tl.where(tl.tensor(a > 3), tl.tensor(a), tl.tensor(b)),
+                      torch.where(torch.tensor(a > 3), torch.tensor(a), torch.tensor(b))))
+        if a_shape and np.dtype(a_dtype).kind == 'f':
+            for op in ('add', 'sub', 'mul', 'truediv'):
+                ours, theirs = tl.tensor(a.copy()), torch.tensor(a.copy())
+                getattr(ours, f'__i{op}__')(tl.tensor(b))
+                getattr(theirs, f'__i{op}__')(torch.tensor(b))
+                pairs.append((ours, theirs))
+        for ours, theirs in pairs:
+            assert ours.dtype == np.dtype(str(theirs.dtype).split('.')[-1]), (what, ours.dtype, theirs.dtype)
+            step = 2.0 ** -10 * np.abs(np.concatenate([a.ravel(), b.ravel()]).astype(np.float64)).max()   # an operand's ulp
+            assert_close(ours, theirs.numpy(), 0, 2 * step if ours.dtype == np.float16 else 0, what)
+
+
 def test_reductions_over_no_axes_reduce_every_axis():
     """sum, mean, var, max and min over axis=() reduce every axis, as PyTorch's (NumPy's axis=() reduces none)."""
     need_torch()

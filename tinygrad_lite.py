@@ -235,6 +235,23 @@ def _need_float(t, what):
     return t
 
 
+def _result_dtype(a, b, divide=False):
+    """PyTorch's result dtype of a binary op on tensors a and b: as _promote, except that a 0-d tensor does not widen
+    a tensor with dimensions within its kind (bool < integer < float): float16 (3,) * float32 () is float16, and
+    int64 (3,) * float64 () float64."""
+    if (a.ndim == 0) != (b.ndim == 0):
+        shaped, scalar = (a, b) if b.ndim == 0 else (b, a)
+        if _KIND_RANK[scalar.dtype.kind] <= _KIND_RANK[shaped.dtype.kind]:
+            return _promote(shaped.dtype, divide=divide)
+    return _promote(a.dtype, b.dtype, divide=divide)
+
+
+def _opmath(dtype):
+    """The dtype PyTorch computes an op of result `dtype` in where its operands' dtypes differ: float32 for
+    float16 (the operands are not rounded to float16 first, the result once), else the dtype itself."""
+    return np.dtype(np.float32) if dtype == np.float16 else dtype
+
+
 def _number_dtype(value):
     """The dtype PyTorch gives a Python number on its own: bool, int64 or float32."""
     return np.dtype({'b': np.bool_, 'i': np.int64, 'u': np.int64}.get(np.asarray(value).dtype.kind, np.float32))
@@ -2436,14 +2453,15 @@ class Tensor:
             return out.half() if self.dtype == np.float16 else out
         other = self._operand(other)
         a, b = (other, self) if reflected else (self, other)
-        if a.dtype != b.dtype or (fn is Div and a.dtype.kind != 'f'):
-            common = _promote(a.dtype, b.dtype, divide=fn is Div)
-            a, b = a.to(common), b.to(common)
         try:
             np.broadcast_shapes(a.shape, b.shape)
         except ValueError:
             raise ValueError(f"{fn.__name__}: shapes {a.shape} and {b.shape} cannot be broadcast together") from None
-        return fn.apply(a, b, **params)
+        if a.dtype == b.dtype and not (fn is Div and a.dtype.kind != 'f'):
+            return fn.apply(a, b, **params)
+        common = _result_dtype(a, b, divide=fn is Div)
+        compute = _opmath(common) if a.dtype != b.dtype else common   # float16 meets a wider 0-d operand in float32
+        return fn.apply(a.to(compute), b.to(compute), **params).to(common)
 
     __add__ = lambda self, o: self._binary(Add, o)
     __radd__ = lambda self, o: self._binary(Add, o, True)
@@ -2479,7 +2497,7 @@ class Tensor:
         if self.requires_grad and _GradMode.enabled:
             raise RuntimeError("in-place operation on a tensor that requires grad: wrap it in tl.no_grad()")
         other = self._operand(other)
-        result = _promote(self.dtype, other.dtype, divide=ufunc == 'divide')
+        result = _result_dtype(self, other, divide=ufunc == 'divide')
         if _KIND_RANK[result.kind] > _KIND_RANK[self.dtype.kind]:
             raise TypeError(f"in-place op: result type {result} can't be cast to the tensor's dtype {self.dtype}")
         if other.device != self.device:
@@ -2488,8 +2506,9 @@ class Tensor:
             raise ValueError(f"in-place op: shape {other.shape} cannot update a tensor of shape {self.shape}")
         if other.dtype == self.dtype:
             getattr(_xp(self.data), ufunc)(self.data, other.data, out=self.data)
-        else:   # as PyTorch: computed in the promoted dtype, then stored in the tensor's
-            self.data[...] = getattr(_xp(self.data), ufunc)(self.data, other.data, dtype=result)
+        else:   # as PyTorch: both operands in the result's arithmetic dtype, rounded once into the tensor's
+            compute = _opmath(result)
+            self.data[...] = getattr(_xp(self.data), ufunc)(self.data.astype(compute), other.data.astype(compute))
         return self
 
     __iadd__ = lambda self, o: self._inplace('add', o)
@@ -2764,7 +2783,7 @@ def where(condition, a, b):
         a = b._operand(a) if isinstance(b, Tensor) else Tensor(a, device=condition.device)
     b = a._operand(b)
     if a.dtype != b.dtype:
-        common = _promote(a.dtype, b.dtype)
+        common = _result_dtype(a, b)
         a, b = a.to(common), b.to(common)
     _same_device([condition, a, b], 'where')
     try:
