@@ -1729,8 +1729,11 @@ def test_error_float_only_ops_reject_integer_tensors():
              'cross_entropy': lambda t: tl.cross_entropy(t, [0, 1, 2, 0])}
     for name, call in calls.items():
         raises(TypeError, lambda: call(tl.tensor(ints)), name, 'int64')
-    for theirs in (F.gelu, lambda t: F.softmax(t, -1), lambda t: F.log_softmax(t, -1)):   # PyTorch raises too
-        raises((RuntimeError, NotImplementedError), lambda: theirs(torch.tensor(ints)))
+    for theirs in (F.gelu, lambda t: F.softmax(t, -1), lambda t: F.log_softmax(t, -1), lambda t: F.mse_loss(t, t),
+                   lambda t: F.dropout(t, 0.5), lambda t: F.cross_entropy(t, torch.tensor([0, 1, 2, 0]))):
+        raises((RuntimeError, NotImplementedError), lambda: theirs(torch.tensor(ints)))   # PyTorch raises too
+    passed = tl.tensor(ints)   # dropout that drops nothing returns its input, integers too (as PyTorch)
+    assert tl.dropout(passed, 0.5, training=False) is passed and tl.dropout(passed, 0.0) is passed
     bn, bn_t = tl.BatchNorm1d(3), torch.nn.BatchNorm1d(3)
     raises((RuntimeError, NotImplementedError), lambda: bn_t(torch.tensor(ints)))
     raises(TypeError, lambda: bn(tl.tensor(ints)), 'batch_norm', 'int64')
@@ -1759,6 +1762,12 @@ def test_inplace_ops_compute_in_the_promoted_dtype():
             getattr(theirs, op)(torch.tensor(b))
             assert ours.dtype == a_dtype, (op, ours.dtype)
             assert np.array_equal(ours.numpy(), theirs.numpy()), (a_dtype, b_dtype, op)
+    a = (r.standard_normal(9) * 50).astype(np.float16)
+    for op in ('__iadd__', '__isub__', '__imul__', '__itruediv__'):   # a number meets float16 in float32, as in a * 0.3
+        ours, theirs = tl.tensor(a.copy()), torch.tensor(a.copy())
+        getattr(ours, op)(0.3)
+        getattr(theirs, op)(0.3)
+        assert_close(ours, theirs.numpy(), 2.0 ** -10, 0, f'float16 {op} 0.3')   # one float16 step
 
 
 def test_zero_dim_operands_promote_as_pytorch():
@@ -1803,6 +1812,9 @@ def test_reductions_over_no_axes_reduce_every_axis():
         assert got.shape == (), (name, got.shape)
         assert_close(got, theirs.numpy(), 1e-12, 1e-12, f'{name}(axis=())')
     assert tl.tensor(x).squeeze(()).shape == xt.squeeze(()).shape == x.shape, 'squeeze(()) squeezes nothing'
+    assert tl.tensor(x).sum([]).shape == xt.sum(dim=[]).shape == ()
+    for axis in (np.int64(1), np.array([0, 2])):   # NumPy integers and arrays name axes as ints and tuples do
+        assert_close(tl.tensor(x).sum(axis), x.sum(axis=tuple(np.atleast_1d(axis))), 1e-12, 1e-12, f'sum({axis!r})')
 
 
 def test_error_window_sizes_name_the_argument():
@@ -1844,6 +1856,29 @@ def test_grad_mode_is_per_thread():
     thread.join(10)
     assert seen == {'quiet': False, 'other': True}, seen
     assert (x * 2).requires_grad, 'recording left off'
+    r_in, q_in, r_out, modes = threading.Event(), threading.Event(), threading.Event(), {}
+
+    @tl.no_grad
+    def quiet_call(inside, wait_for):   # one decorated function, entered by two threads whose modes differ outside it
+        inside.set()
+        wait_for.wait(10)
+
+    def recording_thread():   # records outside the call; enters it first and leaves it first
+        quiet_call(r_in, q_in)
+        modes['recording'] = (x * 2).requires_grad
+        r_out.set()
+
+    def quiet_thread():   # calls it inside its own no_grad, entering second and leaving last
+        r_in.wait(10)
+        with tl.no_grad():
+            quiet_call(q_in, r_out)
+            modes['quiet'] = (x * 2).requires_grad
+    threads = [threading.Thread(target=recording_thread), threading.Thread(target=quiet_thread)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert modes == {'recording': True, 'quiet': False}, modes
 
 
 def test_module_lists_shared_buffers_once_and_groups_take_one_tensor():
@@ -1904,6 +1939,8 @@ def test_modules_and_optimizers_as_pytorch():
     seq = tl.Sequential(tl.Linear(2, 3), tl.ReLU(), tl.Linear(3, 1))
     part = seq[0:2]
     assert isinstance(part, tl.Sequential) and len(part) == 2 and part[0] is seq[0]
+    theirs_all = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.ReLU(), torch.nn.Linear(3, 1))
+    assert list(seq[1:].state_dict()) == list(theirs_all[1:].state_dict()) == ['2.weight', '2.bias'], 'names kept'
     keys = seq.load_state_dict({'0.weight': seq[0].weight.numpy(), 'extra': np.zeros(1)}, strict=False)
     assert keys.missing_keys == ['0.bias', '2.weight', '2.bias'] and keys.unexpected_keys == ['extra'], keys
     theirs = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.ReLU(), torch.nn.Linear(3, 1))

@@ -201,8 +201,8 @@ def _dim(d, ndim, new=False):
 
 
 def _reduced_axes(axis, ndim):
-    """The axes a reduction over `axis` runs on: PyTorch's reductions read None and () as every axis."""
-    return _axes(None if axis == () else axis, ndim)
+    """The axes a reduction over `axis` runs on: PyTorch's reductions read None, () and [] as every axis."""
+    return _axes(None if isinstance(axis, (tuple, list)) and not axis else axis, ndim)
 
 
 def _axes(axis, ndim):
@@ -247,8 +247,9 @@ def _result_dtype(a, b, divide=False):
 
 
 def _opmath(dtype):
-    """The dtype PyTorch computes an op of result `dtype` in where its operands' dtypes differ: float32 for
-    float16 (the operands are not rounded to float16 first, the result once), else the dtype itself."""
+    """The dtype an op of result `dtype` computes in where its operands' dtypes differ: float32 for float16 (the
+    operands are not rounded to float16 first, the result once, as PyTorch's CPU * and /; its + and - round a 0-d
+    operand first), else the dtype itself."""
     return np.dtype(np.float32) if dtype == np.float16 else dtype
 
 
@@ -490,7 +491,8 @@ _GradMode = _GradModeState()
 
 class _GradSwitch(contextlib.ContextDecorator):
     """Grad mode `enabled` inside: `with ...:` or as a decorator, called (`@tl.no_grad()`) or bare (`@tl.no_grad`).
-    Re-entrant: one instance may be entered again before it exits (a decorated function that recurses)."""
+    Re-entrant: one instance may be entered again before it exits; a decorated function enters a fresh one per
+    call, so that threads calling it at once keep their own modes."""
     enabled = False
 
     def __new__(cls, func=None):
@@ -498,8 +500,8 @@ class _GradSwitch(contextlib.ContextDecorator):
         self.previous = []
         return self if func is None else self(func)   # used bare: the decorated function
 
-    def __init__(self, func=None):
-        pass
+    def _recreate_cm(self):   # contextlib.ContextDecorator's hook: the context each decorated call enters
+        return type(self)()
 
     def __enter__(self):
         self.previous.append(_GradMode.enabled)
@@ -853,7 +855,8 @@ class Sum(Function):
 
 
 class Max(Function):
-    """Max (min where least) over axes; ties share the gradient evenly (PyTorch's amax and amin)."""
+    """Max (min where least) over axes; ties share the gradient evenly (PyTorch's amax and amin), NaNs counting as
+    tied maxima (a lone NaN takes the gradient, as in PyTorch's max() and min())."""
     def forward(self, x, axes, keepdim, least=False):
         if any(x.shape[a] == 0 for a in axes):
             raise ValueError(f"{'min' if least else 'max'} over axes {axes} of a tensor of shape {x.shape}: "
@@ -2460,7 +2463,7 @@ class Tensor:
         if a.dtype == b.dtype and not (fn is Div and a.dtype.kind != 'f'):
             return fn.apply(a, b, **params)
         common = _result_dtype(a, b, divide=fn is Div)
-        compute = _opmath(common) if a.dtype != b.dtype else common   # float16 meets a wider 0-d operand in float32
+        compute = _opmath(common)   # float16 meets a wider 0-d operand in float32
         return fn.apply(a.to(compute), b.to(compute), **params).to(common)
 
     __add__ = lambda self, o: self._binary(Add, o)
@@ -2496,6 +2499,7 @@ class Tensor:
     def _inplace(self, ufunc, other):
         if self.requires_grad and _GradMode.enabled:
             raise RuntimeError("in-place operation on a tensor that requires grad: wrap it in tl.no_grad()")
+        number = other if isinstance(other, _NUMBERS) and self.dtype == np.float16 else None   # not rounded first
         other = self._operand(other)
         result = _result_dtype(self, other, divide=ufunc == 'divide')
         if _KIND_RANK[result.kind] > _KIND_RANK[self.dtype.kind]:
@@ -2504,11 +2508,12 @@ class Tensor:
             raise RuntimeError(f"in-place op: tensors on {self.device} and {other.device}")
         if np.broadcast_shapes(self.shape, other.shape) != self.shape:
             raise ValueError(f"in-place op: shape {other.shape} cannot update a tensor of shape {self.shape}")
-        if other.dtype == self.dtype:
+        if other.dtype == self.dtype and number is None:
             getattr(_xp(self.data), ufunc)(self.data, other.data, out=self.data)
         else:   # as PyTorch: both operands in the result's arithmetic dtype, rounded once into the tensor's
             compute = _opmath(result)
-            self.data[...] = getattr(_xp(self.data), ufunc)(self.data.astype(compute), other.data.astype(compute))
+            operand = compute.type(number) if number is not None else other.data.astype(compute)
+            self.data[...] = getattr(_xp(self.data), ufunc)(self.data.astype(compute), operand)
         return self
 
     __iadd__ = lambda self, o: self._inplace('add', o)
@@ -2904,9 +2909,9 @@ def mse_loss(input, target, reduction='mean'):
 def dropout(x, p=0.5, training=True):
     if not 0 <= p <= 1:
         raise ValueError(f"dropout: probability must lie in [0, 1], got {p}")
-    _need_float(x, 'dropout')
     if not training or p == 0:
         return x
+    _need_float(x, 'dropout')
     xp = _xp(x.data)
     keep = (xp.random.random(x.shape) >= p).astype(x.dtype)
     return x * Tensor._wrap(keep / x.dtype.type(1 - p) if p < 1 else keep, x.device)
@@ -3212,7 +3217,12 @@ class Sequential(Module):
             setattr(self, str(i), m)
 
     def __getitem__(self, i):
-        return Sequential(*self.children()[i]) if isinstance(i, slice) else self.children()[i]
+        if not isinstance(i, slice):
+            return self.children()[i]
+        part = Sequential()
+        for name, m in list(self.named_children())[i]:   # their names kept, as PyTorch's
+            setattr(part, name, m)
+        return part
 
     def __len__(self):
         return len(self.children())
