@@ -1973,6 +1973,29 @@ def test_modules_and_optimizers_as_pytorch():
     assert_close(w, start - 0.1 * 2 * start, 1e-6, 1e-6, 'the step after the closure')
 
 
+def test_cross_entropy_shapes_as_pytorch():
+    """cross_entropy takes PyTorch's shapes: logits (C,) with a 0-d target, (N, C) with (N,), (N, C, d1, ...) with
+    (N, d1, ...) (classes on axis 1); values and gradients against PyTorch in float64, each reduction, with and
+    without label smoothing (only (N, C) was taken before)."""
+    need_torch()
+    r = rng('cross entropy shapes')
+    for shape in ((5,), (4, 5), (3, 5, 6), (2, 5, 3, 4)):
+        x = sample(r, shape)
+        t = r.integers(0, 5, () if len(shape) == 1 else shape[:1] + shape[2:])
+        for reduction in ('mean', 'sum', 'none'):
+            for smoothing in (0.0, 0.2):
+                ours, theirs = tl.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+                got = tl.cross_entropy(ours, tl.tensor(t), smoothing, reduction)
+                want = F.cross_entropy(theirs, torch.tensor(t), label_smoothing=smoothing, reduction=reduction)
+                what = f'cross_entropy {shape} {reduction} smoothing {smoothing}'
+                assert_close(got, want.detach().numpy(), 1e-10, 1e-12, what)
+                got.sum().backward()
+                want.sum().backward()
+                assert_close(ours.grad, theirs.grad.numpy(), 1e-10, 1e-12, what + ' gradient')
+    raises(ValueError, lambda: tl.cross_entropy(tl.tensor(sample(r, (3, 5, 6))), tl.tensor(np.zeros((3, 5), np.int64))),
+           '(3, 6)', '(3, 5)')
+
+
 def test_no_grad_decorates_bare():
     """@tl.no_grad without parentheses decorates as @tl.no_grad() does (PyTorch 2 allows both); enable_grad records
     inside no_grad."""

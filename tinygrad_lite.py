@@ -2884,13 +2884,20 @@ def cross_entropy(logits, target, label_smoothing=0.0, reduction='mean'):
     if not 0 <= label_smoothing <= 1:
         raise ValueError(f"cross_entropy: label_smoothing must lie in [0, 1], got {label_smoothing}")
     target = target if isinstance(target, Tensor) else Tensor(np.asarray(target), device=logits.device)
-    if logits.ndim != 2 or target.shape != logits.shape[:1]:
-        raise ValueError(f"cross_entropy: logits of shape {logits.shape} (N, C) need targets of shape "
-                         f"({logits.shape[0] if logits.ndim else '?'},), got {target.shape}")
+    # as PyTorch: logits (C,) with a 0-d target, (N, C) with (N,), or (N, C, d1, ...) with (N, d1, ...)
+    expected = () if logits.ndim == 1 else logits.shape[:1] + logits.shape[2:]
+    if logits.ndim == 0 or target.shape != expected:
+        raise ValueError(f"cross_entropy: logits of shape {logits.shape} ((C,), (N, C) or (N, C, d1, ...)) need "
+                         f"targets of shape {expected if logits.ndim else '(N, d1, ...)'}, got {target.shape}")
     if target.dtype.kind not in 'iu':
         raise TypeError(f"cross_entropy: targets must be integer class indices, not {target.dtype}")
     _need_float(logits, 'cross_entropy')
     _same_device([logits, target], 'cross_entropy')
+    if logits.ndim != 2:   # the (rows, C) matrix of every position's logits, classes last
+        classes_last = logits.permute(0, *range(2, logits.ndim), 1) if logits.ndim > 2 else logits
+        loss = cross_entropy(classes_last.reshape(-1, logits.shape[1 if logits.ndim > 1 else 0]), target.reshape(-1),
+                             label_smoothing, reduction)
+        return loss.reshape(expected) if reduction == 'none' else loss
     return CrossEntropy.apply(logits, target=target.data.astype(np.int64, copy=False), smoothing=float(label_smoothing),
                               reduction=reduction)
 
