@@ -2528,7 +2528,8 @@ class Tensor:
         try:
             np.broadcast_shapes(self.shape, other.shape)
         except ValueError:
-            raise ValueError(f"comparison: shapes {self.shape} and {other.shape} cannot be broadcast together") from None
+            raise ValueError(f"comparison: shapes {self.shape} and {other.shape} cannot be broadcast "
+                             "together") from None
         return Tensor._wrap(op(self.data, other.data), self.device)
 
     __gt__ = lambda self, o: self._compare(lambda a, b: a > b, o)
@@ -2607,7 +2608,8 @@ class Tensor:
     def reshape(self, *shape):
         shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
         known = int(np.prod([n for n in shape if n != -1]))
-        if any(n < -1 for n in shape) or shape.count(-1) > 1 or (-1 in shape and (known == 0 or self.numel() % known)) or \
+        if any(n < -1 for n in shape) or shape.count(-1) > 1 or \
+                (-1 in shape and (known == 0 or self.numel() % known)) or \
                 (-1 not in shape and known != self.numel()):
             raise ValueError(f"reshape: cannot view a tensor of shape {self.shape} as {shape}")
         return Reshape.apply(self, shape=shape)
