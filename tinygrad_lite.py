@@ -227,6 +227,14 @@ def _promote(*dtypes, divide=False):
     return np.dtype(np.float32) if divide and result.kind != 'f' else result
 
 
+def _check_broadcast(what, *shapes):
+    """A ValueError naming `what` and the shapes where they do not broadcast together (NumPy's names neither)."""
+    try:
+        np.broadcast_shapes(*shapes)
+    except ValueError:
+        raise ValueError(f"{what}: shapes {' and '.join(map(str, shapes))} cannot be broadcast together") from None
+
+
 def _need_float(t, what):
     """t, which must be a floating-point tensor: PyTorch's float-only ops raise for integer and bool ones (they
     would give truncated results and, for BatchNorm, update the running statistics)."""
@@ -2456,10 +2464,7 @@ class Tensor:
             return out.half() if self.dtype == np.float16 else out
         other = self._operand(other)
         a, b = (other, self) if reflected else (self, other)
-        try:
-            np.broadcast_shapes(a.shape, b.shape)
-        except ValueError:
-            raise ValueError(f"{fn.__name__}: shapes {a.shape} and {b.shape} cannot be broadcast together") from None
+        _check_broadcast(fn.__name__, a.shape, b.shape)
         if a.dtype == b.dtype and not (fn is Div and a.dtype.kind != 'f'):
             return fn.apply(a, b, **params)
         common = _result_dtype(a, b, divide=fn is Div)
@@ -2525,11 +2530,7 @@ class Tensor:
         other = self._operand(other)
         if other.device != self.device:
             raise RuntimeError(f"comparison of tensors on {self.device} and {other.device}")
-        try:
-            np.broadcast_shapes(self.shape, other.shape)
-        except ValueError:
-            raise ValueError(f"comparison: shapes {self.shape} and {other.shape} cannot be broadcast "
-                             "together") from None
+        _check_broadcast('comparison', self.shape, other.shape)
         return Tensor._wrap(op(self.data, other.data), self.device)
 
     __gt__ = lambda self, o: self._compare(lambda a, b: a > b, o)
@@ -2793,11 +2794,7 @@ def where(condition, a, b):
         common = _result_dtype(a, b)
         a, b = a.to(common), b.to(common)
     _same_device([condition, a, b], 'where')
-    try:
-        np.broadcast_shapes(condition.shape, a.shape, b.shape)
-    except ValueError:
-        raise ValueError(f"where: condition of shape {condition.shape}, a of shape {a.shape} and b of shape "
-                         f"{b.shape} cannot be broadcast together") from None
+    _check_broadcast('where (condition, a, b)', condition.shape, a.shape, b.shape)
     return Where.apply(a, b, condition=condition.data.astype(bool))
 
 
