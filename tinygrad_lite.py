@@ -1213,13 +1213,14 @@ def _ticket_counters(count):
 
 
 def _bn_layout(x):
-    """For x's layout: rows(a), the memory of an array shaped like x as the (N, C, S) array the kernels
-    read ((N, C, H*W) for NCHW memory, (N*H*W, C, 1) for channels-last), and shaped(r), its inverse."""
-    c = x.shape[1]
+    """For x's layout: the (N, C, S) shape the kernels read an array shaped like x as ((N, C, H*W) for NCHW
+    memory, (N*H*W, C, 1) for channels-last), dense(a), the memory of an array shaped like x so laid out (a itself
+    where it is: the kernels take its pointer alone), and new(), an empty array shaped like x in that layout."""
+    n, c = x.shape[:2]
     if _channels_last(x) and not x.flags.c_contiguous:
-        nhwc = x.shape[:1] + x.shape[2:] + (c,)
-        return (lambda a: _nhwc(a).reshape(-1, c, 1)), (lambda r: r.reshape(nhwc).transpose(0, 3, 1, 2))
-    return (lambda a: cp.ascontiguousarray(a).reshape(a.shape[0], c, -1)), (lambda r: r.reshape(x.shape))
+        nhwc = (n,) + x.shape[2:] + (c,)
+        return (n * math.prod(x.shape[2:]), c, 1), _nhwc, lambda: cp.empty(nhwc, x.dtype).transpose(0, 3, 1, 2)
+    return (n, c, math.prod(x.shape[2:])), cp.ascontiguousarray, lambda: cp.empty(x.shape, x.dtype)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -1262,57 +1263,56 @@ def _bn_config(name, template, shape, dtype, packed_rows, reduces, follows, devi
     return kernel, groups * chunks, groups, partials, sizes
 
 
-def _bn_launch(name, x3, args, template, scratch_at=None, follows=None):
-    """Launch BatchNorm kernel name<x's dtype, *template> over (N, C, S) x3 with `args`, then the sizes
-    and grid. A reduction gets its partial-sum buffer and ticket counters inserted at args[scratch_at]
-    (the counters are zero between calls: each group's last block re-arms its own); an elementwise pass
-    right after the reduction `follows` ((name, template)) reads first what that one read last."""
-    n, c, s = x3.shape
-    packed_rows = s == 1 and _width(x3.dtype, c, *[a for a in args
-                                                  if isinstance(a, cp.ndarray) and a.size == x3.size]) > 1
-    kernel, blocks, groups, per_block, sizes = _bn_config(name, template, x3.shape, x3.dtype, packed_rows,
+def _bn_launch(name, rows, dtype, args, template, scratch_at=None, follows=None):
+    """Launch BatchNorm kernel name<dtype, *template> over arrays read as the (N, C, S) shape `rows` with `args`,
+    then the sizes and grid. A reduction gets its partial-sum buffer and ticket counters inserted at args[scratch_at]
+    (the counters are zero between calls: each group's last block re-arms its own); an elementwise pass right after
+    the reduction `follows` ((name, template)) reads first what that one read last."""
+    n, c, s = rows
+    packed_rows = s == 1 and _width(dtype, c, *[a for a in args
+                                                if isinstance(a, cp.ndarray) and a.size == n * c * s]) > 1
+    kernel, blocks, groups, per_block, sizes = _bn_config(name, template, rows, dtype, packed_rows,
                                                           scratch_at is not None, follows, cp.cuda.runtime.getDevice())
     if scratch_at is not None:
-        partials = cp.empty(blocks * per_block * 2, _stat_dtype(x3.dtype))
+        partials = cp.empty(blocks * per_block * 2, _stat_dtype(dtype))
         args = args[:scratch_at] + (partials, _ticket_counters(groups)) + args[scratch_at:]
     kernel((blocks,), (_BLOCK,), args + sizes)
 
 
 def _bn_forward_fused(x, weight, bias, running_mean, running_var, training, momentum, eps, act):
     c, a = x.shape[1], _stat_dtype(x.dtype)
-    rows, shaped = _bn_layout(x)
-    x3 = rows(x)
+    rows, dense, new = _bn_layout(x)
+    xd, y = dense(x), new()
     w, b = cp.ascontiguousarray(weight, a), cp.ascontiguousarray(bias, a)
     own = lambda t: None if t is None else cp.ascontiguousarray(t, a)
     rm, rv = own(running_mean), own(running_var)
     stats = cp.empty((2, c), a)
     mean, invstd = stats[0], stats[1]
-    y3 = cp.empty(x3.shape, x3.dtype)   # x3 is C-contiguous (H200 host: empty_like 8 us of Python, empty 3-5)
     if training:
-        _bn_launch('bn_fwd_stats', x3, (x3, mean, invstd, rm, rv) + _scalars(np.float64, float(momentum), float(eps)),
-                   (), scratch_at=1)
+        _bn_launch('bn_fwd_stats', rows, x.dtype, (xd, mean, invstd, rm, rv) + _scalars(np.float64, float(momentum),
+                   float(eps)), (), scratch_at=1)
         for given, used in ((running_mean, rm), (running_var, rv)):
             if used is not given:   # the buffers were of another dtype: copy the update back
                 given[...] = used
         apply_args = (mean, invstd, w, b, None, None)
     else:   # the apply kernel turns running_var into invstd and stores mean and invstd for backward
         apply_args = (rm, rv, w, b, mean, invstd)
-    _bn_launch('bn_fwd_apply', x3, (x3, y3) + apply_args + _scalars(np.float64, float(eps)), (_ACTIVATIONS[act],))
-    return shaped(y3), mean, invstd
+    _bn_launch('bn_fwd_apply', rows, x.dtype, (xd, y) + apply_args + _scalars(np.float64, float(eps)),
+               (_ACTIVATIONS[act],))
+    return y, mean, invstd
 
 
 def _bn_backward_fused(x, mean, invstd, weight, bias, g, training, act):
     c, a = x.shape[1], mean.dtype
-    rows, shaped = _bn_layout(x)
-    x3, g3 = rows(x), rows(g)
+    rows, dense, new = _bn_layout(x)
+    xd, gd, dx = dense(x), dense(g), new()
     w, b = cp.ascontiguousarray(weight, a), cp.ascontiguousarray(bias, a)
     sums = cp.empty(c, a), cp.empty(c, a)   # per channel: sum(g) = dbias and sum(g * xhat) = dweight, g = dy * act'
     template = (_ACTIVATIONS[act],)
-    _bn_launch('bn_bwd_reduce', x3, (x3, g3, mean, invstd, w, b) + sums, template, scratch_at=6)
-    dx3 = cp.empty(x3.shape, x3.dtype)
-    _bn_launch('bn_bwd_dx', x3, (x3, g3, mean, invstd, w, b) + (sums if training else (None, None)) + (dx3,), template,
-               follows=('bn_bwd_reduce', template))
-    return shaped(dx3), sums[1], sums[0]
+    _bn_launch('bn_bwd_reduce', rows, x.dtype, (xd, gd, mean, invstd, w, b) + sums, template, scratch_at=6)
+    _bn_launch('bn_bwd_dx', rows, x.dtype, (xd, gd, mean, invstd, w, b) + (sums if training else (None, None)) + (dx,),
+               template, follows=('bn_bwd_reduce', template))
+    return dx, sums[1], sums[0]
 
 
 # GRU, one layer over every step, gates r, z, n as in torch.nn.GRU. With xg = x W_ih^T + b_ih (all steps in
