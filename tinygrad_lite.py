@@ -534,7 +534,7 @@ class Function:
     `backward` maps the output's gradient to one gradient per input (None where nobody asked)."""
     def __init__(self, inputs):
         self.inputs = inputs
-        self.needs_grad = tuple(t.requires_grad for t in inputs)
+        self.needs_grad = tuple([t._requires_grad for t in inputs])
 
     @classmethod
     def apply(cls, *inputs, **params):
@@ -575,9 +575,12 @@ def _topological_order(root):
             order.append(t)
         elif id(t) not in visited:
             visited.add(id(t))
+            if t._ctx is None:   # a leaf: no inputs to wait for
+                order.append(t)
+                continue
             stack.append((t, True))
-            if t._ctx is not None:   # a freed graph keeps no inputs: _backward then says so
-                stack.extend((p, False) for p in getattr(t._ctx, 'inputs', ()) if p.requires_grad and id(p) not in visited)
+            # a freed graph keeps no inputs: _backward then says so
+            stack.extend([(p, False) for p in getattr(t._ctx, 'inputs', ()) if p._requires_grad and id(p) not in visited])
     return order
 
 
