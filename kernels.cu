@@ -617,16 +617,18 @@ __device__ __forceinline__ void rows_publish(const A (&s1)[V], const A (&s2)[V],
 
 // Training statistics. Each thread sums v = x - K and v*v, K = the channel's first element x[0, c, 0]
 // (a shift that keeps a large mean from cancelling the variance in float); the finalizing block
-// writes mean, invstd = 1/sqrt(var + eps) (biased var) and updates the running statistics
-// (running_var with the unbiased var) when they are given.
+// writes stats = [mean | invstd] (2 x C), invstd = 1/sqrt(var + eps) (biased var), and updates the running
+// statistics (running_var with the unbiased var) when they are given.
 template <typename T>
 __global__ void bn_fwd_stats(const T* __restrict__ x, acc_t<T>* __restrict__ part, int* __restrict__ ticket,
-                             acc_t<T>* __restrict__ mean, acc_t<T>* __restrict__ invstd,
-                             acc_t<T>* __restrict__ running_mean, acc_t<T>* __restrict__ running_var,
-                             double momentum, double eps, int N, int C, long long S, int chunks, int cpg, int split)
+                             acc_t<T>* __restrict__ stats, acc_t<T>* __restrict__ running_mean,
+                             acc_t<T>* __restrict__ running_var, double momentum, double eps, int N, int C,
+                             long long S, int chunks, int cpg, int split)
 {
     typedef acc_t<T> A;
     constexpr int V = 16 / sizeof(T);
+    A* const mean = stats;
+    A* const invstd = stats + C;
     const int2 gk = bn_block(chunks, split);
     const int g = gk.x, k = gk.y, lane = threadIdx.x & 31;
     const long long W = (long long)C * S, j = (long long)g * cpg * S + lane;   // column mode
@@ -682,27 +684,27 @@ __global__ void bn_fwd_stats(const T* __restrict__ x, acc_t<T>* __restrict__ par
     group_totals(part, g, chunks, cpg, S, C, finalize);
 }
 
-// y = act((x - mean) * invstd * w + b). Training: stat holds invstd. Eval (invstd_out given): mean and
-// stat are the running mean and variance, invstd = 1/sqrt(var + eps), and the first chunk saves
-// mean and invstd for backward. w and b may be null (no affine).
+// y = act((x - mean) * invstd * w + b). Training (running_var null): mean and invstd from stats = [mean |
+// invstd] (2 x C). Eval: mean and var are the running ones, invstd = 1/sqrt(var + eps), and the first chunk
+// saves mean and invstd in stats for backward. w and b may be null (no affine).
 template <typename T, int ACT>
-__global__ void bn_fwd_apply(const T* __restrict__ x, T* __restrict__ y,
-                             const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ stat,
+__global__ void bn_fwd_apply(const T* __restrict__ x, T* __restrict__ y, acc_t<T>* __restrict__ stats,
+                             const acc_t<T>* __restrict__ running_mean, const acc_t<T>* __restrict__ running_var,
                              const acc_t<T>* __restrict__ w, const acc_t<T>* __restrict__ b,
-                             acc_t<T>* __restrict__ mean_out, acc_t<T>* __restrict__ invstd_out,
                              double eps, int N, int C, long long S, int chunks, int cpg, int split)
 {
     typedef acc_t<T> A;
     constexpr int V = 16 / sizeof(T);
     const int2 gk = bn_block(chunks, split);
     const int g = gk.x, k = gk.y, lane = threadIdx.x & 31;
+    const bool eval = running_var != nullptr;
     // the channel's constants; eval: the first chunk saves mean and invstd
     auto chan = [&](int c, bool saves) {
-        const A inv = invstd_out ? A(1.0 / sqrt(double(stat[c]) + eps)) : stat[c];
-        const Chan<A> ch = load_chan(mean, inv, w, b, c);
-        if (invstd_out && k == 0 && saves) {
-            mean_out[c] = ch.mean;
-            invstd_out[c] = inv;
+        const A inv = eval ? A(1.0 / sqrt(double(running_var[c]) + eps)) : stats[C + c];
+        const Chan<A> ch = load_chan(eval ? running_mean : stats, inv, w, b, c);
+        if (eval && k == 0 && saves) {
+            stats[c] = ch.mean;
+            stats[C + c] = inv;
         }
         return ch;
     };
@@ -742,8 +744,7 @@ __global__ void bn_fwd_apply(const T* __restrict__ x, T* __restrict__ y,
 // computed it (g = dy without an activation). Two arrays, so that each becomes a parameter's .grad
 // as it is.
 template <typename T, int ACT>
-__global__ void bn_bwd_reduce(const T* __restrict__ x, const T* __restrict__ dy,
-                              const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ invstd,
+__global__ void bn_bwd_reduce(const T* __restrict__ x, const T* __restrict__ dy, const acc_t<T>* __restrict__ stats,
                               const acc_t<T>* __restrict__ w, const acc_t<T>* __restrict__ b,
                               acc_t<T>* __restrict__ part, int* __restrict__ ticket,
                               acc_t<T>* __restrict__ sum_g, acc_t<T>* __restrict__ sum_gxhat,
@@ -751,6 +752,8 @@ __global__ void bn_bwd_reduce(const T* __restrict__ x, const T* __restrict__ dy,
 {
     typedef acc_t<T> A;
     constexpr int V = 16 / sizeof(T);
+    const A* const mean = stats;
+    const A* const invstd = stats + C;
     const int2 gk = bn_block(chunks, split);
     const int g = gk.x, k = gk.y, lane = threadIdx.x & 31;
     auto store_sums = [&](int c, double t1, double t2) {
@@ -819,14 +822,15 @@ __device__ __forceinline__ Two<Pack<T, U>> load_x_dy(const T* x, const T* dy, lo
 // M = N*S, written as scale*g + bx*(x - mean) + e0 with per-channel bx, e0. Eval: dx = w*invstd * g,
 // where x is read only to recompute the activation's derivative.
 template <typename T, int ACT>
-__global__ void bn_bwd_dx(const T* __restrict__ x, const T* __restrict__ dy,
-                          const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ invstd,
+__global__ void bn_bwd_dx(const T* __restrict__ x, const T* __restrict__ dy, const acc_t<T>* __restrict__ stats,
                           const acc_t<T>* __restrict__ w, const acc_t<T>* __restrict__ b,
                           const acc_t<T>* __restrict__ sum_g, const acc_t<T>* __restrict__ sum_gxhat, T* __restrict__ dx,
                           int N, int C, long long S, int chunks, int cpg, int split)
 {
     typedef acc_t<T> A;
     constexpr int V = 16 / sizeof(T);
+    const A* const mean = stats;
+    const A* const invstd = stats + C;
     const int2 gk = bn_block(chunks, split);
     const int g = gk.x, k = gk.y, lane = threadIdx.x & 31;
     const bool need_x = sum_g || ACT != ACT_NONE;

@@ -970,7 +970,18 @@ class Clone(Function):
 # BatchNorm and elementwise kernel read without a copy.
 
 def _channels_last(x):
-    return x.ndim == 4 and x.transpose(0, 2, 3, 1).flags.c_contiguous
+    return x.ndim == 4 and _strides_in_order(x.shape, x.strides, x.itemsize, (0, 2, 3, 1))
+
+
+def _strides_in_order(shape, strides, itemsize, axes):
+    """Whether the axes of this shape and strides, taken in the order `axes`, are C-contiguous (as NumPy's flags:
+    the strides of axes of length 1 do not count): (0, 2, 3, 1) asks for channels-last memory."""
+    expect = itemsize
+    for axis in reversed(axes):
+        if shape[axis] != 1 and strides[axis] != expect:
+            return False
+        expect *= shape[axis]
+    return True
 
 
 def _nhwc(x):
@@ -1097,14 +1108,14 @@ class BatchNorm(Function):
     place (unbiased variance). x is handled as (N, C, S), S the product of the trailing axes."""
     def forward(self, x, weight, bias, running_mean, running_var, training, momentum, eps, act):
         fused = _fused(x, 'bn_fwd_stats', x.dtype) is not None
-        y, self.mean, self.invstd = (_bn_forward_fused if fused else _bn_forward)(
+        y, self.stats = (_bn_forward_fused if fused else _bn_forward)(
             x, weight, bias, running_mean, running_var, training, momentum, eps, act)
         self.x, self.weight, self.bias, self.training, self.act, self.fused = x, weight, bias, training, act, fused
         return y
 
     def backward(self, g):
         dx, dweight, dbias = (_bn_backward_fused if self.fused else _bn_backward)(
-            self.x, self.mean, self.invstd, self.weight, self.bias, g.astype(self.x.dtype, copy=False), self.training, self.act)
+            self.x, self.stats, self.weight, self.bias, g.astype(self.x.dtype, copy=False), self.training, self.act)
         return dx, dweight.astype(self.weight.dtype, copy=False), dbias.astype(self.bias.dtype, copy=False)
 
 
@@ -1166,11 +1177,12 @@ def _bn_forward(x, weight, bias, running_mean, running_var, training, momentum, 
         z += shift[:, None]
         y[images] = _activation(z, act)
     _bn_blocks(x3, apply)
-    return y.reshape(x.shape), mean, invstd
+    return y.reshape(x.shape), (mean, invstd)
 
 
-def _bn_backward(x, mean, invstd, weight, bias, g, training, act):
-    xp, (n, c), a = _xp(x), x.shape[:2], mean.dtype
+def _bn_backward(x, stats, weight, bias, g, training, act):
+    (mean, invstd), xp, (n, c) = stats, _xp(x), x.shape[:2]
+    a = mean.dtype
     x3, g3, w, b = x.reshape(n, c, -1), g.reshape(n, c, -1), weight.astype(a), bias.astype(a)
     scale = w * invstd
 
@@ -1203,27 +1215,46 @@ def _bn_backward(x, mean, invstd, weight, bias, g, training, act):
 
 
 # The fused path: kernels.cu's BatchNorm section explains the (group, chunk) grid of these kernels.
-_tickets = {}
+_scratch = {}   # GPU index -> (ticket counters, partial sums) of kernels.cu's reductions; outgrown ones in _retired
+_retired = []
 
 
-def _ticket_counters(count):
-    """At least `count` int32 counters on the current GPU in which kernels.cu's reductions count their finished
-    blocks; each is zero between kernels (a reduction's last block re-arms its own)."""
+def _reduction_scratch(groups, partial_bytes):
+    """(partials, tickets) on the current GPU for a reduction of kernels.cu: at least partial_bytes for its blocks'
+    partial sums (any dtype: kernels take the pointer) and `groups` int32 counters in which it counts its finished
+    blocks, each zero between kernels (a reduction's last block re-arms its own). Made once and shared by every
+    reduction: one stream runs them one after another (as for the counters, two streams running reductions at once
+    would race). An outgrown pair is kept, never freed: a captured CUDA graph may still use it."""
     device = cp.cuda.runtime.getDevice()
-    if device not in _tickets or _tickets[device].size < count:
-        _tickets[device] = cp.zeros(max(count, 1024), np.int32)
-    return _tickets[device]
+    partials, tickets = _scratch.get(device, (None, None))
+    if partials is None or partials.nbytes < partial_bytes or tickets.size < groups:
+        if partials is not None:
+            _retired.append((partials, tickets))
+        partials, tickets = cp.empty(max(partial_bytes, 1 << 20), np.uint8), cp.zeros(max(groups, 1024), np.int32)
+        _scratch[device] = partials, tickets
+    return partials, tickets
 
 
-def _bn_layout(x):
-    """For x's layout: the (N, C, S) shape the kernels read an array shaped like x as ((N, C, H*W) for NCHW
-    memory, (N*H*W, C, 1) for channels-last), dense(a), the memory of an array shaped like x so laid out (a itself
-    where it is: the kernels take its pointer alone), and new(), an empty array shaped like x in that layout."""
-    n, c = x.shape[:2]
-    if _channels_last(x) and not x.flags.c_contiguous:
-        nhwc = (n,) + x.shape[2:] + (c,)
-        return (n * math.prod(x.shape[2:]), c, 1), _nhwc, lambda: cp.empty(nhwc, x.dtype).transpose(0, 3, 1, 2)
-    return (n, c, math.prod(x.shape[2:])), cp.ascontiguousarray, lambda: cp.empty(x.shape, x.dtype)
+@functools.lru_cache(maxsize=4096)
+def _bn_layout(shape, strides, itemsize):
+    """(rows, channels_last) for an x of this shape and strides: rows, the (N, C, S) shape the kernels read an array
+    shaped like x as ((N, C, H*W) for NCHW memory, (N*H*W, C, 1) for channels-last memory); channels_last, whether
+    it is the latter (arrays in any other layout are copied to NCHW)."""
+    n, c, spatial = shape[0], shape[1], math.prod(shape[2:])
+    nhwc = len(shape) == 4 and _strides_in_order(shape, strides, itemsize, (0, 2, 3, 1))
+    channels_last = nhwc and not _strides_in_order(shape, strides, itemsize, (0, 1, 2, 3))
+    return ((n * spatial, c, 1) if channels_last else (n, c, spatial)), channels_last
+
+
+def _bn_dense(a, channels_last):
+    """a's memory in the layout the kernels read for x (a itself where it is so: the kernels take its pointer)."""
+    return _nhwc(a) if channels_last else cp.ascontiguousarray(a)
+
+
+def _bn_empty(shape, dtype, channels_last):
+    if channels_last:
+        return cp.empty((shape[0], shape[2], shape[3], shape[1]), dtype).transpose(0, 3, 1, 2)
+    return cp.empty(shape, dtype)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -1268,52 +1299,50 @@ def _bn_config(name, template, shape, dtype, packed_rows, reduces, follows, devi
 
 def _bn_launch(name, rows, dtype, args, template, scratch_at=None, follows=None):
     """Launch BatchNorm kernel name<dtype, *template> over arrays read as the (N, C, S) shape `rows` with `args`,
-    then the sizes and grid. A reduction gets its partial-sum buffer and ticket counters inserted at args[scratch_at]
-    (the counters are zero between calls: each group's last block re-arms its own); an elementwise pass right after
-    the reduction `follows` ((name, template)) reads first what that one read last."""
+    then the sizes and grid. A reduction gets its partial sums and ticket counters inserted at args[scratch_at]; an
+    elementwise pass right after the reduction `follows` ((name, template)) reads first what that one read last."""
     n, c, s = rows
     packed_rows = s == 1 and _width(dtype, c, *[a for a in args
                                                 if isinstance(a, cp.ndarray) and a.size == n * c * s]) > 1
     kernel, blocks, groups, per_block, sizes = _bn_config(name, template, rows, dtype, packed_rows,
                                                           scratch_at is not None, follows, cp.cuda.runtime.getDevice())
     if scratch_at is not None:
-        partials = cp.empty(blocks * per_block * 2, _stat_dtype(dtype))
-        args = args[:scratch_at] + (partials, _ticket_counters(groups)) + args[scratch_at:]
+        scratch = _reduction_scratch(groups, blocks * per_block * 2 * _stat_dtype(dtype).itemsize)
+        args = args[:scratch_at] + scratch + args[scratch_at:]
     kernel((blocks,), (_BLOCK,), args + sizes)
 
 
 def _bn_forward_fused(x, weight, bias, running_mean, running_var, training, momentum, eps, act):
+    """y and stats = [mean | invstd] ((2, C)) as the BatchNorm kernels read them."""
     c, a = x.shape[1], _stat_dtype(x.dtype)
-    rows, dense, new = _bn_layout(x)
-    xd, y = dense(x), new()
+    rows, channels_last = _bn_layout(x.shape, x.strides, x.itemsize)
+    xd, y = _bn_dense(x, channels_last), _bn_empty(x.shape, x.dtype, channels_last)
     w, b = cp.ascontiguousarray(weight, a), cp.ascontiguousarray(bias, a)
     own = lambda t: None if t is None else cp.ascontiguousarray(t, a)
     rm, rv = own(running_mean), own(running_var)
     stats = cp.empty((2, c), a)
-    mean, invstd = stats[0], stats[1]
     if training:
-        _bn_launch('bn_fwd_stats', rows, x.dtype, (xd, mean, invstd, rm, rv) + _scalars(np.float64, float(momentum),
-                   float(eps)), (), scratch_at=1)
+        _bn_launch('bn_fwd_stats', rows, x.dtype, (xd, stats, rm, rv) + _scalars(np.float64, float(momentum), float(eps)),
+                   (), scratch_at=1)
         for given, used in ((running_mean, rm), (running_var, rv)):
             if used is not given:   # the buffers were of another dtype: copy the update back
                 given[...] = used
-        apply_args = (mean, invstd, w, b, None, None)
-    else:   # the apply kernel turns running_var into invstd and stores mean and invstd for backward
-        apply_args = (rm, rv, w, b, mean, invstd)
-    _bn_launch('bn_fwd_apply', rows, x.dtype, (xd, y) + apply_args + _scalars(np.float64, float(eps)),
+        rm = rv = None   # the apply kernel reads the batch's statistics
+    _bn_launch('bn_fwd_apply', rows, x.dtype, (xd, y, stats, rm, rv, w, b) + _scalars(np.float64, float(eps)),
                (_ACTIVATIONS[act],))
-    return y, mean, invstd
+    return y, stats
 
 
-def _bn_backward_fused(x, mean, invstd, weight, bias, g, training, act):
-    c, a = x.shape[1], mean.dtype
-    rows, dense, new = _bn_layout(x)
-    xd, gd, dx = dense(x), dense(g), new()
+def _bn_backward_fused(x, stats, weight, bias, g, training, act):
+    c, a = x.shape[1], stats.dtype
+    rows, channels_last = _bn_layout(x.shape, x.strides, x.itemsize)
+    xd, gd = _bn_dense(x, channels_last), _bn_dense(g, channels_last)
     w, b = cp.ascontiguousarray(weight, a), cp.ascontiguousarray(bias, a)
     sums = cp.empty(c, a), cp.empty(c, a)   # per channel: sum(g) = dbias and sum(g * xhat) = dweight, g = dy * act'
     template = (_ACTIVATIONS[act],)
-    _bn_launch('bn_bwd_reduce', rows, x.dtype, (xd, gd, mean, invstd, w, b) + sums, template, scratch_at=6)
-    _bn_launch('bn_bwd_dx', rows, x.dtype, (xd, gd, mean, invstd, w, b) + (sums if training else (None, None)) + (dx,),
+    _bn_launch('bn_bwd_reduce', rows, x.dtype, (xd, gd, stats, w, b) + sums, template, scratch_at=5)
+    dx = _bn_empty(x.shape, x.dtype, channels_last)
+    _bn_launch('bn_bwd_dx', rows, x.dtype, (xd, gd, stats, w, b) + (sums if training else (None, None)) + (dx,),
                template, follows=('bn_bwd_reduce', template))
     return dx, sums[1], sums[0]
 
@@ -2269,8 +2298,7 @@ class CrossEntropy(Function):
         # one wave of resident blocks looping over the rows: 94% of the copy rate at 65536x1000 float32 on the
         # H200, a block per 8 rows 83% (scratch probe)
         blocks = min(_CE_MAX_BLOCKS, _resident_blocks(kernel), -(-n * self.lanes // _BLOCK))
-        partials, ticket = cp.empty(blocks, np.float64), _ticket_counters(1)
-        kernel((blocks,), (_BLOCK,), (logits, self.target, out, self.lse, partials, ticket) + _int32s(n, classes)
+        kernel((blocks,), (_BLOCK,), (logits, self.target, out, self.lse) + _reduction_scratch(1, 8 * blocks) + _int32s(n, classes)
                + _scalars(a.type, self.smoothing) + _int32s(self.lanes, _CE_REDUCTIONS[self.reduction]))
         return out
 
