@@ -1218,6 +1218,25 @@ def test_batch_norm_function_updates_running_stats():
     assert_close(rv_l, rv_t, 1e-6, 1e-6, 'running_var (unbiased batch variance)')
 
 
+def test_channels_last_by_strides():
+    """_channels_last reads the layout from shape and strides as NumPy's flags would from a transposed view (axes of
+    length 1 count for nothing), and BatchNorm's _bn_layout calls channels-last only memory that is not also NCHW."""
+    r = rng('channels_last')
+    for shape in [(2, 3, 4, 5), (1, 3, 4, 5), (2, 1, 4, 5), (2, 3, 1, 1), (1, 1, 1, 1), (2, 3, 1, 5), (3, 4, 2, 1)]:
+        nchw = r.standard_normal(shape).astype(np.float32)
+        nhwc = np.ascontiguousarray(nchw.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+        stepped = np.ascontiguousarray(np.repeat(nchw, 2, axis=3))[..., ::2]
+        permuted = np.ascontiguousarray(nchw.transpose(0, 3, 1, 2)).transpose(0, 2, 3, 1)   # (N, W, C, H) memory
+        for name, a in (('nchw', nchw), ('nhwc', nhwc), ('stepped', stepped), ('permuted', permuted)):
+            want = a.transpose(0, 2, 3, 1).flags.c_contiguous
+            assert tl._channels_last(a) == want, (shape, name)
+            rows, channels_last = tl._bn_layout(a.shape, a.strides, a.itemsize)
+            assert channels_last == (want and not a.flags.c_contiguous), (shape, name)
+            n, c = shape[:2]
+            assert rows == ((n * shape[2] * shape[3], c, 1) if channels_last else (n, c, shape[2] * shape[3])), (shape, name)
+    assert not tl._channels_last(np.zeros((2, 3, 4)))
+
+
 def test_batch_norm_cpu_blocks():
     """The CPU BatchNorm runs in blocks of images on several threads (_bn_blocks): blocks of 3, 3 and 1 images (the
     blocks' moments merged, on data with a mean 50 times its spread) give the one-block results, and PyTorch's in
@@ -3025,6 +3044,26 @@ def test_gpu_cross_entropy_reductions_vs_torch():
                 what = f'{np.dtype(dtype).name} smoothing {smoothing} {reduction}'
                 assert_matches(plain, want, FUSED_TOL[np.dtype(dtype)], f'{what}: vs PyTorch')
                 assert plain.tobytes() == kept.tobytes(), f'{what}: the loss changes when lse is kept'
+
+
+def test_gpu_reduction_scratch_grows():
+    """The reductions' shared scratch (partial sums and ticket counters) made larger than any case needs, as a case
+    asking for more would: BatchNorm and cross-entropy then read and write the new one and still give the CPU's
+    results; the outgrown pair stays referenced (a captured CUDA graph may still use it), the counters at zero."""
+    need_cuda()
+    x, w, b, rm, rv, dy = bn_arrays('scratch', (6, 5, 7, 9), np.float32, 'same', True, None)
+    logits, target = ce_logits(np.float32, (300, 17), 'scratch')
+    want = bn_results(x, w, b, rm, rv, dy, True, None), tl.cross_entropy(tl.Tensor(logits), tl.Tensor(target)).numpy()
+    old = tl._reduction_scratch(1, 0)
+    new = tl._reduction_scratch(old[1].size + 1, old[0].nbytes + 1)
+    assert new[0].nbytes > old[0].nbytes and new[1].size > old[1].size and any(p is old[0] for p, _ in tl._retired)
+    with gpu_path('fused', BN_KERNELS + ('cross_entropy_fwd',)):
+        got = (bn_results(*(cp.asarray(a) for a in (x, w, b, rm, rv, dy)), True, None),
+               host(tl.cross_entropy(tl.Tensor(cp.asarray(logits)), tl.Tensor(cp.asarray(target))).data))
+    assert tl._reduction_scratch(1, 0)[0] is new[0], 'the grown scratch is the one in use'
+    compare_paths({'fused (scratch grown)': got[0]}, want[0], lambda a: FUSED_TOL[a.dtype], 'BatchNorm after the scratch grew')
+    assert_matches(got[1], want[1], FUSED_TOL[np.dtype(np.float32)], 'cross-entropy after the scratch grew')
+    assert not cp.any(new[1]), 'ticket counters re-armed'
 
 
 def test_gpu_cross_entropy_grids():
