@@ -2103,6 +2103,80 @@ def test_error_inplace_result_type_cannot_be_cast():
         assert t.dtype == a.dtype and np.array_equal(t.numpy(), p.numpy()), (t, p)
 
 
+def check_version_case(build, change, m):
+    """In framework m (tl or torch): leaves w (needs a gradient) and x (data), y = build(m, w, x), then change(m, w, x,
+    y) in place, then y.sum().backward(). Returns w's gradient as a NumPy array, or the RuntimeError's message."""
+    r = rng('versions')
+    w0, x0 = r.uniform(0.5, 1.5, (2, 3)), r.uniform(0.5, 1.5, (2, 3))
+    w = m.tensor(w0, requires_grad=True)
+    x = m.tensor(x0)
+    y = build(m, w, x)
+    change(m, w, x, y)
+    grad = lambda: None if w.grad is None else np.array(w.grad.tolist())
+    before = grad()
+    try:
+        y.sum().backward()
+    except RuntimeError as e:
+        after = grad()
+        assert (before is None and after is None) or np.array_equal(before, after), 'a failed backward changes no gradient'
+        return str(e)
+    return w.grad.numpy() if m is tl else w.grad.detach().numpy()
+
+
+def test_inplace_change_of_saved_tensor_raises():
+    """As PyTorch's version counters: changing in place a tensor that a backward reads (an input it saved, its output,
+    the memory of either through a view or detach()) makes that backward raise instead of giving a wrong gradient;
+    changes to tensors no backward reads, to copies (advanced indexing) and steps after the backward are fine."""
+    need_torch()
+
+    def bump(t):
+        t += 1
+
+    def under_no_grad(fn):
+        def run(m, *ts):
+            with m.no_grad():
+                fn(m, *ts)
+        return run
+    cases = {
+        'x saved by a product': (lambda m, w, x: w * x, lambda m, w, x, y: bump(x)),
+        'w changed, its product with data keeps x only': (lambda m, w, x: w * x, under_no_grad(lambda m, w, x, y: bump(w))),
+        'w changed, its square saved it': (lambda m, w, x: w * w, under_no_grad(lambda m, w, x, y: bump(w))),
+        'a sum saves nothing': (lambda m, w, x: w + x, lambda m, w, x, y: bump(x)),
+        'exp saves its output': (lambda m, w, x: (w * 2).exp(), under_no_grad(lambda m, w, x, y: bump(y))),
+        'a view of x changed': (lambda m, w, x: w * x, lambda m, w, x, y: bump(x.reshape(-1))),
+        'a slice of x changed': (lambda m, w, x: w @ x.T, lambda m, w, x, y: bump(x[0])),
+        'detach() of x changed': (lambda m, w, x: w.log() * x, lambda m, w, x, y: bump(x.detach())),
+        'a copy of x (advanced index) changed': (lambda m, w, x: w * x, lambda m, w, x, y: bump(x[[0, 1]])),
+        'x assigned to': (lambda m, w, x: (w * x).tanh(), lambda m, w, x, y: x.__setitem__(0, 5.0)),
+        'x zeroed': (lambda m, w, x: w / x, lambda m, w, x, y: x.zero_()),
+        'relu output changed': (lambda m, w, x: (w - x).relu(), under_no_grad(lambda m, w, x, y: bump(y))),
+        'an optimizer stepped w': (lambda m, w, x: (w * w).sum(0),
+                                   lambda m, w, x, y: (setattr(w, 'grad', m.ones_like(w)), m.optim.SGD([w], lr=0.1).step()
+                                                       if m is torch else tl.SGD([w], lr=0.1).step())),
+    }
+    for name, (build, change) in cases.items():
+        ours, theirs = check_version_case(build, change, tl), check_version_case(build, change, torch)
+        if isinstance(theirs, str):
+            assert isinstance(ours, str), f'{name}: PyTorch raised ({theirs}); ours gave a gradient'
+            assert 'modified by an in-place operation' in ours and 'expected version' in ours, (name, ours)
+        else:
+            assert not isinstance(ours, str), f'{name}: ours raised ({ours}); PyTorch gave a gradient'
+            assert_close(ours, theirs, 1e-12, 1e-12)
+
+
+def test_retained_graph_after_inplace_change_raises():
+    """A second backward through a retained graph checks the versions again: the first passes, the change in
+    between makes the second raise, and the first's gradient stays."""
+    w = tl.Tensor(sample(rng('retain_versions'), (3,)), requires_grad=True)
+    x = tl.Tensor(sample(rng('retain_versions_x'), (3,)))
+    y = (w * x).sum()
+    y.backward(retain_graph=True)
+    first = w.grad.numpy().copy()
+    x += 1
+    raises(RuntimeError, lambda: y.backward(), 'in-place', 'Mul', 'input 1', 'version 1', 'expected version 0')
+    assert_close(w.grad, first, 0, 0)
+
+
 def test_error_inplace_on_leaf_requiring_grad():
     p = tl.Parameter(sample(rng('e12'), (3,)))
 

@@ -531,7 +531,13 @@ class enable_grad(_GradSwitch):
 
 class Function:
     """One recorded op. `forward` maps input arrays to an output array and saves what `backward` needs;
-    `backward` maps the output's gradient to one gradient per input (None where nobody asked)."""
+    `backward` maps the output's gradient to one gradient per input (None where nobody asked).
+    As PyTorch checks its saved tensors, a backward whose saved values were changed in place since the forward
+    raises rather than give a wrong gradient: a subclass says what its backward reads, `saves` (indices of inputs,
+    None for all, 'others' where each input's gradient reads the other input, as in a product) and `saves_output`.
+    An op whose output may be a view of its first input says `may_view`: the two then share one version counter."""
+    saves, saves_output, may_view = None, False, False
+
     def __init__(self, inputs):
         self.inputs = inputs
         self.needs_grad = tuple([t._requires_grad for t in inputs])
@@ -544,9 +550,26 @@ class Function:
                 raise RuntimeError(f"{cls.__name__}: expected all tensors on one device, got {device} and {t.device}")
         ctx = cls(inputs)
         out = ctx.forward(*[t.data for t in inputs], **params)
-        if _GradMode.enabled and any(ctx.needs_grad) and out.dtype.kind == 'f':   # integer results need no gradient
-            return Tensor._wrap(out, ctx.output_device(device), ctx)
-        return Tensor._wrap(out, ctx.output_device(device))
+        recording = _GradMode.enabled and any(ctx.needs_grad) and out.dtype.kind == 'f'   # integer results need none
+        result = Tensor._wrap(out, ctx.output_device(device), ctx if recording else None)
+        if cls.may_view and _memory_owner(out) is _memory_owner(inputs[0].data):
+            result._version = inputs[0]._version   # a view: an in-place change to either changes both
+        if recording:
+            ctx.versions = ctx._versions(result)
+        return result
+
+    def _versions(self, out):
+        """(version counter, its count now, which: an input's index or 'output') of each tensor backward reads."""
+        saves, inputs = self.saves, self.inputs
+        if saves is None:
+            kept = [(t._version, t._version[0], i) for i, t in enumerate(inputs)]
+        else:
+            if saves == 'others':
+                saves = [1 - i for i in (0, 1) if self.needs_grad[i]]
+            kept = [(inputs[i]._version, inputs[i]._version[0], i) for i in saves]
+        if self.saves_output:
+            kept.append((out._version, out._version[0], 'output'))
+        return kept
 
     def output_device(self, device):
         return device
@@ -563,6 +586,22 @@ class Function:
             raise RuntimeError(f"{type(self).__name__}.backward: its forward ran unrecorded (under tl.no_grad() or "
                                "with no input needing a gradient) and kept nothing for a backward")
         return value
+
+
+def _memory_owner(array):
+    """The array that owns `array`'s memory (itself, or the base at the end of its chain of views)."""
+    while getattr(array, 'base', None) is not None:
+        array = array.base
+    return array
+
+
+def _version_error(t, counter, version, which):
+    """The error for a tensor that the op which made `t` saved for its backward, changed in place since then."""
+    saved = t if which == 'output' else t._ctx.inputs[which]
+    what = 'its output' if which == 'output' else f'its input {which}'
+    return RuntimeError(f"one of the tensors needed for gradient computation has been modified by an in-place "
+                        f"operation: {what} of {type(t._ctx).__name__} ({saved.dtype} of shape {saved.shape}) is at "
+                        f"version {counter[0]}; expected version {version} instead")
 
 
 def _topological_order(root):
@@ -599,6 +638,9 @@ def _leaf_gradients(root, grad, order):
         if not hasattr(ctx, 'inputs'):
             raise RuntimeError("trying to backward through the graph a second time: its saved values were "
                                "freed by the first backward(); pass retain_graph=True to keep them")
+        for counter, version, which in ctx.versions:
+            if counter[0] != version:
+                raise _version_error(t, counter, version, which)
         in_grads = ctx.backward(g)
         for inp, needs, ig in zip(ctx.inputs, ctx.needs_grad, in_grads if isinstance(in_grads, tuple) else (in_grads,)):
             if needs and ig is not None:
@@ -646,6 +688,8 @@ def _backward(root, grad, retain_graph):
 # ================================================================ primitive ops: unary
 
 class Neg(Function):
+    saves = ()
+
     def forward(self, x):
         return -x
 
@@ -654,6 +698,8 @@ class Neg(Function):
 
 
 class Exp(Function):
+    saves, saves_output = (), True
+
     def forward(self, x):
         self.out = _xp(x).exp(x)
         return self.out
@@ -663,6 +709,8 @@ class Exp(Function):
 
 
 class Log(Function):
+    saves = (0,)
+
     def forward(self, x):
         self.x = x
         return _xp(x).log(x)
@@ -672,6 +720,8 @@ class Log(Function):
 
 
 class Sqrt(Function):
+    saves, saves_output = (), True
+
     def forward(self, x):
         self.out = _xp(x).sqrt(x)
         return self.out
@@ -681,6 +731,8 @@ class Sqrt(Function):
 
 
 class Abs(Function):
+    saves = (0,)
+
     def forward(self, x):
         self.x = x
         return _xp(x).abs(x)
@@ -690,6 +742,8 @@ class Abs(Function):
 
 
 class Tanh(Function):
+    saves, saves_output = (), True
+
     def forward(self, x):
         self.out = _xp(x).tanh(x)
         return self.out
@@ -699,6 +753,8 @@ class Tanh(Function):
 
 
 class Sigmoid(Function):
+    saves, saves_output = (), True
+
     def forward(self, x):
         xp = _xp(x)
         self.out = (xp.tanh(x * 0.5) + 1) * 0.5   # overflow-free form of 1 / (1 + e^-x)
@@ -709,6 +765,8 @@ class Sigmoid(Function):
 
 
 class Clamp(Function):
+    saves = ()
+
     def forward(self, x, low, high):
         xp = _xp(x)
         self.inside = xp.ones(x.shape, bool)
@@ -725,6 +783,8 @@ class Clamp(Function):
 
 
 class Cast(Function):
+    saves = ()
+
     def forward(self, x, dtype):
         self.source = x.dtype
         return x.astype(dtype)
@@ -734,6 +794,8 @@ class Cast(Function):
 
 
 class ToDevice(Function):
+    saves = ()
+
     def forward(self, x, device):
         self.source, self.target = _device_of(x), device
         return _move(x, device)
@@ -752,6 +814,8 @@ def _device_of(array):
 # ================================================================ primitive ops: binary
 
 class Add(Function):
+    saves = ()
+
     def forward(self, a, b):
         self.shapes = a.shape, b.shape
         return a + b
@@ -762,6 +826,8 @@ class Add(Function):
 
 
 class Sub(Function):
+    saves = ()
+
     def forward(self, a, b):
         self.shapes = a.shape, b.shape
         return a - b
@@ -772,6 +838,8 @@ class Sub(Function):
 
 
 class Mul(Function):
+    saves = 'others'
+
     def forward(self, a, b):
         self.a, self.b = a, b
         return a * b
@@ -792,6 +860,8 @@ class Div(Function):
 
 
 class Pow(Function):
+    saves_output = True
+
     def forward(self, a, b):
         self.a, self.b = a, b
         self.out = a ** b
@@ -822,6 +892,8 @@ class Maximum(Function):
 
 
 class Where(Function):
+    saves = ()
+
     def forward(self, a, b, condition):
         self.condition, self.shapes = condition, (a.shape, b.shape)
         return _xp(condition).where(condition, a, b)
@@ -834,6 +906,8 @@ class Where(Function):
 
 class MatMul(Function):
     """np.matmul semantics: 1-D operands are promoted to matrices and the added axis dropped again."""
+    saves = 'others'
+
     def forward(self, a, b):
         self.a, self.b = a, b
         return _matmul(a, b)
@@ -855,6 +929,8 @@ class MatMul(Function):
 
 class Sum(Function):
     """scale * sum over axes (mean and var use the scale)."""
+    saves = ()
+
     def forward(self, x, axes, keepdim, scale=1):
         self.shape, self.axes, self.scale = x.shape, axes, scale
         return _sum(x, axes, keepdims=keepdim, scale=scale)
@@ -868,6 +944,8 @@ class Sum(Function):
 class Max(Function):
     """Max (min where least) over axes; ties share the gradient evenly (PyTorch's amax and amin), NaNs counting as
     tied maxima (a lone NaN takes the gradient, as in PyTorch's max() and min())."""
+    saves, saves_output = (0,), True
+
     def forward(self, x, axes, keepdim, least=False):
         if any(x.shape[a] == 0 for a in axes):
             raise ValueError(f"{'min' if least else 'max'} over axes {axes} of a tensor of shape {x.shape}: "
@@ -886,6 +964,8 @@ class Max(Function):
 # ================================================================ primitive ops: movement
 
 class Reshape(Function):
+    saves, may_view = (), True
+
     def forward(self, x, shape):
         self.shape = x.shape
         return x.reshape(shape)
@@ -895,6 +975,8 @@ class Reshape(Function):
 
 
 class Permute(Function):
+    saves, may_view = (), True
+
     def forward(self, x, dims):
         self.dims = dims
         return x.transpose(dims)
@@ -904,6 +986,8 @@ class Permute(Function):
 
 
 class Expand(Function):
+    saves, may_view = (), True
+
     def forward(self, x, shape):
         self.shape = x.shape
         return _xp(x).broadcast_to(x, shape)
@@ -918,6 +1002,8 @@ def _is_basic_index(index):
 
 class GetItem(Function):
     """x[index]; the gradient scatter-adds back, so repeated integer indices accumulate."""
+    saves, may_view = (), True
+
     def forward(self, x, index):
         self.shape, self.dtype, self.index = x.shape, x.dtype, index
         return x[index]
@@ -936,6 +1022,8 @@ class GetItem(Function):
 
 class Pad(Function):
     """Constant padding with PyTorch's order: (left, right) of the last axis, then of the one before, ..."""
+    saves = ()
+
     def forward(self, x, pad, value):
         widths = [(0, 0)] * (x.ndim - len(pad) // 2) + [tuple(pad[i:i + 2]) for i in range(len(pad) - 2, -1, -2)]
         self.window = tuple(slice(lo, lo + n) for (lo, _), n in zip(widths, x.shape))
@@ -946,6 +1034,8 @@ class Pad(Function):
 
 
 class Cat(Function):
+    saves = ()
+
     def forward(self, *xs, axis):
         self.axis, self.sizes = axis, [x.shape[axis] for x in xs]
         return _xp(xs[0]).concatenate(xs, axis=axis)
@@ -956,6 +1046,8 @@ class Cat(Function):
 
 
 class Clone(Function):
+    saves = ()
+
     def forward(self, x):
         return x.copy()
 
@@ -1029,6 +1121,8 @@ def _width(dtype, n, *arrays):
 
 
 class Relu(Function):
+    saves, saves_output = (), True
+
     def forward(self, x):
         kernel = _fused(x, 'relu_fwd', x.dtype)
         if kernel is None:
@@ -1063,6 +1157,8 @@ _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 
 class Gelu(Function):
     """x * Phi(x) (approximate='none') or 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) ('tanh')."""
+    saves = (0,)
+
     def forward(self, x, approximate):
         self.tanh = int(approximate == 'tanh')
         if _xp(x) is not np:
@@ -1375,6 +1471,8 @@ def _fill(values, given, missing=None):
 class GRULayer(Function):
     """One GRU layer: (x (T, B, in), w_ih, w_hh[, b_ih, b_hh][, h0 (B, H)]) -> out (T, B, H); `given` says
     which of (x, w_ih, w_hh, b_ih, b_hh, h0) are there. float16 runs in float32 on the xp loop."""
+    saves_output = True
+
     def forward(self, *arrays, given):
         x, w_ih, w_hh, b_ih, b_hh, h0 = _fill(arrays, given)
         tf32 = allow_tf32 and x.dtype == np.float32
@@ -2132,6 +2230,8 @@ class _Pool(Function):
     """Pooling over windows. Composed: the windows as a view (_windows) and their adjoint (_col2im). On
     the GPU: one kernel forward (name_fwd: x, y, outputs kept for backward) and one backward
     (name_bwd: dy, what forward kept, dx), run on x's own memory layout."""
+    saves = ()
+
     def forward(self, x, kernel, stride):
         n, c, h, w = x.shape
         self.shape, self.kernel, self.stride = x.shape, kernel, stride
@@ -2234,6 +2334,8 @@ def _log_softmax(x, axis):
 
 
 class LogSoftmax(Function):
+    saves, saves_output = (), True
+
     def forward(self, x, axis):
         self.axis = axis
         self.out = _log_softmax(x, axis).astype(x.dtype)
@@ -2245,6 +2347,8 @@ class LogSoftmax(Function):
 
 
 class Softmax(Function):
+    saves, saves_output = (), True
+
     def forward(self, x, axis):
         self.axis = axis
         self.out = _xp(x).exp(_log_softmax(x, axis)).astype(x.dtype)
@@ -2263,6 +2367,8 @@ class CrossEntropy(Function):
     q = (1 - s) one_hot(target) + s / C, the loss -sum(q log softmax) = lse - (1 - s) x[target] - s mean(x),
     and d loss / d logits = softmax - q. On the GPU one kernel each way (a warp's lanes per row); the
     forward's kernel also sums the losses for 'sum' and 'mean' and keeps lse only for a backward to come."""
+    saves = (0,)
+
     def forward(self, logits, target, smoothing, reduction):
         xp, (n, classes) = _xp(logits), logits.shape
         self.target, self.smoothing, self.reduction, self.dtype = target, smoothing, reduction, logits.dtype
@@ -2349,7 +2455,7 @@ class Tensor:
             device = _device_of(array)
         self.data = _move(array, _parse_device(device))
         self.device = _device_of(self.data)
-        self.grad, self._ctx, self._requires_grad = None, None, False
+        self.grad, self._ctx, self._requires_grad, self._version = None, None, False, [0]
         self.requires_grad = requires_grad
 
     @classmethod
@@ -2358,7 +2464,7 @@ class Tensor:
         (in-place ops need one); on the GPU a NumPy scalar is an op's Python-number operand, a kernel argument."""
         t = cls.__new__(cls)
         t.data = np.asarray(array) if device == 'cpu' else array
-        t.device, t.grad, t._ctx, t._requires_grad = device, None, ctx, ctx is not None
+        t.device, t.grad, t._ctx, t._requires_grad, t._version = device, None, ctx, ctx is not None, [0]
         return t
 
     # ---- attributes
@@ -2447,7 +2553,9 @@ class Tensor:
     double = lambda self: self.to(np.float64)
 
     def detach(self):
-        return Tensor._wrap(self.data, self.device)
+        t = Tensor._wrap(self.data, self.device)
+        t._version = self._version   # the same memory: in-place changes through either count for both
+        return t
 
     def clone(self):
         return Clone.apply(self)
@@ -2471,7 +2579,10 @@ class Tensor:
         _backward(self, grad, retain_graph)
 
     def zero_(self):
+        if self.requires_grad and _GradMode.enabled:
+            raise RuntimeError("zero_() on a tensor that requires grad: wrap it in tl.no_grad()")
         self.data[...] = 0
+        self._version[0] += 1
         return self
 
     # ---- operand plumbing
@@ -2550,6 +2661,7 @@ class Tensor:
             compute = _opmath(result)
             operand = compute.type(number) if number is not None else other.data.astype(compute)
             self.data[...] = getattr(_xp(self.data), ufunc)(self.data.astype(compute), operand)
+        self._version[0] += 1
         return self
 
     __iadd__ = lambda self, o: self._inplace('add', o)
@@ -2715,6 +2827,7 @@ class Tensor:
         value = self._operand(value)
         index = index.data if isinstance(index, Tensor) else index
         self.data[index] = value.data.astype(self.dtype, copy=False)
+        self._version[0] += 1
 
 
 # ================================================================ functions
@@ -3107,6 +3220,7 @@ class Module:
             raise RuntimeError(f"load_state_dict for {type(self).__name__}: " + '; '.join(problems))
         for k, value in converted.items():
             own[k].data[...] = value
+            own[k]._version[0] += 1
         return _IncompatibleKeys(missing, unexpected)
 
 
@@ -3371,6 +3485,7 @@ class Optimizer:
             work.append((p, group))
         for p, group in work:
             self._update(p.data, p.grad.data.astype(p.dtype, copy=False), group, self.state.setdefault(id(p), {}))
+            p._version[0] += 1   # updated in place, as PyTorch's optimizers count it
         return loss
 
     def _check_state(self, i, p, state):
