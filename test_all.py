@@ -2182,7 +2182,13 @@ def test_error_inplace_on_leaf_requiring_grad():
 
     def bump():
         p.__iadd__(1.0)
+    before = p.numpy().copy()
     raises(RuntimeError, bump)
+    raises(RuntimeError, p.zero_, 'requires grad')   # as PyTorch's zero_() of a leaf requiring grad
+    assert_close(p, before, 0, 0)
+    with tl.no_grad():
+        p.zero_()
+    assert not p.numpy().any()
 
 
 def check_load_state_dict_error(edit, needle):
