@@ -289,6 +289,7 @@ op('fn_gelu_tanh', lambda m, x: m.gelu(x, approximate='tanh'), (2, 3, 2))
 op('clamp', lambda m, x: x.clamp(-0.5, 0.5), (4, 5))
 op('clamp_min', lambda m, x: x.clamp(min=0.0), (4, 5))
 op('clamp_max', lambda m, x: x.clamp(max=0.3), (4, 5))
+op('clamp_tensors', lambda m, x, low, high: x.clamp(low, high), (4, 5), (5,), (4, 1))
 op('neg', lambda m, x: -x, U)
 op('pow2', lambda m, x: x ** 2, U)
 op('pow3', lambda m, x: x ** 3, U)
@@ -1917,6 +1918,38 @@ def test_module_lists_shared_buffers_once_and_groups_take_one_tensor():
     opt = tl.SGD([{'params': p}], lr=0.1)
     assert opt.param_groups[0]['params'] == [p]
     torch.optim.SGD([{'params': torch.nn.Parameter(torch.ones(2))}], lr=0.1)
+
+
+def test_clamp_tensor_bounds_as_pytorch():
+    """clamp with tensor bounds (each alone or both) that broadcast to x's shape, with ties, a low above its
+    high, NaNs in x and in the bounds, an integer x with a float bound: PyTorch's values, dtypes and gradients of x
+    and of each bound (float64). Bounds of an unbroadcastable shape, or a number with a tensor, raise."""
+    need_torch()
+    r = rng('clamp_tensors')
+    x = np.round(r.uniform(-2, 2, (4, 5)) * 2) / 2   # halves: ties with the bounds below
+    low, high = np.round(r.uniform(-2, 1, (5,)) * 2) / 2, np.round(r.uniform(-1, 2, (4, 1)) * 2) / 2
+    x[0, 0], low[1], high[2, 0] = np.nan, np.nan, np.nan
+    cases = [dict(min=low), dict(max=high), dict(min=low, max=high), dict(min=low[None, :], max=high[0])]
+    g = r.standard_normal((4, 5))
+    for kwargs in cases:
+        ours_in = {k: tl.tensor(v, requires_grad=True) if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}
+        theirs_in = {k: torch.tensor(v, requires_grad=True) if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}
+        xo, xt = tl.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+        yo, yt = xo.clamp(**ours_in), torch.clamp(xt, **theirs_in)
+        what = {k: getattr(v, 'shape', v) for k, v in kwargs.items()}
+        assert yo.shape == tuple(yt.shape) and same_dtype(yo, yt), (what, yo.shape, yo.dtype)
+        assert np.array_equal(yo.numpy(), yt.detach().numpy(), equal_nan=True), f'clamp {what}'
+        yo.backward(tl.tensor(g))
+        yt.backward(torch.tensor(g))
+        for name, o, t in [('x', xo, xt)] + [(k, ours_in[k], theirs_in[k]) for k in kwargs if isinstance(kwargs[k], np.ndarray)]:
+            assert_close(o.grad, t.grad.numpy(), 1e-12, 1e-12, f'clamp {what}: gradient of {name}')   # sums' order
+    ints = tl.tensor(np.array([0, 1, 2, 5]))
+    got, want = ints.clamp(min=tl.tensor(np.array([0.5, 0.5, 3.0, 1.0], np.float32))), torch.tensor([0, 1, 2, 5]).clamp(
+        min=torch.tensor([0.5, 0.5, 3.0, 1.0]))
+    assert same_dtype(got, want) and np.array_equal(got.numpy(), want.numpy()), (got.dtype, got.numpy())
+    raises(ValueError, lambda: tl.ones(3).clamp(min=tl.zeros(2)), 'clamp', '(3,)', '(2,)')
+    raises(TypeError, lambda: torch.ones(3).clamp(min=0.5, max=torch.ones(3)))   # as PyTorch: numbers or tensors
+    raises(TypeError, lambda: tl.ones(3).clamp(min=0.5, max=tl.ones(3)), 'clamp', 'both')
 
 
 def test_clamp_and_nan_extrema_as_pytorch():

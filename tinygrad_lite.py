@@ -765,21 +765,24 @@ class Sigmoid(Function):
 
 
 class Clamp(Function):
-    saves = ()
-
-    def forward(self, x, low, high):
-        xp = _xp(x)
-        self.inside = xp.ones(x.shape, bool)
-        if low is not None:
-            self.inside &= x >= low
-            x = xp.maximum(x, x.dtype.type(low))
-        if high is not None:
-            self.inside &= x <= high
-            x = xp.minimum(x, x.dtype.type(high))
-        return x
+    """x clamped to [low, high], as PyTorch's clamp: the bounds (inputs after x, `given` says which of low and high
+    there are) broadcast with x, a NaN anywhere gives NaN, and where low > high the result is high. The gradient
+    goes to x where low <= x <= high, to low where x < low < high, to high where x > high or high < low."""
+    def forward(self, x, *bounds, given):
+        self.x, (self.low, self.high) = x, _fill(bounds, given)
+        out = x if self.low is None else _xp(x).maximum(x, self.low)
+        return out if self.high is None else _xp(x).minimum(out, self.high)
 
     def backward(self, g):
-        return g * self.inside
+        xp, x, low, high, zero = _xp(g), self.x, self.low, self.high, g.dtype.type(0)
+        above, below = (x >= low) if low is not None else True, (x <= high) if high is not None else True
+        grads = [xp.where(above & below, g, zero)]
+        if low is not None:
+            grads.append(xp.where((x < low) & (low < high) if high is not None else x < low, g, zero))
+        if high is not None:
+            grads.append(xp.where((x > high) | (high < low) if low is not None else x > high, g, zero))
+        return tuple(_unbroadcast(d, a.shape) if needs else None
+                     for d, a, needs in zip(grads, (x,) + tuple(b for b in (low, high) if b is not None), self.needs_grad))
 
 
 class Cast(Function):
@@ -2704,7 +2707,14 @@ class Tensor:
             raise ValueError("clamp: at least one of min and max must be given")
         if self.dtype.kind != 'f' and any(isinstance(b, (float, np.floating)) for b in (min, max)):
             return self.float().clamp(min, max)   # as PyTorch: a float bound makes the result float32
-        return Clamp.apply(self, low=min, high=max)
+        if isinstance(min, Tensor) != isinstance(max, Tensor) and min is not None and max is not None:
+            raise TypeError("clamp: min and max must both be numbers or both be tensors (as PyTorch's)")
+        bounds = [self._operand(b) for b in (min, max) if b is not None]   # numbers: 0-d, of this tensor's dtype
+        _same_device([self] + bounds, 'clamp')
+        _check_broadcast('clamp', self.shape, *[b.shape for b in bounds])
+        dtype = _promote(*[_result_dtype(self, b) for b in bounds])
+        x, *bounds = [t if t.dtype == dtype else t.to(dtype) for t in [self] + bounds]
+        return Clamp.apply(x, *bounds, given=(min is not None, max is not None))
 
     def maximum(self, other):
         return self._binary(Maximum, other)
