@@ -1025,6 +1025,26 @@ def test_dropout_off_is_identity():
     assert (m.train()(tl.Tensor(a)).numpy() == 0).any()
 
 
+def test_manual_seed_takes_pytorchs_range():
+    """manual_seed takes what torch.manual_seed takes: negative seeds (-1 is 2**64 - 1), seeds of 32 to 64 bits, and
+    what int() takes, each reproducing its draws (32-bit seeds NumPy's own stream); others raise ValueError."""
+    need_torch()
+    draws = {}
+    for seed in (-1, 2 ** 64 - 1, 2 ** 32, 2 ** 63, 7, 1.5):
+        torch.manual_seed(seed)   # PyTorch accepts each
+        tl.manual_seed(seed)
+        first = tl.randn(5).numpy()
+        tl.manual_seed(seed)
+        assert np.array_equal(first, tl.randn(5).numpy()), f'seed {seed} does not reproduce'
+        draws[seed] = first
+    assert np.array_equal(draws[-1], draws[2 ** 64 - 1]) and not np.array_equal(draws[2 ** 32], draws[2 ** 63])
+    np.random.seed(7)
+    assert np.array_equal(draws[7], np.random.standard_normal(5).astype(np.float32)), "a 32-bit seed: NumPy's stream"
+    for seed in (2 ** 64, -2 ** 63 - 1):
+        raises((ValueError, RuntimeError), lambda: torch.manual_seed(seed))
+        raises(ValueError, lambda: tl.manual_seed(seed), 'seed', str(seed))
+
+
 def test_dropout_reproducible_with_seed():
     a = sample(rng('dseed'), (100,))
     outs = []
@@ -3227,6 +3247,18 @@ def test_conv_cpu_empty_image():
             assert ('w' not in wanted) == (wt.grad is None), what
             if 'w' in wanted:
                 assert_matches(wt.grad.numpy(), np.zeros_like(w), 0, f'{what}: dweight')
+
+
+def test_avg_pool_integers_as_pytorch():
+    """avg_pool2d of int64 gives int64 means rounded toward zero, as PyTorch's (it gave float64); pooling a bool
+    tensor raises TypeError, as PyTorch's NotImplementedError for Bool."""
+    need_torch()
+    x = rng('avg_int').integers(-9, 9, (2, 3, 5, 6))
+    for kernel, stride in ((2, None), (3, 2), ((2, 3), (1, 2))):
+        got, want = tl.avg_pool2d(tl.tensor(x), kernel, stride), F.avg_pool2d(torch.tensor(x), kernel, stride)
+        assert same_dtype(got, want) and np.array_equal(got.numpy(), want.numpy()), (kernel, stride, got.dtype)
+    for fn in (tl.avg_pool2d, tl.max_pool2d):
+        raises(TypeError, lambda: fn(tl.tensor(x > 0), 2), 'pool2d', 'bool')
 
 
 def test_pool_cpu_empty_batch():

@@ -2321,7 +2321,11 @@ class AvgPool(_Pool):
     name = 'avg_pool2d'
 
     def composed_forward(self, win):
-        return _sum(win, (3, 4), scale=1 / (self.kernel[0] * self.kernel[1]))
+        count = self.kernel[0] * self.kernel[1]
+        if win.dtype.kind == 'f':
+            return _sum(win, (3, 4), scale=1 / count)
+        total = _sum(win, (3, 4))   # integers: the mean in their own dtype, rounded toward zero (as PyTorch's int64)
+        return (_xp(total).sign(total) * (abs(total) // count)).astype(win.dtype)
 
     def composed_backward(self, g):
         share = g / g.dtype.type(self.kernel[0] * self.kernel[1])
@@ -2903,8 +2907,13 @@ def arange(start, end=None, step=1, device=None, dtype=None, requires_grad=False
 
 
 def manual_seed(seed):
-    """Seed NumPy's global generator and, where present, CuPy's."""
-    np.random.seed(seed)
+    """Seed NumPy's global generator and, where present, CuPy's. As PyTorch's: any integer in [-2**63, 2**64), a
+    negative one taken modulo 2**64, and what int() takes (NumPy takes seeds of 32 bits or more as 32-bit words)."""
+    seed = int(seed)
+    if not -2 ** 63 <= seed < 2 ** 64:
+        raise ValueError(f"manual_seed: the seed must lie in [-2**63, 2**64), got {seed}")
+    seed %= 2 ** 64
+    np.random.seed(seed if seed < 2 ** 32 else [seed & 0xFFFFFFFF, seed >> 32])
     if cuda_is_available():
         cp.random.seed(seed)
 
@@ -2994,6 +3003,8 @@ def _pool(fn, x, kernel_size, stride):
     stride = kernel if stride is None else _pair(stride, f'{fn.__name__}: stride')
     if x.ndim != 4:
         raise ValueError(f"{fn.__name__}: expected a 4-d input (N, C, H, W), got shape {x.shape}")
+    if x.dtype == bool:
+        raise TypeError(f"{fn.name}: not defined for bool tensors (as in PyTorch)")
     if x.shape[2] < kernel[0] or x.shape[3] < kernel[1]:
         raise ValueError(f"{fn.__name__}: input of shape {x.shape} (N, C, H, W) is smaller than kernel {kernel}")
     return fn.apply(x, kernel=kernel, stride=stride)
