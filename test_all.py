@@ -1943,7 +1943,8 @@ def test_module_lists_shared_buffers_once_and_groups_take_one_tensor():
 def test_clamp_tensor_bounds_as_pytorch():
     """clamp with tensor bounds (each alone or both) that broadcast to x's shape, with ties, a low above its
     high, NaNs in x and in the bounds, an integer x with a float bound: PyTorch's values, dtypes and gradients of x
-    and of each bound (float64). Bounds of an unbroadcastable shape, or a number with a tensor, raise."""
+    and of each bound (float64). Bounds of an unbroadcastable shape, a number with a tensor, or an integer bound out
+    of an integer tensor's range, raise."""
     need_torch()
     r = rng('clamp_tensors')
     x = np.round(r.uniform(-2, 2, (4, 5)) * 2) / 2   # halves: ties with the bounds below
@@ -1970,6 +1971,9 @@ def test_clamp_tensor_bounds_as_pytorch():
     raises(ValueError, lambda: tl.ones(3).clamp(min=tl.zeros(2)), 'clamp', '(3,)', '(2,)')
     raises(TypeError, lambda: torch.ones(3).clamp(min=0.5, max=torch.ones(3)))   # as PyTorch: numbers or tensors
     raises(TypeError, lambda: tl.ones(3).clamp(min=0.5, max=tl.ones(3)), 'clamp', 'both')
+    for dtype, kwargs in ((np.int8, dict(min=-200)), (np.uint8, dict(max=300))):   # not wrapped into range
+        raises(RuntimeError, lambda: torch.tensor(np.array([1, 2], dtype)).clamp(**kwargs), 'overflow')
+        raises(RuntimeError, lambda: tl.tensor(np.array([1, 2], dtype)).clamp(**kwargs), 'clamp', 'overflow')
 
 
 def test_clamp_and_nan_extrema_as_pytorch():
@@ -2215,6 +2219,102 @@ def test_inplace_change_of_saved_tensor_raises():
         else:
             assert not isinstance(ours, str), f'{name}: ours raised ({ours}); PyTorch gave a gradient'
             assert_close(ours, theirs, 1e-12, 1e-12)
+
+
+def outcome(m, run):
+    """run(m) -> the tensors whose gradients to compare; returns their gradients, or the RuntimeError's message."""
+    try:
+        leaves = run(m)
+    except RuntimeError as e:
+        return str(e)
+    return [t.grad.numpy() if m is tl else t.grad.detach().numpy() for t in leaves]
+
+
+def test_inplace_change_of_saved_index_target_or_bias_as_pytorch():
+    """Version counters where an op reads a tensor that needs no gradient (a cross-entropy target, an index tensor,
+    Embedding's indices), a Parameter made from a tensor (same memory, one counter), and ops whose backward does not
+    read some input or output (a quotient's numerator, a power's output, conv, BatchNorm and GRU biases): ours
+    raises exactly where PyTorch does, and otherwise gives PyTorch's gradients."""
+    need_torch()
+    r = rng('versions2')
+    x0, t0 = r.standard_normal((4, 5)), np.array([0, 3, 1, 4])
+
+    def ce(m):
+        x, t = m.tensor(x0, requires_grad=True), m.tensor(t0)
+        loss = (tl.cross_entropy if m is tl else F.cross_entropy)(x, t)
+        t[0] = 2
+        loss.backward()
+        return [x]
+
+    def indexed(m):
+        w, i = m.tensor(x0[0], requires_grad=True), m.tensor(np.array([0, 1, 1]))
+        y = w[i] * m.tensor(np.array([1.0, 10.0, 100.0]))
+        i[0] = 3
+        y.sum().backward()
+        return [w]
+
+    def embedding(m):
+        m.manual_seed(0)
+        emb = (tl.Embedding if m is tl else torch.nn.Embedding)(5, 3)
+        i = m.tensor(np.array([[0, 1], [1, 4]]))
+        y = emb(i)
+        i[0, 0] = 3
+        y.sum().backward()
+        return [emb.weight]
+
+    def parameter(m):
+        t = m.tensor(np.array([1.0, 2.0]))
+        p = (tl.Parameter if m is tl else torch.nn.Parameter)(t)
+        y = p * p
+        with m.no_grad():
+            t += 1
+        y.sum().backward()
+        return [p]
+
+    def numerator(m):
+        x = m.tensor(x0, requires_grad=True)
+        y = x / 2
+        with m.no_grad():
+            x += 1
+        y.sum().backward()
+        return [x]
+
+    def power_output(m):
+        x = m.tensor(np.abs(x0) + 0.5, requires_grad=True)
+        y = x ** 2
+        with m.no_grad():
+            y += 1
+        y.sum().backward()
+        return [x]
+
+    def biases(m):
+        torch.manual_seed(0)
+        modules = [torch.nn.Conv2d(2, 3, 3, padding=1).double(), torch.nn.BatchNorm2d(3).double(), torch.nn.GRU(4, 3).double()]
+        if m is tl:   # the same weights
+            ours = [tl.Conv2d(2, 3, 3, padding=1), tl.BatchNorm2d(3), tl.GRU(4, 3)]
+            for o, t in zip(ours, modules):
+                o.to(np.float64).load_state_dict(t.state_dict())
+            modules = ours
+        conv, norm, gru = modules
+        y = norm(conv(m.tensor(r2.standard_normal((2, 2, 4, 4))))).sum() + gru(m.tensor(r2.standard_normal((2, 1, 4))))[0].sum()
+        with m.no_grad():
+            for b in (conv.bias, norm.bias, gru.bias_ih_l0, gru.bias_hh_l0):
+                b += 1
+        y.backward()
+        return [conv.bias, norm.bias, gru.bias_hh_l0]
+
+    for run in (ce, indexed, embedding, parameter, numerator, power_output, biases):
+        r2 = rng(('versions2', run.__name__))
+        ours = outcome(tl, run)
+        r2 = rng(('versions2', run.__name__))
+        theirs = outcome(torch, run)
+        if isinstance(theirs, str):
+            assert isinstance(ours, str), f'{run.__name__}: PyTorch raised ({theirs}); ours gave a gradient'
+            assert 'modified by an in-place operation' in ours, (run.__name__, ours)
+        else:
+            assert not isinstance(ours, str), f'{run.__name__}: ours raised ({ours}); PyTorch gave a gradient'
+            for o, t in zip(ours, theirs):
+                assert_close(o, t, 1e-5, 1e-5, run.__name__)
 
 
 def test_retained_graph_after_inplace_change_raises():

@@ -534,8 +534,9 @@ class Function:
     `backward` maps the output's gradient to one gradient per input (None where nobody asked).
     As PyTorch checks its saved tensors, a backward whose saved values were changed in place since the forward
     raises rather than give a wrong gradient: a subclass says what its backward reads, `saves` (indices of inputs,
-    None for all, 'others' where each input's gradient reads the other input, as in a product) and `saves_output`.
-    An op whose output may be a view of its first input says `may_view`: the two then share one version counter."""
+    None for all, 'others' where each input's gradient reads the other input, as in a product) and `saves_output`
+    (its forward may set either for the case at hand, as an attribute of the instance). An op whose output may be a
+    view of its first input says `may_view`: the two then share one version counter."""
     saves, saves_output, may_view = None, False, False
 
     def __init__(self, inputs):
@@ -855,6 +856,7 @@ class Mul(Function):
 class Div(Function):
     def forward(self, a, b):
         self.a, self.b = a, b
+        self.saves = (0, 1) if self.needs_grad[1] else (1,)   # a's gradient reads b; b's reads both
         return a / b
 
     def backward(self, g):
@@ -863,11 +865,10 @@ class Div(Function):
 
 
 class Pow(Function):
-    saves_output = True
-
     def forward(self, a, b):
         self.a, self.b = a, b
         self.out = a ** b
+        self.saves_output = self.needs_grad[1]   # the exponent's gradient reads the output
         return self.out
 
     def backward(self, g):
@@ -1003,12 +1004,19 @@ def _is_basic_index(index):
     return all(i is None or i is Ellipsis or isinstance(i, (int, np.integer, slice)) for i in index)
 
 
-class GetItem(Function):
-    """x[index]; the gradient scatter-adds back, so repeated integer indices accumulate."""
-    saves, may_view = (), True
+_INDEX_INPUT = object()   # in GetItem's index: the place of the next input after x (an index tensor's array)
 
-    def forward(self, x, index):
+
+class GetItem(Function):
+    """x[index]; the gradient scatter-adds back, so repeated integer indices accumulate. Index tensors come as
+    inputs after x (their places in `index` marked _INDEX_INPUT), so that changing one in place is caught."""
+    may_view = True
+
+    def forward(self, x, *index_arrays, index):
+        arrays = iter(index_arrays)
+        index = tuple(next(arrays) if i is _INDEX_INPUT else i for i in index)
         self.shape, self.dtype, self.index = x.shape, x.dtype, index
+        self.saves = tuple(range(1, 1 + len(index_arrays)))   # backward scatters through the index arrays
         return x[index]
 
     def backward(self, g):
@@ -1020,7 +1028,7 @@ class GetItem(Function):
             np.add.at(grad, self.index, g)
         else:
             cupyx.scatter_add(grad, self.index, g)
-        return grad
+        return (grad,) + (None,) * len(self.saves)
 
 
 class Pad(Function):
@@ -1210,6 +1218,7 @@ class BatchNorm(Function):
         y, self.stats = (_bn_forward_fused if fused else _bn_forward)(
             x, weight, bias, running_mean, running_var, training, momentum, eps, act)
         self.x, self.weight, self.bias, self.training, self.act, self.fused = x, weight, bias, training, act, fused
+        self.saves = (0, 1, 2) if act else (0, 1)   # the bias only to recompute the activation's input
         return y
 
     def backward(self, g):
@@ -1323,12 +1332,14 @@ def _reduction_scratch(groups, partial_bytes):
     partial sums (any dtype: kernels take the pointer) and `groups` int32 counters in which it counts its finished
     blocks, each zero between kernels (a reduction's last block re-arms its own). Made once and shared by every
     reduction: one stream runs them one after another (as for the counters, two streams running reductions at once
-    would race). An outgrown pair is kept, never freed: a captured CUDA graph may still use it."""
+    would race). An outgrown pair is kept, never freed: a captured CUDA graph may still use it. Made by the first
+    reduction, which a warm-up runs before any capture (a capture would record the counters' zeroing, not run it)."""
     device = cp.cuda.runtime.getDevice()
     partials, tickets = _scratch.get(device, (None, None))
     if partials is None or partials.nbytes < partial_bytes or tickets.size < groups:
         if partials is not None:
             _retired.append((partials, tickets))
+            partial_bytes, groups = max(partial_bytes, partials.nbytes), max(groups, tickets.size)
         partials, tickets = cp.empty(max(partial_bytes, 1 << 20), np.uint8), cp.zeros(max(groups, 1024), np.int32)
         _scratch[device] = partials, tickets
     return partials, tickets
@@ -1478,6 +1489,8 @@ class GRULayer(Function):
 
     def forward(self, *arrays, given):
         x, w_ih, w_hh, b_ih, b_hh, h0 = _fill(arrays, given)
+        positions = [i for i, g in enumerate(given) if g]   # inputs' positions among (x, w_ih, w_hh, b_ih, b_hh, h0)
+        self.saves = tuple(k for k, i in enumerate(positions) if i not in (3, 4))   # backward reads no bias
         tf32 = allow_tf32 and x.dtype == np.float32
         self.given, self.dtype, self.plans = given, x.dtype, _gru_plans(x, w_hh.shape[1], tf32)
         self.tf32 = tf32 and self.plans is not None   # the xp loop (CPU, composed) stays exact
@@ -2092,6 +2105,8 @@ class Convolution(Function):
     time (_cpu_col_blocks), again for dW, except with stride 1 (_cpu_stride1_backward): it unfolds dy instead,
     padded by k - 1 - p, for dx (col2im's strided adds and the K = C_out product took 70 ms of a 3x3 conv's
     180 on 2 cores) and dW both."""
+    saves = 'others'   # dx reads the weight, dW reads x; no gradient reads the bias
+
     def forward(self, x, weight, bias=None, *, stride, padding):
         n, c, h, w = x.shape
         cout, _, kh, kw = weight.shape
@@ -2373,9 +2388,8 @@ class CrossEntropy(Function):
     """Softmax cross-entropy over axis 1 with label smoothing s: the target distribution is
     q = (1 - s) one_hot(target) + s / C, the loss -sum(q log softmax) = lse - (1 - s) x[target] - s mean(x),
     and d loss / d logits = softmax - q. On the GPU one kernel each way (a warp's lanes per row); the
-    forward's kernel also sums the losses for 'sum' and 'mean' and keeps lse only for a backward to come."""
-    saves = (0,)
-
+    forward's kernel also sums the losses for 'sum' and 'mean' and keeps lse only for a backward to come. The
+    target (int64) comes as the second input (or as a parameter)."""
     def forward(self, logits, target, smoothing, reduction):
         xp, (n, classes) = _xp(logits), logits.shape
         self.target, self.smoothing, self.reduction, self.dtype = target, smoothing, reduction, logits.dtype
@@ -2385,6 +2399,8 @@ class CrossEntropy(Function):
             width = _width(logits.dtype, classes, logits)
             kernel = _kernel('cross_entropy_fwd', logits.dtype, np.int64, width, _CE_UNROLL[_C_TYPES[logits.dtype]])
         self.fused = kernel is not None
+        # backward reads the target, and the fused one the logits too (the composed one its own probabilities)
+        self.saves = ((0,) if self.fused else ()) + ((1,) if len(self.inputs) > 1 else ())
         if self.fused:
             return self._forward_fused(kernel, logits, width)
         # the fused kernel gives a NaN loss for a target out of range instead of a check that would stall the
@@ -2713,6 +2729,10 @@ class Tensor:
             return self.float().clamp(min, max)   # as PyTorch: a float bound makes the result float32
         if isinstance(min, Tensor) != isinstance(max, Tensor) and min is not None and max is not None:
             raise TypeError("clamp: min and max must both be numbers or both be tensors (as PyTorch's)")
+        for b in (min, max):   # as PyTorch: an integer bound is not wrapped into the tensor's range
+            if self.dtype.kind in 'iu' and isinstance(b, (int, np.integer)) and not (
+                    np.iinfo(self.dtype).min <= b <= np.iinfo(self.dtype).max):
+                raise RuntimeError(f"clamp: bound {b} cannot be converted to {self.dtype} without overflow")
         bounds = [self._operand(b) for b in (min, max) if b is not None]   # numbers: 0-d, of this tensor's dtype
         _same_device([self] + bounds, 'clamp')
         _check_broadcast('clamp', self.shape, *[b.shape for b in bounds])
@@ -2819,19 +2839,20 @@ class Tensor:
 
     def __getitem__(self, index):
         index = index if isinstance(index, tuple) else (index,)
-        converted = []
+        converted, index_tensors = [], []
         for i in index:
             if isinstance(i, Tensor):
                 if i.device != self.device:
                     raise RuntimeError(f"indexing a tensor on {self.device} with one on {i.device}")
-                i = i.data
+                index_tensors.append(i)
+                i = _INDEX_INPUT
             elif isinstance(i, list):
                 i = _xp(self.data).asarray(i)
             elif isinstance(i, np.ndarray) and self.device != 'cpu':
                 i = _move(i, self.device)
             converted.append(i)
         try:
-            return GetItem.apply(self, index=tuple(converted))
+            return GetItem.apply(self, *index_tensors, index=tuple(converted))
         except IndexError as e:
             raise IndexError(f"index {index} is invalid for a tensor of shape {self.shape}: {e}") from None
 
@@ -3062,8 +3083,8 @@ def cross_entropy(logits, target, label_smoothing=0.0, reduction='mean'):
         loss = cross_entropy(classes_last.reshape(-1, logits.shape[1 if logits.ndim > 1 else 0]), target.reshape(-1),
                              label_smoothing, reduction)
         return loss.reshape(expected) if reduction == 'none' else loss
-    return CrossEntropy.apply(logits, target=target.data.astype(np.int64, copy=False), smoothing=float(label_smoothing),
-                              reduction=reduction)
+    target = target if target.dtype == np.int64 else Tensor._wrap(target.data.astype(np.int64), target.device)
+    return CrossEntropy.apply(logits, target, smoothing=float(label_smoothing), reduction=reduction)
 
 
 def mse_loss(input, target, reduction='mean'):
@@ -3103,6 +3124,8 @@ class Parameter(Tensor):
     """A tensor that modules register as a parameter (requires_grad=True)."""
     def __init__(self, data, requires_grad=True):
         super().__init__(data.data if isinstance(data, Tensor) else data, requires_grad=requires_grad)
+        if isinstance(data, Tensor) and self.data is data.data:   # the same memory: one version counter
+            self._version = data._version
 
 
 def _zero_grads(params, set_to_none):
