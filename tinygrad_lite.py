@@ -620,7 +620,8 @@ def _topological_order(root):
                 continue
             stack.append((t, True))
             # a freed graph keeps no inputs: _backward then says so
-            stack.extend([(p, False) for p in getattr(t._ctx, 'inputs', ()) if p._requires_grad and id(p) not in visited])
+            stack.extend([(p, False) for p in getattr(t._ctx, 'inputs', ())
+                          if p._requires_grad and id(p) not in visited])
     return order
 
 
@@ -1323,7 +1324,7 @@ def _bn_backward(x, stats, weight, bias, g, training, act):
 
 
 # The fused path: kernels.cu's BatchNorm section explains the (group, chunk) grid of these kernels.
-_scratch = {}   # GPU index -> (ticket counters, partial sums) of kernels.cu's reductions; outgrown ones in _retired
+_scratch = {}   # GPU index -> (partial sums, ticket counters) of kernels.cu's reductions; outgrown ones in _retired
 _retired = []
 
 
@@ -2427,8 +2428,8 @@ class CrossEntropy(Function):
         # one wave of resident blocks looping over the rows: 94% of the copy rate at 65536x1000 float32 on the
         # H200, a block per 8 rows 83% (scratch probe)
         blocks = min(_CE_MAX_BLOCKS, _resident_blocks(kernel), -(-n * self.lanes // _BLOCK))
-        kernel((blocks,), (_BLOCK,), (logits, self.target, out, self.lse) + _reduction_scratch(1, 8 * blocks) + _int32s(n, classes)
-               + _scalars(a.type, self.smoothing) + _int32s(self.lanes, _CE_REDUCTIONS[self.reduction]))
+        kernel((blocks,), (_BLOCK,), (logits, self.target, out, self.lse) + _reduction_scratch(1, 8 * blocks)
+               + _int32s(n, classes) + _scalars(a.type, self.smoothing) + _int32s(self.lanes, _CE_REDUCTIONS[self.reduction]))
         return out
 
     def backward(self, g):
