@@ -10,6 +10,7 @@ traceback per failure, then `N passed, N failed, N skipped`; the exit code is 1 
 Comparisons with PyTorch are skipped where `import torch` fails, GPU tests where
 `tl.cuda_is_available()` is False.
 """
+import collections
 import contextlib
 import hashlib
 import io
@@ -2433,6 +2434,43 @@ def test_error_optim_load_state_dict_bad_state_changes_nothing():
     assert [k for k, _ in after] == [k for k, _ in before], 'optimizer state changed by a failed load'
     for (k, u), (_, v) in zip(after, before):
         assert np.array_equal(u, v), f'{k} changed by a failed load'
+
+
+def test_optim_pytorch_state_dict_options_and_checks():
+    """A PyTorch optimizer's state dict with an option these updates lack switched on (amsgrad, maximize) is refused,
+    leaving the state as it was; switched off (PyTorch's defaults, as every torch.optim state dict carries them) it
+    loads and the trajectory continues as PyTorch's. The constructor's options are checked even where every group
+    has its own (as torch.optim), a non-leaf parameter raises ValueError and a non-tensor TypeError, as PyTorch."""
+    need_torch()
+    r = rng('optim_torch_sd')
+    w0, grads = r.standard_normal(4), [r.standard_normal(4) for _ in range(5)]
+    for options in (dict(amsgrad=True), dict(maximize=True), dict()):
+        wt = torch.nn.Parameter(torch.tensor(w0))
+        ot = torch.optim.Adam([wt], lr=0.1, **options)
+        for g in grads[:2]:
+            wt.grad = torch.tensor(g)
+            ot.step()
+        w = tl.Parameter(wt.detach().numpy().copy())
+        ours = tl.Adam([w], lr=0.1)
+        if options:
+            before = flat_values(ours.state_dict())
+            raises(ValueError, lambda: ours.load_state_dict(ot.state_dict()), *[f'{k}=True' for k in options])
+            assert [(k, v.tolist() if hasattr(v, 'tolist') else v) for k, v in flat_values(ours.state_dict())] == \
+                [(k, v.tolist() if hasattr(v, 'tolist') else v) for k, v in before], 'a refused load changed the state'
+            continue
+        ours.load_state_dict(ot.state_dict())
+        for g in grads[2:]:
+            wt.grad, w.grad = torch.tensor(g), tl.Tensor(g)
+            ot.step()
+            ours.step()
+        assert_close(w, wt.detach().numpy(), 1e-12, 1e-12, 'Adam continued from a PyTorch state dict')
+    p = tl.Parameter(np.ones(2))
+    for cls, group, kw in (('SGD', {'lr': 0.1}, dict(lr=-1.0)), ('Adam', {'betas': (0.5, 0.9)}, dict(betas=(1.5, 0.9)))):
+        raises(ValueError, lambda: getattr(torch.optim, cls)([{'params': [torch.nn.Parameter(torch.ones(2))], **group}], **kw))
+        raises(ValueError, lambda: getattr(tl, cls)([{'params': [p], **group}], **kw), 'Invalid')
+    raises(ValueError, lambda: torch.optim.SGD([torch.nn.Parameter(torch.ones(2)) * 2], lr=0.1), 'non-leaf')
+    raises(ValueError, lambda: tl.SGD([p * 2], lr=0.1), 'non-leaf')
+    raises(TypeError, lambda: tl.SGD([np.ones(2)], lr=0.1), 'tensors')
 
 
 def test_error_optim_step_bad_state_changes_nothing():

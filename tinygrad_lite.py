@@ -3494,13 +3494,16 @@ class Optimizer:
             raise ValueError(f"{type(self).__name__} got an empty parameter list")
         groups = params if isinstance(params[0], dict) else [{'params': params}]
         self.defaults, self.param_groups, self.state = defaults, [], {}
+        _check_options(defaults)   # as torch.optim: the constructor's options, even where every group has its own
         seen = set()
         for g in groups:
             given = g['params']
             group = {**defaults, **g, 'params': [given] if isinstance(given, Tensor) else list(given)}
             for p in group['params']:
-                if not isinstance(p, Tensor) or not p.is_leaf:
-                    raise TypeError(f"{type(self).__name__} can only optimize leaf tensors, got {type(p).__name__}")
+                if not isinstance(p, Tensor):
+                    raise TypeError(f"{type(self).__name__} can only optimize tensors, got {type(p).__name__}")
+                if not p.is_leaf:
+                    raise ValueError(f"{type(self).__name__} can't optimize a non-leaf tensor")
             ids = {id(p) for p in group['params']}
             if ids & seen:
                 raise ValueError("some parameters appear in more than one parameter group")
@@ -3579,8 +3582,16 @@ class Optimizer:
         self.state = state
 
 
+_UNSUPPORTED_OPTIONS = ('amsgrad', 'maximize', 'foreach', 'capturable', 'differentiable', 'fused',
+                        'decoupled_weight_decay')   # torch.optim's, which the updates here do not implement
+
+
 def _check_options(group):
-    """ValueError, with torch.optim's message, for a hyperparameter out of its range."""
+    """ValueError, with torch.optim's message, for a hyperparameter out of its range, and for a torch.optim option
+    these updates do not implement set to anything but its off value (a loaded PyTorch state dict may carry them)."""
+    for key in _UNSUPPORTED_OPTIONS:
+        if group.get(key):
+            raise ValueError(f"optimizer option {key}={group[key]!r} is not supported (only its default, off)")
     for key, what in (('lr', 'learning rate'), ('momentum', 'momentum value'), ('eps', 'epsilon value'),
                       ('weight_decay', 'weight_decay value')):
         if key in group and not 0 <= group[key]:
