@@ -2473,6 +2473,23 @@ def test_optim_pytorch_state_dict_options_and_checks():
     raises(TypeError, lambda: tl.SGD([np.ones(2)], lr=0.1), 'tensors')
 
 
+def test_save_load_tuples_and_numpy_scalars():
+    """tl.save / tl.load: NumPy scalars come back as NumPy scalars of their dtype (as torch.save keeps them, not as
+    Python numbers), a namedtuple (as a dict key too) as a plain tuple: loadable, where it raised on load."""
+    point = collections.namedtuple('point', 'x y')
+    obj = {'f32': np.float32(0.1), 'i64': np.int64(7), 'f16': np.float16(1.5), 'nt': point(1, np.arange(2)),
+           point(1, 2): 'key', 'nested': [np.bool_(True), (np.uint8(3),)]}
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, 'obj.npz')
+        tl.save(obj, path)
+        back = tl.load(path)
+    for k in ('f32', 'i64', 'f16'):
+        assert type(back[k]) is type(obj[k]) and back[k] == obj[k], (k, type(back[k]), back[k])
+    assert type(back['nt']) is tuple and back['nt'][0] == 1 and np.array_equal(back['nt'][1], np.arange(2))
+    assert back[(1, 2)] == 'key'
+    assert type(back['nested'][0]) is np.bool_ and type(back['nested'][1][0]) is np.uint8
+
+
 def test_error_optim_step_bad_state_changes_nothing():
     """A state that step() cannot use (edited by hand) is found before any parameter moves."""
     a, b, opt = adam_after_one_step()

@@ -3726,13 +3726,15 @@ def _encode(obj, arrays, where='obj'):
                             "(numeric, bool and string arrays only)")
         arrays.append(obj)
         return {'array': len(arrays) - 1}
-    if isinstance(obj, np.generic):
-        return obj.item()
+    if isinstance(obj, np.generic):   # a 0-d array, read back as the NumPy scalar it was
+        arrays.append(np.asarray(obj))
+        return {'scalar': len(arrays) - 1}
     if isinstance(obj, dict):
         return {'dict': [[_encode(k, arrays, f'a key of {where}'), _encode(v, arrays, f'{where}[{k!r}]')]
                          for k, v in obj.items()]}
-    if isinstance(obj, (list, tuple)):
-        return {type(obj).__name__: [_encode(v, arrays, f'{where}[{i}]') for i, v in enumerate(obj)]}
+    if isinstance(obj, (list, tuple)):   # a namedtuple or other subclass as a plain tuple or list (no code is stored)
+        items = [_encode(v, arrays, f'{where}[{i}]') for i, v in enumerate(obj)]
+        return {'tuple' if isinstance(obj, tuple) else 'list': items}
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
     raise TypeError(f"save: cannot store {where}, an object of type {type(obj).__name__} (arrays, numbers, "
@@ -3745,6 +3747,8 @@ def _decode(node, arrays, device):
     (kind, value), = node.items()
     if kind == 'array':
         return _move(arrays[f'a{value}'], device)
+    if kind == 'scalar':
+        return arrays[f'a{value}'][()]
     if kind == 'dict':
         return {_decode(k, arrays, device): _decode(v, arrays, device) for k, v in value}
     items = [_decode(v, arrays, device) for v in value]
