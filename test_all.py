@@ -2473,6 +2473,30 @@ def test_optim_pytorch_state_dict_options_and_checks():
     raises(TypeError, lambda: tl.SGD([np.ones(2)], lr=0.1), 'tensors')
 
 
+def test_module_parameter_assignment_and_batchnorm_old_state_dict():
+    """As PyTorch: assigning a plain tensor over a module's parameter raises TypeError (it would drop out of
+    parameters() and state_dict), a Parameter or None is taken; a BatchNorm state dict without num_batches_tracked
+    (older checkpoints) loads with the count kept, other missing keys still raise."""
+    need_torch()
+    lin, lin_t = tl.Linear(2, 3), torch.nn.Linear(2, 3)
+    raises(TypeError, lambda: setattr(lin_t, 'weight', torch.ones(3, 2)))
+    raises(TypeError, lambda: setattr(lin, 'weight', tl.ones(3, 2)), "parameter 'weight'", 'Linear')
+    assert [n for n, _ in lin.named_parameters()] == ['weight', 'bias']
+    lin.weight = tl.Parameter(np.zeros((3, 2), np.float32))
+    assert not lin.weight.numpy().any()
+    lin.bias, lin_t.bias = None, None
+    assert [n for n, _ in lin.named_parameters()] == [n for n, _ in lin_t.named_parameters()] == ['weight']
+    net, net_t = tl.Sequential(tl.Linear(3, 3), tl.BatchNorm1d(3)), torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.BatchNorm1d(3))
+    net(tl.Tensor(rng('bn_old').standard_normal((4, 3)).astype(np.float32)))
+    old = {k: v for k, v in net_t.state_dict().items() if k != '1.num_batches_tracked'}
+    theirs, ours = net_t.load_state_dict(old), net.load_state_dict(old)
+    assert list(ours.missing_keys) == list(theirs.missing_keys) == [] and not ours.unexpected_keys, (ours, theirs)
+    assert int(net[1].num_batches_tracked.item()) == 1, 'the count is kept'
+    assert_close(net[1].running_mean, net_t[1].running_mean.numpy(), 0, 0)
+    raises(RuntimeError, lambda: net.load_state_dict({k: v for k, v in old.items() if k != '1.running_var'}),
+           'missing', '1.running_var')
+
+
 def test_save_load_tuples_and_numpy_scalars():
     """tl.save / tl.load: NumPy scalars come back as NumPy scalars of their dtype (as torch.save keeps them, not as
     Python numbers), a namedtuple (as a dict key too) as a plain tuple: loadable, where it raised on load."""

@@ -3144,9 +3144,17 @@ _IncompatibleKeys = collections.namedtuple('_IncompatibleKeys', 'missing_keys un
 class Module:
     """Base class: parameters, buffers and submodules are found through attributes (and lists or tuples
     of modules), named with PyTorch's dotted names."""
+    _optional_buffers = ()   # buffers a state dict may lack (as PyTorch's older checkpoints): kept as they are
+
     def __init__(self):
         self.training = True
         self._buffer_names = []
+
+    def __setattr__(self, name, value):
+        if isinstance(self.__dict__.get(name), Parameter) and value is not None and not isinstance(value, Parameter):
+            raise TypeError(f"cannot assign {type(value).__name__} as parameter '{name}' of {type(self).__name__} "
+                            "(a tl.Parameter or None expected, as in PyTorch)")
+        object.__setattr__(self, name, value)
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
@@ -3167,6 +3175,12 @@ class Module:
 
     def children(self):
         return [m for _, m in self.named_children()]
+
+    def _prefixed_modules(self, prefix=''):
+        """(dotted prefix, module) of this module and every module within it."""
+        yield prefix, self
+        for name, child in self.named_children():
+            yield from child._prefixed_modules(f'{prefix}{name}.')
 
     def _named_tensors(self, prefix=''):
         """(name, tensor, is_buffer) in PyTorch's order: own parameters, own buffers, then each child's."""
@@ -3246,7 +3260,8 @@ class Module:
         """Copy values in place; every key, shape and value is checked and converted before anything changes."""
         own = {name: t for name, t, _ in self._named_tensors()}
         values = {k: _as_array(v) for k, v in state_dict.items()}
-        missing = [k for k in own if k not in values]
+        optional = {prefix + name for prefix, m in self._prefixed_modules() for name in m._optional_buffers}
+        missing = [k for k in own if k not in values and k not in optional]
         unexpected = [k for k in values if k not in own]
         wrong = [f"{k}: expected shape {own[k].shape}, got {tuple(values[k].shape)}"
                  for k in own if k in values and tuple(values[k].shape) != own[k].shape]
@@ -3310,6 +3325,7 @@ class Conv2d(Module):
 
 class _BatchNorm(Module):
     input_dims = ()
+    _optional_buffers = ('num_batches_tracked',)   # as PyTorch: a state dict without it keeps the count
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True):
         super().__init__()
