@@ -2497,6 +2497,15 @@ def test_module_parameter_assignment_and_batchnorm_old_state_dict():
            'missing', '1.running_var')
 
 
+def test_dropout_module_checks_p_at_construction():
+    """As PyTorch: Dropout(p) outside [0, 1] raises ValueError when made (it raised only at a training forward)."""
+    need_torch()
+    for p in (-0.1, 1.5):
+        raises(ValueError, lambda: torch.nn.Dropout(p))
+        raises(ValueError, lambda: tl.Dropout(p), 'Dropout', str(p))
+    assert tl.Dropout(0.0).p == 0.0 and tl.Dropout(1.0).p == 1.0
+
+
 def test_save_load_tuples_and_numpy_scalars():
     """tl.save / tl.load: NumPy scalars come back as NumPy scalars of their dtype (as torch.save keeps them, not as
     Python numbers), a namedtuple (as a dict key too) as a plain tuple: loadable, where it raised on load."""

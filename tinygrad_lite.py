@@ -3396,6 +3396,8 @@ class Flatten(Module):
 class Dropout(Module):
     def __init__(self, p=0.5):
         super().__init__()
+        if not 0 <= p <= 1:   # as PyTorch: at construction, not at the first training forward
+            raise ValueError(f"Dropout: probability must lie in [0, 1], got {p}")
         self.p = p
 
     def forward(self, x):
