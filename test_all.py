@@ -2506,6 +2506,88 @@ def test_dropout_module_checks_p_at_construction():
     assert tl.Dropout(0.0).p == 0.0 and tl.Dropout(1.0).p == 1.0
 
 
+def test_indexing_as_pytorch():
+    """Indexing as PyTorch where it differs from NumPy: integers apply first as selects, so an integer and an array
+    apart keep the array's axes in place (values, shapes and float64 gradients against PyTorch, tensors and 0-d
+    tensors as indices too); an empty list selects nothing; a negative step raises ValueError. Item assignment follows
+    the same order, refuses a value that requires grad (it would leave the graph silently) and numbers an integer
+    tensor cannot hold (as tl.full does), leaving the tensor as it was."""
+    need_torch()
+    r = rng('indexing_torch')
+    x0 = r.standard_normal((3, 4, 5))
+    cases = [lambda m, x: x[0, :, [0, 1, 0]], lambda m, x: x[0, :, m.tensor(np.array([[0, 1], [1, 2]]))],
+             lambda m, x: x[m.tensor(np.array(1)), :, [0, 1]], lambda m, x: x[[0, 1], 2, 1:3],
+             lambda m, x: x[..., 1, [0, 2]], lambda m, x: x[None, 0, :, [1, 2]], lambda m, x: x[1, [True, False, True, True]],
+             lambda m, x: x[[]], lambda m, x: x[0, [1, 2], [0, 4]], lambda m, x: x[2, ..., [0, 1]],
+             lambda m, x: x[1:, 0, None, [2, 3]]]
+    for k, index in enumerate(cases):
+        xo, xt = tl.tensor(x0, requires_grad=True), torch.tensor(x0, requires_grad=True)
+        yo, yt = index(tl, xo), index(torch, xt)
+        assert yo.shape == tuple(yt.shape), (k, yo.shape, tuple(yt.shape))
+        assert_close(yo, yt.detach().numpy(), 0, 0, f'case {k}')
+        g = r.standard_normal(yo.shape)
+        yo.backward(tl.tensor(g))
+        yt.backward(torch.tensor(g))
+        assert_close(xo.grad, xt.grad.numpy(), 1e-12, 1e-12, f'case {k} gradient')
+    raises(ValueError, lambda: torch.tensor(x0)[::-1])
+    raises(ValueError, lambda: tl.tensor(x0)[::-1], 'step')
+    ours, theirs = tl.tensor(x0.copy()), torch.tensor(x0.copy())
+    value = r.standard_normal((4, 3))   # PyTorch's shape of x[0, :, [0, 1, 3]]
+    ours[0, :, [0, 1, 3]] = tl.tensor(value)
+    theirs[0, :, [0, 1, 3]] = torch.tensor(value)
+    assert_close(ours, theirs.numpy(), 0, 0, 'assignment through an integer and an array apart')
+    before = ours.numpy().copy()
+    raises(RuntimeError, lambda: ours.__setitem__((0, 0), tl.tensor(np.ones(5), requires_grad=True)), 'requires grad')
+    ints = tl.tensor(np.zeros(3, np.int8))
+    for bad in (300, float('nan'), -129):
+        raises(RuntimeError, lambda: torch.zeros(3, dtype=torch.int8).__setitem__(0, bad))
+        raises(RuntimeError, lambda: ints.__setitem__(0, bad), 'int8', 'overflow')
+    raises(RuntimeError, lambda: tl.full((2,), 300, dtype=np.int8), 'full', 'overflow')
+    assert_close(ours, before, 0, 0, 'a refused assignment changes nothing')
+    assert not ints.numpy().any(), 'refused fills change nothing'
+
+
+def test_view_shapes_pads_and_float16_gelu_as_pytorch():
+    """view refuses memory it cannot view without a copy (RuntimeError, as PyTorch) and shares it where it can;
+    negative pads crop (torch.nn.functional.pad's values and gradients), crops past an axis raise; mean and var of
+    integer tensors raise TypeError (PyTorch: RuntimeError, no dtype to infer); softmax and log_softmax of empty
+    tensors give empty ones; float16 gelu computes in float32 and rounds once (PyTorch's values); 'cpu:0' is the
+    CPU."""
+    need_torch()
+    x = tl.zeros(3, 4)
+    raises(RuntimeError, lambda: torch.zeros(3, 4).T.view(12))
+    raises(RuntimeError, lambda: x.T.view(12), 'view', 'reshape')
+    v = x.view(2, 6)
+    v[0, 0] = 9.0
+    assert float(x[0, 0].item()) == 9.0, 'view shares memory'
+    r = rng('pads_torch')
+    x0 = r.standard_normal((2, 3, 4))
+    for pad in ((-1, 0), (1, -2), (-1, -1, 2, 0), (0, 0, -2, 1)):
+        xo, xt = tl.tensor(x0, requires_grad=True), torch.tensor(x0, requires_grad=True)
+        yo, yt = xo.pad(pad), F.pad(xt, pad)
+        assert_close(yo, yt.detach().numpy(), 0, 0, f'pad {pad}')
+        g = r.standard_normal(tuple(yt.shape))
+        yo.backward(tl.tensor(g))
+        yt.backward(torch.tensor(g))
+        assert_close(xo.grad, xt.grad.numpy(), 0, 0, f'pad {pad} gradient')
+    raises(ValueError, lambda: tl.tensor(x0).pad((-3, -2)), 'pad')
+    for op in ('mean', 'var'):
+        raises(RuntimeError, lambda: getattr(torch.tensor([1, 2, 4]), op)())
+        raises(TypeError, lambda: getattr(tl.tensor(np.array([1, 2, 4])), op)(), op, 'int64')
+    for op in ('softmax', 'log_softmax'):
+        empty = tl.zeros(0, 3, requires_grad=True)
+        y = getattr(empty, op)(0)
+        y.sum().backward()
+        assert y.shape == (0, 3) and empty.grad.shape == (0, 3), op
+    h = np.linspace(-10, 10, 2001).astype(np.float16)
+    for approximate in ('none', 'tanh'):
+        ours = tl.tensor(h).gelu(approximate=approximate).numpy()
+        theirs = F.gelu(torch.tensor(h), approximate=approximate).numpy()
+        assert np.abs(ours.astype(np.float64) - theirs).max() <= 2 ** -10 * np.abs(theirs).max(), approximate
+        assert (np.signbit(ours) == np.signbit(theirs)).all(), f'{approximate}: small negative outputs rounded to -0'
+    assert tl.ones(2).to('cpu:0').device == 'cpu' and tl.ones(2, device='cpu:0').device == 'cpu'
+
+
 def test_save_load_tuples_and_numpy_scalars():
     """tl.save / tl.load: NumPy scalars come back as NumPy scalars of their dtype (as torch.save keeps them, not as
     Python numbers), a namedtuple (as a dict key too) as a plain tuple: loadable, where it raised on load."""

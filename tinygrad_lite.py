@@ -59,8 +59,8 @@ def cuda_is_available():
 
 
 def _parse_device(device):
-    """'cpu' or 'cuda:N' from None, 'cpu', 'cuda' or 'cuda:N'."""
-    if device is None or device == 'cpu':
+    """'cpu' or 'cuda:N' from None, 'cpu' (or 'cpu:0', as PyTorch takes it), 'cuda' or 'cuda:N'."""
+    if device is None or device in ('cpu', 'cpu:0'):
         return 'cpu'
     if not isinstance(device, str) or not (device == 'cuda' or device.startswith('cuda:')):
         raise ValueError(f"unknown device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
@@ -1001,6 +1001,30 @@ class Expand(Function):
         return _unbroadcast(g, self.shape)
 
 
+def _index_array(items, xp):
+    """A list index as an array (an empty list as an empty integer array, as PyTorch takes it)."""
+    array = xp.asarray(items)
+    return array.astype(np.int64) if array.size == 0 else array
+
+
+def _is_select(i):
+    """Whether index entry i is an integer (a Python or NumPy one, or a 0-d integer array or tensor)."""
+    if isinstance(i, Tensor):
+        i = i.data
+    return (isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_)) or
+            getattr(i, 'ndim', None) == 0 and i.dtype.kind in 'iu')
+
+
+def _index_dims(i):
+    """The axes an array index entry i takes (a mask's ndim, 1 for integers), None for a basic entry."""
+    a = i.data if isinstance(i, Tensor) else i
+    if isinstance(a, (bool, np.bool_)):
+        return 0   # a 0-d mask: adds an axis, takes none
+    if getattr(a, 'ndim', 0) == 0 and getattr(a, 'dtype', None) != bool:
+        return None
+    return a.ndim if a.dtype == bool else 1
+
+
 def _is_basic_index(index):
     return all(i is None or i is Ellipsis or isinstance(i, (int, np.integer, slice)) for i in index)
 
@@ -1038,11 +1062,18 @@ class Pad(Function):
 
     def forward(self, x, pad, value):
         widths = [(0, 0)] * (x.ndim - len(pad) // 2) + [tuple(pad[i:i + 2]) for i in range(len(pad) - 2, -1, -2)]
-        self.window = tuple(slice(lo, lo + n) for (lo, _), n in zip(widths, x.shape))
-        return _xp(x).pad(x, widths, constant_values=value)
+        # a negative width crops (as torch.nn.functional.pad): x's kept part, then `value` around it
+        self.shape = x.shape
+        self.kept = tuple(slice(-min(lo, 0), n + min(hi, 0)) for (lo, hi), n in zip(widths, x.shape))
+        self.window = tuple(slice(max(lo, 0), max(lo, 0) + k.stop - k.start) for (lo, _), k in zip(widths, self.kept))
+        return _xp(x).pad(x[self.kept], [(max(lo, 0), max(hi, 0)) for lo, hi in widths], constant_values=value)
 
     def backward(self, g):
-        return g[self.window]
+        if all(k.stop - k.start == n for k, n in zip(self.kept, self.shape)):
+            return g[self.window]
+        dx = _xp(g).zeros(self.shape, g.dtype)
+        dx[self.kept] = g[self.window]
+        return dx
 
 
 class Cat(Function):
@@ -1181,10 +1212,12 @@ class Gelu(Function):
                 self.x, y = x, cp.empty_like(x)
                 _launch_flat(kernel, x.size // width + 1, 1, (x, y) + _int64s(x.size))
                 return y
-        self.x = x
+        self.x, z = x, x.astype(_opmath(x.dtype), copy=False)   # float16 in float32, rounded once (as PyTorch)
         if self.tanh:
-            return 0.5 * x * (1 + _xp(x).tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
-        return x * _normal_cdf(x)
+            y = 0.5 * z * (1 + _xp(z).tanh(_SQRT_2_OVER_PI * (z + 0.044715 * z * z * z)))
+        else:
+            y = z * _normal_cdf(z)
+        return y.astype(x.dtype, copy=False)
 
     def backward(self, g):
         x = self.x
@@ -1196,10 +1229,13 @@ class Gelu(Function):
                 dx = cp.empty_like(x)
                 _launch_flat(kernel, x.size // width + 1, 1, (x, g, dx) + _int64s(x.size))
                 return dx
+        z, dy = x.astype(_opmath(x.dtype), copy=False), g.astype(_opmath(x.dtype), copy=False)
         if self.tanh:
-            t = _xp(x).tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))
-            return g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x))
-        return g * (_normal_cdf(x) + x * _normal_pdf(x))
+            t = _xp(z).tanh(_SQRT_2_OVER_PI * (z + 0.044715 * z * z * z))
+            dx = dy * (0.5 * (1 + t) + 0.5 * z * (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * z * z))
+        else:
+            dx = dy * (_normal_cdf(z) + z * _normal_pdf(z))
+        return dx.astype(g.dtype, copy=False)
 
 
 def _normal_cdf(x):
@@ -2352,6 +2388,8 @@ def _log_softmax(x, axis):
     """log_softmax computed in at least float32."""
     xp = _xp(x)
     z = x.astype(np.promote_types(x.dtype, np.float32)) if x.dtype == np.float16 else x
+    if z.size == 0:   # nothing to normalise (as PyTorch: an empty result, not an error)
+        return z
     z = z - z.max(axis=axis, keepdims=True)
     return z - xp.log(xp.exp(z).sum(axis=axis, keepdims=True))
 
@@ -2555,7 +2593,7 @@ class Tensor:
 
     def to(self, *args, device=None, dtype=None):
         for a in args:
-            if isinstance(a, str) and (a == 'cpu' or a.startswith('cuda')):
+            if isinstance(a, str) and a.split(':')[0] in ('cpu', 'cuda'):
                 device = a
             else:
                 dtype = a
@@ -2752,9 +2790,10 @@ class Tensor:
         return Sum.apply(self, axes=_reduced_axes(axis, self.ndim), keepdim=keepdim)
 
     def mean(self, axis=None, keepdim=False):
+        _need_float(self, 'mean')   # as PyTorch: no mean (nor var) of integers or bools
         axes = _reduced_axes(axis, self.ndim)
         count = int(np.prod([self.shape[a] for a in axes]))
-        return Sum.apply(self._floating(), axes=axes, keepdim=keepdim, scale=1 / count if count else math.nan)
+        return Sum.apply(self, axes=axes, keepdim=keepdim, scale=1 / count if count else math.nan)
 
     def max(self, axis=None, keepdim=False):
         return Max.apply(self, axes=_reduced_axes(axis, self.ndim), keepdim=keepdim)
@@ -2763,6 +2802,7 @@ class Tensor:
         return Max.apply(self, axes=_reduced_axes(axis, self.ndim), keepdim=keepdim, least=True)
 
     def var(self, axis=None, keepdim=False, correction=1):
+        _need_float(self, 'var')
         if self.dtype == np.float16:   # in float32, as PyTorch: the squares overflow float16 long before the variance
             return self.float().var(axis, keepdim, correction).half()
         axes = _reduced_axes(axis, self.ndim)
@@ -2793,7 +2833,13 @@ class Tensor:
             raise ValueError(f"reshape: cannot view a tensor of shape {self.shape} as {shape}")
         return Reshape.apply(self, shape=shape)
 
-    view = reshape
+    def view(self, *shape):
+        """reshape where the memory allows it without a copy; as PyTorch's view, an error where it does not."""
+        out = self.reshape(*shape)
+        if out.numel() and _memory_owner(out.data) is not _memory_owner(self.data):
+            raise RuntimeError(f"view: shape {out.shape} is not compatible with the memory layout of a tensor of shape "
+                               f"{self.shape} (a copy would be needed): use .reshape(...) instead")
+        return out
 
     def flatten(self, start_dim=0, end_dim=-1):
         start, end = _dim(start_dim, self.ndim), _dim(end_dim, self.ndim)
@@ -2833,22 +2879,44 @@ class Tensor:
         return Expand.apply(self, shape=target)
 
     def pad(self, pad, value=0.0):
-        if len(pad) % 2 or len(pad) // 2 > self.ndim or any(p < 0 for p in pad):
-            raise ValueError(f"pad: {tuple(pad)} must hold non-negative (left, right) pairs for at most "
-                             f"{self.ndim} axes of shape {self.shape}")
+        pairs = [pad[i:i + 2] for i in range(0, len(pad), 2)]   # from the last axis back
+        if len(pad) % 2 or len(pairs) > self.ndim or any(n + lo + hi < 0 or n + min(lo, 0) + min(hi, 0) < 0
+                                                         for (lo, hi), n in zip(pairs, reversed(self.shape))):
+            raise ValueError(f"pad: {tuple(pad)} must hold (left, right) pairs for at most {self.ndim} axes of shape "
+                             f"{self.shape}, negative ones (crops) taking no more than an axis has")
         return Pad.apply(self, pad=tuple(int(p) for p in pad), value=value)
 
-    def __getitem__(self, index):
+    def _index_steps(self, index):
+        """`index` (lists as arrays) as the index tuples to apply one after another: itself, or, where it mixes
+        integers with arrays, the integers first (PyTorch applies them as selects, so that an integer and an array
+        apart do not send the array's axes to the front as NumPy would), then the rest."""
         index = index if isinstance(index, tuple) else (index,)
+        if any(isinstance(i, slice) and i.step is not None and i.step <= 0 for i in index):
+            raise ValueError(f"index {index}: a slice's step must be greater than zero (as in PyTorch)")
+        index = tuple(_index_array(i, _xp(self.data)) if isinstance(i, list) else i for i in index)
+        selects = [_is_select(i) for i in index]
+        if not any(selects) or all(selects) or all(_index_dims(i) is None for i in index):
+            return [index]
+        first = []   # the integers, every other axis whole
+        for i, select in zip(index, selects):
+            if select or i is Ellipsis:
+                first.append(i)
+            elif i is not None:   # None adds an axis: in the second step only
+                dims = _index_dims(i)
+                first += [slice(None)] * (1 if dims is None else dims)
+        return [tuple(first), tuple(i for i, select in zip(index, selects) if not select)]
+
+    def __getitem__(self, index):
+        steps = self._index_steps(index)
+        if len(steps) > 1:
+            return self[steps[0]][steps[1]]
         converted, index_tensors = [], []
-        for i in index:
+        for i in steps[0]:
             if isinstance(i, Tensor):
                 if i.device != self.device:
                     raise RuntimeError(f"indexing a tensor on {self.device} with one on {i.device}")
                 index_tensors.append(i)
                 i = _INDEX_INPUT
-            elif isinstance(i, list):
-                i = _xp(self.data).asarray(i)
             elif isinstance(i, np.ndarray) and self.device != 'cpu':
                 i = _move(i, self.device)
             converted.append(i)
@@ -2860,9 +2928,19 @@ class Tensor:
     def __setitem__(self, index, value):
         if self.requires_grad and _GradMode.enabled:
             raise RuntimeError("item assignment on a tensor that requires grad: wrap it in tl.no_grad()")
+        if isinstance(value, Tensor) and value.requires_grad and _GradMode.enabled:
+            raise RuntimeError("item assignment of a tensor that requires grad: autograd here does not record it (PyTorch "
+                               "does); build the result out of place (tl.where, tl.cat) or assign under tl.no_grad()")
+        _check_fits(value, self.dtype, 'item assignment')
         value = self._operand(value)
-        index = index.data if isinstance(index, Tensor) else index
-        self.data[index] = value.data.astype(self.dtype, copy=False)
+
+        def arrays(step):   # index tensors as their arrays, NumPy ones on this tensor's device
+            return tuple(_move(i.data if isinstance(i, Tensor) else i, self.device)
+                         if isinstance(i, (Tensor, np.ndarray)) else i for i in step)
+        target, *steps = [self.data] + self._index_steps(index)
+        for step in steps[:-1]:   # the integers first: a view of self's memory
+            target = target[arrays(step)]
+        target[arrays(steps[-1])] = value.data.astype(self.dtype, copy=False)
         self._version[0] += 1
 
 
@@ -2892,8 +2970,17 @@ def ones(*shape, device=None, dtype=None, requires_grad=False):
     return _factory(lambda xp, s, d: xp.ones(s, d), shape, device, dtype, requires_grad)
 
 
+def _check_fits(value, dtype, what):
+    """As PyTorch's fills: a number that an integer dtype cannot hold (out of range, NaN, inf) raises, not wraps."""
+    if isinstance(value, _NUMBERS) and np.dtype(dtype).kind in 'iu' and not isinstance(value, (bool, np.bool_)) and (
+            isinstance(value, (float, np.floating)) and not math.isfinite(value)
+            or not np.iinfo(dtype).min <= value <= np.iinfo(dtype).max):
+        raise RuntimeError(f"{what}: {value} cannot be converted to {np.dtype(dtype)} without overflow")
+
+
 def full(shape, fill_value, device=None, dtype=None, requires_grad=False):
     dtype = dtype or _number_dtype(fill_value)
+    _check_fits(fill_value, _dtype(dtype), 'full')
     return _factory(lambda xp, s, d: xp.full(s, fill_value, d), (shape,), device, dtype, requires_grad)
 
 
@@ -3229,7 +3316,7 @@ class Module:
     def to(self, *args, device=None, dtype=None):
         """Move and/or cast every parameter and buffer in place (floating-point ones only change dtype)."""
         for a in args:
-            if isinstance(a, str) and (a == 'cpu' or a.startswith('cuda')):
+            if isinstance(a, str) and a.split(':')[0] in ('cpu', 'cuda'):
                 device = a
             else:
                 dtype = a
