@@ -2552,7 +2552,7 @@ def test_view_shapes_pads_and_float16_gelu_as_pytorch():
     negative pads crop (torch.nn.functional.pad's values and gradients), crops past an axis raise; mean and var of
     integer tensors raise TypeError (PyTorch: RuntimeError, no dtype to infer); softmax and log_softmax of empty
     tensors give empty ones; float16 gelu computes in float32 and rounds once (PyTorch's values); 'cpu:0' is the
-    CPU."""
+    CPU; arange with a step that cannot reach its end raises."""
     need_torch()
     x = tl.zeros(3, 4)
     raises(RuntimeError, lambda: torch.zeros(3, 4).T.view(12))
@@ -2586,6 +2586,10 @@ def test_view_shapes_pads_and_float16_gelu_as_pytorch():
         assert np.abs(ours.astype(np.float64) - theirs).max() <= 2 ** -10 * np.abs(theirs).max(), approximate
         assert (np.signbit(ours) == np.signbit(theirs)).all(), f'{approximate}: small negative outputs rounded to -0'
     assert tl.ones(2).to('cpu:0').device == 'cpu' and tl.ones(2, device='cpu:0').device == 'cpu'
+    for bounds in ((5, 0), (0, 5, -1), (0, 5, 0)):   # a step that cannot reach the end: an error, not an empty range
+        raises(RuntimeError, lambda: torch.arange(*bounds))
+        raises(ValueError, lambda: tl.arange(*bounds), 'arange')
+    assert tl.arange(0, 0).shape == (0,) and tl.arange(5, 0, -1).tolist() == [5, 4, 3, 2, 1]
 
 
 def test_save_load_tuples_and_numpy_scalars():

@@ -3010,6 +3010,8 @@ def ones_like(t, device=None, dtype=None, requires_grad=False):
 
 def arange(start, end=None, step=1, device=None, dtype=None, requires_grad=False):
     start, end = (0, start) if end is None else (start, end)
+    if step == 0 or (end - start) * step < 0:   # as PyTorch's RuntimeError, not an empty range
+        raise ValueError(f"arange: step {step} cannot go from {start} to {end}")
     integral = all(isinstance(v, (int, np.integer)) for v in (start, end, step))
     dtype = dtype or (np.int64 if integral else np.float32)
     return _factory(lambda xp, s, d: xp.arange(start, end, step).astype(d), ((),), device, dtype, requires_grad)
