@@ -73,6 +73,16 @@ def _parse_device(device):
     return f'cuda:{index}'
 
 
+def _device_and_dtype(args, device, dtype):
+    """(device, dtype) of a .to(*args, device=, dtype=) call: a device string among args is the device, else a dtype."""
+    for a in args:
+        if isinstance(a, str) and a.split(':')[0] in ('cpu', 'cuda'):
+            device = a
+        else:
+            dtype = a
+    return device, dtype
+
+
 def _xp(array):
     """The array module (NumPy or CuPy) that owns `array`."""
     return np if cp is None or isinstance(array, (np.ndarray, np.generic)) else cp
@@ -2592,11 +2602,7 @@ class Tensor:
         return self.numpy().tolist()
 
     def to(self, *args, device=None, dtype=None):
-        for a in args:
-            if isinstance(a, str) and a.split(':')[0] in ('cpu', 'cuda'):
-                device = a
-            else:
-                dtype = a
+        device, dtype = _device_and_dtype(args, device, dtype)
         out = self
         if dtype is not None and _dtype(dtype) != self.dtype:
             out = Cast.apply(out, dtype=_dtype(dtype))
@@ -2769,9 +2775,7 @@ class Tensor:
         if isinstance(min, Tensor) != isinstance(max, Tensor) and min is not None and max is not None:
             raise TypeError("clamp: min and max must both be numbers or both be tensors (as PyTorch's)")
         for b in (min, max):   # as PyTorch: an integer bound is not wrapped into the tensor's range
-            if self.dtype.kind in 'iu' and isinstance(b, (int, np.integer)) and not (
-                    np.iinfo(self.dtype).min <= b <= np.iinfo(self.dtype).max):
-                raise RuntimeError(f"clamp: bound {b} cannot be converted to {self.dtype} without overflow")
+            _check_fits(b, self.dtype, 'clamp')
         bounds = [self._operand(b) for b in (min, max) if b is not None]   # numbers: 0-d, of this tensor's dtype
         _same_device([self] + bounds, 'clamp')
         _check_broadcast('clamp', self.shape, *[b.shape for b in bounds])
@@ -3317,11 +3321,7 @@ class Module:
 
     def to(self, *args, device=None, dtype=None):
         """Move and/or cast every parameter and buffer in place (floating-point ones only change dtype)."""
-        for a in args:
-            if isinstance(a, str) and a.split(':')[0] in ('cpu', 'cuda'):
-                device = a
-            else:
-                dtype = a
+        device, dtype = _device_and_dtype(args, device, dtype)
         device = None if device is None else _parse_device(device)
         dtype = None if dtype is None else _dtype(dtype)
         if dtype is not None and dtype.kind != 'f':
@@ -3834,8 +3834,7 @@ def _encode(obj, arrays, where='obj'):
         arrays.append(obj)
         return {'array': len(arrays) - 1}
     if isinstance(obj, np.generic):   # a 0-d array, read back as the NumPy scalar it was
-        arrays.append(np.asarray(obj))
-        return {'scalar': len(arrays) - 1}
+        return {'scalar': _encode(np.asarray(obj), arrays, where)['array']}
     if isinstance(obj, dict):
         return {'dict': [[_encode(k, arrays, f'a key of {where}'), _encode(v, arrays, f'{where}[{k!r}]')]
                          for k, v in obj.items()]}
