@@ -1063,7 +1063,7 @@ class GetItem(Function):
             np.add.at(grad, self.index, g)
         else:
             cupyx.scatter_add(grad, self.index, g)
-        return (grad,) + (None,) * len(self.saves)
+        return (grad,) + (None,) * (len(self.inputs) - 1)   # none for the index tensors
 
 
 class Pad(Function):
