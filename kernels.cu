@@ -2882,7 +2882,8 @@ __global__ void avg_pool2d_bwd(const T* __restrict__ dy, T* __restrict__ dx, int
 //   loss_r = lse_r - (1 - eps) x[r, y_r] - (eps / K) sum_k x[r, k],   lse_r = log sum_k exp x[r, k]
 //   dx[r, k] = (exp(x[r, k] - lse_r) - q[r, k]) * g[r * gstride] * scale
 // A group of `lanes` threads (a power of two <= 32) owns a row; the rows of one warp advance
-// together so every lane reaches the shuffles. A target outside [0, K) gives a NaN loss.
+// together so every lane reaches the shuffles. A row whose target is `ignore` loses 0, gets a zero
+// gradient and is not counted in the mean; any other target outside [0, K) gives a NaN loss.
 
 // A lane's packs of a row (lane, lane + lanes, ... < count) in rounds of U: use(p0, v) gets the round's
 // first pack index and its U packs, all loaded before the first is used (those past count are not loaded).
@@ -2970,15 +2971,17 @@ __device__ __forceinline__ double fold_partials(const double* part, int count)
 }
 
 // Forward, reduction 0 ('none'): out[r] = loss_r; 1 ('sum') / 2 ('mean'): out[0] = the sum / mean of the
-// losses: each block stores the sum of its rows' losses in part[blockIdx.x], and the last block to finish
-// (counted in *ticket, re-armed there) folds them in double. lse_r is stored where lse is given (backward).
+// losses over the rows kept: each block stores the sum of its rows' losses in part[blockIdx.x] and their count
+// in part[gridDim.x + blockIdx.x], and the last block to finish (counted in *ticket, re-armed there) folds
+// them in double, storing the count in *kept where given. lse_r is stored where lse is given (backward).
 // A lane takes U packs a round: for 1000 float32 classes (250 packs, 32 lanes) U = 8 loads a whole row
 // at once, so a row costs one memory latency. Each round rescales the lane's sum once, to the round's
 // max; the row's lanes then agree on the row's max and rescale once more.
 template <typename T, typename I, int V, int U>
 __global__ void __launch_bounds__(256, sizeof(acc_t<T>) == 4 ? 4 : 2)   // float: 64 registers, 4 blocks per SM
 cross_entropy_fwd(const T* __restrict__ x, const I* __restrict__ target, T* __restrict__ out, acc_t<T>* __restrict__ lse,
-                  double* __restrict__ part, int* __restrict__ ticket, int N, int K, acc_t<T> eps, int lanes, int reduction)
+                  double* __restrict__ kept, double* __restrict__ part, int* __restrict__ ticket, int N, int K,
+                  acc_t<T> eps, int lanes, int reduction, I ignore)
 {
     using A = acc_t<T>;
     using P = Pack<T, V>;
@@ -2987,7 +2990,7 @@ cross_entropy_fwd(const T* __restrict__ x, const I* __restrict__ target, T* __re
     const long long row_step = global_threads() / lanes;
     const int KV = K / V;
     const A on = A(1) - eps, off = eps / A(K);   // the weights of x[y] and of each x[k] in the loss
-    double total = 0;   // the losses of the rows whose lane 0 this thread is
+    double total = 0, count = 0;   // the losses and the number of the kept rows whose lane 0 this thread is
     for (long long r0 = warp_row0; r0 < N; r0 += row_step) {
         const long long row = r0 + (threadIdx.x & 31) / lanes;
         const bool valid = row < N;
@@ -3035,39 +3038,51 @@ cross_entropy_fwd(const T* __restrict__ x, const I* __restrict__ target, T* __re
             smooth += __shfl_xor_sync(0xffffffffu, smooth, o, lanes);
         }
         if (valid && lane == 0) {
-            const A l = shift + log_(s), loss = known ? l - on * xy - smooth : quiet_nan<A>();
+            const bool ignored = y == (long long)ignore;
+            const A l = shift + log_(s), loss = ignored ? A(0) : known ? l - on * xy - smooth : quiet_nan<A>();
             if (lse) lse[row] = l;
             if (reduction == 0) out[row] = T(loss);
-            else total += double(loss);
+            total += double(loss);
+            count += ignored ? 0.0 : 1.0;
         }
     }
     if (reduction == 0) return;
     const double block = block_total(total);
+    __syncthreads();   // thread 0 has read block_total's shared sums: they may be written again
+    const double block_count = block_total(count);
     if (threadIdx.x == 0) {
         part[blockIdx.x] = block;
+        part[gridDim.x + blockIdx.x] = block_count;
         __threadfence();
     }
     if (!last_to_finish(ticket, gridDim.x)) return;
     const double sum = fold_partials(part, gridDim.x);
-    if (threadIdx.x == 0) out[0] = T(A(reduction == 2 ? sum / N : sum));
+    __syncthreads();
+    const double rows = fold_partials(part + gridDim.x, gridDim.x);
+    if (threadIdx.x == 0) {
+        out[0] = T(A(reduction == 2 ? sum / rows : sum));   // no row kept: 0 / 0, NaN, as PyTorch
+        if (kept) *kept = rows;
+    }
 }
 
+// Backward: g[r * gstride] is the loss's gradient reaching row r (gstride 0 for 'sum' and 'mean'); 'mean'
+// divides it by the count of kept rows that the forward stored in *kept (null otherwise).
 template <typename T, typename I, int V>
 __global__ void cross_entropy_bwd(const T* __restrict__ x, const I* __restrict__ target,
                                   const acc_t<T>* __restrict__ lse,
                                   const acc_t<T>* __restrict__ g, long long gstride,
-                                  acc_t<T> scale, T* __restrict__ dx, int N, int K,
-                                  acc_t<T> eps, int lanes) {
+                                  const double* __restrict__ kept, T* __restrict__ dx, int N, int K,
+                                  acc_t<T> eps, int lanes, I ignore) {
     using A = acc_t<T>;
     using P = Pack<T, V>;
     constexpr int U = 4;   // packs a lane loads per round
     const int lane = threadIdx.x & (lanes - 1);
     const long long row_step = global_threads() / lanes;
     const int KV = K / V;
-    const A off = eps / A(K), on = A(1) - eps + eps / A(K);
+    const A off = eps / A(K), on = A(1) - eps + eps / A(K), scale = kept ? A(1.0 / *kept) : A(1);
     for (long long row = global_id() / lanes; row < N; row += row_step) {
         const long long y = (long long)target[row];
-        const A l = lse[row], gs = g[row * gstride] * scale;
+        const A l = lse[row], gs = y == (long long)ignore ? A(0) : g[row * gstride] * scale;
         const P* xr = reinterpret_cast<const P*>(x + row * K);
         P* dr = reinterpret_cast<P*>(dx + row * K);
         lane_rounds<U>(xr, lane, lanes, KV, [&](int p0, P (&v)[U]) {

@@ -2078,6 +2078,38 @@ def test_cross_entropy_shapes_as_pytorch():
            '(3, 6)', '(3, 5)')
 
 
+def test_cross_entropy_ignore_index_as_pytorch():
+    """Targets equal to ignore_index (PyTorch's default -100, or a class) lose 0, get zero gradients and leave the
+    mean to the other rows; with every row ignored the mean is NaN and the gradients zero. Values and gradients
+    against PyTorch in float64, each reduction, with and without label smoothing; a target outside [0, C) that is
+    not ignore_index still raises, and ignore_index must be an int."""
+    need_torch()
+    r = rng('cross entropy ignore_index')
+    for shape, ignore in (((6, 5), -100), ((3, 5, 4), -100), ((6, 5), 2), ((4, 5), 'all')):
+        x = sample(r, shape)
+        t = r.integers(0, 5, shape[:1] + shape[2:])
+        index = -100 if ignore == 'all' else ignore
+        if ignore == 'all':
+            t[...] = index
+        else:
+            t.reshape(-1)[::3] = index
+        for reduction in ('mean', 'sum', 'none'):
+            for smoothing in (0.0, 0.2):
+                what = f'cross_entropy {shape} ignore {ignore} {reduction} smoothing {smoothing}'
+                ours, theirs = tl.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+                kw = {} if index == -100 else {'ignore_index': index}
+                got = tl.cross_entropy(ours, tl.tensor(t), smoothing, reduction, **kw)
+                want = F.cross_entropy(theirs, torch.tensor(t), label_smoothing=smoothing, reduction=reduction, **kw)
+                assert_matches(got.numpy(), want.detach().numpy(), 1e-12, what)
+                got.sum().backward()
+                want.sum().backward()
+                assert_close(ours.grad, theirs.grad.numpy(), 1e-10, 1e-12, what + ' gradient')
+    x = sample(r, (3, 4))
+    raises(ValueError, lambda: tl.cross_entropy(tl.tensor(x), tl.tensor([0, -1, 2])), 'targets must lie in [0, 4)', '-100')
+    raises(ValueError, lambda: tl.cross_entropy(tl.tensor(x), tl.tensor([0, -100, 2]), ignore_index=1), '[0, 4)')
+    raises(TypeError, lambda: tl.cross_entropy(tl.tensor(x), tl.tensor([0, 1, 2]), ignore_index=1.5), 'ignore_index')
+
+
 def test_no_grad_decorates_bare():
     """@tl.no_grad without parentheses decorates as @tl.no_grad() does (PyTorch 2 allows both); enable_grad records
     inside no_grad."""
@@ -3246,33 +3278,40 @@ def check_conv(path, dtype, allow_tf32=False):
         compare_paths(got, want, lambda a: TF32_TOL if allow_tf32 else CONV_TOL[a.dtype], what)
 
 
-CE_CASES = [   # logits' shape, layout, label smoothing, reduction
-    ((37, 1000), 'contiguous', 0.2, 'sum'),     # 16-byte packs, a row in one round: some lanes' rounds partial
-    ((3, 2048), 'contiguous', 0.0, 'mean'),     # two whole rounds per lane
-    ((300, 10), 'contiguous', 0.1, 'none'),     # a few lanes per row, several rows per warp
-    ((1003, 1000), 'contiguous', 0.1, 'mean'),  # 126 blocks' partial sums folded, the last block part-filled
-    ((5, 7), 'offset1', 0.3, 'mean')]           # element by element
+CE_CASES = [   # logits' shape, layout, label smoothing, reduction, ignore_index given to every 3rd row (None: none)
+    ((37, 1000), 'contiguous', 0.2, 'sum', None),     # 16-byte packs, a row in one round: some lanes' rounds partial
+    ((3, 2048), 'contiguous', 0.0, 'mean', None),     # two whole rounds per lane
+    ((300, 10), 'contiguous', 0.1, 'none', None),     # a few lanes per row, several rows per warp
+    ((1003, 1000), 'contiguous', 0.1, 'mean', None),  # 126 blocks' partial sums folded, the last block part-filled
+    ((5, 7), 'offset1', 0.3, 'mean', None),           # element by element
+    ((1003, 1000), 'contiguous', 0.1, 'mean', -100),  # the mean over the rows kept, counted across blocks
+    ((37, 1000), 'contiguous', 0.0, 'sum', 5),        # a class ignored
+    ((300, 10), 'contiguous', 0.2, 'none', -100)]
 
 
-def ce_results(logits, target, smoothing, reduction, dy):
+def ce_results(logits, target, smoothing, reduction, dy, ignore_index=-100):
     xt = tl.Tensor(logits, requires_grad=True)
-    loss = tl.cross_entropy(xt, tl.Tensor(target), label_smoothing=smoothing, reduction=reduction)
+    loss = tl.cross_entropy(xt, tl.Tensor(target), label_smoothing=smoothing, reduction=reduction,
+                            ignore_index=ignore_index)
     loss.backward(tl.Tensor(dy))
     return {'loss': loss.numpy(), 'dlogits': xt.grad.numpy()}
 
 
 def check_cross_entropy(mode, dtype):
     need_cuda()
-    for shape, layout, smoothing, reduction in CE_CASES:
-        r = rng(('ce', np.dtype(dtype).name, shape))
+    for shape, layout, smoothing, reduction, ignore in CE_CASES:
+        r = rng(('ce', np.dtype(dtype).name, shape, ignore))
         logits = (3 * r.standard_normal(shape)).astype(dtype)
         target = r.integers(0, shape[1], shape[0])
+        if ignore is not None:
+            target[::3] = ignore
+        index = -100 if ignore is None else ignore
         dy = r.uniform(0.5, 2, shape[:1] if reduction == 'none' else ()).astype(dtype)
-        want = ce_results(logits, target, smoothing, reduction, dy)
+        want = ce_results(logits, target, smoothing, reduction, dy, index)
         on = on_gpu(logits, layout), cp.asarray(target), cp.asarray(dy)
         got = gpu_paths(mode, ('cross_entropy_fwd', 'cross_entropy_bwd'),
-                        lambda: ce_results(*on[:2], smoothing, reduction, on[2]))
-        compare_paths(got, want, lambda a: FUSED_TOL[a.dtype], f'cross_entropy {shape} {layout} {reduction}')
+                        lambda: ce_results(*on[:2], smoothing, reduction, on[2], index))
+        compare_paths(got, want, lambda a: FUSED_TOL[a.dtype], f'cross_entropy {shape} {layout} {reduction} ignore {ignore}')
 
 
 def ce_nonfinite_case(dtype):
@@ -3455,6 +3494,28 @@ def test_gpu_cross_entropy_reductions_vs_torch():
                 what = f'{np.dtype(dtype).name} smoothing {smoothing} {reduction}'
                 assert_matches(plain, want, FUSED_TOL[np.dtype(dtype)], f'{what}: vs PyTorch')
                 assert plain.tobytes() == kept.tobytes(), f'{what}: the loss changes when lse is kept'
+
+
+def test_gpu_cross_entropy_ignore_index_vs_torch():
+    """The fused kernels with ignored rows against PyTorch in float64 (float32, 1003 rows over several blocks):
+    each reduction's loss and gradient, and with every row ignored the mean's NaN and zero gradients."""
+    need_cuda()
+    need_torch()
+    x, y = ce_logits(np.float32, (1003, 1000), 'torch')
+    y[::4] = -100
+    for target, reductions in ((y, ('none', 'sum', 'mean')), (np.full_like(y, -100), ('mean',))):
+        for reduction in reductions:
+            theirs = torch.tensor(x.astype(np.float64), requires_grad=True)
+            want = F.cross_entropy(theirs, torch.tensor(target), reduction=reduction)
+            want.sum().backward()
+            with gpu_path('fused', ('cross_entropy_fwd', 'cross_entropy_bwd')):
+                ours = tl.Tensor(cp.asarray(x), requires_grad=True)
+                got = tl.cross_entropy(ours, tl.Tensor(cp.asarray(target)), reduction=reduction)
+                got.sum().backward()
+            what = f'{reduction}, {int((target == -100).sum())} of 1003 rows ignored'
+            assert_matches(host(got.data), want.detach().numpy().astype(np.float32), 1e-4, f'{what}: loss vs PyTorch')
+            assert_matches(host(ours.grad.data), theirs.grad.numpy().astype(np.float32), 1e-4,
+                           f'{what}: gradient vs PyTorch')
 
 
 def test_gpu_reduction_scratch_grows():

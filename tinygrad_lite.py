@@ -2436,12 +2436,14 @@ _CE_REDUCTIONS = {'none': 0, 'sum': 1, 'mean': 2}
 class CrossEntropy(Function):
     """Softmax cross-entropy over axis 1 with label smoothing s: the target distribution is
     q = (1 - s) one_hot(target) + s / C, the loss -sum(q log softmax) = lse - (1 - s) x[target] - s mean(x),
-    and d loss / d logits = softmax - q. On the GPU one kernel each way (a warp's lanes per row); the
-    forward's kernel also sums the losses for 'sum' and 'mean' and keeps lse only for a backward to come. The
-    target (int64) comes as the second input (or as a parameter)."""
-    def forward(self, logits, target, smoothing, reduction):
+    and d loss / d logits = softmax - q. Rows whose target is ignore_index lose 0 and get no gradient, and 'mean'
+    averages over the other rows (NaN where none is left), as PyTorch. On the GPU one kernel each way (a warp's
+    lanes per row); the forward's kernel also sums the losses (and counts the rows kept) for 'sum' and 'mean' and
+    keeps lse only for a backward to come. The target (int64) comes as the second input (or as a parameter)."""
+    def forward(self, logits, target, smoothing, reduction, ignore_index=-100):
         xp, (n, classes) = _xp(logits), logits.shape
         self.target, self.smoothing, self.reduction, self.dtype = target, smoothing, reduction, logits.dtype
+        self.ignore_index = ignore_index
         kernel = None
         if xp is not np and n:
             logits = cp.ascontiguousarray(logits)
@@ -2454,46 +2456,53 @@ class CrossEntropy(Function):
             return self._forward_fused(kernel, logits, width)
         # the fused kernel gives a NaN loss for a target out of range instead of a check that would stall the
         # GPU pipeline every step (PyTorch's CUDA kernel asserts asynchronously)
-        if n and (int(target.min()) < 0 or int(target.max()) >= classes):
-            raise ValueError(f"cross_entropy: targets must lie in [0, {classes})")
+        self.kept = target != ignore_index
+        if bool((((target < 0) | (target >= classes)) & self.kept).any()):
+            raise ValueError(f"cross_entropy: targets must lie in [0, {classes}) or be ignore_index ({ignore_index})")
+        self.count = int(self.kept.sum())
         logp = _log_softmax(logits, 1)
         self.probs = xp.exp(logp)
-        rows = -(1 - smoothing) * xp.take_along_axis(logp, target[:, None], axis=1)[:, 0]
+        rows = -(1 - smoothing) * xp.take_along_axis(logp, xp.where(self.kept, target, 0)[:, None], axis=1)[:, 0]
         if smoothing:   # not 0 * -inf where a logit is -inf
             rows = rows - smoothing * logp.mean(axis=1)
+        rows = xp.where(self.kept, rows, 0)
         if reduction == 'none':
             return rows.astype(self.dtype)
-        if reduction == 'mean' and not n:   # PyTorch's mean over no rows: NaN
+        if reduction == 'mean' and not self.count:   # PyTorch's mean over no rows: NaN
             return xp.full((), np.nan, self.dtype)
-        return xp.asarray(rows.sum() / (n if reduction == 'mean' else 1)).astype(self.dtype)
+        return xp.asarray(rows.sum() / (self.count if reduction == 'mean' else 1)).astype(self.dtype)
 
     def _forward_fused(self, kernel, logits, width):
         (n, classes), a = logits.shape, _stat_dtype(logits.dtype)
         self.logits, self.target, self.width = logits, cp.ascontiguousarray(self.target, np.int64), width
         self.lanes = min(32, 1 << (max(1, classes // width) - 1).bit_length())   # a power of two >= the row's packs
         self.lse = cp.empty(n, a) if self.recording else None
+        # the rows kept, counted by the kernel where a backward of the mean needs it
+        self.count = cp.empty((), np.float64) if self.recording and self.reduction == 'mean' else None
         out = cp.empty(n if self.reduction == 'none' else (), logits.dtype)
         # one wave of resident blocks looping over the rows: 94% of the copy rate at 65536x1000 float32 on the
         # H200, a block per 8 rows 83% (scratch probe)
         blocks = min(_CE_MAX_BLOCKS, _resident_blocks(kernel), -(-n * self.lanes // _BLOCK))
-        kernel((blocks,), (_BLOCK,), (logits, self.target, out, self.lse) + _reduction_scratch(1, 8 * blocks)
-               + _int32s(n, classes) + _scalars(a.type, self.smoothing) + _int32s(self.lanes, _CE_REDUCTIONS[self.reduction]))
+        kernel((blocks,), (_BLOCK,), (logits, self.target, out, self.lse, self.count) + _reduction_scratch(1, 16 * blocks)
+               + _int32s(n, classes) + _scalars(a.type, self.smoothing) + _int32s(self.lanes, _CE_REDUCTIONS[self.reduction])
+               + _int64s(self.ignore_index))
         return out
 
     def backward(self, g):
         xp, n = _xp(g), self.target.shape[0]
         a = _stat_dtype(self.dtype)
-        scale = 1 / max(n, 1) if self.reduction == 'mean' else 1.0
         if self.fused:
             classes = self.logits.shape[1]
             dx = cp.empty(self.logits.shape, self.dtype)
             _launch_flat(_kernel('cross_entropy_bwd', self.dtype, np.int64, self.width), n * self.lanes, 1,
                          (self.logits, self.target, self._saved(self.lse), cp.ascontiguousarray(g, a).reshape(-1))
-                         + _int64s(self.reduction == 'none') + _scalars(a.type, scale) + (dx,) + _int32s(n, classes)
-                         + _scalars(a.type, self.smoothing) + _int32s(self.lanes))
+                         + _int64s(self.reduction == 'none') + (self.count, dx) + _int32s(n, classes)
+                         + _scalars(a.type, self.smoothing) + _int32s(self.lanes) + _int64s(self.ignore_index))
             return dx, None
         d = self.probs - self.smoothing / self.probs.shape[1]
-        d[xp.arange(n), self.target] -= 1 - self.smoothing
+        d[xp.arange(n), xp.where(self.kept, self.target, 0)] -= 1 - self.smoothing
+        d[~self.kept] = 0
+        scale = 1 / max(self.count, 1) if self.reduction == 'mean' else 1.0
         weight = g.astype(d.dtype)[:, None] if self.reduction == 'none' else g.astype(d.dtype) * scale
         return (d * weight).astype(self.dtype), None
 
@@ -3157,11 +3166,13 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
                            training=training, momentum=momentum, eps=eps, act=activation)
 
 
-def cross_entropy(logits, target, label_smoothing=0.0, reduction='mean'):
+def cross_entropy(logits, target, label_smoothing=0.0, reduction='mean', ignore_index=-100):
     if reduction not in _CE_REDUCTIONS:
         raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
     if not 0 <= label_smoothing <= 1:
         raise ValueError(f"cross_entropy: label_smoothing must lie in [0, 1], got {label_smoothing}")
+    if not isinstance(ignore_index, (int, np.integer)) or not -2 ** 63 <= ignore_index < 2 ** 63:
+        raise TypeError(f"cross_entropy: ignore_index must be an int64 class index, got {ignore_index!r}")
     target = target if isinstance(target, Tensor) else Tensor(np.asarray(target), device=logits.device)
     # as PyTorch: logits (C,) with a 0-d target, (N, C) with (N,), or (N, C, d1, ...) with (N, d1, ...)
     expected = () if logits.ndim == 1 else logits.shape[:1] + logits.shape[2:]
@@ -3175,10 +3186,11 @@ def cross_entropy(logits, target, label_smoothing=0.0, reduction='mean'):
     if logits.ndim != 2:   # the (rows, C) matrix of every position's logits, classes last
         classes_last = logits.permute(0, *range(2, logits.ndim), 1) if logits.ndim > 2 else logits
         loss = cross_entropy(classes_last.reshape(-1, logits.shape[1 if logits.ndim > 1 else 0]), target.reshape(-1),
-                             label_smoothing, reduction)
+                             label_smoothing, reduction, ignore_index)
         return loss.reshape(expected) if reduction == 'none' else loss
     target = target if target.dtype == np.int64 else Tensor._wrap(target.data.astype(np.int64), target.device)
-    return CrossEntropy.apply(logits, target, smoothing=float(label_smoothing), reduction=reduction)
+    return CrossEntropy.apply(logits, target, smoothing=float(label_smoothing), reduction=reduction,
+                              ignore_index=int(ignore_index))
 
 
 def mse_loss(input, target, reduction='mean'):
