@@ -694,6 +694,26 @@ def test_inplace_ops_under_no_grad():
     assert p.requires_grad and p.is_leaf and p.grad is None
 
 
+def test_inplace_op_refusals_name_the_problem():
+    """In-place arithmetic that PyTorch refuses raises here too, leaving the tensor as it was: an operand that does not
+    broadcast names both shapes; an expanded tensor (elements sharing memory) asks for a clone; on every device."""
+    devices = ['cpu'] + (['cuda'] if tl.cuda_is_available() else [])
+    for device in devices:
+        a = sample(rng('inplace refusals'), (2, 3))
+        t = tl.Tensor(a.copy(), device=device)
+        raises(ValueError, lambda: t.__iadd__(tl.ones(4, device=device)), '(2, 3)', '(4,)')
+        raises(ValueError, lambda: t.__imul__(tl.ones(2, device=device)), '(2, 3)', '(2,)')
+        base = tl.Tensor(a[0].copy(), device=device)
+        wide = base.expand(2, 3)
+        raises(RuntimeError, lambda: wide.__iadd__(1.0), 'single memory location', 'clone()')
+        assert np.array_equal(t.numpy(), a) and np.array_equal(base.numpy(), a[0]), device
+        if torch is not None:
+            raises(RuntimeError, lambda: torch.tensor(a[0]).expand(2, 3).add_(1.0), 'single memory location')
+        wide_copy = wide.clone()
+        wide_copy += 1.0
+        assert np.array_equal(wide_copy.numpy(), np.broadcast_to(a[0], (2, 3)) + 1), device
+
+
 def test_zero_and_requires_grad_():
     t = tl.Tensor(sample(rng('z'), (3,)))
     t.zero_()

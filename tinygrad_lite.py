@@ -2730,8 +2730,12 @@ class Tensor:
             raise TypeError(f"in-place op: result type {result} can't be cast to the tensor's dtype {self.dtype}")
         if other.device != self.device:
             raise RuntimeError(f"in-place op: tensors on {self.device} and {other.device}")
+        _check_broadcast('in-place op', self.shape, other.shape)
         if np.broadcast_shapes(self.shape, other.shape) != self.shape:
             raise ValueError(f"in-place op: shape {other.shape} cannot update a tensor of shape {self.shape}")
+        if any(step == 0 and size > 1 for step, size in zip(self.data.strides, self.shape)):   # expand()'s views
+            raise RuntimeError("in-place op: more than one element of the written-to tensor refers to a single memory "
+                               "location (an expanded tensor): clone() it first")
         if other.dtype == self.dtype and number is None:
             getattr(_xp(self.data), ufunc)(self.data, other.data, out=self.data)
         else:   # as PyTorch: both operands in the result's arithmetic dtype, rounded once into the tensor's
