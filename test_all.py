@@ -2293,6 +2293,85 @@ def test_inplace_change_of_saved_tensor_raises():
                             1e-12, ('modified by an in-place operation', 'expected version'))
 
 
+def test_inplace_arithmetic_recorded_as_pytorch():
+    """In grad mode, in-place arithmetic where an operand requires grad is recorded as PyTorch records it: on a
+    non-leaf (+=, -=, *=, /=, numbers, a broadcast operand, a float16 tensor updated by a float32 one) and on a tensor
+    that required none (an accumulator), the same gradients; a leaf that requires grad raises as in PyTorch. A tensor
+    whose memory something else holds raises here (PyTorch rebases views; this library does not), leaving the
+    tensor's values and history as they were."""
+    need_torch()
+    r = rng('inplace recorded')
+    x0, y0, b0 = r.uniform(0.5, 1.5, (2, 3)), r.uniform(0.5, 1.5, (2, 3)), r.uniform(0.5, 1.5, 3)
+
+    def chain(m, x, y, b):
+        h = x * 2
+        h += y
+        h -= b
+        h *= y
+        h /= x + 3
+        h += 1.5
+        return [(h * h).sum()]
+
+    def accumulate(m, x, y, b):
+        acc = m.zeros((2, 3), dtype=m.float64)
+        acc += x
+        acc *= b
+        acc += y * y
+        return [acc.sum()]
+
+    def half(m, x, y, b):
+        h = x.half() * 2
+        h += y.float()
+        h *= b.float()
+        h *= 0.5
+        return [h.float().sum() * 3]
+    for name, build in (('chain', chain), ('accumulator', accumulate), ('float16', half)):
+        got = outcome(tl, lambda m: _backward_of(build, m, x0, y0, b0))
+        want = outcome(torch, lambda m: _backward_of(build, m, x0, y0, b0))
+        assert_same_outcome(name, got, want, 2e-3 if name == 'float16' else 1e-12, ())
+    for m in (tl, torch):
+        x = m.tensor(x0, requires_grad=True)
+        raises(RuntimeError, lambda: x.__iadd__(m.tensor(y0)), 'leaf', 'in-place')
+    x, y = tl.tensor(x0, requires_grad=True), tl.tensor(y0, requires_grad=True)
+    for shared in (lambda h: h[0:1], lambda h: h.reshape(-1), lambda h: h.detach(), lambda h: None):
+        h = x * 2 if shared(x) is not None else (x * 2).exp()   # the last: exp keeps its output for its backward
+        keep, ctx = shared(h), h._ctx
+        raises(RuntimeError, lambda: h.__iadd__(y), 'memory', 'out of place')
+        assert np.array_equal(h.numpy(), 2 * x0 if keep is not None else np.exp(2 * x0)) and h._ctx is ctx
+
+
+def _backward_of(build, m, x0, y0, b0, **where):
+    """Leaves x, y, b (requiring grad; `where`: tl's device) in framework m, build(m, x, y, b)[0].backward(); the
+    leaves."""
+    x, y, b = (m.tensor(a, requires_grad=True, **where) for a in (x0, y0, b0))
+    build(m, x, y, b)[0].backward()
+    return [x, y, b]
+
+
+def test_gpu_inplace_arithmetic_recorded():
+    """The recorded in-place arithmetic on the GPU (CuPy arrays: views and saved outputs hold the memory as NumPy's
+    do): the CPU's gradients, and the same refusal of a view's memory."""
+    need_cuda()
+    r = rng('inplace recorded gpu')
+    x0, y0, b0 = r.uniform(0.5, 1.5, (2, 3)), r.uniform(0.5, 1.5, (2, 3)), r.uniform(0.5, 1.5, 3)
+
+    def build(m, x, y, b):
+        h = x * 2
+        h += y
+        h *= b
+        h /= x + 3
+        return [(h * h).sum()]
+    cpu, gpu = (outcome(tl, lambda m: _backward_of(build, m, x0, y0, b0, device=d)) for d in ('cpu', 'cuda'))
+    assert_same_outcome('gpu against cpu', gpu, cpu, 1e-12, ())
+    x, y = tl.tensor(x0, requires_grad=True, device='cuda'), tl.tensor(y0, requires_grad=True, device='cuda')
+    h = x * 2
+    view = h[0:1]
+    raises(RuntimeError, lambda: h.__iadd__(y), 'memory', 'out of place')
+    del view
+    h += y
+    assert_close(h.numpy(), 2 * x0 + y0, 1e-12, 1e-12)
+
+
 def test_inplace_change_of_saved_index_target_or_bias_as_pytorch():
     """Version counters where an op reads a tensor that needs no gradient (a cross-entropy target, an index tensor,
     Embedding's indices), a Parameter made from a tensor (same memory, one counter), and ops whose backward does not

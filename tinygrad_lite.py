@@ -13,6 +13,7 @@ import os
 import sys
 import tempfile
 import threading
+import types
 import warnings
 
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -662,15 +663,16 @@ def _leaf_gradients(root, grad, order):
 
 def _references_alone():
     """sys.getrefcount of a gradient that nothing but _backward's list of leaves holds, read as _backward reads
-    it, and of the base of a view that nothing but the view holds: larger counts mean that something else holds
-    the array. Measured rather than assumed (3 and 2 on CPython 3.11 and 3.12; an interpreter that borrows
+    it, of the base of a view that nothing but the view holds, and of an object's attribute that nothing else
+    holds (a tensor's .data, read as _inplace_recorded reads it): larger counts mean that something else holds the
+    array. Measured rather than assumed (3, 2 and 2 on CPython 3.11 and 3.12; an interpreter that borrows
     references counts fewer)."""
-    view = np.empty(2)[1:]
+    view, holder = np.empty(2)[1:], types.SimpleNamespace(data=np.empty(1))
     for _, g in [(None, np.empty(1))]:
-        return sys.getrefcount(g), sys.getrefcount(view.base)
+        return sys.getrefcount(g), sys.getrefcount(view.base), sys.getrefcount(holder.data)
 
 
-_ALONE, _BASE_ALONE = _references_alone()
+_ALONE, _BASE_ALONE, _DATA_ALONE = _references_alone()
 
 
 def _backward(root, grad, retain_graph):
@@ -938,6 +940,9 @@ class MatMul(Function):
         da = _unbroadcast(_matmul(g, xp.swapaxes(b, -1, -2)), a.shape).reshape(self.a.shape) if self.needs_grad[0] else None
         db = _unbroadcast(_matmul(xp.swapaxes(a, -1, -2), g), b.shape).reshape(self.b.shape) if self.needs_grad[1] else None
         return da, db
+
+
+_INPLACE_OPS = {'add': Add, 'subtract': Sub, 'multiply': Mul, 'divide': Div}   # Tensor._inplace's ufunc -> op
 
 
 # ================================================================ primitive ops: reduce
@@ -2721,8 +2726,7 @@ class Tensor:
     matmul = __matmul__
 
     def _inplace(self, ufunc, other):
-        if self.requires_grad and _GradMode.enabled:
-            raise RuntimeError("in-place operation on a tensor that requires grad: wrap it in tl.no_grad()")
+        operand = other
         number = other if isinstance(other, _NUMBERS) and self.dtype == np.float16 else None   # not rounded first
         other = self._operand(other)
         result = _result_dtype(self, other, divide=ufunc == 'divide')
@@ -2736,6 +2740,8 @@ class Tensor:
         if any(step == 0 and size > 1 for step, size in zip(self.data.strides, self.shape)):   # expand()'s views
             raise RuntimeError("in-place op: more than one element of the written-to tensor refers to a single memory "
                                "location (an expanded tensor): clone() it first")
+        if _GradMode.enabled and (self._requires_grad or other._requires_grad):
+            return self._inplace_recorded(_INPLACE_OPS[ufunc], operand)
         if other.dtype == self.dtype and number is None:
             getattr(_xp(self.data), ufunc)(self.data, other.data, out=self.data)
         else:   # as PyTorch: both operands in the result's arithmetic dtype, rounded once into the tensor's
@@ -2743,6 +2749,26 @@ class Tensor:
             operand = compute.type(number) if number is not None else other.data.astype(compute)
             self.data[...] = getattr(_xp(self.data), ufunc)(self.data.astype(compute), operand)
         self._version[0] += 1
+        return self
+
+    def _inplace_recorded(self, fn, other):
+        """self (fn)= other where autograd records it (grad mode, an operand requiring grad). As PyTorch, a leaf that
+        requires grad is refused; otherwise the result, made out of place, becomes this tensor's data and history.
+        That is the in-place update only while nothing else holds this tensor's memory: a view, detach() or NumPy
+        array of it, or an op keeping it for its backward (PyTorch's backward would then raise) is refused here, as
+        updating their histories (PyTorch's view rebasing and CopySlices) is not implemented."""
+        if self._ctx is None and self._requires_grad:
+            raise RuntimeError("a leaf tensor that requires grad is used in an in-place operation: wrap it in "
+                               "tl.no_grad(), or build the result out of place")
+        if sys.getrefcount(self.data) > _DATA_ALONE:
+            raise RuntimeError(f"in-place op on a tensor of shape {self.shape} whose memory something else holds (a view, "
+                               "detach() or NumPy array of it, or an op that keeps it for its backward), with an "
+                               "operand that requires grad: build the result out of place (x = x + y)")
+        before = Tensor._wrap(self.data, self.device, self._ctx)   # the op's input: this tensor as it was
+        before._requires_grad, before._version = self._requires_grad, self._version
+        out = before._binary(fn, other)
+        out = out if out.dtype == self.dtype else out.to(self.dtype)
+        self.data, self._ctx, self._requires_grad, self._version = out.data, out._ctx, True, out._version
         return self
 
     __iadd__ = lambda self, o: self._inplace('add', o)
