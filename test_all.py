@@ -2340,6 +2340,42 @@ def test_inplace_arithmetic_recorded_as_pytorch():
         assert np.array_equal(h.numpy(), 2 * x0 if keep is not None else np.exp(2 * x0)) and h._ctx is ctx
 
 
+def test_item_assignment_recorded_as_pytorch():
+    """In grad mode, item assignment where the tensor or the value requires grad is recorded as PyTorch records it
+    (CopySlices): gradients to the tensor's earlier history (zero where overwritten) and to the value (the written
+    elements' gradients, summed where the value broadcasts or an index repeats), for slices, integers with arrays
+    apart, masks, repeated indices, a broadcast 0-d value, float32 into float16, and building a result in a tensor
+    that required none; against PyTorch in float64."""
+    need_torch()
+    r = rng('setitem recorded')
+    x0, v0 = r.standard_normal((3, 4, 5)), r.standard_normal((4, 5))
+    mask = r.uniform(size=(3, 4, 5)) > 0.5
+    cases = {
+        'slice of a non-leaf': lambda m, x, v: _assigned(m, x * 2, (slice(1, 3),), v[None, :, :] * 3),
+        'integer and array apart': lambda m, x, v: _assigned(m, x.exp(), (0, slice(None), [0, 1, 3]), v[:, :3]),
+        'a number through a mask': lambda m, x, v: _assigned(m, x + v.sum(), (m.tensor(mask),), 0.5),
+        'repeated rows': lambda m, x, v: _assigned(m, x * x, ([1, 1],), v[None].expand(2, 4, 5) * 1.5),
+        'a 0-d value broadcast': lambda m, x, v: _assigned(m, x * 3, (2,), v.sum()),
+        'float16 tensor, float32 value': lambda m, x, v: _assigned(m, x.half() * 2, (1, 2), v[0].float()).double(),
+        'into a tensor requiring none': lambda m, x, v: _assigned(m, m.zeros((2, 4, 5), dtype=m.float64), (0,), v * x[0]),
+    }
+    for name, build in cases.items():
+        got, want = (outcome(m, lambda m: _assignment_leaves(build, m, x0, v0)) for m in (tl, torch))
+        assert_same_outcome(name, got, want, 2e-3 if 'float16' in name else 1e-12, ())
+
+
+def _assigned(m, target, index, value):
+    target[index] = value
+    return target
+
+
+def _assignment_leaves(build, m, x0, v0):
+    x, v = m.tensor(x0, requires_grad=True), m.tensor(v0, requires_grad=True)
+    out = build(m, x, v)
+    (out * m.tensor(np.arange(out.numel()).reshape(out.shape) % 7 - 3.0)).sum().backward()
+    return [x, v]
+
+
 def _backward_of(build, m, x0, y0, b0, **where):
     """Leaves x, y, b (requiring grad; `where`: tl's device) in framework m, build(m, x, y, b)[0].backward(); the
     leaves."""
@@ -2645,8 +2681,8 @@ def test_indexing_as_pytorch():
     """Indexing as PyTorch where it differs from NumPy: integers apply first as selects, so an integer and an array
     apart keep the array's axes in place (values, shapes and float64 gradients against PyTorch, tensors and 0-d
     tensors as indices too); an empty list selects nothing; a negative step raises ValueError. Item assignment follows
-    the same order, refuses a value that requires grad (it would leave the graph silently) and numbers an integer
-    tensor cannot hold (as tl.full does), leaving the tensor as it was."""
+    the same order, refuses (as PyTorch) a leaf that requires grad in grad mode and numbers an integer tensor cannot
+    hold (as tl.full does), leaving the tensor as it was."""
     need_torch()
     r = rng('indexing_torch')
     x0 = r.standard_normal((3, 4, 5))
@@ -2672,7 +2708,10 @@ def test_indexing_as_pytorch():
     theirs[0, :, [0, 1, 3]] = torch.tensor(value)
     assert_close(ours, theirs.numpy(), 0, 0, 'assignment through an integer and an array apart')
     before = ours.numpy().copy()
-    raises(RuntimeError, lambda: ours.__setitem__((0, 0), tl.tensor(np.ones(5), requires_grad=True)), 'requires grad')
+    for m in (tl, torch):
+        leaf = m.tensor(x0.copy(), requires_grad=True)
+        raises(RuntimeError, lambda: leaf.__setitem__((0, 0), m.tensor(np.ones(5))), 'leaf')
+        assert np.array_equal(leaf.detach().numpy(), x0)
     ints = tl.tensor(np.zeros(3, np.int8))
     for bad in (300, float('nan'), -129):
         raises(RuntimeError, lambda: torch.zeros(3, dtype=torch.int8).__setitem__(0, bad))

@@ -1113,6 +1113,34 @@ class Clone(Function):
         return g
 
 
+class SetItem(Function):
+    """A copy of x with value (broadcast) written at the index `steps` select one after another (Tensor._index_steps,
+    as arrays): item assignment that autograd records. x's gradient is g with the written elements zeroed; value's
+    is g at the written elements, summed down to value's shape."""
+    saves = ()   # backward reads only the index, copied here
+
+    def forward(self, x, value, steps):
+        self.steps, self.value_shape, self.value_dtype = steps, value.shape, value.dtype
+        out = x.copy()
+        self._written(out)[steps[-1]] = value.astype(x.dtype, copy=False)
+        return out
+
+    def _written(self, a):
+        """The view of `a` that the last step indexes (the earlier steps are selects: views)."""
+        for step in self.steps[:-1]:
+            a = a[step]
+        return a
+
+    def backward(self, g):
+        dx = g.copy() if self.needs_grad[0] else None
+        if dx is not None:
+            self._written(dx)[self.steps[-1]] = 0
+        dvalue = None
+        if self.needs_grad[1]:
+            dvalue = _unbroadcast(self._written(g)[self.steps[-1]], self.value_shape).astype(self.value_dtype)
+        return dx, dvalue
+
+
 # ================================================================ fused ops
 # Each op's formula is written once with xp (NumPy or CuPy); where kernels.cu has a kernel for the
 # dtype, the GPU calls it instead of the composed CuPy code. On the GPU, convolutions return
@@ -2741,7 +2769,7 @@ class Tensor:
             raise RuntimeError("in-place op: more than one element of the written-to tensor refers to a single memory "
                                "location (an expanded tensor): clone() it first")
         if _GradMode.enabled and (self._requires_grad or other._requires_grad):
-            return self._inplace_recorded(_INPLACE_OPS[ufunc], operand)
+            return self._recorded_update('op', lambda before: before._binary(_INPLACE_OPS[ufunc], operand).to(self.dtype))
         if other.dtype == self.dtype and number is None:
             getattr(_xp(self.data), ufunc)(self.data, other.data, out=self.data)
         else:   # as PyTorch: both operands in the result's arithmetic dtype, rounded once into the tensor's
@@ -2751,23 +2779,23 @@ class Tensor:
         self._version[0] += 1
         return self
 
-    def _inplace_recorded(self, fn, other):
-        """self (fn)= other where autograd records it (grad mode, an operand requiring grad). As PyTorch, a leaf that
-        requires grad is refused; otherwise the result, made out of place, becomes this tensor's data and history.
-        That is the in-place update only while nothing else holds this tensor's memory: a view, detach() or NumPy
-        array of it, or an op keeping it for its backward (PyTorch's backward would then raise) is refused here, as
-        updating their histories (PyTorch's view rebasing and CopySlices) is not implemented."""
+    def _recorded_update(self, what, update):
+        """An in-place `what` that autograd records (grad mode, a tensor involved requires grad): update(before), a
+        tensor made out of place from `before` (this tensor as it was), becomes this tensor's data and history. As
+        PyTorch, a leaf that requires grad is refused. That is the in-place update only while nothing else holds
+        this tensor's memory: a view, detach() or NumPy array of it, or an op keeping it for its backward (PyTorch's
+        backward would then raise) is refused here, as updating their histories (PyTorch's view rebasing) is not
+        implemented."""
         if self._ctx is None and self._requires_grad:
-            raise RuntimeError("a leaf tensor that requires grad is used in an in-place operation: wrap it in "
+            raise RuntimeError(f"a leaf tensor that requires grad is used in an in-place {what}: wrap it in "
                                "tl.no_grad(), or build the result out of place")
         if sys.getrefcount(self.data) > _DATA_ALONE:
-            raise RuntimeError(f"in-place op on a tensor of shape {self.shape} whose memory something else holds (a view, "
-                               "detach() or NumPy array of it, or an op that keeps it for its backward), with an "
-                               "operand that requires grad: build the result out of place (x = x + y)")
-        before = Tensor._wrap(self.data, self.device, self._ctx)   # the op's input: this tensor as it was
+            raise RuntimeError(f"in-place {what} on a tensor of shape {self.shape} whose memory something else holds (a "
+                               "view, detach() or NumPy array of it, or an op that keeps it for its backward), where "
+                               "autograd records it: build the result out of place (x = x + y, tl.where, tl.cat)")
+        before = Tensor._wrap(self.data, self.device, self._ctx)
         before._requires_grad, before._version = self._requires_grad, self._version
-        out = before._binary(fn, other)
-        out = out if out.dtype == self.dtype else out.to(self.dtype)
+        out = update(before)
         self.data, self._ctx, self._requires_grad, self._version = out.data, out._ctx, True, out._version
         return self
 
@@ -2969,21 +2997,22 @@ class Tensor:
             raise IndexError(f"index {index} is invalid for a tensor of shape {self.shape}: {e}") from None
 
     def __setitem__(self, index, value):
-        if self.requires_grad and _GradMode.enabled:
-            raise RuntimeError("item assignment on a tensor that requires grad: wrap it in tl.no_grad()")
-        if isinstance(value, Tensor) and value.requires_grad and _GradMode.enabled:
-            raise RuntimeError("item assignment of a tensor that requires grad: autograd here does not record it (PyTorch "
-                               "does); build the result out of place (tl.where, tl.cat) or assign under tl.no_grad()")
         _check_fits(value, self.dtype, 'item assignment')
         value = self._operand(value)
+        if value.device != self.device:
+            raise RuntimeError(f"item assignment of a tensor on {value.device} into one on {self.device}")
 
-        def arrays(step):   # index tensors as their arrays, NumPy ones on this tensor's device
-            return tuple(_move(i.data if isinstance(i, Tensor) else i, self.device)
+        def arrays(step):   # index tensors as their arrays (copies: a recorded backward keeps them), on this device
+            return tuple(_move(i.data if isinstance(i, Tensor) else i, self.device).copy()
                          if isinstance(i, (Tensor, np.ndarray)) else i for i in step)
-        target, *steps = [self.data] + self._index_steps(index)
+        steps = [arrays(step) for step in self._index_steps(index)]
+        if _GradMode.enabled and (self._requires_grad or value._requires_grad):
+            self._recorded_update('item assignment', lambda before: SetItem.apply(before, value, steps=steps))
+            return
+        target = self.data
         for step in steps[:-1]:   # the integers first: a view of self's memory
-            target = target[arrays(step)]
-        target[arrays(steps[-1])] = value.data.astype(self.dtype, copy=False)
+            target = target[step]
+        target[steps[-1]] = value.data.astype(self.dtype, copy=False)
         self._version[0] += 1
 
 
