@@ -2385,8 +2385,8 @@ def _backward_of(build, m, x0, y0, b0, **where):
 
 
 def test_gpu_inplace_arithmetic_recorded():
-    """The recorded in-place arithmetic on the GPU (CuPy arrays: views and saved outputs hold the memory as NumPy's
-    do): the CPU's gradients, and the same refusal of a view's memory."""
+    """The recorded in-place arithmetic and item assignment on the GPU (CuPy arrays: views and saved outputs hold the
+    memory as NumPy's do): the CPU's gradients, and the same refusal of a view's memory."""
     need_cuda()
     r = rng('inplace recorded gpu')
     x0, y0, b0 = r.uniform(0.5, 1.5, (2, 3)), r.uniform(0.5, 1.5, (2, 3)), r.uniform(0.5, 1.5, 3)
@@ -2396,6 +2396,8 @@ def test_gpu_inplace_arithmetic_recorded():
         h += y
         h *= b
         h /= x + 3
+        h[1, [0, 2]] = b[:2] * 2   # item assignment, recorded
+        h[0] = 0.5
         return [(h * h).sum()]
     cpu, gpu = (outcome(tl, lambda m: _backward_of(build, m, x0, y0, b0, device=d)) for d in ('cpu', 'cuda'))
     assert_same_outcome('gpu against cpu', gpu, cpu, 1e-12, ())
