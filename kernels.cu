@@ -3041,9 +3041,12 @@ cross_entropy_fwd(const T* __restrict__ x, const I* __restrict__ target, T* __re
             const bool ignored = y == (long long)ignore;
             const A l = shift + log_(s), loss = ignored ? A(0) : known ? l - on * xy - smooth : quiet_nan<A>();
             if (lse) lse[row] = l;
-            if (reduction == 0) out[row] = T(loss);
-            total += double(loss);
-            count += ignored ? 0.0 : 1.0;
+            if (reduction == 0) {
+                out[row] = T(loss);
+            } else {
+                total += double(loss);
+                count += ignored ? 0.0 : 1.0;
+            }
         }
     }
     if (reduction == 0) return;

@@ -2124,7 +2124,15 @@ def test_cross_entropy_ignore_index_as_pytorch():
                 got.sum().backward()
                 want.sum().backward()
                 assert_close(ours.grad, theirs.grad.numpy(), 1e-10, 1e-12, what + ' gradient')
+    x, t = sample(r, (4, 5)), np.array([0, -100, 3, -100])
+    x[1, 2], x[3, 0] = np.nan, np.inf   # ignored rows: PyTorch's NaN gradients there (0 * NaN), as the fused kernel's
+    for reduction in ('mean', 'sum', 'none'):
+        ours, theirs = tl.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+        tl.cross_entropy(ours, tl.tensor(t), 0.1, reduction).sum().backward()
+        F.cross_entropy(theirs, torch.tensor(t), label_smoothing=0.1, reduction=reduction).sum().backward()
+        assert_matches(ours.grad.numpy(), theirs.grad.numpy(), 1e-12, f'non-finite ignored rows, {reduction}')
     x = sample(r, (3, 4))
+    raises(TypeError, lambda: tl.cross_entropy(tl.tensor(x), tl.tensor([0, 1, 2]), ignore_index=True), 'ignore_index')
     raises(ValueError, lambda: tl.cross_entropy(tl.tensor(x), tl.tensor([0, -1, 2])), 'targets must lie in [0, 4)', '-100')
     raises(ValueError, lambda: tl.cross_entropy(tl.tensor(x), tl.tensor([0, -100, 2]), ignore_index=1), '[0, 4)')
     raises(TypeError, lambda: tl.cross_entropy(tl.tensor(x), tl.tensor([0, 1, 2]), ignore_index=1.5), 'ignore_index')
@@ -2338,6 +2346,28 @@ def test_inplace_arithmetic_recorded_as_pytorch():
         keep, ctx = shared(h), h._ctx
         raises(RuntimeError, lambda: h.__iadd__(y), 'memory', 'out of place')
         assert np.array_equal(h.numpy(), 2 * x0 if keep is not None else np.exp(2 * x0)) and h._ctx is ctx
+    # refused where this library cannot keep PyTorch's semantics: the update would not reach the memory viewed
+    # (PyTorch writes through the view), or an op that already took the tensor would see the new history
+    h = x * 2
+    for view in (lambda: h.reshape(3, 2), lambda: h[0:1], lambda: h.T):
+        v = view()
+        raises(RuntimeError, lambda: v.__iadd__(tl.ones(v.shape, dtype=tl.float64, requires_grad=True)), 'memory')
+        assert np.array_equal(h.numpy(), 2 * x0)
+    h = x * 2
+    total = h.sum()
+    raises(RuntimeError, lambda: h.__imul__(y), 'already took it')
+    (total * 1).backward()
+    assert np.array_equal(x.grad.numpy(), np.full((2, 3), 2.0)), 'the earlier op kept its history'
+    twice = outcome(tl, lambda m: _self_update(m, x0)), outcome(torch, lambda m: _self_update(m, x0))
+    assert_same_outcome('h += h', *twice, 1e-12, ())
+
+
+def _self_update(m, x0):
+    x = m.tensor(x0, requires_grad=True)
+    h = x * 3
+    h += h
+    (h * h).sum().backward()
+    return [x]
 
 
 def test_item_assignment_recorded_as_pytorch():

@@ -568,6 +568,8 @@ class Function:
             result._version = inputs[0]._version   # a view: an in-place change to either changes both
         if recording:
             ctx.versions = ctx._versions(result)
+            for t in inputs:   # its history now feeds this op's: an in-place update must not replace it (_recorded_update)
+                t._used = True
         return result
 
     def _versions(self, out):
@@ -2533,11 +2535,10 @@ class CrossEntropy(Function):
                          + _scalars(a.type, self.smoothing) + _int32s(self.lanes) + _int64s(self.ignore_index))
             return dx, None
         d = self.probs - self.smoothing / self.probs.shape[1]
-        d[xp.arange(n), xp.where(self.kept, self.target, 0)] -= 1 - self.smoothing
-        d[~self.kept] = 0
+        d[xp.arange(n), xp.where(self.kept, self.target, 0)] -= (1 - self.smoothing) * self.kept
         scale = 1 / max(self.count, 1) if self.reduction == 'mean' else 1.0
-        weight = g.astype(d.dtype)[:, None] if self.reduction == 'none' else g.astype(d.dtype) * scale
-        return (d * weight).astype(self.dtype), None
+        weight = (g.astype(d.dtype) if self.reduction == 'none' else g.astype(d.dtype) * scale) * self.kept
+        return (d * weight[:, None]).astype(self.dtype), None   # ignored rows: 0 (NaN logits: NaN, as PyTorch)
 
 
 # ================================================================ the Tensor
@@ -2569,7 +2570,7 @@ class Tensor:
             device = _device_of(array)
         self.data = _move(array, _parse_device(device))
         self.device = _device_of(self.data)
-        self.grad, self._ctx, self._requires_grad, self._version = None, None, False, [0]
+        self.grad, self._ctx, self._requires_grad, self._version, self._used = None, None, False, [0], False
         self.requires_grad = requires_grad
 
     @classmethod
@@ -2578,7 +2579,7 @@ class Tensor:
         (in-place ops need one); on the GPU a NumPy scalar is an op's Python-number operand, a kernel argument."""
         t = cls.__new__(cls)
         t.data = np.asarray(array) if device == 'cpu' else array
-        t.device, t.grad, t._ctx, t._requires_grad, t._version = device, None, ctx, ctx is not None, [0]
+        t.device, t.grad, t._ctx, t._requires_grad, t._version, t._used = device, None, ctx, ctx is not None, [0], False
         return t
 
     # ---- attributes
@@ -2769,7 +2770,8 @@ class Tensor:
             raise RuntimeError("in-place op: more than one element of the written-to tensor refers to a single memory "
                                "location (an expanded tensor): clone() it first")
         if _GradMode.enabled and (self._requires_grad or other._requires_grad):
-            return self._recorded_update('op', lambda before: before._binary(_INPLACE_OPS[ufunc], operand).to(self.dtype))
+            return self._recorded_update('op', lambda before: before._binary(
+                _INPLACE_OPS[ufunc], before if operand is self else operand).to(self.dtype))
         if other.dtype == self.dtype and number is None:
             getattr(_xp(self.data), ufunc)(self.data, other.data, out=self.data)
         else:   # as PyTorch: both operands in the result's arithmetic dtype, rounded once into the tensor's
@@ -2782,21 +2784,23 @@ class Tensor:
     def _recorded_update(self, what, update):
         """An in-place `what` that autograd records (grad mode, a tensor involved requires grad): update(before), a
         tensor made out of place from `before` (this tensor as it was), becomes this tensor's data and history. As
-        PyTorch, a leaf that requires grad is refused. That is the in-place update only while nothing else holds
-        this tensor's memory: a view, detach() or NumPy array of it, or an op keeping it for its backward (PyTorch's
-        backward would then raise) is refused here, as updating their histories (PyTorch's view rebasing) is not
-        implemented."""
+        PyTorch, a leaf that requires grad is refused. That equals the in-place update only where nothing else holds
+        this tensor's memory or history, so (where PyTorch would rebase views and keep the old history for earlier
+        ops) this refuses a tensor that views memory held elsewhere, whose memory a view, detach(), NumPy array or an
+        op's saved value holds, or that a recorded op already took as an input (its history is that op's)."""
         if self._ctx is None and self._requires_grad:
             raise RuntimeError(f"a leaf tensor that requires grad is used in an in-place {what}: wrap it in "
                                "tl.no_grad(), or build the result out of place")
-        if sys.getrefcount(self.data) > _DATA_ALONE:
-            raise RuntimeError(f"in-place {what} on a tensor of shape {self.shape} whose memory something else holds (a "
-                               "view, detach() or NumPy array of it, or an op that keeps it for its backward), where "
-                               "autograd records it: build the result out of place (x = x + y, tl.where, tl.cat)")
+        if self._used or sys.getrefcount(self.data) > _DATA_ALONE or self.data.base is not None and (
+                self.data.base.base is not None or sys.getrefcount(self.data.base) > _BASE_ALONE):   # no locals: counts
+            raise RuntimeError(f"in-place {what} on a tensor of shape {self.shape} that autograd records, where the "
+                               "tensor's memory or history is held elsewhere (a view of another tensor, a view, "
+                               "detach() or NumPy array of it, an op that keeps it for its backward or already took it "
+                               "as an input): build the result out of place (x = x + y, tl.where, tl.cat)")
         before = Tensor._wrap(self.data, self.device, self._ctx)
-        before._requires_grad, before._version = self._requires_grad, self._version
+        before._version = self._version
         out = update(before)
-        self.data, self._ctx, self._requires_grad, self._version = out.data, out._ctx, True, out._version
+        self.data, self._ctx, self._requires_grad, self._version = out.data, out._ctx, out._requires_grad, out._version
         return self
 
     __iadd__ = lambda self, o: self._inplace('add', o)
@@ -3230,7 +3234,8 @@ def cross_entropy(logits, target, label_smoothing=0.0, reduction='mean', ignore_
         raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
     if not 0 <= label_smoothing <= 1:
         raise ValueError(f"cross_entropy: label_smoothing must lie in [0, 1], got {label_smoothing}")
-    if not isinstance(ignore_index, (int, np.integer)) or not -2 ** 63 <= ignore_index < 2 ** 63:
+    if not isinstance(ignore_index, (int, np.integer)) or isinstance(ignore_index, bool) or \
+            not -2 ** 63 <= ignore_index < 2 ** 63:
         raise TypeError(f"cross_entropy: ignore_index must be an int64 class index, got {ignore_index!r}")
     target = target if isinstance(target, Tensor) else Tensor(np.asarray(target), device=logits.device)
     # as PyTorch: logits (C,) with a 0-d target, (N, C) with (N,), or (N, C, d1, ...) with (N, d1, ...)
