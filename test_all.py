@@ -2306,8 +2306,8 @@ def test_inplace_arithmetic_recorded_as_pytorch():
     """In grad mode, in-place arithmetic where an operand requires grad is recorded as PyTorch records it: on a
     non-leaf (+=, -=, *=, /=, numbers, a broadcast operand, a float16 tensor updated by a float32 one) and on a tensor
     that required none (an accumulator), the same gradients; a leaf that requires grad raises as in PyTorch. A tensor
-    whose memory something else holds raises here (PyTorch rebases views; this library does not), leaving the
-    tensor's values and history as they were."""
+    or memory something else holds raises here (PyTorch rebases views and keeps earlier ops' histories; this library
+    does not), leaving the tensor's values and history as they were; a logged accumulator works as in PyTorch."""
     need_torch()
     r = rng('inplace recorded')
     x0, y0, b0 = r.uniform(0.5, 1.5, (2, 3)), r.uniform(0.5, 1.5, (2, 3)), r.uniform(0.5, 1.5, 3)
@@ -2341,34 +2341,57 @@ def test_inplace_arithmetic_recorded_as_pytorch():
     for m in (tl, torch):
         x = m.tensor(x0, requires_grad=True)
         raises(RuntimeError, lambda: x.__iadd__(m.tensor(y0)), 'leaf', 'in-place')
+    # refused where this library cannot keep PyTorch's semantics (each update written as code writes it, on a tensor
+    # that one name holds): the update would not reach memory shared with a view, NumPy or an op's saved value, or an
+    # op that already took the tensor would see the new history; the tensor keeps its values and history
     x, y = tl.tensor(x0, requires_grad=True), tl.tensor(y0, requires_grad=True)
-    for shared in (lambda h: h[0:1], lambda h: h.reshape(-1), lambda h: h.detach(), lambda h: None):
-        h = x * 2 if shared(x) is not None else (x * 2).exp()   # the last: exp keeps its output for its backward
-        keep, ctx = shared(h), h._ctx
-        raises(RuntimeError, lambda: h.__iadd__(y), 'memory', 'out of place')
-        assert np.array_equal(h.numpy(), 2 * x0 if keep is not None else np.exp(2 * x0)) and h._ctx is ctx
-    # refused where this library cannot keep PyTorch's semantics: the update would not reach the memory viewed
-    # (PyTorch writes through the view), or an op that already took the tensor would see the new history
-    h = x * 2
-    for view in (lambda: h.reshape(3, 2), lambda: h[0:1], lambda: h.T):
-        v = view()
-        raises(RuntimeError, lambda: v.__iadd__(tl.ones(v.shape, dtype=tl.float64, requires_grad=True)), 'memory')
-        assert np.array_equal(h.numpy(), 2 * x0)
+    for case, reason in (('a view kept', 'view'), ('a detach() kept', 'detach'), ('exp keeps its output', 'saved'),
+                         ('a view updated', 'view'), ('taken by an op', 'op'), ('a transpose updated', 'view')):
+        message, values, ctx_kept = _refused_update(case, x, y)
+        assert message is not None and 'held elsewhere' in message, (case, message)
+        assert ctx_kept and np.array_equal(values, np.exp(2 * x0) if case == 'exp keeps its output' else 2 * x0), case
     h = x * 2
     total = h.sum()
-    raises(RuntimeError, lambda: h.__imul__(y), 'already took it')
+    del h   # the sum still holds it
     (total * 1).backward()
-    assert np.array_equal(x.grad.numpy(), np.full((2, 3), 2.0)), 'the earlier op kept its history'
-    twice = outcome(tl, lambda m: _self_update(m, x0)), outcome(torch, lambda m: _self_update(m, x0))
-    assert_same_outcome('h += h', *twice, 1e-12, ())
-
-
-def _self_update(m, x0):
-    x = m.tensor(x0, requires_grad=True)
+    assert np.array_equal(x.grad.numpy(), np.full((2, 3), 2.0))
+    assert_same_outcome('a logged accumulator', outcome(tl, lambda m: _logged_accumulator(m, x0)),
+                        outcome(torch, lambda m: _logged_accumulator(m, x0)), 1e-12, ())
     h = x * 3
-    h += h
-    (h * h).sum().backward()
+    raises(RuntimeError, lambda: _self_update(h), 'held elsewhere')   # PyTorch allows h += h; here h holds itself
+    assert np.array_equal(h.numpy(), 3 * x0)
+
+
+def _refused_update(case, x, y):
+    """(the error's message or None, the updated tensor's values afterwards, whether it kept its op) of `case`."""
+    h = (x * 2).exp() if case == 'exp keeps its output' else x * 2
+    ctx = h._ctx
+    kept = h[0:1] if case == 'a view kept' else h.detach() if case == 'a detach() kept' else \
+        h.sum() if case == 'taken by an op' else None   # held through the update
+    target = h.reshape(3, 2) if case == 'a view updated' else h.T if case == 'a transpose updated' else None
+    try:
+        if target is None:
+            h += y
+        else:
+            target += tl.ones(target.shape, dtype=tl.float64, requires_grad=True)
+    except RuntimeError as e:
+        return str(e), h.numpy(), h._ctx is ctx
+    return None, h.numpy(), kept is None
+
+
+def _logged_accumulator(m, x0):
+    """A running total read between updates (as a training loop logs its loss), then differentiated."""
+    x = m.tensor(x0, requires_grad=True)
+    running = m.zeros((), dtype=m.float64)
+    for i in range(3):
+        running += (x * (i + 1)).sum()
+        (running / (i + 1)).item()
+    running.backward()
     return [x]
+
+
+def _self_update(h):
+    h += h
 
 
 def test_item_assignment_recorded_as_pytorch():
@@ -2389,10 +2412,33 @@ def test_item_assignment_recorded_as_pytorch():
         'a 0-d value broadcast': lambda m, x, v: _assigned(m, x * 3, (2,), v.sum()),
         'float16 tensor, float32 value': lambda m, x, v: _assigned(m, x.half() * 2, (1, 2), v[0].float()).double(),
         'into a tensor requiring none': lambda m, x, v: _assigned(m, m.zeros((2, 4, 5), dtype=m.float64), (0,), v * x[0]),
+        'a 0-d index tensor beside an array': lambda m, x, v: _assigned(m, x * 1, (m.tensor(np.array(1)), [0, 2]), v[:2]),
+        'a value with a leading size-1 axis': lambda m, x, v: _assigned(m, x * 1, (0,), v[None]),
+        'a 0-d tensor': lambda m, x, v: _assigned(m, (x * 2).sum(), (Ellipsis,), v.sum()),
+        'an output built step by step': _built_step_by_step,
     }
     for name, build in cases.items():
         got, want = (outcome(m, lambda m: _assignment_leaves(build, m, x0, v0)) for m in (tl, torch))
         assert_same_outcome(name, got, want, 2e-3 if 'float16' in name else 1e-12, ())
+    x, v = tl.tensor(x0, requires_grad=True), tl.tensor(v0, requires_grad=True)
+    wide = tl.zeros((1, 5), dtype=tl.float64).expand(4, 5)   # PyTorch writes the shared row; refused here
+    raises(RuntimeError, lambda: _assign(wide, v[0]), 'single memory location')
+    t = x * 2
+    raises(RuntimeError, lambda: _assign(t, t[0]), 'held elsewhere')   # t[0] took t
+    assert np.array_equal(t.numpy(), 2 * x0) and np.array_equal(wide.numpy(), np.zeros((4, 5)))
+
+
+def _assign(target, value):
+    target[0] = value
+
+
+def _built_step_by_step(m, x, v):
+    """An RNN's outputs written into a preallocated tensor, one step at a time."""
+    out, h = m.zeros((3, 4, 5), dtype=m.float64), v[0] * 0
+    for t in range(4):
+        h = (h + x[:, t].sum(0) * v[t]).tanh()
+        out[:, t] = h
+    return out
 
 
 def _assigned(m, target, index, value):

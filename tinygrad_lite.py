@@ -568,8 +568,6 @@ class Function:
             result._version = inputs[0]._version   # a view: an in-place change to either changes both
         if recording:
             ctx.versions = ctx._versions(result)
-            for t in inputs:   # its history now feeds this op's: an in-place update must not replace it (_recorded_update)
-                t._used = True
         return result
 
     def _versions(self, out):
@@ -1116,16 +1114,16 @@ class Clone(Function):
 
 
 class SetItem(Function):
-    """A copy of x with value (broadcast) written at the index `steps` select one after another (Tensor._index_steps,
-    as arrays): item assignment that autograd records. x's gradient is g with the written elements zeroed; value's
-    is g at the written elements, summed down to value's shape."""
+    """x with value (broadcast) written at the index `steps` select one after another (Tensor._index_steps, as
+    arrays), in x's memory: item assignment that autograd records (Tensor._recorded_update: nothing else reads that
+    memory). x's gradient is g with the written elements zeroed; value's is g at the written elements, summed down to
+    value's shape."""
     saves = ()   # backward reads only the index, copied here
 
     def forward(self, x, value, steps):
         self.steps, self.value_shape, self.value_dtype = steps, value.shape, value.dtype
-        out = x.copy()
-        self._written(out)[steps[-1]] = value.astype(x.dtype, copy=False)
-        return out
+        self._written(x)[steps[-1]] = value.astype(x.dtype, copy=False)
+        return x
 
     def _written(self, a):
         """The view of `a` that the last step indexes (the earlier steps are selects: views)."""
@@ -1134,12 +1132,15 @@ class SetItem(Function):
         return a
 
     def backward(self, g):
+        g = _xp(g).asarray(g)   # NumPy gives a 0-d result as a scalar
         dx = g.copy() if self.needs_grad[0] else None
         if dx is not None:
             self._written(dx)[self.steps[-1]] = 0
         dvalue = None
-        if self.needs_grad[1]:
-            dvalue = _unbroadcast(self._written(g)[self.steps[-1]], self.value_shape).astype(self.value_dtype)
+        if self.needs_grad[1]:   # the written elements' gradients; a value may have more (leading, size-1) axes
+            written = self._written(g)[self.steps[-1]]
+            written = written.reshape((1,) * (len(self.value_shape) - written.ndim) + written.shape)
+            dvalue = _unbroadcast(written, self.value_shape).astype(self.value_dtype)
         return dx, dvalue
 
 
@@ -2570,7 +2571,7 @@ class Tensor:
             device = _device_of(array)
         self.data = _move(array, _parse_device(device))
         self.device = _device_of(self.data)
-        self.grad, self._ctx, self._requires_grad, self._version, self._used = None, None, False, [0], False
+        self.grad, self._ctx, self._requires_grad, self._version = None, None, False, [0]
         self.requires_grad = requires_grad
 
     @classmethod
@@ -2579,7 +2580,7 @@ class Tensor:
         (in-place ops need one); on the GPU a NumPy scalar is an op's Python-number operand, a kernel argument."""
         t = cls.__new__(cls)
         t.data = np.asarray(array) if device == 'cpu' else array
-        t.device, t.grad, t._ctx, t._requires_grad, t._version, t._used = device, None, ctx, ctx is not None, [0], False
+        t.device, t.grad, t._ctx, t._requires_grad, t._version = device, None, ctx, ctx is not None, [0]
         return t
 
     # ---- attributes
@@ -2766,12 +2767,9 @@ class Tensor:
         _check_broadcast('in-place op', self.shape, other.shape)
         if np.broadcast_shapes(self.shape, other.shape) != self.shape:
             raise ValueError(f"in-place op: shape {other.shape} cannot update a tensor of shape {self.shape}")
-        if any(step == 0 and size > 1 for step, size in zip(self.data.strides, self.shape)):   # expand()'s views
-            raise RuntimeError("in-place op: more than one element of the written-to tensor refers to a single memory "
-                               "location (an expanded tensor): clone() it first")
+        self._refuse_expanded('op')
         if _GradMode.enabled and (self._requires_grad or other._requires_grad):
-            return self._recorded_update('op', lambda before: before._binary(
-                _INPLACE_OPS[ufunc], before if operand is self else operand).to(self.dtype))
+            return self._recorded_update('op', lambda before: before._binary(_INPLACE_OPS[ufunc], operand).to(self.dtype))
         if other.dtype == self.dtype and number is None:
             getattr(_xp(self.data), ufunc)(self.data, other.data, out=self.data)
         else:   # as PyTorch: both operands in the result's arithmetic dtype, rounded once into the tensor's
@@ -2782,26 +2780,41 @@ class Tensor:
         return self
 
     def _recorded_update(self, what, update):
-        """An in-place `what` that autograd records (grad mode, a tensor involved requires grad): update(before), a
-        tensor made out of place from `before` (this tensor as it was), becomes this tensor's data and history. As
-        PyTorch, a leaf that requires grad is refused. That equals the in-place update only where nothing else holds
-        this tensor's memory or history, so (where PyTorch would rebase views and keep the old history for earlier
-        ops) this refuses a tensor that views memory held elsewhere, whose memory a view, detach(), NumPy array or an
-        op's saved value holds, or that a recorded op already took as an input (its history is that op's)."""
+        """An in-place `what` that autograd records (grad mode, a tensor involved requires grad): update(before),
+        made from `before` (this tensor as it was), becomes this tensor's data and history. As PyTorch, a leaf that
+        requires grad is refused. That is the in-place update only where nothing else holds this tensor or its
+        memory, so (where PyTorch would rebase views and keep the old history for ops that took the tensor) this
+        refuses a tensor that another name, container or recorded op holds, that views memory held elsewhere, or
+        whose memory a view, detach(), NumPy array or an op's saved value holds. The references are counted
+        (sys.getrefcount against the counts of a tensor held by one name alone, measured at import)."""
         if self._ctx is None and self._requires_grad:
             raise RuntimeError(f"a leaf tensor that requires grad is used in an in-place {what}: wrap it in "
                                "tl.no_grad(), or build the result out of place")
-        if self._used or sys.getrefcount(self.data) > _DATA_ALONE or self.data.base is not None and (
-                self.data.base.base is not None or sys.getrefcount(self.data.base) > _BASE_ALONE):   # no locals: counts
+        if what not in _SELF_ALONE:   # the import's own measuring update
+            _SELF_ALONE[what] = sys.getrefcount(self)
+        self._refuse_expanded(what)
+        if sys.getrefcount(self) > _SELF_ALONE[what] or sys.getrefcount(self.data) > _DATA_ALONE or \
+                self.data.base is not None and (self.data.base.base is not None
+                                                or sys.getrefcount(self.data.base) > _BASE_ALONE):   # no locals: counts
             raise RuntimeError(f"in-place {what} on a tensor of shape {self.shape} that autograd records, where the "
-                               "tensor's memory or history is held elsewhere (a view of another tensor, a view, "
-                               "detach() or NumPy array of it, an op that keeps it for its backward or already took it "
-                               "as an input): build the result out of place (x = x + y, tl.where, tl.cat)")
+                               "tensor or its memory is held elsewhere (another name or container, a recorded op "
+                               "that took it as an input or keeps it for its backward, a view of another tensor, a "
+                               "view, detach() or NumPy array of it): build the result out of place (x = x + y, "
+                               "tl.where, tl.cat)")
         before = Tensor._wrap(self.data, self.device, self._ctx)
         before._version = self._version
         out = update(before)
+        if out.data is before.data:   # written in place (SetItem): the graph's `before` keeps the shape, not the memory
+            xp = _xp(out.data)
+            before.data = xp.broadcast_to(xp.zeros((), out.dtype), out.shape)
         self.data, self._ctx, self._requires_grad, self._version = out.data, out._ctx, out._requires_grad, out._version
         return self
+
+    def _refuse_expanded(self, what):
+        """As PyTorch: no in-place update of a tensor whose elements share memory (expand()'s views)."""
+        if any(step == 0 and size > 1 for step, size in zip(self.data.strides, self.shape)):
+            raise RuntimeError(f"in-place {what}: more than one element of the written-to tensor refers to a single "
+                               "memory location (an expanded tensor): clone() it first")
 
     __iadd__ = lambda self, o: self._inplace('add', o)
     __isub__ = lambda self, o: self._inplace('subtract', o)
@@ -3006,8 +3019,9 @@ class Tensor:
         if value.device != self.device:
             raise RuntimeError(f"item assignment of a tensor on {value.device} into one on {self.device}")
 
-        def arrays(step):   # index tensors as their arrays (copies: a recorded backward keeps them), on this device
-            return tuple(_move(i.data if isinstance(i, Tensor) else i, self.device).copy()
+        def arrays(step):   # index tensors as their arrays (copies: a recorded backward keeps them), on this device;
+            # a 0-d one (a select, as _index_steps reads it) as its int, which NumPy and CuPy index as a view
+            return tuple((int(i) if i.ndim == 0 else _move(i.data if isinstance(i, Tensor) else i, self.device).copy())
                          if isinstance(i, (Tensor, np.ndarray)) else i for i in step)
         steps = [arrays(step) for step in self._index_steps(index)]
         if _GradMode.enabled and (self._requires_grad or value._requires_grad):
@@ -3018,6 +3032,10 @@ class Tensor:
             target = target[step]
         target[steps[-1]] = value.data.astype(self.dtype, copy=False)
         self._version[0] += 1
+
+
+_SELF_ALONE = {}   # _recorded_update's `what` -> sys.getrefcount of a tensor that one name alone holds, in there
+# (measured at the end of this file)
 
 
 # ================================================================ functions
@@ -3958,3 +3976,16 @@ def load(path, device='cpu'):
     device = _parse_device(device)
     with np.load(path, allow_pickle=False) as arrays:
         return _decode(json.loads(str(arrays['tree'])), arrays, device)
+
+
+def _measure_recorded_updates():
+    """Fills _SELF_ALONE with one update of each kind, written as code writes them (the interpreter's own calls)."""
+    with enable_grad():
+        value = Tensor(np.ones(()), requires_grad=True)
+        t = Tensor(np.zeros(2))
+        t += value
+        t = Tensor(np.zeros(2))
+        t[0] = value
+
+
+_measure_recorded_updates()
