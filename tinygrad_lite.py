@@ -3021,7 +3021,7 @@ class Tensor:
 
         def arrays(step):   # index tensors as their arrays (copies: a recorded backward keeps them), on this device;
             # a 0-d one (a select, as _index_steps reads it) as its int, which NumPy and CuPy index as a view
-            return tuple((int(i) if i.ndim == 0 else _move(i.data if isinstance(i, Tensor) else i, self.device).copy())
+            return tuple((int(i) if _is_select(i) else _move(i.data if isinstance(i, Tensor) else i, self.device).copy())
                          if isinstance(i, (Tensor, np.ndarray)) else i for i in step)
         steps = [arrays(step) for step in self._index_steps(index)]
         if _GradMode.enabled and (self._requires_grad or value._requires_grad):
