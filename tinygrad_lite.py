@@ -664,7 +664,7 @@ def _leaf_gradients(root, grad, order):
 def _references_alone():
     """sys.getrefcount of a gradient that nothing but _backward's list of leaves holds, read as _backward reads
     it, of the base of a view that nothing but the view holds, and of an object's attribute that nothing else
-    holds (a tensor's .data, read as _inplace_recorded reads it): larger counts mean that something else holds the
+    holds (a tensor's .data, read as _recorded_update reads it): larger counts mean that something else holds the
     array. Measured rather than assumed (3, 2 and 2 on CPython 3.11 and 3.12; an interpreter that borrows
     references counts fewer)."""
     view, holder = np.empty(2)[1:], types.SimpleNamespace(data=np.empty(1))
@@ -2756,7 +2756,7 @@ class Tensor:
     matmul = __matmul__
 
     def _inplace(self, ufunc, other):
-        operand = other
+        given = other
         number = other if isinstance(other, _NUMBERS) and self.dtype == np.float16 else None   # not rounded first
         other = self._operand(other)
         result = _result_dtype(self, other, divide=ufunc == 'divide')
@@ -2769,7 +2769,7 @@ class Tensor:
             raise ValueError(f"in-place op: shape {other.shape} cannot update a tensor of shape {self.shape}")
         self._refuse_expanded('op')
         if _GradMode.enabled and (self._requires_grad or other._requires_grad):
-            return self._recorded_update('op', lambda before: before._binary(_INPLACE_OPS[ufunc], operand).to(self.dtype))
+            return self._recorded_update('op', lambda before: before._binary(_INPLACE_OPS[ufunc], given).to(self.dtype))
         if other.dtype == self.dtype and number is None:
             getattr(_xp(self.data), ufunc)(self.data, other.data, out=self.data)
         else:   # as PyTorch: both operands in the result's arithmetic dtype, rounded once into the tensor's
