@@ -2801,6 +2801,28 @@ def test_indexing_as_pytorch():
     assert not ints.numpy().any(), 'refused fills change nothing'
 
 
+def test_single_element_index_is_a_view_as_pytorch():
+    """x[i] (and x[i, j]) selecting one element is a 0-d view, as in PyTorch: an in-place change of either shows in
+    the other (NumPy's scalar was a copy), and a backward that read it raises after x changes."""
+    need_torch()
+    for m in (tl, torch):
+        t = m.tensor(np.array([[1., 2.], [3., 4.]]))
+        v, w = t[1, 0], t[0]
+        t *= 2
+        with m.no_grad():
+            v += 10
+        assert v.item() == 16.0 and t.numpy()[1, 0] == 16.0 and w[1].item() == 4.0, m.__name__
+    outcomes = []
+    for m in (tl, torch):
+        x = m.tensor(np.array([1., 2., 3.]), requires_grad=True)
+        h = x * 1
+        y = h[1] * h[1]   # Mul saves h[1]
+        with m.no_grad():
+            h += 1
+        outcomes.append(outcome(m, lambda m: (y.backward(), [x])[1]))
+    assert_same_outcome('a saved element changed through its tensor', *outcomes, 0, ('modified by an in-place',))
+
+
 def test_view_shapes_pads_and_float16_gelu_as_pytorch():
     """view refuses memory it cannot view without a copy (RuntimeError, as PyTorch) and shares it where it can;
     negative pads crop (torch.nn.functional.pad's values and gradients), crops past an axis raise; mean and var of

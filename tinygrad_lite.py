@@ -1057,7 +1057,8 @@ class GetItem(Function):
         index = tuple(next(arrays) if i is _INDEX_INPUT else i for i in index)
         self.shape, self.dtype, self.index = x.shape, x.dtype, index
         self.saves = tuple(range(1, 1 + len(index_arrays)))   # backward scatters through the index arrays
-        return x[index]
+        out = x[index]   # NumPy gives a scalar (a copy) where integers select one element: a 0-d view, as PyTorch's
+        return out if isinstance(out, type(x)) else x[(index if isinstance(index, tuple) else (index,)) + (Ellipsis,)]
 
     def backward(self, g):
         xp = _xp(g)
