@@ -2307,7 +2307,8 @@ def test_inplace_arithmetic_recorded_as_pytorch():
     non-leaf (+=, -=, *=, /=, numbers, a broadcast operand, a float16 tensor updated by a float32 one) and on a tensor
     that required none (an accumulator), the same gradients; a leaf that requires grad raises as in PyTorch. A tensor
     or memory something else holds raises here (PyTorch rebases views and keeps earlier ops' histories; this library
-    does not), leaving the tensor's values and history as they were; a logged accumulator works as in PyTorch."""
+    does not), leaving the tensor's values and history as they were, however the update is called; a logged
+    accumulator, h += h and updates through another name work as in PyTorch."""
     need_torch()
     r = rng('inplace recorded')
     x0, y0, b0 = r.uniform(0.5, 1.5, (2, 3)), r.uniform(0.5, 1.5, (2, 3)), r.uniform(0.5, 1.5, 3)
@@ -2355,11 +2356,16 @@ def test_inplace_arithmetic_recorded_as_pytorch():
     del h   # the sum still holds it
     (total * 1).backward()
     assert np.array_equal(x.grad.numpy(), np.full((2, 3), 2.0))
-    assert_same_outcome('a logged accumulator', outcome(tl, lambda m: _logged_accumulator(m, x0)),
-                        outcome(torch, lambda m: _logged_accumulator(m, x0)), 1e-12, ())
-    h = x * 3
-    raises(RuntimeError, lambda: _self_update(h), 'held elsewhere')   # PyTorch allows h += h; here h holds itself
-    assert np.array_equal(h.numpy(), 3 * x0)
+    for build in (_logged_accumulator, _self_update, _aliased_update):
+        assert_same_outcome(build.__name__, outcome(tl, lambda m: build(m, x0)), outcome(torch, lambda m: build(m, x0)),
+                            1e-12, ())
+    h, y = x * 1, tl.tensor(y0, requires_grad=True)
+    total = h.sum()
+    for update in (lambda: h.__iadd__(y), lambda: Tensor_iadd(h, y), lambda: h.__setitem__(0, h.sum())):
+        raises(RuntimeError, update, 'held elsewhere')   # however called: the sum (an op alive) took h
+    assert np.array_equal(h.numpy(), x0) and total.item() == x0.sum()
+    foreign = tl.Tensor(np.frombuffer(bytearray(24)))   # memory a bytes buffer owns: refused with a message
+    raises(RuntimeError, lambda: foreign.__iadd__(tl.tensor(y0[0], requires_grad=True)), 'held elsewhere')
 
 
 def _refused_update(case, x, y):
@@ -2390,8 +2396,30 @@ def _logged_accumulator(m, x0):
     return [x]
 
 
-def _self_update(h):
+def Tensor_iadd(t, other):
+    return tl.Tensor.__iadd__(t, other)
+
+
+def _self_update(m, x0):
+    """h += h: the op reads h as it was."""
+    x = m.tensor(x0, requires_grad=True)
+    h = x * 3
     h += h
+    (h * h).sum().backward()
+    return [x]
+
+
+def _aliased_update(m, x0):
+    """An update through one name shows through every other (a list, a function's argument): the same tensor."""
+    x, b = m.tensor(x0, requires_grad=True), m.tensor(x0[0], requires_grad=True)
+    h = x * 2
+    kept = [h]
+
+    def add(t):
+        t += b
+    add(h)
+    (kept[0] * h).sum().backward()
+    return [x, b]
 
 
 def test_item_assignment_recorded_as_pytorch():
@@ -2802,8 +2830,9 @@ def test_indexing_as_pytorch():
 
 
 def test_single_element_index_is_a_view_as_pytorch():
-    """x[i] (and x[i, j]) selecting one element is a 0-d view, as in PyTorch: an in-place change of either shows in
-    the other (NumPy's scalar was a copy), and a backward that read it raises after x changes."""
+    """x[i] (and x[i, j], and x[t] for a 0-d integer tensor t) selecting one element or row is a view, as in PyTorch:
+    an in-place change of either shows in the other (NumPy's scalar, and its advanced index, were copies), and a
+    backward that read it raises after x changes."""
     need_torch()
     for m in (tl, torch):
         t = m.tensor(np.array([[1., 2.], [3., 4.]]))
@@ -2812,6 +2841,10 @@ def test_single_element_index_is_a_view_as_pytorch():
         with m.no_grad():
             v += 10
         assert v.item() == 16.0 and t.numpy()[1, 0] == 16.0 and w[1].item() == 4.0, m.__name__
+        row = t[m.tensor(np.array(1))]   # a 0-d index tensor selects as its int: a view too
+        with m.no_grad():
+            row += 100
+        assert t.numpy()[1].tolist() == [116.0, 108.0], m.__name__
     outcomes = []
     for m in (tl, torch):
         x = m.tensor(np.array([1., 2., 3.]), requires_grad=True)

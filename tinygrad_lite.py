@@ -568,7 +568,24 @@ class Function:
             result._version = inputs[0]._version   # a view: an in-place change to either changes both
         if recording:
             ctx.versions = ctx._versions(result)
+            ctx._hold(1)
         return result
+
+    def _hold(self, n):
+        """Counts this recorded op in (n = 1) or out of (n = -1) its inputs' `_held`: the live ops whose backward
+        reaches each input's history through it (Tensor._recorded_update must not replace that history)."""
+        for t in self.inputs:
+            t._held += n
+
+    def _release(self):
+        """Drops what this op keeps (a backward without retain_graph is done with it)."""
+        if 'versions' in self.__dict__:
+            self._hold(-1)
+        self.__dict__.clear()
+
+    def __del__(self):
+        if 'versions' in self.__dict__:   # a recorded op that no backward released
+            self._hold(-1)
 
     def _versions(self, out):
         """(version counter, its count now, which: an input's index or 'output') of each tensor backward reads."""
@@ -696,7 +713,7 @@ def _backward(root, grad, retain_graph):
     if not retain_graph:
         for t in order:
             if t._ctx is not None:
-                t._ctx.__dict__.clear()
+                t._ctx._release()
 
 
 # ================================================================ primitive ops: unary
@@ -2572,7 +2589,7 @@ class Tensor:
             device = _device_of(array)
         self.data = _move(array, _parse_device(device))
         self.device = _device_of(self.data)
-        self.grad, self._ctx, self._requires_grad, self._version = None, None, False, [0]
+        self.grad, self._ctx, self._requires_grad, self._version, self._held = None, None, False, [0], 0
         self.requires_grad = requires_grad
 
     @classmethod
@@ -2581,7 +2598,7 @@ class Tensor:
         (in-place ops need one); on the GPU a NumPy scalar is an op's Python-number operand, a kernel argument."""
         t = cls.__new__(cls)
         t.data = np.asarray(array) if device == 'cpu' else array
-        t.device, t.grad, t._ctx, t._requires_grad, t._version = device, None, ctx, ctx is not None, [0]
+        t.device, t.grad, t._ctx, t._requires_grad, t._version, t._held = device, None, ctx, ctx is not None, [0], 0
         return t
 
     # ---- attributes
@@ -2770,7 +2787,8 @@ class Tensor:
             raise ValueError(f"in-place op: shape {other.shape} cannot update a tensor of shape {self.shape}")
         self._refuse_expanded('op')
         if _GradMode.enabled and (self._requires_grad or other._requires_grad):
-            return self._recorded_update('op', lambda before: before._binary(_INPLACE_OPS[ufunc], given).to(self.dtype))
+            return self._recorded_update('op', lambda before: before._binary(
+                _INPLACE_OPS[ufunc], before if given is self else given).to(self.dtype))
         if other.dtype == self.dtype and number is None:
             getattr(_xp(self.data), ufunc)(self.data, other.data, out=self.data)
         else:   # as PyTorch: both operands in the result's arithmetic dtype, rounded once into the tensor's
@@ -2782,26 +2800,24 @@ class Tensor:
 
     def _recorded_update(self, what, update):
         """An in-place `what` that autograd records (grad mode, a tensor involved requires grad): update(before),
-        made from `before` (this tensor as it was), becomes this tensor's data and history. As PyTorch, a leaf that
-        requires grad is refused. That is the in-place update only where nothing else holds this tensor or its
-        memory, so (where PyTorch would rebase views and keep the old history for ops that took the tensor) this
-        refuses a tensor that another name, container or recorded op holds, that views memory held elsewhere, or
-        whose memory a view, detach(), NumPy array or an op's saved value holds. The references are counted
-        (sys.getrefcount against the counts of a tensor held by one name alone, measured at import)."""
+        made from `before` (this tensor as it was; update reads `before` where it reads this tensor), becomes this
+        tensor's data and history. As PyTorch, a leaf that requires grad is refused. That is the in-place update only
+        where no live op reaches the tensor's old history through it (`_held`) and nothing else holds its memory, so
+        (where PyTorch would keep the old history for such ops and rebase views) this refuses a tensor that a
+        recorded op took as an input, that views memory held elsewhere, or whose memory a view, detach(), NumPy array
+        or an op's saved value holds (sys.getrefcount of its array against the counts measured at import)."""
         if self._ctx is None and self._requires_grad:
             raise RuntimeError(f"a leaf tensor that requires grad is used in an in-place {what}: wrap it in "
                                "tl.no_grad(), or build the result out of place")
-        if what not in _SELF_ALONE:   # the import's own measuring update
-            _SELF_ALONE[what] = sys.getrefcount(self)
         self._refuse_expanded(what)
-        if sys.getrefcount(self) > _SELF_ALONE[what] or sys.getrefcount(self.data) > _DATA_ALONE or \
-                self.data.base is not None and (self.data.base.base is not None
-                                                or sys.getrefcount(self.data.base) > _BASE_ALONE):   # no locals: counts
-            raise RuntimeError(f"in-place {what} on a tensor of shape {self.shape} that autograd records, where the "
-                               "tensor or its memory is held elsewhere (another name or container, a recorded op "
-                               "that took it as an input or keeps it for its backward, a view of another tensor, a "
-                               "view, detach() or NumPy array of it): build the result out of place (x = x + y, "
-                               "tl.where, tl.cat)")
+        base = getattr(self.data.base, 'base', None) if self.data.base is not None else None   # a view's own base
+        if self._held or sys.getrefcount(self.data) > _DATA_ALONE or self.data.base is not None and (
+                base is not None or not isinstance(self.data.base, type(self.data))
+                or sys.getrefcount(self.data.base) > _BASE_ALONE):   # the counts: no local holds either array
+            raise RuntimeError(f"in-place {what} on a tensor of shape {self.shape} that autograd records, where its "
+                               "history or memory is held elsewhere (a recorded op that took it as an input, a view "
+                               "of another tensor, a view, detach() or NumPy array of it, an op that keeps it for its "
+                               "backward): build the result out of place (x = x + y, tl.where, tl.cat)")
         before = Tensor._wrap(self.data, self.device, self._ctx)
         before._version = self._version
         out = update(before)
@@ -3001,7 +3017,9 @@ class Tensor:
             return self[steps[0]][steps[1]]
         converted, index_tensors = [], []
         for i in steps[0]:
-            if isinstance(i, Tensor):
+            if _is_select(i) and not isinstance(i, (int, np.integer)):   # a 0-d integer array or tensor: its int
+                i = int(i.data if isinstance(i, Tensor) else i)   # (NumPy and CuPy would copy; PyTorch gives a view)
+            elif isinstance(i, Tensor):
                 if i.device != self.device:
                     raise RuntimeError(f"indexing a tensor on {self.device} with one on {i.device}")
                 index_tensors.append(i)
@@ -3026,17 +3044,14 @@ class Tensor:
                          if isinstance(i, (Tensor, np.ndarray)) else i for i in step)
         steps = [arrays(step) for step in self._index_steps(index)]
         if _GradMode.enabled and (self._requires_grad or value._requires_grad):
-            self._recorded_update('item assignment', lambda before: SetItem.apply(before, value, steps=steps))
+            self._recorded_update('item assignment', lambda before: SetItem.apply(
+                before, before if value is self else value, steps=steps))
             return
         target = self.data
         for step in steps[:-1]:   # the integers first: a view of self's memory
             target = target[step]
         target[steps[-1]] = value.data.astype(self.dtype, copy=False)
         self._version[0] += 1
-
-
-_SELF_ALONE = {}   # _recorded_update's `what` -> sys.getrefcount of a tensor that one name alone holds, in there
-# (measured at the end of this file)
 
 
 # ================================================================ functions
@@ -3977,16 +3992,3 @@ def load(path, device='cpu'):
     device = _parse_device(device)
     with np.load(path, allow_pickle=False) as arrays:
         return _decode(json.loads(str(arrays['tree'])), arrays, device)
-
-
-def _measure_recorded_updates():
-    """Fills _SELF_ALONE with one update of each kind, written as code writes them (the interpreter's own calls)."""
-    with enable_grad():
-        value = Tensor(np.ones(()), requires_grad=True)
-        t = Tensor(np.zeros(2))
-        t += value
-        t = Tensor(np.zeros(2))
-        t[0] = value
-
-
-_measure_recorded_updates()
