@@ -12,6 +12,7 @@ Comparisons with PyTorch are skipped where `import torch` fails, GPU tests where
 """
 import collections
 import contextlib
+import gc
 import hashlib
 import io
 import json
@@ -2394,6 +2395,48 @@ def _logged_accumulator(m, x0):
         (running / (i + 1)).item()
     running.backward()
     return [x]
+
+
+def test_recorded_update_counts_live_ops():
+    """The count of live recorded ops that took a tensor (what refuses a recorded in-place update of it): an op that a
+    finalizer revives after the collector counted it out, and a custom Function whose forward sets an attribute
+    named `versions` unrecorded, leave the count right, so neither lets an update change a history still in use."""
+    kept = []
+
+    class Keeper:
+        def __del__(self):
+            kept.append(self)   # revives itself, and the op it holds, after the collector ran the op's finalizer
+
+    x = tl.tensor(np.array([1., 2.]), requires_grad=True)
+    t = x * 1
+    keeper = Keeper()
+    keeper.loss, keeper.me = t + 1, keeper
+    del keeper
+    gc.collect()
+    t *= 3   # no live op reaches t's history now
+    raises(RuntimeError, lambda: kept[0].loss.sum().backward(), 'second time')   # not a gradient through t *= 3
+
+    class Scale(tl.Function):
+        saves = ()
+
+        def forward(self, a):
+            self.versions = 'mine'
+            return a * 2
+
+        def backward(self, g):
+            return g * 2
+    t = x * 1
+    loss = (t + 1).sum()
+    with tl.no_grad():
+        Scale.apply(t)
+    raises(RuntimeError, lambda: _multiply_in_place(t, 3.0), 'held elsewhere')   # the sum still takes t
+    x.grad = None
+    loss.backward()
+    assert np.array_equal(x.grad.numpy(), [1.0, 1.0])
+
+
+def _multiply_in_place(t, k):
+    t *= tl.tensor(np.full(t.shape, k), requires_grad=True)
 
 
 def Tensor_iadd(t, other):

@@ -568,24 +568,21 @@ class Function:
             result._version = inputs[0]._version   # a view: an in-place change to either changes both
         if recording:
             ctx.versions = ctx._versions(result)
-            ctx._hold(1)
+            for t in inputs:   # each input's count of live ops whose backward reaches its history (_recorded_update)
+                t._held += 1
+            ctx._holding = True
         return result
 
-    def _hold(self, n):
-        """Counts this recorded op in (n = 1) or out of (n = -1) its inputs' `_held`: the live ops whose backward
-        reaches each input's history through it (Tensor._recorded_update must not replace that history)."""
-        for t in self.inputs:
-            t._held += n
-
     def _release(self):
-        """Drops what this op keeps (a backward without retain_graph is done with it)."""
-        if 'versions' in self.__dict__:
-            self._hold(-1)
+        """Drops what this op keeps (a backward without retain_graph is done with it), its inputs' counts first."""
+        if self.__dict__.pop('_holding', False):
+            for t in self.inputs:
+                t._held -= 1
         self.__dict__.clear()
 
     def __del__(self):
-        if 'versions' in self.__dict__:   # a recorded op that no backward released
-            self._hold(-1)
+        if '_holding' in self.__dict__:   # a recorded op that no backward released (a revived one then says so)
+            self._release()
 
     def _versions(self, out):
         """(version counter, its count now, which: an input's index or 'output') of each tensor backward reads."""
