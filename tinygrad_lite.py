@@ -2807,9 +2807,9 @@ class Tensor:
             raise RuntimeError(f"a leaf tensor that requires grad is used in an in-place {what}: wrap it in "
                                "tl.no_grad(), or build the result out of place")
         self._refuse_expanded(what)
-        base = getattr(self.data.base, 'base', None) if self.data.base is not None else None   # a view's own base
+        grand = getattr(self.data.base, 'base', None) if self.data.base is not None else None   # its base's base
         if self._held or sys.getrefcount(self.data) > _DATA_ALONE or self.data.base is not None and (
-                base is not None or not isinstance(self.data.base, type(self.data))
+                grand is not None or not isinstance(self.data.base, type(self.data))
                 or sys.getrefcount(self.data.base) > _BASE_ALONE):   # the counts: no local holds either array
             raise RuntimeError(f"in-place {what} on a tensor of shape {self.shape} that autograd records, where its "
                                "history or memory is held elsewhere (a recorded op that took it as an input, a view "
