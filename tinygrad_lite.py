@@ -239,9 +239,10 @@ def _promote(*dtypes, divide=False):
 
 
 def _check_broadcast(what, *shapes):
-    """A ValueError naming `what` and the shapes where they do not broadcast together (NumPy's names neither)."""
+    """The shapes' broadcast shape; a ValueError naming `what` and the shapes where they do not broadcast together
+    (NumPy's names neither)."""
     try:
-        np.broadcast_shapes(*shapes)
+        return np.broadcast_shapes(*shapes)
     except ValueError:
         raise ValueError(f"{what}: shapes {' and '.join(map(str, shapes))} cannot be broadcast together") from None
 
@@ -2779,13 +2780,12 @@ class Tensor:
             raise TypeError(f"in-place op: result type {result} can't be cast to the tensor's dtype {self.dtype}")
         if other.device != self.device:
             raise RuntimeError(f"in-place op: tensors on {self.device} and {other.device}")
-        _check_broadcast('in-place op', self.shape, other.shape)
-        if np.broadcast_shapes(self.shape, other.shape) != self.shape:
+        if _check_broadcast('in-place op', self.shape, other.shape) != self.shape:
             raise ValueError(f"in-place op: shape {other.shape} cannot update a tensor of shape {self.shape}")
-        self._refuse_expanded('op')
-        if _GradMode.enabled and (self._requires_grad or other._requires_grad):
+        if _GradMode.enabled and (self._requires_grad or other._requires_grad):   # refuses an expanded tensor too
             return self._recorded_update('op', lambda before: before._binary(
                 _INPLACE_OPS[ufunc], before if given is self else given).to(self.dtype))
+        self._refuse_expanded('op')
         if other.dtype == self.dtype and number is None:
             getattr(_xp(self.data), ufunc)(self.data, other.data, out=self.data)
         else:   # as PyTorch: both operands in the result's arithmetic dtype, rounded once into the tensor's
