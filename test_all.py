@@ -2311,17 +2311,7 @@ def test_inplace_arithmetic_recorded_as_pytorch():
     does not), leaving the tensor's values and history as they were, however the update is called; a logged
     accumulator, h += h and updates through another name work as in PyTorch."""
     need_torch()
-    r = rng('inplace recorded')
-    x0, y0, b0 = r.uniform(0.5, 1.5, (2, 3)), r.uniform(0.5, 1.5, (2, 3)), r.uniform(0.5, 1.5, 3)
-
-    def chain(m, x, y, b):
-        h = x * 2
-        h += y
-        h -= b
-        h *= y
-        h /= x + 3
-        h += 1.5
-        return [(h * h).sum()]
+    x0, y0, b0 = _inplace_inputs('inplace recorded')
 
     def accumulate(m, x, y, b):
         acc = m.zeros((2, 3), dtype=m.float64)
@@ -2336,7 +2326,7 @@ def test_inplace_arithmetic_recorded_as_pytorch():
         h *= b.float()
         h *= 0.5
         return [h.float().sum() * 3]
-    for name, build in (('chain', chain), ('accumulator', accumulate), ('float16', half)):
+    for name, build in (('chain', _recorded_chain), ('accumulator', accumulate), ('float16', half)):
         got = outcome(tl, lambda m: _backward_of(build, m, x0, y0, b0))
         want = outcome(torch, lambda m: _backward_of(build, m, x0, y0, b0))
         assert_same_outcome(name, got, want, 2e-3 if name == 'float16' else 1e-12, ())
@@ -2524,6 +2514,25 @@ def _assignment_leaves(build, m, x0, v0):
     return [x, v]
 
 
+def _inplace_inputs(key):
+    """x0, y0 (2, 3) and b0 (3,) in [0.5, 1.5] for the recorded in-place tests."""
+    r = rng(key)
+    return r.uniform(0.5, 1.5, (2, 3)), r.uniform(0.5, 1.5, (2, 3)), r.uniform(0.5, 1.5, 3)
+
+
+def _recorded_chain(m, x, y, b):
+    """Every recorded in-place update on one non-leaf: arithmetic with tensors and numbers, item assignment."""
+    h = x * 2
+    h += y
+    h -= b
+    h *= y
+    h /= x + 3
+    h += 1.5
+    h[1, [0, 2]] = b[:2] * 2
+    h[0] = 0.5
+    return [(h * h).sum()]
+
+
 def _backward_of(build, m, x0, y0, b0, **where):
     """Leaves x, y, b (requiring grad; `where`: tl's device) in framework m, build(m, x, y, b)[0].backward(); the
     leaves."""
@@ -2536,18 +2545,8 @@ def test_gpu_inplace_arithmetic_recorded():
     """The recorded in-place arithmetic and item assignment on the GPU (CuPy arrays: views and saved outputs hold the
     memory as NumPy's do): the CPU's gradients, and the same refusal of a view's memory."""
     need_cuda()
-    r = rng('inplace recorded gpu')
-    x0, y0, b0 = r.uniform(0.5, 1.5, (2, 3)), r.uniform(0.5, 1.5, (2, 3)), r.uniform(0.5, 1.5, 3)
-
-    def build(m, x, y, b):
-        h = x * 2
-        h += y
-        h *= b
-        h /= x + 3
-        h[1, [0, 2]] = b[:2] * 2   # item assignment, recorded
-        h[0] = 0.5
-        return [(h * h).sum()]
-    cpu, gpu = (outcome(tl, lambda m: _backward_of(build, m, x0, y0, b0, device=d)) for d in ('cpu', 'cuda'))
+    x0, y0, b0 = _inplace_inputs('inplace recorded gpu')
+    cpu, gpu = (outcome(tl, lambda m: _backward_of(_recorded_chain, m, x0, y0, b0, device=d)) for d in ('cpu', 'cuda'))
     assert_same_outcome('gpu against cpu', gpu, cpu, 1e-12, ())
     x, y = tl.tensor(x0, requires_grad=True, device='cuda'), tl.tensor(y0, requires_grad=True, device='cuda')
     h = x * 2
