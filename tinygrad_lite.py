@@ -1045,6 +1045,12 @@ def _is_select(i):
             getattr(i, 'ndim', None) == 0 and i.dtype.kind in 'iu')
 
 
+def _as_select(i):
+    """Index entry i, or its int where it is a 0-d integer array or tensor: a select (NumPy and CuPy would index with
+    the array as a copy; PyTorch gives a view)."""
+    return int(i.data if isinstance(i, Tensor) else i) if _is_select(i) and not isinstance(i, (int, np.integer)) else i
+
+
 def _index_dims(i):
     """The axes an array index entry i takes (a mask's ndim, 1 for integers), None for a basic entry."""
     a = i.data if isinstance(i, Tensor) else i
@@ -3013,10 +3019,8 @@ class Tensor:
         if len(steps) > 1:
             return self[steps[0]][steps[1]]
         converted, index_tensors = [], []
-        for i in steps[0]:
-            if _is_select(i) and not isinstance(i, (int, np.integer)):   # a 0-d integer array or tensor: its int
-                i = int(i.data if isinstance(i, Tensor) else i)   # (NumPy and CuPy would copy; PyTorch gives a view)
-            elif isinstance(i, Tensor):
+        for i in map(_as_select, steps[0]):
+            if isinstance(i, Tensor):
                 if i.device != self.device:
                     raise RuntimeError(f"indexing a tensor on {self.device} with one on {i.device}")
                 index_tensors.append(i)
@@ -3035,10 +3039,9 @@ class Tensor:
         if value.device != self.device:
             raise RuntimeError(f"item assignment of a tensor on {value.device} into one on {self.device}")
 
-        def arrays(step):   # index tensors as their arrays (copies: a recorded backward keeps them), on this device;
-            # a 0-d one (a select, as _index_steps reads it) as its int, which NumPy and CuPy index as a view
-            return tuple((int(i) if _is_select(i) else _move(i.data if isinstance(i, Tensor) else i, self.device).copy())
-                         if isinstance(i, (Tensor, np.ndarray)) else i for i in step)
+        def arrays(step):   # index tensors as their arrays (copies: a recorded backward keeps them), on this device
+            return tuple(_move(i.data if isinstance(i, Tensor) else i, self.device).copy()
+                         if isinstance(i, (Tensor, np.ndarray)) else i for i in map(_as_select, step))
         steps = [arrays(step) for step in self._index_steps(index)]
         if _GradMode.enabled and (self._requires_grad or value._requires_grad):
             self._recorded_update('item assignment', lambda before: SetItem.apply(
