@@ -16,6 +16,7 @@ import gc
 import hashlib
 import io
 import json
+import math
 import os
 import pickle
 import tarfile
@@ -3129,6 +3130,7 @@ def test_gpu_learn_two_spirals():
 cp = tl.cp   # CuPy, None where it is not importable
 FLOATS = (np.float16, np.float32, np.float64)
 BN_KERNELS = ('bn_fwd_stats', 'bn_fwd_apply', 'bn_bwd_reduce', 'bn_bwd_dx')
+BN_TRAIN_KERNELS = ('bn_fwd_train', 'bn_bwd_train')   # training's fused passes, where the layout allows
 FUSED_TOL = {np.dtype(np.float16): 4e-3, np.dtype(np.float32): 1e-4, np.dtype(np.float64): 1e-9}  # of max |ref|
 
 
@@ -3163,6 +3165,7 @@ def forget_kernels():
     """Clears tinygrad_lite's caches of looked-up kernels: the lookups and the launch configurations holding them."""
     tl._kernels.clear()
     tl._bn_config.cache_clear()
+    tl._bn_train_config.cache_clear()
     tl._pool_configs.clear()
 
 
@@ -3426,6 +3429,9 @@ def check_bn(mode, act, training, dtype, family):
         want = bn_results(x, w, b, rm, rv, dy, training, act)
         on = on_gpu(x, layout), cp.asarray(w), cp.asarray(b), cp.asarray(rm), cp.asarray(rv), on_gpu(dy, grad_layout)
         got = gpu_paths(mode, kernels, lambda: bn_results(*on, training, act))
+        if mode == 'fused' and training:   # the two-kernel passes where the fused training passes would run
+            with kernels_hidden(BN_TRAIN_KERNELS), poisoned():
+                got['fused, two kernels a pass'] = bn_results(*on, training, act)
         what = f'{shape}, x {layout}, dy {grad_layout}, running statistics {rm.dtype}'
         if not training:
             for path, res in dict(got, cpu=want).items():
@@ -3452,6 +3458,58 @@ for _mode in ('fused', 'composed'):
                              lambda m=_mode, a=_act, t=_training, dt=_dt, f=_fam: check_bn(m, a, t, dt, f))
 for _dt in FLOATS:
     register(f'test_relu_nan_grad_cpu_{np.dtype(_dt).name}', lambda dt=_dt: check_relu_nan_grad('cpu', dt))
+
+
+def bn_train_config(name, dtype, act, shape):
+    """tinygrad_lite's launch configuration of fused training pass `name` for an NCHW x of `shape`."""
+    rows = (shape[0], shape[1], math.prod(shape[2:]))
+    config = tl._bn_train_config(name, np.dtype(dtype), act, rows, cp.cuda.runtime.getDevice())
+    assert config is not None, f'{name} does not run at {shape}'
+    return config
+
+
+def check_bn_train_against_two_kernels(shape, dtype, act):
+    """batch_norm's training fwd+bwd on the fused training passes, on the two-kernel passes and on the CPU."""
+    x, w, b, rm, rv, dy = bn_arrays(('bn train', shape, np.dtype(dtype).name, act), shape, dtype, 'same', True, act)
+    want = bn_results(x, w, b, rm, rv, dy, True, act)
+    on = cp.asarray(x), cp.asarray(w), cp.asarray(b), cp.asarray(rm), cp.asarray(rv), cp.asarray(dy)
+    got = {'fused passes': run_on('fused', BN_KERNELS + BN_TRAIN_KERNELS, lambda: bn_results(*on, True, act))}
+    with kernels_hidden(BN_TRAIN_KERNELS), poisoned():
+        got['two kernels a pass'] = bn_results(*on, True, act)
+    compare_paths(got, want, lambda a: max(FUSED_TOL[a.dtype], FUSED_TOL[np.dtype(np.float32)]), f'{shape} {act}')
+
+
+def check_bn_train_beyond_chip(dtype, act):
+    """The fused training passes over a tensor larger than their blocks keep on chip (the batch doubled until so,
+    asserted): each thread's last units come from memory again, the first from registers and shared memory."""
+    need_cuda()
+    shape, width = (32, 64, 32, 32), 16 // np.dtype(dtype).itemsize
+
+    def kept_all(name):
+        chunks, su = bn_train_config(name, dtype, act, shape)[4:]
+        units = shape[0] * shape[2] * shape[3] // width
+        return -(-units // (chunks * tl._BLOCK)) <= tl._BN_KEPT_REGS[name][tl._C_TYPES[np.dtype(dtype)]] + su
+    while any(kept_all(name) for name in BN_TRAIN_KERNELS):
+        shape = (2 * shape[0],) + shape[1:]
+    check_bn_train_against_two_kernels(shape, dtype, act)
+
+
+def check_bn_train_many_channels(dtype, act):
+    """The fused training passes with more channels than resident blocks (asserted): blocks take several channels
+    one after another."""
+    need_cuda()
+    shape = (3, 2000, 8, 8)
+    for name in BN_TRAIN_KERNELS:
+        blocks, chunks = bn_train_config(name, dtype, act, shape)[1:5:3]
+        assert blocks < shape[1] and chunks == 1, f'{name}: {blocks} blocks of {chunks} chunks for {shape[1]} channels'
+    check_bn_train_against_two_kernels(shape, dtype, act)
+
+
+for _dt in (np.float16, np.float32):
+    for _act in (None, 'relu'):
+        _name = f'{np.dtype(_dt).name}{"_" + _act if _act else ""}'
+        register(f'test_gpu_bn_train_beyond_chip_{_name}', lambda dt=_dt, a=_act: check_bn_train_beyond_chip(dt, a))
+        register(f'test_gpu_bn_train_many_channels_{_name}', lambda dt=_dt, a=_act: check_bn_train_many_channels(dt, a))
 
 
 # Pooling and cross-entropy, forward and backward, in the layouts their kernels meet
@@ -4176,7 +4234,7 @@ for _case in GRU_CASES:
 
 def test_gpu_fused_kernels_relu_batchnorm_listed():
     need_cuda()
-    missing = sorted({'relu_fwd', 'relu_bwd', *BN_KERNELS} - set(tl.fused_kernels()))
+    missing = sorted({'relu_fwd', 'relu_bwd', *BN_KERNELS, *BN_TRAIN_KERNELS} - set(tl.fused_kernels()))
     assert not missing, f'tl.fused_kernels() = {tl.fused_kernels()} lacks {missing}'
 
 
@@ -4323,6 +4381,47 @@ def test_gpu_cuda_graph_replays_training_steps():
     assert_close(np.array(graph_losses), np.array(eager_losses), rtol=1e-5, atol=1e-6)
     for a, b in zip(graph_state, eager_state):
         assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_gpu_cuda_graph_replays_batchnorm_training():
+    """BatchNorm2d's training fwd+bwd captured once and replayed on new batches gives eager's outputs, gradients
+    and running statistics, in NCHW memory (the fused training passes: their counters re-arm within each replay),
+    large enough for several chunks a channel, and channels-last (the two-kernel passes)."""
+    need_cuda()
+    rs = np.random.RandomState(3)
+    shape = (256, 6, 16, 16)
+    batches = [(rs.randn(*shape).astype(np.float32) * 2 + 1, rs.randn(*shape).astype(np.float32)) for _ in range(4)]
+
+    def run(captured, layout):
+        bn = tl.BatchNorm2d(6).cuda()
+        x, g = tl.Tensor(on_gpu(batches[0][0], layout), requires_grad=True), tl.Tensor(on_gpu(batches[0][1], layout))
+
+        def step():
+            x.grad = bn.weight.grad = bn.bias.grad = None
+            y = bn(x)
+            y.backward(g)
+            return y
+        if captured:   # an eager step of another module first: the kernels' scratch is made outside the capture
+            tl.BatchNorm2d(6).cuda()(x).backward(g)
+        graph, results = None, []
+        for bx, bg in batches:
+            x.data[...], g.data[...] = cp.asarray(bx), cp.asarray(bg)
+            if not captured:
+                y = step()
+            else:
+                if graph is None:
+                    graph = tl.CUDAGraph()
+                    with graph.capture():
+                        y = step()
+                graph.replay()
+            results.append([t.numpy() for t in (y, x.grad, bn.weight.grad, bn.bias.grad, bn.running_mean, bn.running_var)])
+        return results
+    for layout in ('contiguous', 'channels_last'):
+        if layout == 'contiguous':
+            assert bn_train_config('bn_fwd_train', np.float32, None, shape)[4] > 1, 'one chunk a channel'
+        for step, (eager, replayed) in enumerate(zip(run(False, layout), run(True, layout))):
+            for what, a, b in zip(('y', 'dx', 'dweight', 'dbias', 'running_mean', 'running_var'), replayed, eager):
+                assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f'{layout} step {step}: {what}')
 
 
 # ===== train_cifar.py: data, augmentation, model, resume =====

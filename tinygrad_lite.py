@@ -314,6 +314,10 @@ _C_TYPES = {np.dtype(np.float16): '__half', np.dtype(np.float32): 'float', np.dt
 _FLOAT_C = ('__half', 'float', 'double')
 _PACK = {'__half': ('1', '8'), 'float': ('1', '4'), 'double': ('1', '2')}   # elements per load: 1 or 16 bytes
 _ACTIVATIONS = {None: 0, 'relu': 1, 'gelu': 2}   # the ACT template argument of the BatchNorm kernels
+# The fused BatchNorm training passes' packs kept in registers per thread (their RC template argument), per C type
+# (none for float64: the two-kernel passes serve it). On the H200 at 256x64x32x32 (scratch/s18/bn_probe.py), float32
+# forward RC 0, 4, 8, 16: 56, 54, 49, 46 us; backward 0, 2, 4, 6 (RC 16 forward): 90, 90, 78, 78; float16 4 / 4 best.
+_BN_KEPT_REGS = {'bn_fwd_train': {'__half': 4, 'float': 16}, 'bn_bwd_train': {'__half': 4, 'float': 4}}
 _CE_UNROLL = {'__half': 4, 'float': 8, 'double': 4}   # cross_entropy_fwd's U: packs of 16 bytes a lane loads at once
 # kernels.cu's implicit:: k-step (bytes of a row), stages in flight and dW's rows a step. The tiles (a probe's picks
 # at train_cifar.py's shapes in float16): a block's BM x BN of y in warps' TM x TN, for at most 32 output channels
@@ -338,6 +342,8 @@ _KERNEL_INSTANCES = {
     'bn_fwd_stats': [(t,) for t in _FLOAT_C],
     **{name: [(t, str(act)) for t in _FLOAT_C for act in _ACTIVATIONS.values()]
        for name in ('bn_fwd_apply', 'bn_bwd_reduce', 'bn_bwd_dx')},
+    **{name: [(t, str(act), str(rc)) for t, rc in kept.items() for act in _ACTIVATIONS.values()]
+       for name, kept in _BN_KEPT_REGS.items()},
     # GRU: (T, TC), TC = 1 for the tensor cores (float16, and float32 as TF32 where allow_tf32 says so)
     **{name: [('float', '0'), ('float', '1'), ('__half', '1')] for name in ('gru_fwd_persistent', 'gru_bwd_persistent')},
     **{name: [('float',), ('__half',)] for name in ('gru_gates_fwd', 'gru_gates_bwd')},
@@ -356,7 +362,8 @@ _KERNEL_INSTANCES = {
     'cross_entropy_bwd': [(t, 'long long', v) for t in _FLOAT_C for v in _PACK[t]],
     'sgd_step': [(t,) for t in _FLOAT_C],
 }
-_COOPERATIVE = {'gru_fwd_persistent', 'gru_bwd_persistent'}   # launched as cooperative grids
+_COOPERATIVE = {'gru_fwd_persistent', 'gru_bwd_persistent', 'bn_fwd_train', 'bn_bwd_train'}   # launched as
+# cooperative grids
 _SM90A = {'conv_implicit_wg', 'conv_implicit_wg_dw', 'conv_implicit_tma'}   # Hopper's wgmma (and TMA): built with
 # -arch=sm_90a, on 9.0 devices only
 _BLOCK = 256   # threads per block of every kernel but TF32's conv_implicit_wg_dw (512: warpgroups specialized)
@@ -1527,6 +1534,48 @@ def _bn_launch(name, rows, dtype, args, template, scratch_at=None, follows=None)
     kernel((blocks,), (_BLOCK,), args + sizes)
 
 
+@functools.lru_cache(maxsize=4096)
+def _bn_train_config(name, dtype, act, shape, device):
+    """(kernel, blocks, dynamic shared memory bytes, sizes N, C, S, chunks, su as arguments, chunks, su) of the fused
+    training pass name<dtype, act, RC> (kernels.cu's bn_fwd_train / bn_bwd_train) over (N, C, S) arrays in 16-byte
+    packs on the current GPU (`device` keys the cache), None without the kernel. As many blocks an SM as its
+    registers allow, all resident (a cooperative launch), each with an equal share of the SM's shared memory for the
+    packs it keeps; each channel cut into chunks of at least 4 packs a thread, fewer where the channels would need
+    more blocks than are resident (one chunk each where there are more channels than blocks: groups of blocks take
+    several channels one after another)."""
+    rc = _BN_KEPT_REGS[name].get(_C_TYPES[dtype])
+    kernel = None if rc is None else _kernel(name, dtype, _ACTIVATIONS[act], rc)
+    if kernel is None:
+        return None
+    (n, c, s), width = shape, 16 // dtype.itemsize
+    per_sm = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, _BLOCK, 0)
+    props = cp.cuda.runtime.getDeviceProperties(device)
+    pack = 16 * (2 if name == 'bn_bwd_train' else 1)   # bytes a thread keeps per unit (x, and dy backward)
+    free = props['sharedMemPerMultiprocessor'] // per_sm - props['reservedSharedMemPerBlock'] - kernel.shared_size_bytes
+    units, resident = n * (s // width), per_sm * _multiprocessors()   # packs per channel
+    chunks = max(1, min(resident // c, units // (4 * _BLOCK)))
+    su = max(0, min(free // (pack * _BLOCK), -(-units // (chunks * _BLOCK)) - rc))
+    smem = su * pack * _BLOCK
+    _allow_smem(kernel, smem)
+    return kernel, min(c, resident // chunks) * chunks, smem, _int32s(n, c) + _int64s(s) + _int32s(chunks, su), chunks, su
+
+
+def _bn_train_pass(name, rows, dtype, act, args, scratch_at, packed):
+    """Launch fused training pass `name` over arrays read as the (N, C, S) shape `rows`, their 16-byte packs
+    `packed` (pointers included), with args (the reduction scratch inserted at args[scratch_at]). False where the
+    pass does not run so (channels-last or S < 32, no packs, no kernel): the caller launches its two kernels."""
+    n, c, s = rows
+    if s < 32 or _width(dtype, s, *packed) == 1:
+        return False
+    config = _bn_train_config(name, dtype, act, rows, cp.cuda.runtime.getDevice())
+    if config is None:
+        return False
+    kernel, blocks, smem, sizes, chunks = config[:5]
+    scratch = _reduction_scratch(2 * c, c * chunks * 2 * _stat_dtype(dtype).itemsize)   # a pair per channel's chunk
+    kernel((blocks,), (_BLOCK,), args[:scratch_at] + scratch + args[scratch_at:] + sizes, shared_mem=smem)
+    return True
+
+
 def _bn_forward_fused(x, weight, bias, running_mean, running_var, training, momentum, eps, act):
     """y and stats = [mean | invstd] ((2, C)) as the BatchNorm kernels read them."""
     c, a = x.shape[1], _stat_dtype(x.dtype)
@@ -1537,11 +1586,16 @@ def _bn_forward_fused(x, weight, bias, running_mean, running_var, training, mome
     rm, rv = own(running_mean), own(running_var)
     stats = cp.empty((2, c), a)
     if training:
-        _bn_launch('bn_fwd_stats', rows, x.dtype, (xd, stats, rm, rv) + _scalars(np.float64, float(momentum), float(eps)),
-                   (), scratch_at=1)
+        fused = _bn_train_pass('bn_fwd_train', rows, x.dtype, act, (xd, y, stats, rm, rv, w, b)
+                               + _scalars(np.float64, float(momentum), float(eps)), 2, (xd, y))
+        if not fused:
+            _bn_launch('bn_fwd_stats', rows, x.dtype,
+                       (xd, stats, rm, rv) + _scalars(np.float64, float(momentum), float(eps)), (), scratch_at=1)
         for given, used in ((running_mean, rm), (running_var, rv)):
             if used is not given:   # the buffers were of another dtype: copy the update back
                 given[...] = used
+        if fused:
+            return y, stats
         rm = rv = None   # the apply kernel reads the batch's statistics
     _bn_launch('bn_fwd_apply', rows, x.dtype, (xd, y, stats, rm, rv, w, b) + _scalars(np.float64, float(eps)),
                (_ACTIVATIONS[act],))
@@ -1555,8 +1609,11 @@ def _bn_backward_fused(x, stats, weight, bias, g, training, act):
     w, b = cp.ascontiguousarray(weight, a), cp.ascontiguousarray(bias, a)
     sums = cp.empty(c, a), cp.empty(c, a)   # per channel: sum(g) = dbias and sum(g * xhat) = dweight, g = dy * act'
     template = (_ACTIVATIONS[act],)
-    _bn_launch('bn_bwd_reduce', rows, x.dtype, (xd, gd, stats, w, b) + sums, template, scratch_at=5)
     dx = _bn_empty(x.shape, x.dtype, channels_last)
+    if training and _bn_train_pass('bn_bwd_train', rows, x.dtype, act, (xd, gd, stats, w, b) + sums + (dx,), 5,
+                                   (xd, gd, dx)):
+        return dx, sums[1], sums[0]
+    _bn_launch('bn_bwd_reduce', rows, x.dtype, (xd, gd, stats, w, b) + sums, template, scratch_at=5)
     _bn_launch('bn_bwd_dx', rows, x.dtype, (xd, gd, stats, w, b) + (sums if training else (None, None)) + (dx,),
                template, follows=('bn_bwd_reduce', template))
     return dx, sums[1], sums[0]
