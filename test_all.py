@@ -3377,7 +3377,8 @@ BN_FAMILIES = {
                 bn_case((3, 4, 40), 'offset3'), bn_case((4, 6, 5, 7), 'channels_last'),
                 bn_case((3, 6, 5, 7), 'channels_last', grad_layout='contiguous'), bn_case((5, 6, 7, 9), 'step')],
     'stats_dtype': [bn_case((7, 5, 13), stats='other'), bn_case((4, 6, 8, 8), stats='other')],
-    'large': [bn_case((64, 40, 33, 33)), bn_case((32, 8, 32, 32))],   # several chunks per channel
+    'large': [bn_case((64, 40, 33, 33)), bn_case((32, 8, 32, 32)), bn_case((9, 4, 48, 48))],   # several chunks per
+    # channel; segments of more 16-byte packs than a block has threads, chunks starting inside them
     # S = 1 with rows of whole 16-byte packs (kernels.cu's rows mode where aligned): pack columns that
     # divide a block or not (idle threads), more channels than a block has threads, several chunks
     'rows': [bn_case((300, 48)), bn_case((50, 264)), bn_case((64, 32, 9, 9), 'channels_last'),
@@ -3468,15 +3469,30 @@ def bn_train_config(name, dtype, act, shape):
     return config
 
 
+@contextlib.contextmanager
+def bn_fused_passes_only():
+    """Inside, BatchNorm's two-kernel passes raise: what runs there ran on the fused training passes."""
+    def refused(name, *args, **kwargs):
+        raise AssertionError(f'{name} launched where the fused training passes should run')
+    with mock.patch.object(tl, '_bn_launch', refused):
+        yield
+
+
 def check_bn_train_against_two_kernels(shape, dtype, act):
-    """batch_norm's training fwd+bwd on the fused training passes, on the two-kernel passes and on the CPU."""
+    """batch_norm's training fwd+bwd on the fused training passes (asserted), on the two-kernel passes and on the
+    CPU; the two GPU paths also against each other, closely (the same arithmetic but for the order of the folds)."""
     x, w, b, rm, rv, dy = bn_arrays(('bn train', shape, np.dtype(dtype).name, act), shape, dtype, 'same', True, act)
     want = bn_results(x, w, b, rm, rv, dy, True, act)
     on = cp.asarray(x), cp.asarray(w), cp.asarray(b), cp.asarray(rm), cp.asarray(rv), cp.asarray(dy)
-    got = {'fused passes': run_on('fused', BN_KERNELS + BN_TRAIN_KERNELS, lambda: bn_results(*on, True, act))}
+    with bn_fused_passes_only():
+        got = {'fused passes': run_on('fused', BN_KERNELS + BN_TRAIN_KERNELS, lambda: bn_results(*on, True, act))}
     with kernels_hidden(BN_TRAIN_KERNELS), poisoned():
         got['two kernels a pass'] = bn_results(*on, True, act)
-    compare_paths(got, want, lambda a: max(FUSED_TOL[a.dtype], FUSED_TOL[np.dtype(np.float32)]), f'{shape} {act}')
+    what = f'{shape} {act}'
+    compare_paths(got, want, lambda a: max(FUSED_TOL[a.dtype], FUSED_TOL[np.dtype(np.float32)]), what)
+    for k, v in got['two kernels a pass'].items():
+        assert_matches(got['fused passes'][k], v, 2e-3 if v.dtype == np.float16 else 1e-5,
+                       f'{what}: {k} of the fused passes vs the two-kernel passes')
 
 
 def check_bn_train_beyond_chip(dtype, act):
@@ -4406,22 +4422,25 @@ def test_gpu_cuda_graph_replays_batchnorm_training():
         graph, results = None, []
         for bx, bg in batches:
             x.data[...], g.data[...] = cp.asarray(bx), cp.asarray(bg)
-            if not captured:
-                y = step()
-            else:
-                if graph is None:
-                    graph = tl.CUDAGraph()
-                    with graph.capture():
-                        y = step()
-                graph.replay()
+            with bn_fused_passes_only() if layout == 'contiguous' else contextlib.nullcontext():
+                if not captured:
+                    y = step()
+                else:
+                    if graph is None:
+                        graph = tl.CUDAGraph()
+                        with graph.capture():
+                            y = step()
+                    graph.replay()
             results.append([t.numpy() for t in (y, x.grad, bn.weight.grad, bn.bias.grad, bn.running_mean, bn.running_var)])
         return results
-    for layout in ('contiguous', 'channels_last'):
-        if layout == 'contiguous':
-            assert bn_train_config('bn_fwd_train', np.float32, None, shape)[4] > 1, 'one chunk a channel'
-        for step, (eager, replayed) in enumerate(zip(run(False, layout), run(True, layout))):
-            for what, a, b in zip(('y', 'dx', 'dweight', 'dbias', 'running_mean', 'running_var'), replayed, eager):
-                assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f'{layout} step {step}: {what}')
+    for name in BN_TRAIN_KERNELS:
+        assert bn_train_config(name, np.float32, None, shape)[4] > 1, f'{name}: one chunk a channel'
+    runs = {(layout, captured): run(captured, layout) for layout in ('contiguous', 'channels_last')
+            for captured in (False, True)}
+    for (layout, captured), results in runs.items():   # each against the eager fused passes
+        for step, (got, want) in enumerate(zip(results, runs['contiguous', False])):
+            for what, a, b in zip(('y', 'dx', 'dweight', 'dbias', 'running_mean', 'running_var'), got, want):
+                assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f'{layout} {"replayed" if captured else "eager"} step {step}: {what}')
 
 
 # ===== train_cifar.py: data, augmentation, model, resume =====

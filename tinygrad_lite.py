@@ -1445,7 +1445,10 @@ def _reduction_scratch(groups, partial_bytes):
     blocks, each zero between kernels (a reduction's last block re-arms its own). Made once and shared by every
     reduction: one stream runs them one after another (as for the counters, two streams running reductions at once
     would race). An outgrown pair is kept, never freed: a captured CUDA graph may still use it. Made by the first
-    reduction, which a warm-up runs before any capture (a capture would record the counters' zeroing, not run it)."""
+    reduction, which a warm-up runs before any capture (a capture would record the counters' zeroing, not run it).
+    BatchNorm's fused training passes take two counters per channel: their first call with more than 512 channels
+    grows the pair (so it too belongs before a capture). A counter left nonzero (two streams at once) would hang
+    them: their blocks wait on it."""
     device = cp.cuda.runtime.getDevice()
     partials, tickets = _scratch.get(device, (None, None))
     if partials is None or partials.nbytes < partial_bytes or tickets.size < groups:
@@ -1545,18 +1548,23 @@ def _bn_train_config(name, dtype, act, shape, device):
     several channels one after another)."""
     rc = _BN_KEPT_REGS[name].get(_C_TYPES[dtype])
     kernel = None if rc is None else _kernel(name, dtype, _ACTIVATIONS[act], rc)
-    if kernel is None:
+    if kernel is None or not cp.cuda.Device(device).attributes['CooperativeLaunch']:
         return None
-    (n, c, s), width = shape, 16 // dtype.itemsize
-    per_sm = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, _BLOCK, 0)
     props = cp.cuda.runtime.getDeviceProperties(device)
+    (n, c, s), width = shape, 16 // dtype.itemsize
+    occupancy = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor
+    per_sm = occupancy(kernel.kernel.ptr, _BLOCK, 0)
+    if per_sm < 1:
+        return None
     pack = 16 * (2 if name == 'bn_bwd_train' else 1)   # bytes a thread keeps per unit (x, and dy backward)
-    free = props['sharedMemPerMultiprocessor'] // per_sm - props['reservedSharedMemPerBlock'] - kernel.shared_size_bytes
+    free = min(props['sharedMemPerMultiprocessor'] // per_sm - props['reservedSharedMemPerBlock'],
+               props['sharedMemPerBlockOptin']) - kernel.shared_size_bytes
     units, resident = n * (s // width), per_sm * _multiprocessors()   # packs per channel
     chunks = max(1, min(resident // c, units // (4 * _BLOCK)))
     su = max(0, min(free // (pack * _BLOCK), -(-units // (chunks * _BLOCK)) - rc))
     smem = su * pack * _BLOCK
-    _allow_smem(kernel, smem)
+    if occupancy(_allow_smem(kernel, smem).kernel.ptr, _BLOCK, smem) < per_sm:   # all resident, or no launch
+        return None
     return kernel, min(c, resident // chunks) * chunks, smem, _int32s(n, c) + _int64s(s) + _int32s(chunks, su), chunks, su
 
 
@@ -1565,7 +1573,7 @@ def _bn_train_pass(name, rows, dtype, act, args, scratch_at, packed):
     `packed` (pointers included), with args (the reduction scratch inserted at args[scratch_at]). False where the
     pass does not run so (channels-last or S < 32, no packs, no kernel): the caller launches its two kernels."""
     n, c, s = rows
-    if s < 32 or _width(dtype, s, *packed) == 1:
+    if s < 32 or _width(dtype, s, *packed) == 1 or s >= 2 ** 31:   # kernels.cu's Walk counts packs in int
         return False
     config = _bn_train_config(name, dtype, act, rows, cp.cuda.runtime.getDevice())
     if config is None:
