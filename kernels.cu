@@ -1141,7 +1141,10 @@ __global__ void __launch_bounds__(256) bn_bwd_train(const T* __restrict__ x, con
 // its units in shared memory for the whole sequence (forward: the r, z, n rows of its units; backward:
 // its columns of W_hh, i.e. rows of W_hh^T) and per step multiplies them by the previous h (backward:
 // by dg_hh[t]) of its rows, staged from L2 in k-chunks of KC. The nu blocks of a batch group meet at a
-// flag barrier in global memory after every step.
+// flag barrier in global memory after every step. The cluster kernels (gru_fwd_cluster, gru_bwd_cluster; sm_90,
+// nu = CL blocks a cluster, no cooperative launch) keep that operand whole in shared memory instead, in two
+// buffers by step parity: each block writes its cells of the next step's operand into every block of its cluster
+// (distributed shared memory), and the cluster meets at its hardware barrier.
 // Warps compute the product on tiles of 16 batch rows by 8 units (forward: by 8 units of each of the
 // 3 gates) in the mma.sync C layout: SIMT float FMAs (float, TC = 0), TF32 mma (float, TC = 1) or f16
 // mma (__half). The k extent is split across the warps of a tile; partial sums meet in shared memory,
@@ -1386,7 +1389,7 @@ struct Block {
     T* As;
     float* red;
 
-    __device__ Block(int B, int H, int nu, int J, int BB, int KC) {
+    __device__ Block(int B, int H, int nu, int J, int BB, int KC, int buffers = 1) {
         const int iu = blockIdx.x % nu, ib = blockIdx.x / nu;
         j0 = iu * J;
         jn = max(0, min(J, H - j0));
@@ -1404,7 +1407,7 @@ struct Block {
         extern __shared__ __align__(16) unsigned char gru_smem[];
         Ws = reinterpret_cast<T*>(gru_smem);
         As = Ws + NQ * Jp * ldw;
-        red = reinterpret_cast<float*>(As + MTp * lda);
+        red = reinterpret_cast<float*>(As + buffers * MTp * lda);
     }
     // index in red of cell (row, unit), n-tile q, for the k-split part kw
     __device__ int red_at(int kw, int q, int row, int unit) const {
@@ -1465,24 +1468,72 @@ __device__ __forceinline__ void step_product(const Block<T, FWD>& bk, const T* s
     __syncthreads();
 }
 
+// The product of the current step on an operand tile A already in shared memory (all K columns: cluster kernels).
+template <typename T, bool TC, bool FWD>
+__device__ __forceinline__ void kept_product(const Block<T, FWD>& bk, const T* A) {
+    float acc[3][4] = {};
+    tile_products<T, TC>(bk, A, 0, bk.K, acc);
+    store_partials(bk, acc);
+    __syncthreads();
+}
+
+// Thread-block clusters (sm_90): every thread of the cluster's blocks meets here, the blocks' writes to one
+// another's shared memory (and to global memory) before it visible to all after it.
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+// The address of *p (this block's shared memory) in the shared memory of the cluster's block `rank`.
+template <typename T>
+__device__ __forceinline__ T* in_block(T* p, unsigned rank) {
+    unsigned long long q;
+    asm volatile("mapa.u64 %0, %1, %2;\n" : "=l"(q) : "l"(p), "r"(rank));
+    return reinterpret_cast<T*>(q);
+}
+
+// Cluster kernels keep the step's operand tile A whole in shared memory, in two buffers (step parity), zeroed
+// first: rows past the batch group and columns past K stay zero. Each block writes what it computes of the next
+// step's A into buffer `next` of every block of the cluster (itself included), then the cluster meets.
+template <typename T, bool FWD>
+__device__ __forceinline__ void zero_operands(const Block<T, FWD>& bk) {
+    for (int i = threadIdx.x; i < 2 * bk.MTp * bk.lda; i += blockDim.x) bk.As[i] = from_f<T>(0.f);
+}
+
+template <int CL, typename T, bool FWD>
+__device__ __forceinline__ void share_operand(const Block<T, FWD>& bk, int next, int row, int k, T v) {
+    T* const at = bk.As + (next * bk.MTp + row) * bk.lda + k;
+#pragma unroll
+    for (int rank = 0; rank < CL; ++rank) *in_block(at, rank) = v;
+}
+
 }  // namespace gru
 
 // xg (T, B, 3H) = x W_ih^T without bias; w_hh (3H, H); b_ih, b_hh, h0 may be null. Writes out (T, B, H)
-// and gates (T, B, 4H). A cooperative launch of nb * nu blocks of gru::NT threads.
-template <typename T, int TC>
-__global__ void __launch_bounds__(gru::NT, 1)
-gru_fwd_persistent(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __restrict__ b_ih,
-                   const T* __restrict__ b_hh, const T* __restrict__ h0, T* out, T* __restrict__ gates,
-                   unsigned long long* flags, int steps, int B, int H, int nu, int J, int BB, int KC) {
+// and gates (T, B, 4H). nb * nu blocks of gru::NT threads; CL = 0: a cooperative launch, the nu blocks of a batch
+// group meeting at flags; CL = nu: the batch group is a cluster (gru_fwd_cluster), h passed on in shared memory.
+template <typename T, int TC, int CL>
+__device__ __forceinline__ void gru_fwd_body(const T* __restrict__ xg, const T* __restrict__ w_hh,
+                                             const T* __restrict__ b_ih, const T* __restrict__ b_hh,
+                                             const T* __restrict__ h0, T* out, T* __restrict__ gates,
+                                             unsigned long long* flags, int steps, int B, int H, int nu, int J,
+                                             int BB, int KC) {
     using namespace gru;
-    const Block<T, true> bk(B, H, nu, J, BB, KC);
-    const Flags fl(flags);
+    const Block<T, true> bk(B, H, nu, J, BB, KC, CL ? 2 : 1);
+    const Flags fl(flags);   // CL = 0
     const bool vec = H % (16 / sizeof(T)) == 0;
     copy_rows(bk.Ws, bk.ldw, 3 * bk.Jp, H, vec, [&](int r) -> const T* {
         const int q = r / bk.Jp, u = r - q * bk.Jp;
         return u < bk.jn ? w_hh + static_cast<size_t>(q * H + bk.j0 + u) * H : nullptr;
     });
     weights_to_tf32<T, TC>(bk.Ws, 3 * bk.Jp * bk.ldw);
+    if constexpr (CL != 0) {   // buffer 0 holds h0's rows of the batch group
+        zero_operands(bk);
+        __syncthreads();
+        copy_rows(bk.As, bk.lda, bk.MTp, H, vec, [&](int r) -> const T* {
+            return (h0 != nullptr && r < bk.bn) ? h0 + static_cast<size_t>(bk.b0 + r) * H : nullptr;
+        });
+        cluster_sync();
+    }
 
     // cell i of this thread: local row cr[i], unit cu[i]; bias = (b_ir + b_hr, b_iz + b_hz, b_in, b_hn)
     int cr[CPT], cu[CPT];
@@ -1506,7 +1557,7 @@ gru_fwd_persistent(const T* __restrict__ xg, const T* __restrict__ w_hh, const T
     }
 
     for (int t = 0; t < steps; ++t) {
-        float xv[CPT][3];
+        float xv[CPT][3];   // loaded after the barrier: its release would wait for these loads
 #pragma unroll
         for (int i = 0; i < CPT; ++i)
             if (threadIdx.x + i * NT < bk.ncell) {
@@ -1514,7 +1565,11 @@ gru_fwd_persistent(const T* __restrict__ xg, const T* __restrict__ w_hh, const T
 #pragma unroll
                 for (int q = 0; q < 3; ++q) xv[i][q] = to_f(ld_nc(p + q * H));
             }
-        step_product<T, TC != 0>(bk, t == 0 ? h0 : out + static_cast<size_t>(t - 1) * B * H);
+        if constexpr (CL != 0)
+            kept_product<T, TC != 0>(bk, bk.As + (t & 1) * bk.MTp * bk.lda);
+        else
+            step_product<T, TC != 0>(bk, t == 0 ? h0 : out + static_cast<size_t>(t - 1) * B * H);
+        const bool shares = CL != 0 && t + 1 < steps;
 #pragma unroll
         for (int i = 0; i < CPT; ++i)
             if (threadIdx.x + i * NT < bk.ncell) {
@@ -1535,28 +1590,53 @@ gru_fwd_persistent(const T* __restrict__ xg, const T* __restrict__ w_hh, const T
                 g[H] = from_f<T>(z);
                 g[2 * H] = from_f<T>(n);
                 g[3 * H] = from_f<T>(hn);
+                if (shares) share_operand<CL>(bk, (t + 1) & 1, cr[i], j, h);
             }
-        if (t + 1 < steps) bk.sync(fl, nu, t + 1);
+        if constexpr (CL != 0) {
+            if (shares) cluster_sync();
+        } else if (t + 1 < steps) {
+            bk.sync(fl, nu, t + 1);
+        }
     }
-    fl.finish();
+    if constexpr (CL == 0) fl.finish();
+}
+
+template <typename T, int TC>
+__global__ void __launch_bounds__(gru::NT, 1)
+gru_fwd_persistent(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __restrict__ b_ih,
+                   const T* __restrict__ b_hh, const T* __restrict__ h0, T* out, T* __restrict__ gates,
+                   unsigned long long* flags, int steps, int B, int H, int nu, int J, int BB, int KC) {
+    gru_fwd_body<T, TC, 0>(xg, w_hh, b_ih, b_hh, h0, out, gates, flags, steps, B, H, nu, J, BB, KC);
+}
+
+template <typename T, int TC, int CL>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(gru::NT, 1)
+gru_fwd_cluster(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __restrict__ b_ih,
+                const T* __restrict__ b_hh, const T* __restrict__ h0, T* out, T* __restrict__ gates,
+                unsigned long long* flags, int steps, int B, int H, int nu, int J, int BB, int KC) {
+    gru_fwd_body<T, TC, CL>(xg, w_hh, b_ih, b_hh, h0, out, gates, flags, steps, B, H, nu, J, BB, KC);
 }
 
 // dout (T, B, H); h0 may be null; w_hhT = W_hh^T (H, 3H). Writes dg_ih, dg_hh (T, B, 3H) and dh0 (B, H).
-// A cooperative launch of nb * nu blocks of gru::NT threads.
-template <typename T, int TC>
-__global__ void __launch_bounds__(gru::NT, 1)
-gru_bwd_persistent(const T* __restrict__ dout, const T* __restrict__ gates, const T* __restrict__ out,
-                   const T* __restrict__ h0, const T* __restrict__ w_hhT, T* __restrict__ dg_ih, T* dg_hh,
-                   T* __restrict__ dh0, unsigned long long* flags, int steps, int B, int H, int nu, int J, int BB,
-                   int KC) {
+// nb * nu blocks of gru::NT threads, CL as for the forward (dg_hh[t] passed on in shared memory).
+template <typename T, int TC, int CL>
+__device__ __forceinline__ void gru_bwd_body(const T* __restrict__ dout, const T* __restrict__ gates,
+                                             const T* __restrict__ out, const T* __restrict__ h0,
+                                             const T* __restrict__ w_hhT, T* __restrict__ dg_ih, T* dg_hh,
+                                             T* __restrict__ dh0, unsigned long long* flags, int steps, int B,
+                                             int H, int nu, int J, int BB, int KC) {
     using namespace gru;
-    const Block<T, false> bk(B, H, nu, J, BB, KC);
-    const Flags fl(flags);
+    const Block<T, false> bk(B, H, nu, J, BB, KC, CL ? 2 : 1);
+    const Flags fl(flags);   // CL = 0
     const bool vec = H % (16 / sizeof(T)) == 0;
     copy_rows(bk.Ws, bk.ldw, bk.Jp, 3 * H, vec, [&](int u) -> const T* {
         return u < bk.jn ? w_hhT + static_cast<size_t>(bk.j0 + u) * 3 * H : nullptr;
     });
     weights_to_tf32<T, TC>(bk.Ws, bk.Jp * bk.ldw);
+    if constexpr (CL != 0) {
+        zero_operands(bk);
+        cluster_sync();   // every block's buffers zeroed before any block writes into them
+    }
 
     int cr[CPT], cu[CPT];
     float dh[CPT], carry[CPT], gv[CPT][4], hpv[CPT], dov[CPT];
@@ -1580,8 +1660,9 @@ gru_bwd_persistent(const T* __restrict__ dout, const T* __restrict__ gates, cons
                 dov[i] = to_f(ld_nc(dout + static_cast<size_t>(t) * B * H + bj));
             }
     };
-    // dh holds the gradient reaching h_t: write dg_ih[t] and dg_hh[t], keep dh z for dh_{t-1}
-    auto gate_step = [&](int t) {
+    // dh holds the gradient reaching h_t: write dg_ih[t] and dg_hh[t] (cluster kernels: dg_hh[t] into buffer
+    // `next` too), keep dh z for dh_{t-1}
+    auto gate_step = [&](int t, int next) {
 #pragma unroll
         for (int i = 0; i < CPT; ++i)
             if (threadIdx.x + i * NT < bk.ncell) {
@@ -1590,11 +1671,16 @@ gru_bwd_persistent(const T* __restrict__ dout, const T* __restrict__ gates, cons
                 const float dan = d * (1.f - z) * (1.f - n * n);
                 const float dar = dan * hn * r * (1.f - r);
                 carry[i] = d * z;
-                const size_t o = (static_cast<size_t>(t) * B + bk.b0 + cr[i]) * 3 * H + bk.j0 + cu[i];
-                dg_ih[o] = dg_hh[o] = from_f<T>(dar);
-                dg_ih[o + H] = dg_hh[o + H] = from_f<T>(daz);
+                const int j = bk.j0 + cu[i];
+                const size_t o = (static_cast<size_t>(t) * B + bk.b0 + cr[i]) * 3 * H + j;
+                const T hh[3] = {from_f<T>(dar), from_f<T>(daz), from_f<T>(dan * r)};
+                dg_ih[o] = dg_hh[o] = hh[0];
+                dg_ih[o + H] = dg_hh[o + H] = hh[1];
                 dg_ih[o + 2 * H] = from_f<T>(dan);
-                dg_hh[o + 2 * H] = from_f<T>(dan * r);
+                dg_hh[o + 2 * H] = hh[2];
+                if constexpr (CL != 0)
+#pragma unroll
+                    for (int q = 0; q < 3; ++q) share_operand<CL>(bk, next, cr[i], q * H + j, hh[q]);
             }
     };
 
@@ -1602,12 +1688,18 @@ gru_bwd_persistent(const T* __restrict__ dout, const T* __restrict__ gates, cons
 #pragma unroll
     for (int i = 0; i < CPT; ++i)
         if (threadIdx.x + i * NT < bk.ncell) dh[i] = dov[i];
-    gate_step(steps - 1);
+    gate_step(steps - 1, 0);
     for (int s = 0; s < steps; ++s) {
         const int t = steps - 1 - s;   // this iteration: dh_{t-1} = dg_hh[t] W_hh + carry (+ dout[t-1])
-        bk.sync(fl, nu, s + 1);
-        if (t > 0) load_step(t - 1);
-        step_product<T, TC != 0>(bk, dg_hh + static_cast<size_t>(t) * B * 3 * H);
+        if constexpr (CL != 0)
+            cluster_sync();
+        else
+            bk.sync(fl, nu, s + 1);
+        if (t > 0) load_step(t - 1);   // after the barrier: its release would wait for these loads
+        if constexpr (CL != 0)
+            kept_product<T, TC != 0>(bk, bk.As + (s & 1) * bk.MTp * bk.lda);
+        else
+            step_product<T, TC != 0>(bk, dg_hh + static_cast<size_t>(t) * B * 3 * H);
 #pragma unroll
         for (int i = 0; i < CPT; ++i)
             if (threadIdx.x + i * NT < bk.ncell) {
@@ -1616,7 +1708,7 @@ gru_bwd_persistent(const T* __restrict__ dout, const T* __restrict__ gates, cons
                 dh[i] = sum + (t > 0 ? dov[i] : 0.f);
             }
         if (t > 0) {
-            gate_step(t - 1);
+            gate_step(t - 1, (s + 1) & 1);
         } else {
 #pragma unroll
             for (int i = 0; i < CPT; ++i)
@@ -1624,7 +1716,25 @@ gru_bwd_persistent(const T* __restrict__ dout, const T* __restrict__ gates, cons
                     dh0[static_cast<size_t>(bk.b0 + cr[i]) * H + bk.j0 + cu[i]] = from_f<T>(dh[i]);
         }
     }
-    fl.finish();
+    if constexpr (CL == 0) fl.finish();
+}
+
+template <typename T, int TC>
+__global__ void __launch_bounds__(gru::NT, 1)
+gru_bwd_persistent(const T* __restrict__ dout, const T* __restrict__ gates, const T* __restrict__ out,
+                   const T* __restrict__ h0, const T* __restrict__ w_hhT, T* __restrict__ dg_ih, T* dg_hh,
+                   T* __restrict__ dh0, unsigned long long* flags, int steps, int B, int H, int nu, int J, int BB,
+                   int KC) {
+    gru_bwd_body<T, TC, 0>(dout, gates, out, h0, w_hhT, dg_ih, dg_hh, dh0, flags, steps, B, H, nu, J, BB, KC);
+}
+
+template <typename T, int TC, int CL>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(gru::NT, 1)
+gru_bwd_cluster(const T* __restrict__ dout, const T* __restrict__ gates, const T* __restrict__ out,
+                const T* __restrict__ h0, const T* __restrict__ w_hhT, T* __restrict__ dg_ih, T* dg_hh,
+                T* __restrict__ dh0, unsigned long long* flags, int steps, int B, int H, int nu, int J, int BB,
+                int KC) {
+    gru_bwd_body<T, TC, CL>(dout, gates, out, h0, w_hhT, dg_ih, dg_hh, dh0, flags, steps, B, H, nu, J, BB, KC);
 }
 
 // Fallback, one step forward: hg = h_{t-1} W_hh^T (no bias) from cuBLAS; hprev may be null (zeros).

@@ -3166,6 +3166,7 @@ def forget_kernels():
     tl._kernels.clear()
     tl._bn_config.cache_clear()
     tl._bn_train_config.cache_clear()
+    tl._gru_layouts.clear()
     tl._pool_configs.clear()
 
 
@@ -4186,6 +4187,26 @@ GRU_CASES = [   # name, module, input shapes (x[, h]), dtypes
     ('cell_no_h_b3_h64', lambda: tl.GRUCell(16, 64), [(3, 16)], (np.float16,))]
 GRU_RAN = {'persistent': {'_gru_forward_fused', 'gru_fwd_persistent', 'gru_bwd_persistent'},
            'fallback': {'_gru_forward_fused'}, 'composed': {'_gru_forward_loop'}}   # what each path calls
+GRU_CLUSTER_KERNELS = ('gru_fwd_cluster', 'gru_bwd_cluster')
+
+
+def gru_kernels_planned(case, dtype, allow_tf32):
+    """The persistent kernels (gru_{fwd,bwd}_{persistent,cluster}) the layouts choose for a case on this GPU."""
+    m, shape = case[1](), case[2][0]
+    batch = shape[0] if len(shape) == 2 or m.batch_first else shape[1]
+    tc = int(dtype == np.float16 or allow_tf32)
+    plans = {d: tl._gru_plan(d == 'fwd', *tl._gru_device()[:2], batch, m.hidden_size, np.dtype(dtype).itemsize, tc, True)
+             for d in ('fwd', 'bwd')}
+    return {f'gru_{d}_' + ('cluster' if plan[6] else 'persistent') for d, plan in plans.items()}
+
+
+def test_gpu_gru_cases_take_clusters():
+    """Some of GRU_CASES run on the cluster kernels where the GPU has them, so that their tests check them."""
+    need_cuda()
+    if not set(GRU_CLUSTER_KERNELS) <= set(tl.fused_kernels()):
+        raise Skip('no GRU cluster kernels on this GPU (Hopper only)')
+    clustered = [c[0] for c in GRU_CASES for dt in c[3] if 'gru_fwd_cluster' in gru_kernels_planned(c, dt, False)]
+    assert len(clustered) >= 3, f'cases on the cluster kernels: {clustered}'
 
 
 def gru_results(make, state, arrays, dtype, device):
@@ -4208,7 +4229,7 @@ def gru_calls():
 
     def spy(name, inner):
         def wrapped(*args, **kwargs):
-            calls.add(args[0] if name == '_gru_launch' else name)
+            calls.add(f'gru_{args[0]}_{"cluster" if args[1][6] else "persistent"}' if name == '_gru_launch' else name)
             return inner(*args, **kwargs)
         return wrapped
     for name, inner in saved.items():
@@ -4221,20 +4242,30 @@ def gru_calls():
 
 
 def check_gru_gpu(case, dtype, path, allow_tf32):
+    """The GRU on the GPU path `path` forced against the CPU in float64: 'persistent' (the cooperative kernels: the
+    cluster kernels hidden), 'cluster' (the persistent kernels as the layouts choose: clusters where they fit),
+    'fallback' or 'composed'."""
     need_cuda()
     name, make, shapes = case[:3]
+    if path == 'cluster' and not set(GRU_CLUSTER_KERNELS) <= set(tl.fused_kernels()):
+        raise Skip('no GRU cluster kernels on this GPU (Hopper only)')
     r = rng(('gru', name))
     arrays = [r.uniform(-1, 1, s) for s in shapes]
     tl.manual_seed(0)
     state = {k: 1.5 * v.astype(np.float64) for k, v in make().state_dict().items()}   # 1.5 x PyTorch's init
     want = gru_results(make, state, arrays, np.float64, 'cpu')
-    saved, tl._gru_path = tl._gru_path, path
+    saved, tl._gru_path = tl._gru_path, 'persistent' if path == 'cluster' else path
     try:
-        with gru_calls() as calls, tf32(allow_tf32), poisoned():
+        with (kernels_hidden(GRU_CLUSTER_KERNELS) if path == 'persistent' else contextlib.nullcontext()), \
+                gru_calls() as calls, tf32(allow_tf32), poisoned():
             got = gru_results(make, state, arrays, dtype, 'cuda')
     finally:
         tl._gru_path = saved
-    assert calls == GRU_RAN[path], f'{path} forced, but {sorted(calls)} ran'
+    if path == 'cluster':
+        planned = {'_gru_forward_fused'} | gru_kernels_planned(case, dtype, allow_tf32)
+        assert calls == planned, f'{sorted(planned)} planned, but {sorted(calls)} ran'
+    else:
+        assert calls == GRU_RAN[path], f'{path} forced, but {sorted(calls)} ran'
     tol = 2e-2 if dtype == np.float16 else TF32_TOL if allow_tf32 and path != 'composed' else 1e-5
     for k, (g, w) in enumerate(zip(got, want)):
         assert_matches(g, w, tol, f'GRU {name} {np.dtype(dtype).name} {path}: result {k}')
@@ -4242,7 +4273,7 @@ def check_gru_gpu(case, dtype, path, allow_tf32):
 
 for _case in GRU_CASES:
     for _dt in _case[3]:
-        for _path in ('persistent', 'fallback', 'composed'):
+        for _path in ('persistent', 'cluster', 'fallback', 'composed'):
             for _tf32 in (False, True) if _dt == np.float32 and _path != 'composed' else (False,):
                 register(f'test_gpu_gru_{_case[0]}_{np.dtype(_dt).name}_{_path}{"_tf32" if _tf32 else ""}',
                          lambda c=_case, dt=_dt, p=_path, a=_tf32: check_gru_gpu(c, dt, p, a))

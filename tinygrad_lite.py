@@ -314,6 +314,7 @@ _C_TYPES = {np.dtype(np.float16): '__half', np.dtype(np.float32): 'float', np.dt
 _FLOAT_C = ('__half', 'float', 'double')
 _PACK = {'__half': ('1', '8'), 'float': ('1', '4'), 'double': ('1', '2')}   # elements per load: 1 or 16 bytes
 _ACTIVATIONS = {None: 0, 'relu': 1, 'gelu': 2}   # the ACT template argument of the BatchNorm kernels
+_GRU_CLUSTERS = (1, 2, 4, 8)   # the GRU's cluster kernels' blocks per cluster (8: the portable most)
 # The fused BatchNorm training passes' packs kept in registers per thread (their RC template argument), per C type
 # (none for float64: the two-kernel passes serve it). On the H200 at 256x64x32x32 (scratch/s18/bn_probe.py), float32
 # forward RC 0, 4, 8, 16: 56, 54, 49, 46 us; backward 0, 2, 4, 6 (RC 16 forward): 90, 90, 78, 78; float16 4 / 4 best.
@@ -346,6 +347,8 @@ _KERNEL_INSTANCES = {
        for name, kept in _BN_KEPT_REGS.items()},
     # GRU: (T, TC), TC = 1 for the tensor cores (float16, and float32 as TF32 where allow_tf32 says so)
     **{name: [('float', '0'), ('float', '1'), ('__half', '1')] for name in ('gru_fwd_persistent', 'gru_bwd_persistent')},
+    **{name: [(t, tc, str(cl)) for t, tc in (('float', '0'), ('float', '1'), ('__half', '1')) for cl in _GRU_CLUSTERS]
+       for name in ('gru_fwd_cluster', 'gru_bwd_cluster')},
     **{name: [('float',), ('__half',)] for name in ('gru_gates_fwd', 'gru_gates_bwd')},
     **{name: [(t,) for t in _FLOAT_C]
        for name in ('batch_transpose', 'conv_weight_layouts', 'conv_direct_fwd', 'conv_direct_dx', 'conv_direct_dw',
@@ -364,8 +367,8 @@ _KERNEL_INSTANCES = {
 }
 _COOPERATIVE = {'gru_fwd_persistent', 'gru_bwd_persistent', 'bn_fwd_train', 'bn_bwd_train'}   # launched as
 # cooperative grids
-_SM90A = {'conv_implicit_wg', 'conv_implicit_wg_dw', 'conv_implicit_tma'}   # Hopper's wgmma (and TMA): built with
-# -arch=sm_90a, on 9.0 devices only
+_SM90A = {'conv_implicit_wg', 'conv_implicit_wg_dw', 'conv_implicit_tma', 'gru_fwd_cluster', 'gru_bwd_cluster'}
+# Hopper's wgmma (and TMA), and the GRU's thread-block clusters: built with -arch=sm_90a, on 9.0 devices only
 _BLOCK = 256   # threads per block of every kernel but TF32's conv_implicit_wg_dw (512: warpgroups specialized)
 _modules = {}   # GPU index -> {name expression: RawKernel}, {} when kernels.cu is missing or broken
 _kernels = {}   # (name, template arguments, GPU index) -> RawKernel or None, as _kernel found it
@@ -1769,7 +1772,7 @@ def _gru_forward_fused(x, w_ih, w_hh, b_ih, b_hh, h0, plan, tf32):
     xg = _matmul(x.reshape(steps * batch, -1), w_ih.T, tf32=tf32).reshape(steps, batch, 3 * hidden)
     out, gates = xp.empty((steps, batch, hidden), x.dtype), xp.empty((steps, batch, 4 * hidden), x.dtype)
     if plan is not None:
-        _gru_launch('gru_fwd_persistent', plan, tf32, (xg, w_hh, b_ih, b_hh, h0, out, gates), steps, batch, hidden)
+        _gru_launch('fwd', plan, tf32, (xg, w_hh, b_ih, b_hh, h0, out, gates), steps, batch, hidden)
         return out, gates
     hg, kernel = xp.empty((batch, 3 * hidden), x.dtype), _kernel('gru_gates_fwd', x.dtype)
     for t in range(steps):
@@ -1788,7 +1791,7 @@ def _gru_backward_fused(g, w_hh, h0, out, gates, dg_ih, dg_hh, plan, tf32):
     xp, (steps, batch, hidden) = _xp(g), out.shape
     if plan is not None:
         dh0 = xp.empty((batch, hidden), g.dtype)
-        _gru_launch('gru_bwd_persistent', plan, tf32, (g, gates, out, h0, xp.ascontiguousarray(w_hh.T), dg_ih, dg_hh, dh0),
+        _gru_launch('bwd', plan, tf32, (g, gates, out, h0, xp.ascontiguousarray(w_hh.T), dg_ih, dg_hh, dh0),
                     steps, batch, hidden)
         return dh0
     carry, dh_mm = xp.zeros((batch, hidden), np.float32), xp.empty((batch, hidden), g.dtype)
@@ -1809,10 +1812,13 @@ def _aligned(a):
     return a if a.data.ptr % 16 == 0 else a.copy()
 
 
-def _gru_launch(name, plan, tf32, arrays, steps, batch, hidden):
-    """One cooperative launch of persistent kernel `name` with layout `plan` (_gru_plan)."""
-    groups, slices, units, rows, chunk, smem = plan
-    kernel = _kernel(name, arrays[0].dtype, int(arrays[0].dtype == np.float16 or tf32))
+def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
+    """One launch of the persistent kernel of `direction` ('fwd' or 'bwd') with layout `plan` (_gru_plan): a
+    cooperative one (gru_*_persistent), or clusters of its slices (gru_*_cluster)."""
+    groups, slices, units, rows, chunk, smem, cluster = plan
+    tc = int(arrays[0].dtype == np.float16 or tf32)
+    kernel = _kernel(f'gru_{direction}_cluster', arrays[0].dtype, tc, slices) if cluster else \
+        _kernel(f'gru_{direction}_persistent', arrays[0].dtype, tc)
     sizes = _int32s(steps, batch, hidden, slices, units, rows, chunk)
     _launch_with_smem(kernel, (groups * slices,), _BLOCK, arrays + (_gru_device()[2],) + sizes, smem)
 
@@ -1834,7 +1840,8 @@ def _gru_plans(x, hidden, tf32):
         return None
     tc, plans = int(x.dtype == np.float16 or tf32), (None, None)
     if _gru_path != 'fallback' and _kernel('gru_fwd_persistent', x.dtype, tc) is not None:
-        key = _gru_device()[:2] + (x.shape[1], hidden, x.itemsize, tc)
+        clusters = all(_kernel(f'gru_{d}_cluster', x.dtype, tc, 1) is not None for d in ('fwd', 'bwd'))
+        key = _gru_device()[:2] + (x.shape[1], hidden, x.itemsize, tc, clusters)
         if key not in _gru_layouts:
             _gru_layouts[key] = tuple(_gru_plan(forward, *key) for forward in (True, False))
         plans = _gru_layouts[key]
@@ -1844,12 +1851,18 @@ def _gru_plans(x, hidden, tf32):
     return plans
 
 
-def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc):
-    """The layout (nb, nu, J, BB, KC, shared memory bytes) of a persistent kernel with the least estimated clocks
-    per step, None where none fits: nb batch groups of BB rows times nu slices of J units, a block each, all
+def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters):
+    """The layout (nb, nu, J, BB, KC, shared memory bytes, cluster) of a persistent kernel with the least estimated
+    clocks per step, None where none fits: nb batch groups of BB rows times nu slices of J units, a block each, all
     resident at once (nb nu <= SMs). A block holds its units' rows of W_hh in shared memory (3J of H forward,
-    J of 3H backward), stages the step's operand rows in k-chunks of KC, owns at most 4 (row, unit) cells per
-    thread and at most one warp tile of 16 rows by 8 units per warp (kernels.cu's Block)."""
+    J of 3H backward), owns at most 4 (row, unit) cells per thread and at most one warp tile of 16 rows by 8 units
+    per warp (kernels.cu's Block). The cooperative kernel (cluster 0) stages the step's operand rows from L2 in
+    k-chunks of KC, its batch groups meeting at flags; where `clusters` (the cluster kernels loaded) and nu is one of
+    _GRU_CLUSTERS, a batch group can be a cluster (cluster nu) that keeps the whole operand in shared memory, twice
+    (KC = K), and passes it on there. On the H200 (scratch/s18/gru_probe.py, TF32, ms) clusters took the forward at
+    (T, B, in, H) = (100, 16, 32, 128) from 0.303 to 0.250, (100, 64, 256, 256) 0.393 to 0.334, (200, 8, 256, 256)
+    0.666 to 0.587; backward in clusters of 4 at the first 0.413 to 0.365, in clusters of 8 at the others 0.835 to
+    0.847 and 0.912 to 1.043 (the operand 3H wide, written to 8 blocks at every step): so not so."""
     up = lambda a, b: -(-a // b) * b
     row_bytes = lambda n: (up(n, 128 // itemsize) + 16 // itemsize) * itemsize   # kernels.cu's smem_ld
     k = hidden if forward else 3 * hidden
@@ -1862,14 +1875,19 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc):
             groups, m_rows = -(-batch // rows), up(rows, 16)
             if m_rows // 16 * up(units, 8) // 8 > _BLOCK // 32 or rows * units > 4 * _BLOCK or groups * slices > sms:
                 continue
+            products, cells = m_rows * w_rows * up(k, 16) / _GRU_MACS[itemsize, tc], -(-rows * units // _BLOCK)
             chunk = up(k, 64)
             while chunk > 64 and weights + m_rows * row_bytes(chunk) + partials > smem_max:
                 chunk -= 64
             smem = weights + m_rows * row_bytes(chunk) + partials
-            cost = (m_rows * w_rows * up(k, 16) / _GRU_MACS[itemsize, tc] + m_rows * k * itemsize / 64
-                    + 800 * -(-k // chunk) + 8 * slices + 2100 + 200 * -(-rows * units // _BLOCK))
-            if smem <= smem_max and (best is None or (cost, groups * slices) < best[0]):
-                best = (cost, groups * slices), (groups, slices, units, rows, chunk, smem)
+            cost = products + m_rows * k * itemsize / 64 + 800 * -(-k // chunk) + 8 * slices + 2100 + 200 * cells
+            candidates = [(cost, smem, chunk, 0)]
+            if clusters and slices in _GRU_CLUSTERS[:None if forward else 3]:   # backward: at most 4 (below)
+                candidates.append((products + 600 + 200 * cells * (1 + slices // 4),
+                                   weights + 2 * m_rows * row_bytes(k) + partials, k, slices))
+            for cost, smem, chunk, cluster in candidates:
+                if smem <= smem_max and (best is None or (cost, groups * slices) < best[0]):
+                    best = (cost, groups * slices), (groups, slices, units, rows, chunk, smem, cluster)
     return None if best is None else best[1]
 
 
