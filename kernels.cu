@@ -1609,13 +1609,18 @@ gru_fwd_persistent(const T* __restrict__ xg, const T* __restrict__ w_hh, const T
     gru_fwd_body<T, TC, 0>(xg, w_hh, b_ih, b_hh, h0, out, gates, flags, steps, B, H, nu, J, BB, KC);
 }
 
+// Clusters need sm_90: compilers reject __cluster_dims__ for earlier targets, even uninstantiated (the loader builds
+// the cluster kernels on 9.0 devices only; every module compiles the whole file). The arguments are
+// gru_fwd_persistent's; the layout's nu and KC are CL and H, whatever the host passes.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 template <typename T, int TC, int CL>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(gru::NT, 1)
 gru_fwd_cluster(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __restrict__ b_ih,
                 const T* __restrict__ b_hh, const T* __restrict__ h0, T* out, T* __restrict__ gates,
                 unsigned long long* flags, int steps, int B, int H, int nu, int J, int BB, int KC) {
-    gru_fwd_body<T, TC, CL>(xg, w_hh, b_ih, b_hh, h0, out, gates, flags, steps, B, H, nu, J, BB, KC);
+    gru_fwd_body<T, TC, CL>(xg, w_hh, b_ih, b_hh, h0, out, gates, flags, steps, B, H, CL, J, BB, H);
 }
+#endif
 
 // dout (T, B, H); h0 may be null; w_hhT = W_hh^T (H, 3H). Writes dg_ih, dg_hh (T, B, 3H) and dh0 (B, H).
 // nb * nu blocks of gru::NT threads, CL as for the forward (dg_hh[t] passed on in shared memory).
@@ -1728,14 +1733,16 @@ gru_bwd_persistent(const T* __restrict__ dout, const T* __restrict__ gates, cons
     gru_bwd_body<T, TC, 0>(dout, gates, out, h0, w_hhT, dg_ih, dg_hh, dh0, flags, steps, B, H, nu, J, BB, KC);
 }
 
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900   // as gru_fwd_cluster (nu and KC: CL and 3H)
 template <typename T, int TC, int CL>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(gru::NT, 1)
 gru_bwd_cluster(const T* __restrict__ dout, const T* __restrict__ gates, const T* __restrict__ out,
                 const T* __restrict__ h0, const T* __restrict__ w_hhT, T* __restrict__ dg_ih, T* dg_hh,
                 T* __restrict__ dh0, unsigned long long* flags, int steps, int B, int H, int nu, int J, int BB,
                 int KC) {
-    gru_bwd_body<T, TC, CL>(dout, gates, out, h0, w_hhT, dg_ih, dg_hh, dh0, flags, steps, B, H, nu, J, BB, KC);
+    gru_bwd_body<T, TC, CL>(dout, gates, out, h0, w_hhT, dg_ih, dg_hh, dh0, flags, steps, B, H, CL, J, BB, 3 * H);
 }
+#endif
 
 // Fallback, one step forward: hg = h_{t-1} W_hh^T (no bias) from cuBLAS; hprev may be null (zeros).
 template <typename T>

@@ -4180,6 +4180,9 @@ GRU_CASES = [   # name, module, input shapes (x[, h]), dtypes
     ('nobias_no_h0_b16_h128', lambda: tl.GRU(32, 128, bias=False), [(6, 16, 32)], (np.float32,)),
     ('b200_h64', lambda: tl.GRU(16, 64), [(8, 200, 16), (1, 200, 64)], (np.float32,)),
     ('b64_h1024', lambda: tl.GRU(64, 1024), [(3, 64, 64), (1, 64, 1024)], (np.float32,)),
+    ('b8_h256', lambda: tl.GRU(16, 256), [(3, 8, 16), (1, 8, 256)], (np.float32, np.float16)),   # H200, TF32:
+    # forward in clusters of 8, backward cooperative
+    ('b4_h8', lambda: tl.GRU(5, 8), [(4, 4, 5), (1, 4, 8)], (np.float32, np.float16)),   # clusters of one block
     ('cell_b5_h50', lambda: tl.GRUCell(7, 50), [(5, 7), (5, 50)], (np.float32, np.float16)),
     ('b40_h72', lambda: tl.GRU(16, 72), [(4, 40, 16), (1, 40, 72)], (np.float16,)),
     ('2layers_batch_first_h512', lambda: tl.GRU(128, 512, 2, batch_first=True), [(64, 10, 128), (2, 64, 512)],
@@ -4201,12 +4204,23 @@ def gru_kernels_planned(case, dtype, allow_tf32):
 
 
 def test_gpu_gru_cases_take_clusters():
-    """Some of GRU_CASES run on the cluster kernels where the GPU has them, so that their tests check them."""
+    """GRU_CASES run the cluster kernels of every size _gru_plan offers (forward 1 to 8 blocks, backward 1 to 4) where
+    the GPU has them, so that their tests check each."""
     need_cuda()
     if not set(GRU_CLUSTER_KERNELS) <= set(tl.fused_kernels()):
         raise Skip('no GRU cluster kernels on this GPU (Hopper only)')
-    clustered = [c[0] for c in GRU_CASES for dt in c[3] if 'gru_fwd_cluster' in gru_kernels_planned(c, dt, False)]
-    assert len(clustered) >= 3, f'cases on the cluster kernels: {clustered}'
+    taken = set()
+    for case in GRU_CASES:
+        m, shape = case[1](), case[2][0]
+        batch = shape[0] if len(shape) == 2 or m.batch_first else shape[1]
+        for dt in case[3]:
+            for tc in {int(dt == np.float16 or a) for a in (False, True)}:
+                for forward in (True, False):
+                    plan = tl._gru_plan(forward, *tl._gru_device()[:2], batch, m.hidden_size, np.dtype(dt).itemsize, tc,
+                                        True)
+                    taken.add((forward, plan[6]))
+    offered = {(True, n) for n in tl._GRU_CLUSTERS} | {(False, n) for n in tl._GRU_CLUSTERS if n <= 4}
+    assert offered <= taken, f'cluster sizes no case takes: {sorted(offered - taken)}'
 
 
 def gru_results(make, state, arrays, dtype, device):
@@ -4224,13 +4238,21 @@ def gru_results(make, state, arrays, dtype, device):
 
 @contextlib.contextmanager
 def gru_calls():
-    """The set of GRU host functions and persistent kernels that ran inside."""
+    """The set of GRU host functions and persistent kernels (the kernels _gru_launch looked up) that ran inside."""
     calls, saved = set(), {name: getattr(tl, name) for name in ('_gru_launch', '_gru_forward_loop', '_gru_forward_fused')}
+    lookup = tl._kernel
+
+    def looked_up(name, *args):
+        calls.add(name)
+        return lookup(name, *args)
 
     def spy(name, inner):
         def wrapped(*args, **kwargs):
-            calls.add(f'gru_{args[0]}_{"cluster" if args[1][6] else "persistent"}' if name == '_gru_launch' else name)
-            return inner(*args, **kwargs)
+            if name != '_gru_launch':
+                calls.add(name)
+                return inner(*args, **kwargs)
+            with mock.patch.object(tl, '_kernel', looked_up):
+                return inner(*args, **kwargs)
         return wrapped
     for name, inner in saved.items():
         setattr(tl, name, spy(name, inner))

@@ -1646,7 +1646,7 @@ def _bn_backward_fused(x, stats, weight, bias, g, training, act):
 _gru_path = None   # None: choose; 'persistent', 'fallback' or 'composed' forces that path on the GPU (tests)
 _GRU_MACS = {(4, 0): 96, (4, 1): 512, (2, 1): 1024}   # multiply-adds per clock and SM: FMA, TF32 mma, f16 mma
 _gru_devices = {}   # GPU index -> (multiprocessors, shared memory per block, the persistent kernels' barrier flags)
-_gru_layouts = {}   # (multiprocessors, shared memory, B, H, itemsize, TC) -> forward and backward layouts
+_gru_layouts = {}   # (multiprocessors, shared memory, B, H, itemsize, TC, clusters loaded) -> both layouts
 
 
 def _fill(values, given, missing=None):

@@ -46,15 +46,20 @@ def main(library):
         source = f.read()
     common = [b'-default-device'] + [f'-I{d}'.encode() for d in cuda_includes()]
 
-    def compile_kernel(name):   # as the loader, with sm_90 where CuPy picks the device's architecture
+    def compile_kernel(job):   # as the loader, with sm_90 or sm_80 where CuPy picks the device's architecture
+        name, arch = job
         options = [o.encode() for o in tl._module_options(name)]
         return compile_module(nvrtc, source, tl._name_expressions(name), common + options
-                              + ([] if name in tl._SM90A else [b'-arch=sm_90'])
+                              + ([] if name in tl._SM90A else [f'-arch={arch}'.encode()])
                               + ([b'--device-c'] if name in tl._COOPERATIVE else []))   # CuPy's for cooperative groups
+    # every module for sm_90; those loaded on any GPU (not _SM90A) for sm_80 too: Hopper-only code must not break them
+    jobs = [(name, 'sm_90') for name in tl._KERNEL_INSTANCES] + [(name, 'sm_80') for name in tl._KERNEL_INSTANCES
+                                                                 if name not in tl._SM90A]
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:   # ctypes lets go of the GIL in NVRTC's calls
-        results = list(zip(tl._KERNEL_INSTANCES, pool.map(compile_kernel, tl._KERNEL_INSTANCES)))
+        results = [(f'{name} ({arch})', result) for (name, arch), result in zip(jobs, pool.map(compile_kernel, jobs))]
     failed = [(name, log) for name, (status, log) in results if status]
-    print(f'ci: NVRTC, {len(results)} modules ({len(tl._kernel_name_expressions())} kernels): '
+    print(f'ci: NVRTC, {len(results)} module builds (sm_90, and sm_80 but for the Hopper-only ones; '
+          f'{len(tl._kernel_name_expressions())} kernels): '
           f'{"compiled" if not failed else f"{len(failed)} FAILED: " + ", ".join(name for name, _ in failed)}')
     for name, log in failed[:3]:
         print(f'{name}:\n' + '\n'.join(line for line in log.splitlines() if 'error' in line or line.startswith(' '))[-4000:])
