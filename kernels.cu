@@ -913,7 +913,8 @@ struct Walk {
 };
 
 // The reduction's walk over this thread's units, use(load(e)) for each, in rounds of U loads issued before the first
-// use; the first RC loads are kept in reg, the next su in kept[(i - RC) blockDim + threadIdx.x]. Ends one past the last.
+// use; the first RC loads are kept in reg (RC + 1 long: RC may be 0), the next su in kept[(i - RC) blockDim +
+// threadIdx.x]. Ends one past the last.
 template <int RC, int U, typename P, typename V, typename L, typename F>
 __device__ __forceinline__ void walk_keeping(V& w, P (&reg)[RC + 1], P* kept, int su, L load, F use)
 {

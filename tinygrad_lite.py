@@ -1860,9 +1860,10 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters):
     k-chunks of KC, its batch groups meeting at flags; where `clusters` (the cluster kernels loaded) and nu is one of
     _GRU_CLUSTERS, a batch group can be a cluster (cluster nu) that keeps the whole operand in shared memory, twice
     (KC = K), and passes it on there. On the H200 (scratch/s18/gru_probe.py, TF32, ms) clusters took the forward at
-    (T, B, in, H) = (100, 16, 32, 128) from 0.303 to 0.250, (100, 64, 256, 256) 0.393 to 0.334, (200, 8, 256, 256)
-    0.666 to 0.587; backward in clusters of 4 at the first 0.413 to 0.365, in clusters of 8 at the others 0.835 to
-    0.847 and 0.912 to 1.043 (the operand 3H wide, written to 8 blocks at every step): so not so."""
+    (T, B, in, H) = (100, 16, 32, 128) from 0.300 to 0.238, (100, 64, 256, 256) 0.392 to 0.329, (200, 8, 256, 256)
+    0.667 to 0.614, the backward in clusters of 4 at the first 0.408 to 0.372; in clusters of 8 (at the others, in an
+    earlier build) the backward took 0.835 -> 0.847 and 0.912 -> 1.043 (its operand is 3H wide, written into 8 blocks
+    every step), so the backward takes clusters of at most 4."""
     up = lambda a, b: -(-a // b) * b
     row_bytes = lambda n: (up(n, 128 // itemsize) + 16 // itemsize) * itemsize   # kernels.cu's smem_ld
     k = hidden if forward else 3 * hidden
@@ -1882,7 +1883,8 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters):
             smem = weights + m_rows * row_bytes(chunk) + partials
             cost = products + m_rows * k * itemsize / 64 + 800 * -(-k // chunk) + 8 * slices + 2100 + 200 * cells
             candidates = [(cost, smem, chunk, 0)]
-            if clusters and slices in _GRU_CLUSTERS[:None if forward else 3]:   # backward: at most 4 (below)
+            if clusters and slices in _GRU_CLUSTERS and (forward or slices <= 4):   # no staging, a cheaper barrier,
+                # writes into every block of the cluster
                 candidates.append((products + 600 + 200 * cells * (1 + slices // 4),
                                    weights + 2 * m_rows * row_bytes(k) + partials, k, slices))
             for cost, smem, chunk, cluster in candidates:
