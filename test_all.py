@@ -4193,14 +4193,18 @@ GRU_RAN = {'persistent': {'_gru_forward_fused', 'gru_fwd_persistent', 'gru_bwd_p
 GRU_CLUSTER_KERNELS = ('gru_fwd_cluster', 'gru_bwd_cluster')
 
 
-def gru_kernels_planned(case, dtype, allow_tf32):
-    """The persistent kernels (gru_{fwd,bwd}_{persistent,cluster}) the layouts choose for a case on this GPU."""
+def gru_case_plan(case, dtype, tc, forward):
+    """_gru_plan's layout for a case's layers on this GPU, the cluster kernels loaded."""
     m, shape = case[1](), case[2][0]
     batch = shape[0] if len(shape) == 2 or m.batch_first else shape[1]
+    return tl._gru_plan(forward, *tl._gru_device()[:2], batch, m.hidden_size, np.dtype(dtype).itemsize, tc, True)
+
+
+def gru_kernels_planned(case, dtype, allow_tf32):
+    """The persistent kernels (gru_{fwd,bwd}_{persistent,cluster}) the layouts choose for a case on this GPU."""
     tc = int(dtype == np.float16 or allow_tf32)
-    plans = {d: tl._gru_plan(d == 'fwd', *tl._gru_device()[:2], batch, m.hidden_size, np.dtype(dtype).itemsize, tc, True)
-             for d in ('fwd', 'bwd')}
-    return {f'gru_{d}_' + ('cluster' if plan[6] else 'persistent') for d, plan in plans.items()}
+    return {f'gru_{d}_' + ('cluster' if gru_case_plan(case, dtype, tc, d == 'fwd')[6] else 'persistent')
+            for d in ('fwd', 'bwd')}
 
 
 def test_gpu_gru_cases_take_clusters():
@@ -4209,16 +4213,8 @@ def test_gpu_gru_cases_take_clusters():
     need_cuda()
     if not set(GRU_CLUSTER_KERNELS) <= set(tl.fused_kernels()):
         raise Skip('no GRU cluster kernels on this GPU (Hopper only)')
-    taken = set()
-    for case in GRU_CASES:
-        m, shape = case[1](), case[2][0]
-        batch = shape[0] if len(shape) == 2 or m.batch_first else shape[1]
-        for dt in case[3]:
-            for tc in {int(dt == np.float16 or a) for a in (False, True)}:
-                for forward in (True, False):
-                    plan = tl._gru_plan(forward, *tl._gru_device()[:2], batch, m.hidden_size, np.dtype(dt).itemsize, tc,
-                                        True)
-                    taken.add((forward, plan[6]))
+    taken = {(forward, gru_case_plan(case, dt, tc, forward)[6]) for case in GRU_CASES for dt in case[3]
+             for tc in {int(dt == np.float16 or a) for a in (False, True)} for forward in (True, False)}
     offered = {(True, n) for n in tl._GRU_CLUSTERS} | {(False, n) for n in tl._GRU_CLUSTERS if n <= 4}
     assert offered <= taken, f'cluster sizes no case takes: {sorted(offered - taken)}'
 
