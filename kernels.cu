@@ -615,6 +615,23 @@ __device__ __forceinline__ void rows_publish(const A (&s1)[V], const A (&s2)[V],
     }
 }
 
+// The batch's mean and biased variance of a channel from the sums t1, t2 of v = x - K and v*v over its M elements.
+__device__ __forceinline__ double2 shifted_moments(double t1, double t2, double K, double M)
+{
+    const double d = t1 / M;
+    return make_double2(K + d, fmax(t2 / M - d * d, 0.0));
+}
+
+// Folds a channel's batch mean and biased variance (mv, over M elements) into its running statistics, whose values
+// were rm and rv: running_var takes the unbiased variance, as PyTorch's.
+template <typename A>
+__device__ __forceinline__ void update_running(A* running_mean, A* running_var, int c, A rm, A rv, double2 mv, double M,
+                                               double momentum)
+{
+    running_mean[c] = A((1.0 - momentum) * double(rm) + momentum * mv.x);
+    running_var[c] = A((1.0 - momentum) * double(rv) + momentum * mv.y * M / (M - 1.0));
+}
+
 // Training statistics. Each thread sums v = x - K and v*v, K = the channel's first element x[0, c, 0]
 // (a shift that keeps a large mean from cancelling the variance in float); the finalizing block
 // writes stats = [mean | invstd] (2 x C), invstd = 1/sqrt(var + eps) (biased var), and updates the running
@@ -638,14 +655,13 @@ __global__ void bn_fwd_stats(const T* __restrict__ x, acc_t<T>* __restrict__ par
     const bool prefetched = cpg == 0 && running_mean;
     const A rm = prefetched ? running_mean[g] : A(0), rv = prefetched ? running_var[g] : A(0);
     auto finalize = [&](int c, double t1, double t2) {
-        const double M = double(N) * double(S), d = t1 / M, var = fmax(t2 / M - d * d, 0.0);
-        const double mu = (cpg ? double(x[(long long)c * S]) : double(K)) + d;   // K = x[c * S] in segment mode
-        mean[c] = A(mu);
-        invstd[c] = A(1.0 / sqrt(var + eps));
-        if (running_mean) {
-            running_mean[c] = A((1.0 - momentum) * double(prefetched ? rm : running_mean[c]) + momentum * mu);
-            running_var[c] = A((1.0 - momentum) * double(prefetched ? rv : running_var[c]) + momentum * var * M / (M - 1.0));
-        }
+        const double M = double(N) * double(S);   // the shift is x[c * S], which K holds in segment mode
+        const double2 mv = shifted_moments(t1, t2, cpg ? double(x[(long long)c * S]) : double(K), M);
+        mean[c] = A(mv.x);
+        invstd[c] = A(1.0 / sqrt(mv.y + eps));
+        if (running_mean)
+            update_running(running_mean, running_var, c, prefetched ? rm : running_mean[c],
+                           prefetched ? rv : running_var[c], mv, M, momentum);
     };
     if (cpg < 0) {
         const Rows L = rows_of(N, C, V, g, k, chunks);
@@ -1058,19 +1074,17 @@ __global__ void __launch_bounds__(256) bn_fwd_train(const T* __restrict__ x, T* 
             }
         });
         const double2 t = group_meet(s1, s2, part, ticket, g, k, chunks);
-        const double M = double(N) * double(S), d = t.x / M, var = fmax(t.y / M - d * d, 0.0), mu = double(K) + d;
+        const double M = double(N) * double(S);
+        const double2 mv = shifted_moments(t.x, t.y, double(K), M);
         Chan<A> ch;
-        ch.mean = A(mu);
-        ch.invstd = A(1.0 / sqrt(var + eps));
+        ch.mean = A(mv.x);
+        ch.invstd = A(1.0 / sqrt(mv.y + eps));
         ch.scale = ch.invstd * wg;
         ch.shift = bg;
         if (k == 0 && threadIdx.x == 0) {
             stats[g] = ch.mean;
             stats[C + g] = ch.invstd;
-            if (running_mean) {
-                running_mean[g] = A((1.0 - momentum) * double(running_mean[g]) + momentum * mu);
-                running_var[g] = A((1.0 - momentum) * double(running_var[g]) + momentum * var * M / (M - 1.0));
-            }
+            if (running_mean) update_running(running_mean, running_var, g, running_mean[g], running_var[g], mv, M, momentum);
         }
         walk_back<RC, 4>(walk, reg, kept, su, load, [&](long long e, P p) {
 #pragma unroll
