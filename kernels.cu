@@ -1270,7 +1270,8 @@ struct Flags {
     unsigned long long* f;
     unsigned long long e;
 
-    __device__ explicit Flags(unsigned long long* flags) : f(flags), e(flag_load(flags) << 32) {}
+    // flags null: a kernel that meets otherwise (clusters) and never calls these
+    __device__ explicit Flags(unsigned long long* flags) : f(flags), e(flags != nullptr ? flag_load(flags) << 32 : 0) {}
 
     // barrier of the n blocks [b0, b0 + n): publish `count`, wait until all of them published it
     __device__ void sync(int b0, int n, unsigned count) const {
@@ -1521,6 +1522,95 @@ __device__ __forceinline__ void share_operand(const Block<T, FWD>& bk, int next,
     for (int rank = 0; rank < CL; ++rank) *in_block(at, rank) = v;
 }
 
+// The (row, unit) cells [c0, c1) of a batch group's rows by a block's units (jn of them, row-major) that this
+// thread finishes: c0 + threadIdx.x + i NT for i < CPT.
+struct Cells {
+    int c0, c1, r[CPT], u[CPT];
+    __device__ Cells(int first, int end, int jn) : c0(first), c1(end) {
+#pragma unroll
+        for (int i = 0; i < CPT; ++i) {
+            const int c = c0 + threadIdx.x + i * NT;
+            r[i] = jn > 0 ? c / jn : 0;
+            u[i] = c - r[i] * jn;
+        }
+    }
+    __device__ bool has(int i) const { return c0 + threadIdx.x + i * NT < c1; }
+};
+
+// Forward, per cell (batch row b, unit j). bias = (b_ir + b_hr, b_iz + b_hz, b_in, b_hn); b_ih, b_hh may be null.
+template <typename T>
+__device__ __forceinline__ void cell_bias(const T* b_ih, const T* b_hh, int H, int j, float (&bias)[4]) {
+#pragma unroll
+    for (int q = 0; q < 3; ++q) bias[q] = b_ih != nullptr ? to_f(b_ih[q * H + j]) : 0.f;
+    bias[3] = b_hh != nullptr ? to_f(b_hh[2 * H + j]) : 0.f;
+    if (b_hh != nullptr) {
+        bias[0] += to_f(b_hh[j]);
+        bias[1] += to_f(b_hh[H + j]);
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void load_xg(const T* xg, int t, int B, int H, int b, int j, float (&xv)[3]) {
+    const T* p = xg + (static_cast<size_t>(t) * B + b) * 3 * H + j;
+#pragma unroll
+    for (int q = 0; q < 3; ++q) xv[q] = to_f(ld_nc(p + q * H));
+}
+
+// Step t's gates from xv (xg's values), s (the products h_{t-1} W_hh^T of r, z, n) and hp = h_{t-1}: writes out and
+// gates, returns h_t.
+template <typename T>
+__device__ __forceinline__ T fwd_cell(const float (&xv)[3], const float (&s)[3], const float (&bias)[4], float hp,
+                                      T* out, T* gates, int t, int B, int H, int b, int j) {
+    const float r = sigmoid(xv[0] + s[0] + bias[0]);
+    const float z = sigmoid(xv[1] + s[1] + bias[1]);
+    const float hn = s[2] + bias[3];
+    const float n = tanhf(xv[2] + bias[2] + r * hn);
+    const T h = from_f<T>(n + z * (hp - n));
+    out[(static_cast<size_t>(t) * B + b) * H + j] = h;
+    T* g = gates + (static_cast<size_t>(t) * B + b) * 4 * H + j;
+    g[0] = from_f<T>(r);
+    g[H] = from_f<T>(z);
+    g[2 * H] = from_f<T>(n);
+    g[3 * H] = from_f<T>(hn);
+    return h;
+}
+
+// Backward, per cell: what step t's gates need (r, z, n, hg_n, h_{t-1}, dout[t]), loaded ahead of use.
+struct BwdCell {
+    float g[4], hp, dout;
+
+    template <typename T>
+    __device__ __forceinline__ void load(const T* gates, const T* out, const T* h0, const T* dout_, int t, int B,
+                                         int H, int b, int j) {
+        const size_t bj = static_cast<size_t>(b) * H + j;
+        const T* p = gates + (static_cast<size_t>(t) * B + b) * 4 * H + j;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) g[q] = to_f(ld_nc(p + q * H));
+        hp = t > 0 ? to_f(ld_nc(out + static_cast<size_t>(t - 1) * B * H + bj)) : (h0 != nullptr ? to_f(ld_nc(h0 + bj)) : 0.f);
+        dout = to_f(ld_nc(dout_ + static_cast<size_t>(t) * B * H + bj));
+    }
+
+    // d: the gradient reaching h_t. Writes dg_ih[t] and dg_hh[t] (hh: dg_hh's three values), returns d z (dh_{t-1}'s
+    // share that skips W_hh).
+    template <typename T>
+    __device__ __forceinline__ float gates_grad(float d, T* dg_ih, T* dg_hh, int t, int B, int H, int b, int j,
+                                                T (&hh)[3]) const {
+        const float r = g[0], z = g[1], n = g[2], hn = g[3];
+        const float daz = d * (hp - n) * z * (1.f - z);
+        const float dan = d * (1.f - z) * (1.f - n * n);
+        const float dar = dan * hn * r * (1.f - r);
+        const size_t o = (static_cast<size_t>(t) * B + b) * 3 * H + j;
+        hh[0] = from_f<T>(dar);
+        hh[1] = from_f<T>(daz);
+        hh[2] = from_f<T>(dan * r);
+        dg_ih[o] = dg_hh[o] = hh[0];
+        dg_ih[o + H] = dg_hh[o + H] = hh[1];
+        dg_ih[o + 2 * H] = from_f<T>(dan);
+        dg_hh[o + 2 * H] = hh[2];
+        return d * z;
+    }
+};
+
 }  // namespace gru
 
 // xg (T, B, 3H) = x W_ih^T without bias; w_hh (3H, H); b_ih, b_hh, h0 may be null. Writes out (T, B, H)
@@ -1534,7 +1624,7 @@ __device__ __forceinline__ void gru_fwd_body(const T* __restrict__ xg, const T* 
                                              int BB, int KC) {
     using namespace gru;
     const Block<T, true> bk(B, H, nu, J, BB, KC, CL ? 2 : 1);
-    const Flags fl(flags);   // CL = 0
+    const Flags fl(CL == 0 ? flags : nullptr);
     const bool vec = H % (16 / sizeof(T)) == 0;
     copy_rows(bk.Ws, bk.ldw, 3 * bk.Jp, H, vec, [&](int r) -> const T* {
         const int q = r / bk.Jp, u = r - q * bk.Jp;
@@ -1549,37 +1639,20 @@ __device__ __forceinline__ void gru_fwd_body(const T* __restrict__ xg, const T* 
         });
         cluster_sync();
     }
-
-    // cell i of this thread: local row cr[i], unit cu[i]; bias = (b_ir + b_hr, b_iz + b_hz, b_in, b_hn)
-    int cr[CPT], cu[CPT];
+    const Cells cells(0, bk.ncell, bk.jn);
     float bias[CPT][4], hp[CPT];
 #pragma unroll
-    for (int i = 0; i < CPT; ++i) {
-        const int cid = threadIdx.x + i * NT;
-        cr[i] = bk.jn > 0 ? cid / bk.jn : 0;
-        cu[i] = cid - cr[i] * bk.jn;
-        if (cid < bk.ncell) {
-            const int b = bk.b0 + cr[i], j = bk.j0 + cu[i];
-#pragma unroll
-            for (int q = 0; q < 3; ++q) bias[i][q] = b_ih != nullptr ? to_f(b_ih[q * H + j]) : 0.f;
-            bias[i][3] = b_hh != nullptr ? to_f(b_hh[2 * H + j]) : 0.f;
-            if (b_hh != nullptr) {
-                bias[i][0] += to_f(b_hh[j]);
-                bias[i][1] += to_f(b_hh[H + j]);
-            }
-            hp[i] = h0 != nullptr ? to_f(h0[static_cast<size_t>(b) * H + j]) : 0.f;
+    for (int i = 0; i < CPT; ++i)
+        if (cells.has(i)) {
+            cell_bias(b_ih, b_hh, H, bk.j0 + cells.u[i], bias[i]);
+            hp[i] = h0 != nullptr ? to_f(h0[static_cast<size_t>(bk.b0 + cells.r[i]) * H + bk.j0 + cells.u[i]]) : 0.f;
         }
-    }
 
     for (int t = 0; t < steps; ++t) {
         float xv[CPT][3];   // loaded after the barrier: its release would wait for these loads
 #pragma unroll
         for (int i = 0; i < CPT; ++i)
-            if (threadIdx.x + i * NT < bk.ncell) {
-                const T* p = xg + (static_cast<size_t>(t) * B + bk.b0 + cr[i]) * 3 * H + bk.j0 + cu[i];
-#pragma unroll
-                for (int q = 0; q < 3; ++q) xv[i][q] = to_f(ld_nc(p + q * H));
-            }
+            if (cells.has(i)) load_xg(xg, t, B, H, bk.b0 + cells.r[i], bk.j0 + cells.u[i], xv[i]);
         if constexpr (CL != 0)
             kept_product<T, TC != 0>(bk, bk.As + (t & 1) * bk.MTp * bk.lda);
         else
@@ -1587,25 +1660,15 @@ __device__ __forceinline__ void gru_fwd_body(const T* __restrict__ xg, const T* 
         const bool shares = CL != 0 && t + 1 < steps;
 #pragma unroll
         for (int i = 0; i < CPT; ++i)
-            if (threadIdx.x + i * NT < bk.ncell) {
+            if (cells.has(i)) {
                 float s[3] = {0.f, 0.f, 0.f};
                 for (int kw = 0; kw < bk.kwn; ++kw)
 #pragma unroll
-                    for (int q = 0; q < 3; ++q) s[q] += bk.red[bk.red_at(kw, q, cr[i], cu[i])];
-                const float r = sigmoid(xv[i][0] + s[0] + bias[i][0]);
-                const float z = sigmoid(xv[i][1] + s[1] + bias[i][1]);
-                const float hn = s[2] + bias[i][3];
-                const float n = tanhf(xv[i][2] + bias[i][2] + r * hn);
-                const T h = from_f<T>(n + z * (hp[i] - n));
+                    for (int q = 0; q < 3; ++q) s[q] += bk.red[bk.red_at(kw, q, cells.r[i], cells.u[i])];
+                const int j = bk.j0 + cells.u[i];
+                const T h = fwd_cell(xv[i], s, bias[i], hp[i], out, gates, t, B, H, bk.b0 + cells.r[i], j);
                 hp[i] = to_f(h);
-                const int b = bk.b0 + cr[i], j = bk.j0 + cu[i];
-                out[(static_cast<size_t>(t) * B + b) * H + j] = h;
-                T* g = gates + (static_cast<size_t>(t) * B + b) * 4 * H + j;
-                g[0] = from_f<T>(r);
-                g[H] = from_f<T>(z);
-                g[2 * H] = from_f<T>(n);
-                g[3 * H] = from_f<T>(hn);
-                if (shares) share_operand<CL>(bk, (t + 1) & 1, cr[i], j, h);
+                if (shares) share_operand<CL>(bk, (t + 1) & 1, cells.r[i], j, h);
             }
         if constexpr (CL != 0) {
             if (shares) cluster_sync();
@@ -1635,6 +1698,7 @@ gru_fwd_cluster(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* _
                 unsigned long long* flags, int steps, int B, int H, int nu, int J, int BB, int KC) {
     gru_fwd_body<T, TC, CL>(xg, w_hh, b_ih, b_hh, h0, out, gates, flags, steps, B, H, CL, J, BB, H);
 }
+
 #endif
 
 // dout (T, B, H); h0 may be null; w_hhT = W_hh^T (H, 3H). Writes dg_ih, dg_hh (T, B, 3H) and dh0 (B, H).
@@ -1647,7 +1711,7 @@ __device__ __forceinline__ void gru_bwd_body(const T* __restrict__ dout, const T
                                              int H, int nu, int J, int BB, int KC) {
     using namespace gru;
     const Block<T, false> bk(B, H, nu, J, BB, KC, CL ? 2 : 1);
-    const Flags fl(flags);   // CL = 0
+    const Flags fl(CL == 0 ? flags : nullptr);
     const bool vec = H % (16 / sizeof(T)) == 0;
     copy_rows(bk.Ws, bk.ldw, bk.Jp, 3 * H, vec, [&](int u) -> const T* {
         return u < bk.jn ? w_hhT + static_cast<size_t>(bk.j0 + u) * 3 * H : nullptr;
@@ -1657,57 +1721,31 @@ __device__ __forceinline__ void gru_bwd_body(const T* __restrict__ dout, const T
         zero_operands(bk);
         cluster_sync();   // every block's buffers zeroed before any block writes into them
     }
-
-    int cr[CPT], cu[CPT];
-    float dh[CPT], carry[CPT], gv[CPT][4], hpv[CPT], dov[CPT];
-#pragma unroll
-    for (int i = 0; i < CPT; ++i) {
-        const int cid = threadIdx.x + i * NT;
-        cr[i] = bk.jn > 0 ? cid / bk.jn : 0;
-        cu[i] = cid - cr[i] * bk.jn;
-    }
-    // what the gate step t reads: r, z, n, hg_n, h_{t-1} and dout[t]
-    auto load_step = [&](int t) {
+    const Cells cells(0, bk.ncell, bk.jn);
+    BwdCell c[CPT];
+    float dh[CPT], carry[CPT];
+    auto load_step = [&](int t) {   // after a barrier: its release would wait for these loads
 #pragma unroll
         for (int i = 0; i < CPT; ++i)
-            if (threadIdx.x + i * NT < bk.ncell) {
-                const size_t b = bk.b0 + cr[i], bj = b * H + bk.j0 + cu[i];
-                const T* g = gates + (static_cast<size_t>(t) * B + b) * 4 * H + bk.j0 + cu[i];
-#pragma unroll
-                for (int q = 0; q < 4; ++q) gv[i][q] = to_f(ld_nc(g + q * H));
-                hpv[i] = t > 0 ? to_f(ld_nc(out + static_cast<size_t>(t - 1) * B * H + bj))
-                               : (h0 != nullptr ? to_f(ld_nc(h0 + bj)) : 0.f);
-                dov[i] = to_f(ld_nc(dout + static_cast<size_t>(t) * B * H + bj));
-            }
+            if (cells.has(i)) c[i].load(gates, out, h0, dout, t, B, H, bk.b0 + cells.r[i], bk.j0 + cells.u[i]);
     };
-    // dh holds the gradient reaching h_t: write dg_ih[t] and dg_hh[t] (cluster kernels: dg_hh[t] into buffer
-    // `next` too), keep dh z for dh_{t-1}
+    // dh holds the gradient reaching h_t: dg_ih[t] and dg_hh[t] (cluster kernels: dg_hh[t] into buffer `next` too)
     auto gate_step = [&](int t, int next) {
 #pragma unroll
         for (int i = 0; i < CPT; ++i)
-            if (threadIdx.x + i * NT < bk.ncell) {
-                const float r = gv[i][0], z = gv[i][1], n = gv[i][2], hn = gv[i][3], d = dh[i];
-                const float daz = d * (hpv[i] - n) * z * (1.f - z);
-                const float dan = d * (1.f - z) * (1.f - n * n);
-                const float dar = dan * hn * r * (1.f - r);
-                carry[i] = d * z;
-                const int j = bk.j0 + cu[i];
-                const size_t o = (static_cast<size_t>(t) * B + bk.b0 + cr[i]) * 3 * H + j;
-                const T hh[3] = {from_f<T>(dar), from_f<T>(daz), from_f<T>(dan * r)};
-                dg_ih[o] = dg_hh[o] = hh[0];
-                dg_ih[o + H] = dg_hh[o + H] = hh[1];
-                dg_ih[o + 2 * H] = from_f<T>(dan);
-                dg_hh[o + 2 * H] = hh[2];
+            if (cells.has(i)) {
+                const int j = bk.j0 + cells.u[i];
+                T hh[3];
+                carry[i] = c[i].gates_grad(dh[i], dg_ih, dg_hh, t, B, H, bk.b0 + cells.r[i], j, hh);
                 if constexpr (CL != 0)
 #pragma unroll
-                    for (int q = 0; q < 3; ++q) share_operand<CL>(bk, next, cr[i], q * H + j, hh[q]);
+                    for (int q = 0; q < 3; ++q) share_operand<CL>(bk, next, cells.r[i], q * H + j, hh[q]);
             }
     };
 
     load_step(steps - 1);
 #pragma unroll
-    for (int i = 0; i < CPT; ++i)
-        if (threadIdx.x + i * NT < bk.ncell) dh[i] = dov[i];
+    for (int i = 0; i < CPT; ++i) dh[i] = c[i].dout;
     gate_step(steps - 1, 0);
     for (int s = 0; s < steps; ++s) {
         const int t = steps - 1 - s;   // this iteration: dh_{t-1} = dg_hh[t] W_hh + carry (+ dout[t-1])
@@ -1715,25 +1753,25 @@ __device__ __forceinline__ void gru_bwd_body(const T* __restrict__ dout, const T
             cluster_sync();
         else
             bk.sync(fl, nu, s + 1);
-        if (t > 0) load_step(t - 1);   // after the barrier: its release would wait for these loads
+        if (t > 0) load_step(t - 1);
         if constexpr (CL != 0)
             kept_product<T, TC != 0>(bk, bk.As + (s & 1) * bk.MTp * bk.lda);
         else
             step_product<T, TC != 0>(bk, dg_hh + static_cast<size_t>(t) * B * 3 * H);
 #pragma unroll
         for (int i = 0; i < CPT; ++i)
-            if (threadIdx.x + i * NT < bk.ncell) {
+            if (cells.has(i)) {
                 float sum = carry[i];
-                for (int kw = 0; kw < bk.kwn; ++kw) sum += bk.red[bk.red_at(kw, 0, cr[i], cu[i])];
-                dh[i] = sum + (t > 0 ? dov[i] : 0.f);
+                for (int kw = 0; kw < bk.kwn; ++kw) sum += bk.red[bk.red_at(kw, 0, cells.r[i], cells.u[i])];
+                dh[i] = sum + (t > 0 ? c[i].dout : 0.f);
             }
         if (t > 0) {
             gate_step(t - 1, (s + 1) & 1);
         } else {
 #pragma unroll
             for (int i = 0; i < CPT; ++i)
-                if (threadIdx.x + i * NT < bk.ncell)
-                    dh0[static_cast<size_t>(bk.b0 + cr[i]) * H + bk.j0 + cu[i]] = from_f<T>(dh[i]);
+                if (cells.has(i))
+                    dh0[static_cast<size_t>(bk.b0 + cells.r[i]) * H + bk.j0 + cells.u[i]] = from_f<T>(dh[i]);
         }
     }
     if constexpr (CL == 0) fl.finish();
@@ -1757,6 +1795,7 @@ gru_bwd_cluster(const T* __restrict__ dout, const T* __restrict__ gates, const T
                 int KC) {
     gru_bwd_body<T, TC, CL>(dout, gates, out, h0, w_hhT, dg_ih, dg_hh, dh0, flags, steps, B, H, CL, J, BB, 3 * H);
 }
+
 #endif
 
 // Fallback, one step forward: hg = h_{t-1} W_hh^T (no bias) from cuBLAS; hprev may be null (zeros).
