@@ -156,6 +156,12 @@ template <bool TRANS> __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(shared_address(row)));
 }
 
+// Two such matrices (lanes 0-15 give the row addresses; the others' are not read).
+__device__ __forceinline__ void ldmatrix_x2(unsigned (&r)[2], const void* row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1]) : "r"(shared_address(row)));
+}
+
 __device__ __forceinline__ unsigned tf32(float x) {
     unsigned r;
     asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
@@ -1159,7 +1165,8 @@ __global__ void __launch_bounds__(256) bn_bwd_train(const T* __restrict__ x, con
 // flag barrier in global memory after every step. The cluster kernels (gru_fwd_cluster, gru_bwd_cluster; sm_90,
 // nu = CL blocks a cluster, no cooperative launch) keep that operand whole in shared memory instead, in two
 // buffers by step parity: each block writes its cells of the next step's operand into every block of its cluster
-// (distributed shared memory), and the cluster meets at its hardware barrier.
+// (distributed shared memory), and the cluster meets at its hardware barrier. The k-split kernels (gru_fwd_split,
+// gru_bwd_split; gru::Split) also split the product's k extent across a cluster's blocks, for large sizes.
 // Warps compute the product on tiles of 16 batch rows by 8 units (forward: by 8 units of each of the
 // 3 gates) in the mma.sync C layout: SIMT float FMAs (float, TC = 0), TF32 mma (float, TC = 1) or f16
 // mma (__half). The k extent is split across the warps of a tile; partial sums meet in shared memory,
@@ -1221,6 +1228,7 @@ __device__ __forceinline__ void for_cells(int nrows, int n, F f) {
 template <typename T, typename RowFn>
 __device__ __forceinline__ void copy_rows(T* dst, int ldd, int nrows, int ncols, bool vec, RowFn row) {
     const int kpad = round_up(ncols, 16);
+    if (kpad == 0) return;   // nothing to copy (a k-split's slice past K): for_cells needs n > 0
     if (vec) {
         constexpr int E = 16 / sizeof(T);
         for_cells(nrows, kpad / E, [&](int r, int v) {
@@ -1522,6 +1530,132 @@ __device__ __forceinline__ void share_operand(const Block<T, FWD>& bk, int next,
     for (int rank = 0; rank < CL; ++rank) *in_block(at, rank) = v;
 }
 
+// ----- k-split kernels (gru_fwd_split, gru_bwd_split; sm_90, tensor cores): a batch group's blocks also split the
+// product's k extent K (forward H, backward 3H) in P slices of KP, the P blocks of a (batch group, units) pair being a
+// cluster. A block keeps W_hh's rows of its units over its k-slice only, so its units are P times as many for the same
+// shared memory and it stages only its k-slice of the step's operand: the operand's traffic from L2, every block
+// reading its rows whole (the kernels above), is what bounds those at large sizes. Each block finishes 1/P of its
+// cluster's cells, summing the P blocks' partial products over distributed shared memory.
+template <typename T, bool FWD>
+struct Split {
+    static constexpr int NQ = FWD ? 3 : 1;        // gates per unit in the weight rows
+    static constexpr int NTW = FWD ? 3 : 4;       // n-tiles of 8 per warp tile
+    int j0, jn, b0, bn, Jp, MTp, k0, kn, ksteps, N, ldw, lda, ldc, c0, c1;
+    T* Ws;
+    T* As;
+    float* red;
+
+    __device__ Split(int B, int H, int P, int nu, int J, int BB, int KP) {
+        const int kp = blockIdx.x % P, iu = blockIdx.x / P % nu, ib = blockIdx.x / (P * nu);
+        j0 = iu * J;
+        jn = max(0, min(J, H - j0));
+        b0 = ib * BB;
+        bn = max(0, min(BB, B - b0));
+        Jp = round_up(J, 8);
+        MTp = round_up(BB, 16);
+        k0 = kp * KP;
+        kn = max(0, min(KP, (FWD ? H : 3 * H) - k0));
+        ksteps = KP * static_cast<int>(sizeof(T)) / 32;   // KP: a multiple of 16
+        N = round_up(NQ * Jp, 8 * NTW);
+        ldw = lda = smem_ld<T>(KP);
+        ldc = N + 8;
+        const int per = (bn * jn + P - 1) / P;   // this block finishes cells [c0, c1) of bn x jn, row-major
+        c0 = min(kp * per, bn * jn);
+        c1 = min(c0 + per, bn * jn);
+        extern __shared__ __align__(16) unsigned char gru_smem[];
+        Ws = reinterpret_cast<T*>(gru_smem);
+        As = Ws + N * ldw;
+        red = reinterpret_cast<float*>(As + MTp * lda);
+    }
+    // Zeroes W and A (their padding stays zero), then stages the weight rows: row n = q Jp + u of the block holds
+    // W_hh's row q H + j0 + u (forward) or W_hh^T's row j0 + u (backward, q = 0), columns [k0, k0 + kn).
+    __device__ void stage_weights(const T* w, int H) const {
+        for (int i = threadIdx.x; i < (N * ldw + MTp * lda); i += blockDim.x) Ws[i] = from_f<T>(0.f);
+        __syncthreads();
+        const int K = FWD ? H : 3 * H;
+        copy_rows(Ws, ldw, N, kn, K % (16 / sizeof(T)) == 0, [&](int n) -> const T* {
+            const int q = n / Jp, u = n - q * Jp;
+            return q < NQ && u < jn ? w + static_cast<size_t>(q * H + j0 + u) * K + k0 : nullptr;
+        });
+    }
+    // The step's partial products: rows [b0, b0 + bn) of src (row stride K; null: zeros) over the block's k-slice,
+    // times its weight rows, into red (MTp x N, row stride ldc); then the cluster meets.
+    __device__ void product(const T* src, int K) const {
+        __syncthreads();
+        copy_rows(As, lda, MTp, kn, K % (16 / sizeof(T)) == 0, [&](int r) -> const T* {
+            return src != nullptr && r < bn ? src + static_cast<size_t>(b0 + r) * K + k0 : nullptr;
+        });
+        __syncthreads();
+        block_gemm();
+        cluster_sync();
+    }
+    // red = As Ws^T in warp tiles of 32 rows (16 at an odd end) by 8 NTW columns, dealt to the warps in turn:
+    // 2 NTW independent mma chains a warp. TF32 m16n8k8 or f16 m16n8k16, a k-step 32 bytes of a row either way;
+    // fragments by ldmatrix, A's rounded to TF32 in registers (the weights were rounded when staged).
+    __device__ void block_gemm() const {
+        const int ntiles = N / (8 * NTW), tasks = (MTp + 31) / 32 * ntiles;
+        for (int task = threadIdx.x >> 5; task < tasks; task += NW) {
+            const int m0 = task / ntiles * 32, n0 = task % ntiles * 8 * NTW;
+            if (m0 + 16 < MTp)
+                warp_tile<2>(m0, n0);
+            else
+                warp_tile<1>(m0, n0);
+        }
+    }
+    template <int MT>
+    __device__ __forceinline__ void warp_tile(int m0, int n0) const {
+        constexpr int KS = 32 / sizeof(T);
+        const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+        // ldmatrix rows: A's four matrices are (rows +8, bytes +16) by lane bits 3 and 4, W's two bytes +16 by bit 3
+        const T* a = As + (m0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * lda + (lane >> 4) * (KS / 2);
+        const T* w = Ws + (n0 + (lane & 7)) * ldw + ((lane >> 3) & 1) * (KS / 2);
+        float acc[MT][NTW][4] = {};
+#pragma unroll 2
+        for (int s = 0; s < ksteps; ++s) {
+            unsigned af[MT][4];
+#pragma unroll
+            for (int mi = 0; mi < MT; ++mi) {
+                ldmatrix_x4<false>(af[mi], a + mi * 16 * lda + s * KS);
+                if constexpr (sizeof(T) == 4)
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) af[mi][r] = tf32(__uint_as_float(af[mi][r]));
+            }
+#pragma unroll
+            for (int j = 0; j < NTW; ++j) {
+                unsigned bf[2];
+                ldmatrix_x2(bf, w + j * 8 * ldw + s * KS);
+#pragma unroll
+                for (int mi = 0; mi < MT; ++mi) {
+                    if constexpr (sizeof(T) == 4)
+                        mma_tf32(acc[mi][j], af[mi], bf[0], bf[1]);
+                    else
+                        mma_f16(acc[mi][j], af[mi], bf[0], bf[1]);
+                }
+            }
+        }
+#pragma unroll
+        for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+            for (int j = 0; j < NTW; ++j)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    *reinterpret_cast<float2*>(red + (m0 + 16 * mi + g + 8 * h) * ldc + n0 + 8 * j + 2 * t) =
+                        make_float2(acc[mi][j][2 * h], acc[mi][j][2 * h + 1]);
+    }
+    // The cluster's sum of the partial products at (row r, weight row n).
+    template <int P>
+    __device__ float cluster_sum(int r, int n) const {
+        float* at = red + r * ldc + n;
+        float v[P];
+#pragma unroll
+        for (int rank = 0; rank < P; ++rank) v[rank] = *in_block(at, rank);
+        float sum = 0.f;
+#pragma unroll
+        for (int rank = 0; rank < P; ++rank) sum += v[rank];
+        return sum;
+    }
+};
+
 // The (row, unit) cells [c0, c1) of a batch group's rows by a block's units (jn of them, row-major) that this
 // thread finishes: c0 + threadIdx.x + i NT for i < CPT.
 struct Cells {
@@ -1699,6 +1833,47 @@ gru_fwd_cluster(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* _
     gru_fwd_body<T, TC, CL>(xg, w_hh, b_ih, b_hh, h0, out, gates, flags, steps, B, H, CL, J, BB, H);
 }
 
+// The k-split forward (gru::Split): nb * nu * P blocks, clusters of P, KP of the K = H columns a block; the nu P
+// blocks of a batch group meet at flags after every step, so all must be resident at once (the host checks).
+template <typename T, int P>
+__global__ void __cluster_dims__(P, 1, 1) __launch_bounds__(gru::NT, 1)
+gru_fwd_split(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __restrict__ b_ih,
+              const T* __restrict__ b_hh, const T* __restrict__ h0, T* out, T* __restrict__ gates,
+              unsigned long long* flags, int steps, int B, int H, int nu, int J, int BB, int KP) {
+    using namespace gru;
+    const Split<T, true> bk(B, H, P, nu, J, BB, KP);
+    const Flags fl(flags);
+    bk.stage_weights(w_hh, H);
+    weights_to_tf32<T, 1>(bk.Ws, bk.N * bk.ldw);
+    const Cells cells(bk.c0, bk.c1, bk.jn);
+    float bias[CPT][4], hp[CPT];
+#pragma unroll
+    for (int i = 0; i < CPT; ++i)
+        if (cells.has(i)) {
+            cell_bias(b_ih, b_hh, H, bk.j0 + cells.u[i], bias[i]);
+            hp[i] = h0 != nullptr ? to_f(h0[static_cast<size_t>(bk.b0 + cells.r[i]) * H + bk.j0 + cells.u[i]]) : 0.f;
+        }
+    for (int t = 0; t < steps; ++t) {
+        float xv[CPT][3];
+#pragma unroll
+        for (int i = 0; i < CPT; ++i)
+            if (cells.has(i)) load_xg(xg, t, B, H, bk.b0 + cells.r[i], bk.j0 + cells.u[i], xv[i]);
+        bk.product(t == 0 ? h0 : out + static_cast<size_t>(t - 1) * B * H, H);
+#pragma unroll
+        for (int i = 0; i < CPT; ++i)
+            if (cells.has(i)) {
+                float s[3];
+#pragma unroll
+                for (int q = 0; q < 3; ++q) s[q] = bk.template cluster_sum<P>(cells.r[i], q * bk.Jp + cells.u[i]);
+                hp[i] = to_f(fwd_cell(xv[i], s, bias[i], hp[i], out, gates, t, B, H, bk.b0 + cells.r[i],
+                                      bk.j0 + cells.u[i]));
+            }
+        if (t + 1 < steps)   // also keeps red until the cluster's blocks have read it
+            fl.sync(blockIdx.x - blockIdx.x % (nu * P), nu * P, t + 1);
+    }
+    cluster_sync();   // no block leaves while another may read its red
+    fl.finish();
+}
 #endif
 
 // dout (T, B, H); h0 may be null; w_hhT = W_hh^T (H, 3H). Writes dg_ih, dg_hh (T, B, 3H) and dh0 (B, H).
@@ -1796,6 +1971,57 @@ gru_bwd_cluster(const T* __restrict__ dout, const T* __restrict__ gates, const T
     gru_bwd_body<T, TC, CL>(dout, gates, out, h0, w_hhT, dg_ih, dg_hh, dh0, flags, steps, B, H, CL, J, BB, 3 * H);
 }
 
+// The k-split backward (as gru_fwd_split; K = 3H): dh_{t-1}'s products over the block's k-slice of dg_hh[t].
+template <typename T, int P>
+__global__ void __cluster_dims__(P, 1, 1) __launch_bounds__(gru::NT, 1)
+gru_bwd_split(const T* __restrict__ dout, const T* __restrict__ gates, const T* __restrict__ out,
+              const T* __restrict__ h0, const T* __restrict__ w_hhT, T* __restrict__ dg_ih, T* dg_hh,
+              T* __restrict__ dh0, unsigned long long* flags, int steps, int B, int H, int nu, int J, int BB, int KP) {
+    using namespace gru;
+    const Split<T, false> bk(B, H, P, nu, J, BB, KP);
+    const Flags fl(flags);
+    bk.stage_weights(w_hhT, H);
+    weights_to_tf32<T, 1>(bk.Ws, bk.N * bk.ldw);
+    const Cells cells(bk.c0, bk.c1, bk.jn);
+    BwdCell c[CPT];
+    float dh[CPT], carry[CPT];
+    auto load_step = [&](int t) {
+#pragma unroll
+        for (int i = 0; i < CPT; ++i)
+            if (cells.has(i)) c[i].load(gates, out, h0, dout, t, B, H, bk.b0 + cells.r[i], bk.j0 + cells.u[i]);
+    };
+    auto gate_step = [&](int t) {
+#pragma unroll
+        for (int i = 0; i < CPT; ++i)
+            if (cells.has(i)) {
+                T hh[3];
+                carry[i] = c[i].gates_grad(dh[i], dg_ih, dg_hh, t, B, H, bk.b0 + cells.r[i], bk.j0 + cells.u[i], hh);
+            }
+    };
+    load_step(steps - 1);
+#pragma unroll
+    for (int i = 0; i < CPT; ++i) dh[i] = c[i].dout;
+    gate_step(steps - 1);
+    for (int s = 0; s < steps; ++s) {
+        const int t = steps - 1 - s;
+        fl.sync(blockIdx.x - blockIdx.x % (nu * P), nu * P, s + 1);   // also keeps red until the cluster read it
+        if (t > 0) load_step(t - 1);
+        bk.product(dg_hh + static_cast<size_t>(t) * B * 3 * H, 3 * H);
+#pragma unroll
+        for (int i = 0; i < CPT; ++i)
+            if (cells.has(i)) dh[i] = carry[i] + bk.template cluster_sum<P>(cells.r[i], cells.u[i]) + (t > 0 ? c[i].dout : 0.f);
+        if (t > 0) {
+            gate_step(t - 1);
+        } else {
+#pragma unroll
+            for (int i = 0; i < CPT; ++i)
+                if (cells.has(i))
+                    dh0[static_cast<size_t>(bk.b0 + cells.r[i]) * H + bk.j0 + cells.u[i]] = from_f<T>(dh[i]);
+        }
+    }
+    cluster_sync();
+    fl.finish();
+}
 #endif
 
 // Fallback, one step forward: hg = h_{t-1} W_hh^T (no bias) from cuBLAS; hprev may be null (zeros).

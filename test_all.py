@@ -4191,32 +4191,72 @@ GRU_CASES = [   # name, module, input shapes (x[, h]), dtypes
 GRU_RAN = {'persistent': {'_gru_forward_fused', 'gru_fwd_persistent', 'gru_bwd_persistent'},
            'fallback': {'_gru_forward_fused'}, 'composed': {'_gru_forward_loop'}}   # what each path calls
 GRU_CLUSTER_KERNELS = ('gru_fwd_cluster', 'gru_bwd_cluster')
+GRU_SPLIT_KERNELS = ('gru_fwd_split', 'gru_bwd_split')
 
 
-def gru_case_plan(case, dtype, tc, forward):
-    """_gru_plan's layout for a case's layers on this GPU, the cluster kernels loaded."""
+def gru_case_plan(case, dtype, tc, forward, splits):
+    """_gru_plan's layout for a case's layers on this GPU, the cluster kernels loaded, and the k-split ones where
+    `splits` says so."""
     m, shape = case[1](), case[2][0]
     batch = shape[0] if len(shape) == 2 or m.batch_first else shape[1]
-    return tl._gru_plan(forward, *tl._gru_device()[:2], batch, m.hidden_size, np.dtype(dtype).itemsize, tc, True)
+    return tl._gru_plan(forward, *tl._gru_device()[:2], batch, m.hidden_size, np.dtype(dtype).itemsize, tc, True,
+                        tl._gru_splits(forward, np.dtype(dtype)) if splits and tc else ())
 
 
-def gru_kernels_planned(case, dtype, allow_tf32):
-    """The persistent kernels (gru_{fwd,bwd}_{persistent,cluster}) the layouts choose for a case on this GPU."""
+def gru_kernels_planned(case, dtype, allow_tf32, splits):
+    """The persistent kernels (gru_{fwd,bwd}_{persistent,cluster,split}) the layouts choose for a case on this GPU."""
     tc = int(dtype == np.float16 or allow_tf32)
-    return {f'gru_{d}_' + ('cluster' if gru_case_plan(case, dtype, tc, d == 'fwd')[6] else 'persistent')
-            for d in ('fwd', 'bwd')}
+    plans = {d: gru_case_plan(case, dtype, tc, d == 'fwd', splits) for d in ('fwd', 'bwd')}
+    return {f'gru_{d}_' + ('split' if plan[7] else 'cluster' if plan[6] else 'persistent') for d, plan in plans.items()}
 
 
 def test_gpu_gru_cases_take_clusters():
     """GRU_CASES run the cluster kernels of every size _gru_plan offers (forward 1 to 8 blocks, backward 1 to 4) where
-    the GPU has them, so that their tests check each."""
+    the GPU has them (their 'cluster' path hides the k-split kernels), so that their tests check each; and with the
+    k-split kernels, at least one case a k-split forward and backward (test_gpu_gru_split_sizes forces each size)."""
     need_cuda()
     if not set(GRU_CLUSTER_KERNELS) <= set(tl.fused_kernels()):
         raise Skip('no GRU cluster kernels on this GPU (Hopper only)')
-    taken = {(forward, gru_case_plan(case, dt, tc, forward)[6]) for case in GRU_CASES for dt in case[3]
-             for tc in {int(dt == np.float16 or a) for a in (False, True)} for forward in (True, False)}
+    plans = {(forward, splits): [gru_case_plan(case, dt, tc, forward, splits) for case in GRU_CASES for dt in case[3]
+                                 for tc in {int(dt == np.float16 or a) for a in (False, True)}]
+             for forward in (True, False) for splits in (False, True)}
+    taken = {(forward, plan[6]) for (forward, splits), ps in plans.items() if not splits for plan in ps}
     offered = {(True, n) for n in tl._GRU_CLUSTERS} | {(False, n) for n in tl._GRU_CLUSTERS if n <= 4}
     assert offered <= taken, f'cluster sizes no case takes: {sorted(offered - taken)}'
+    for forward in (True, False):
+        assert any(plan[7] for plan in plans[forward, True]), f'no case takes a k-split {("backward", "forward")[forward]}'
+
+
+def test_gpu_gru_split_sizes():
+    """The k-split kernels of every cluster size forced both ways (float32 in TF32, float16) against the CPU in float64,
+    at sizes that leave padding everywhere (units, rows and k-slices not filled, cells not a multiple of the cluster)."""
+    need_cuda()
+    if not set(GRU_SPLIT_KERNELS) <= set(tl.fused_kernels()):
+        raise Skip('no GRU k-split kernels on this GPU (Hopper only)')
+    make, shapes = lambda: tl.GRU(12, 68), [(3, 21, 12), (1, 21, 68)]
+    r = rng('gru split')
+    arrays = [r.uniform(-1, 1, s) for s in shapes]
+    tl.manual_seed(0)
+    state = {k: 1.5 * v.astype(np.float64) for k, v in make().state_dict().items()}
+    want = gru_results(make, state, arrays, np.float64, 'cpu')
+    plan = tl._gru_plan
+    for size in tl._GRU_SPLITS:
+        def split_only(forward, sms, smem, batch, hidden, itemsize, tc, clusters, splits=()):   # no unsplit layout
+            # fits 0 SMs
+            layout = plan(forward, 0, smem, batch, hidden, itemsize, tc, False, tuple(s for s in splits if s[0] == size))
+            assert layout is not None and layout[7] and layout[6] == size, f'no k-split layout of {size}: {layout}'
+            return layout
+        for dtype in (np.float32, np.float16):
+            tl._gru_layouts.clear()
+            try:
+                with mock.patch.object(tl, '_gru_plan', split_only), gru_calls() as calls, tf32(True), poisoned():
+                    got = gru_results(make, state, arrays, dtype, 'cuda')
+            finally:
+                tl._gru_layouts.clear()
+            assert calls == {'_gru_forward_fused', *GRU_SPLIT_KERNELS}, f'split {size}: {sorted(calls)} ran'
+            for k, (g, w) in enumerate(zip(got, want)):
+                assert_matches(g, w, 2e-2 if dtype == np.float16 else TF32_TOL,
+                               f'GRU k-split {size} {np.dtype(dtype).name}: result {k}')
 
 
 def gru_results(make, state, arrays, dtype, device):
@@ -4261,26 +4301,29 @@ def gru_calls():
 
 def check_gru_gpu(case, dtype, path, allow_tf32):
     """The GRU on the GPU path `path` forced against the CPU in float64: 'persistent' (the cooperative kernels: the
-    cluster kernels hidden), 'cluster' (the persistent kernels as the layouts choose: clusters where they fit),
-    'fallback' or 'composed'."""
+    cluster and k-split kernels hidden), 'cluster' (the persistent kernels as the layouts choose, the k-split ones
+    hidden: clusters where they fit), 'split' (as the layouts choose, every kernel loaded), 'fallback' or 'composed'."""
     need_cuda()
     name, make, shapes = case[:3]
     if path == 'cluster' and not set(GRU_CLUSTER_KERNELS) <= set(tl.fused_kernels()):
         raise Skip('no GRU cluster kernels on this GPU (Hopper only)')
+    if path == 'split' and not set(GRU_SPLIT_KERNELS) <= set(tl.fused_kernels()):
+        raise Skip('no GRU k-split kernels on this GPU (Hopper only)')
+    hidden = {'persistent': GRU_CLUSTER_KERNELS + GRU_SPLIT_KERNELS, 'cluster': GRU_SPLIT_KERNELS}.get(path)
     r = rng(('gru', name))
     arrays = [r.uniform(-1, 1, s) for s in shapes]
     tl.manual_seed(0)
     state = {k: 1.5 * v.astype(np.float64) for k, v in make().state_dict().items()}   # 1.5 x PyTorch's init
     want = gru_results(make, state, arrays, np.float64, 'cpu')
-    saved, tl._gru_path = tl._gru_path, 'persistent' if path == 'cluster' else path
+    saved, tl._gru_path = tl._gru_path, 'persistent' if path in ('cluster', 'split') else path
     try:
-        with (kernels_hidden(GRU_CLUSTER_KERNELS) if path == 'persistent' else contextlib.nullcontext()), \
+        with (kernels_hidden(hidden) if hidden else contextlib.nullcontext()), \
                 gru_calls() as calls, tf32(allow_tf32), poisoned():
             got = gru_results(make, state, arrays, dtype, 'cuda')
     finally:
         tl._gru_path = saved
-    if path == 'cluster':
-        planned = {'_gru_forward_fused'} | gru_kernels_planned(case, dtype, allow_tf32)
+    if path in ('cluster', 'split'):
+        planned = {'_gru_forward_fused'} | gru_kernels_planned(case, dtype, allow_tf32, path == 'split')
         assert calls == planned, f'{sorted(planned)} planned, but {sorted(calls)} ran'
     else:
         assert calls == GRU_RAN[path], f'{path} forced, but {sorted(calls)} ran'
@@ -4291,7 +4334,7 @@ def check_gru_gpu(case, dtype, path, allow_tf32):
 
 for _case in GRU_CASES:
     for _dt in _case[3]:
-        for _path in ('persistent', 'cluster', 'fallback', 'composed'):
+        for _path in ('persistent', 'cluster', 'split', 'fallback', 'composed'):
             for _tf32 in (False, True) if _dt == np.float32 and _path != 'composed' else (False,):
                 register(f'test_gpu_gru_{_case[0]}_{np.dtype(_dt).name}_{_path}{"_tf32" if _tf32 else ""}',
                          lambda c=_case, dt=_dt, p=_path, a=_tf32: check_gru_gpu(c, dt, p, a))

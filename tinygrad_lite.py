@@ -315,6 +315,7 @@ _FLOAT_C = ('__half', 'float', 'double')
 _PACK = {'__half': ('1', '8'), 'float': ('1', '4'), 'double': ('1', '2')}   # elements per load: 1 or 16 bytes
 _ACTIVATIONS = {None: 0, 'relu': 1, 'gelu': 2}   # the ACT template argument of the BatchNorm kernels
 _GRU_CLUSTERS = (1, 2, 4, 8)   # the GRU's cluster kernels' blocks per cluster (8: the portable most)
+_GRU_SPLITS = (2, 4, 8)   # the GRU's k-split kernels' blocks per cluster: slices of the product's k extent
 # The fused BatchNorm training passes' packs kept in registers per thread (their RC template argument), per C type
 # (none for float64: the two-kernel passes serve it). On the H200 at 256x64x32x32 (scratch/s18/bn_probe.py), float32
 # forward RC 0, 4, 8, 16: 56, 54, 49, 46 us; backward 0, 2, 4, 6 (RC 16 forward): 90, 90, 78, 78; float16 4 / 4 best.
@@ -349,6 +350,7 @@ _KERNEL_INSTANCES = {
     **{name: [('float', '0'), ('float', '1'), ('__half', '1')] for name in ('gru_fwd_persistent', 'gru_bwd_persistent')},
     **{name: [(t, tc, str(cl)) for t, tc in (('float', '0'), ('float', '1'), ('__half', '1')) for cl in _GRU_CLUSTERS]
        for name in ('gru_fwd_cluster', 'gru_bwd_cluster')},
+    **{name: [(t, str(p)) for t in ('float', '__half') for p in _GRU_SPLITS] for name in ('gru_fwd_split', 'gru_bwd_split')},
     **{name: [('float',), ('__half',)] for name in ('gru_gates_fwd', 'gru_gates_bwd')},
     **{name: [(t,) for t in _FLOAT_C]
        for name in ('batch_transpose', 'conv_weight_layouts', 'conv_direct_fwd', 'conv_direct_dx', 'conv_direct_dw',
@@ -367,7 +369,8 @@ _KERNEL_INSTANCES = {
 }
 _COOPERATIVE = {'gru_fwd_persistent', 'gru_bwd_persistent', 'bn_fwd_train', 'bn_bwd_train'}   # launched as
 # cooperative grids
-_SM90A = {'conv_implicit_wg', 'conv_implicit_wg_dw', 'conv_implicit_tma', 'gru_fwd_cluster', 'gru_bwd_cluster'}
+_SM90A = {'conv_implicit_wg', 'conv_implicit_wg_dw', 'conv_implicit_tma', 'gru_fwd_cluster', 'gru_bwd_cluster',
+          'gru_fwd_split', 'gru_bwd_split'}
 # Hopper's wgmma (and TMA), and the GRU's thread-block clusters: built with -arch=sm_90a, on 9.0 devices only
 _BLOCK = 256   # threads per block of every kernel but TF32's conv_implicit_wg_dw (512: warpgroups specialized)
 _modules = {}   # GPU index -> {name expression: RawKernel}, {} when kernels.cu is missing or broken
@@ -1814,13 +1817,17 @@ def _aligned(a):
 
 def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
     """One launch of the persistent kernel of `direction` ('fwd' or 'bwd') with layout `plan` (_gru_plan): a
-    cooperative one (gru_*_persistent), or clusters of its slices (gru_*_cluster)."""
-    groups, slices, units, rows, chunk, smem, cluster = plan
+    cooperative one (gru_*_persistent), clusters of its slices (gru_*_cluster) or of its k-slices (gru_*_split)."""
+    groups, slices, units, rows, chunk, smem, cluster, split = plan
     tc = int(arrays[0].dtype == np.float16 or tf32)
-    kernel = _kernel(f'gru_{direction}_cluster', arrays[0].dtype, tc, slices) if cluster else \
-        _kernel(f'gru_{direction}_persistent', arrays[0].dtype, tc)
+    if split:
+        kernel, blocks = _kernel(f'gru_{direction}_split', arrays[0].dtype, cluster), groups * slices * cluster
+    elif cluster:
+        kernel, blocks = _kernel(f'gru_{direction}_cluster', arrays[0].dtype, tc, slices), groups * slices
+    else:
+        kernel, blocks = _kernel(f'gru_{direction}_persistent', arrays[0].dtype, tc), groups * slices
     sizes = _int32s(steps, batch, hidden, slices, units, rows, chunk)
-    _launch_with_smem(kernel, (groups * slices,), _BLOCK, arrays + (_gru_device()[2],) + sizes, smem)
+    _launch_with_smem(kernel, (blocks,), _BLOCK, arrays + (_gru_device()[2],) + sizes, smem)
 
 
 def _gru_device():
@@ -1843,7 +1850,8 @@ def _gru_plans(x, hidden, tf32):
         clusters = all(_kernel(f'gru_{d}_cluster', x.dtype, tc, 1) is not None for d in ('fwd', 'bwd'))
         key = _gru_device()[:2] + (x.shape[1], hidden, x.itemsize, tc, clusters)
         if key not in _gru_layouts:
-            _gru_layouts[key] = tuple(_gru_plan(forward, *key) for forward in (True, False))
+            _gru_layouts[key] = tuple(_gru_plan(forward, *key, _gru_splits(forward, x.dtype) if tc else ())
+                                      for forward in (True, False))
         plans = _gru_layouts[key]
     if _gru_path == 'persistent' and None in plans:
         raise ValueError(f"GRU: no persistent kernels for batch {x.shape[1]} and hidden size {hidden} (they do not "
@@ -1851,46 +1859,101 @@ def _gru_plans(x, hidden, tf32):
     return plans
 
 
-def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters):
-    """The layout (nb, nu, J, BB, KC, shared memory bytes, cluster) of a persistent kernel with the least estimated
-    clocks per step, None where none fits: nb batch groups of BB rows times nu slices of J units, a block each, all
-    resident at once (nb nu <= SMs). A block holds its units' rows of W_hh in shared memory (3J of H forward,
-    J of 3H backward), owns at most 4 (row, unit) cells per thread and at most one warp tile of 16 rows by 8 units
-    per warp (kernels.cu's Block). The cooperative kernel (cluster 0) stages the step's operand rows from L2 in
-    k-chunks of KC, its batch groups meeting at flags; where `clusters` (the cluster kernels loaded) and nu is one of
-    _GRU_CLUSTERS, a batch group can be a cluster (cluster nu) that keeps the whole operand in shared memory, twice
-    (KC = K), and passes it on there. On the H200 (scratch/s18/gru_probe.py, TF32, ms) clusters took the forward at
-    (T, B, in, H) = (100, 16, 32, 128) from 0.300 to 0.238, (100, 64, 256, 256) 0.392 to 0.329, (200, 8, 256, 256)
-    0.667 to 0.614, the backward in clusters of 4 at the first 0.408 to 0.372; in clusters of 8 (at the others, in an
-    earlier build) the backward took 0.835 -> 0.847 and 0.912 -> 1.043 (its operand is 3H wide, written into 8 blocks
-    every step), so the backward takes clusters of at most 4."""
+def _gru_splits(forward, dtype):
+    """((P, clusters), ...): for each size P of _GRU_SPLITS whose k-split kernel (forward or backward) loaded, how
+    many clusters of P blocks the GPU holds at once at the most shared memory a block may take (less holds no
+    fewer)."""
+    sms, smem_max = _gru_device()[:2]
+    splits = []
+    for size in _GRU_SPLITS:
+        kernel = _kernel(f"gru_{'fwd' if forward else 'bwd'}_split", dtype, size)
+        if kernel is not None:
+            splits.append((size, _resident_clusters(_allow_smem(kernel, smem_max), size, smem_max)))
+    return tuple(splits)
+
+
+class _LaunchConfig(ctypes.Structure):   # the CUDA driver's CUlaunchConfig
+    _fields_ = [('grid', ctypes.c_uint * 3), ('block', ctypes.c_uint * 3), ('smem', ctypes.c_uint),
+                ('stream', ctypes.c_void_p), ('attrs', ctypes.c_void_p), ('attr_count', ctypes.c_uint)]
+
+
+def _resident_clusters(kernel, size, smem):
+    """Clusters of `size` blocks of `_BLOCK` threads of `kernel` (cluster size compiled in), with `smem` bytes of
+    dynamic shared memory, that the GPU holds at once: cuOccupancyMaxActiveClusters (CuPy has no wrapper), through
+    the driver library CuPy loaded; 0 where it cannot tell."""
+    try:
+        driver = ctypes.CDLL(next(iter(_mapped_libraries('libcuda.so'))))
+        config, count = _LaunchConfig((size, 1, 1), (_BLOCK, 1, 1), smem), ctypes.c_int()
+        if driver.cuOccupancyMaxActiveClusters(ctypes.byref(count), ctypes.c_void_p(kernel.kernel.ptr),
+                                               ctypes.byref(config)):
+            return 0
+        return count.value
+    except (StopIteration, OSError, AttributeError):
+        return 0
+
+
+def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, splits=()):
+    """The layout (nb, nu, J, BB, KC, shared memory bytes, cluster, split) of a persistent kernel with the least
+    estimated clocks per step, None where none fits: nb batch groups of BB rows times nu slices of J units, all
+    resident at once. Unsplit (split False), a block each (nb nu <= SMs) holds its units' rows of W_hh in shared
+    memory (3J of H forward, J of 3H backward), owns at most 4 (row, unit) cells per thread and at most one warp tile
+    of 16 rows by 8 units per warp (kernels.cu's Block). The cooperative kernel (cluster 0) stages the step's operand
+    rows from L2 in k-chunks of KC, its batch groups meeting at flags; where `clusters` (the cluster kernels loaded)
+    and nu is one of _GRU_CLUSTERS, a batch group can be a cluster (cluster nu) that keeps the whole operand in shared
+    memory, twice (KC = K), and passes it on there. On the H200 (scratch/s18/gru_probe.py, TF32, ms) clusters took the
+    forward at (T, B, in, H) = (100, 16, 32, 128) from 0.300 to 0.238, (100, 64, 256, 256) 0.392 to 0.329,
+    (200, 8, 256, 256) 0.667 to 0.614, the backward in clusters of 4 at the first 0.408 to 0.372; in clusters of 8 (at
+    the others, in an earlier build) the backward took 0.835 -> 0.847 and 0.912 -> 1.043 (its operand is 3H wide,
+    written into 8 blocks every step), so the backward takes clusters of at most 4.
+    Split (the tensor cores only; `splits` = ((P, clusters resident), ...) of the k-split kernels loaded): a cluster
+    of P blocks (cluster P) shares a (batch group, J units) pair, each block holding its units' weights over KC = KP
+    of the k extent and staging only that slice of the operand (kernels.cu's Split); every block of a batch group
+    resident. Its model was fitted to the H200's times of 7 shapes each way (scratch/s19/split_probe.py: forward
+    and backward, P = 2, 4, 8 against the unsplit layouts) and picks the fastest there; it is compared with the
+    unsplit layout chosen as before plus that layout's time to read its operand rows from L2 (about 2800 bytes a
+    clock on the H200: the bound the k-split lifts)."""
     up = lambda a, b: -(-a // b) * b
     row_bytes = lambda n: (up(n, 128 // itemsize) + 16 // itemsize) * itemsize   # kernels.cu's smem_ld
     k = hidden if forward else 3 * hidden
-    partials = _BLOCK // 32 * 384 * 4   # the k-split's partial sums (Block::red)
-    best = None
+    partials = _BLOCK // 32 * 384 * 4   # the warps' partial sums over k (Block::red)
+    best = {False: None, True: None}   # unsplit, split: ((cost, blocks), layout)
+
+    def consider(cost, blocks, layout):
+        if layout[5] <= smem_max and (best[layout[7]] is None or (cost, blocks) < best[layout[7]][0]):
+            best[layout[7]] = (cost, blocks), layout
     for units in sorted({min(hidden, j) for j in range(8, hidden + 8, 8)}):
         slices, w_rows = -(-hidden // units), up(units, 8) * (3 if forward else 1)
         weights = w_rows * row_bytes(k)
         for rows in sorted({-(-batch // n) for n in range(1, batch + 1)}):
             groups, m_rows = -(-batch // rows), up(rows, 16)
-            if m_rows // 16 * up(units, 8) // 8 > _BLOCK // 32 or rows * units > 4 * _BLOCK or groups * slices > sms:
+            cells = -(-rows * units // _BLOCK)
+            for size, resident in splits:
+                kp, n_cols = up(-(-k // size), 16), up(w_rows, 24 if forward else 32)   # Split's KP and N
+                if groups * slices <= resident and -(-cells // size) <= 4:
+                    consider(m_rows * n_cols * kp / (0.75 * _GRU_MACS[itemsize, tc]) + m_rows * kp * itemsize / 28
+                             + 15 * size * (3 if forward else 1) * -(-cells // size) + 1400, groups * slices * size,
+                             (groups, slices, units, rows, kp, (n_cols + m_rows) * row_bytes(kp)
+                              + m_rows * (n_cols + 8) * 4, size, True))
+            if m_rows // 16 * up(units, 8) // 8 > _BLOCK // 32 or cells > 4 or groups * slices > sms:
                 continue
-            products, cells = m_rows * w_rows * up(k, 16) / _GRU_MACS[itemsize, tc], -(-rows * units // _BLOCK)
+            products = m_rows * w_rows * up(k, 16) / _GRU_MACS[itemsize, tc]
             chunk = up(k, 64)
             while chunk > 64 and weights + m_rows * row_bytes(chunk) + partials > smem_max:
                 chunk -= 64
             smem = weights + m_rows * row_bytes(chunk) + partials
-            cost = products + m_rows * k * itemsize / 64 + 800 * -(-k // chunk) + 8 * slices + 2100 + 200 * cells
-            candidates = [(cost, smem, chunk, 0)]
+            consider(products + m_rows * k * itemsize / 64 + 800 * -(-k // chunk) + 8 * slices + 2100 + 200 * cells,
+                     groups * slices, (groups, slices, units, rows, chunk, smem, 0, False))
             if clusters and slices in _GRU_CLUSTERS and (forward or slices <= 4):   # no staging, a cheaper barrier,
                 # writes into every block of the cluster
-                candidates.append((products + 600 + 200 * cells * (1 + slices // 4),
-                                   weights + 2 * m_rows * row_bytes(k) + partials, k, slices))
-            for cost, smem, chunk, cluster in candidates:
-                if smem <= smem_max and (best is None or (cost, groups * slices) < best[0]):
-                    best = (cost, groups * slices), (groups, slices, units, rows, chunk, smem, cluster)
-    return None if best is None else best[1]
+                consider(products + 600 + 200 * cells * (1 + slices // 4), groups * slices,
+                         (groups, slices, units, rows, k, weights + 2 * m_rows * row_bytes(k) + partials, slices, False))
+    unsplit, split = best[False], best[True]
+    if unsplit is not None and split is not None:
+        groups, slices, _, rows, _, _, cluster, _ = unsplit[1]
+        read = 0 if cluster else groups * slices * up(rows, 16) * k * itemsize / 2800
+        if unsplit[0][0] + read <= split[0][0]:
+            split = None
+    return (split or unsplit or (None, None))[1]
 
 
 def _conv_output(h, w, kernel, stride, padding):
