@@ -1540,7 +1540,8 @@ template <typename T, bool FWD>
 struct Split {
     static constexpr int NQ = FWD ? 3 : 1;        // gates per unit in the weight rows
     static constexpr int NTW = FWD ? 3 : 4;       // n-tiles of 8 per warp tile
-    int j0, jn, b0, bn, Jp, MTp, k0, kn, ksteps, N, ldw, lda, ldc, c0, c1;
+    int j0, jn, b0, bn, Jp, MTp, K, k0, kn, ksteps, N, ldw, lda, ldc, c0, c1;
+    bool vec;   // K a multiple of 16 bytes: 16-byte copies
     T* Ws;
     T* As;
     float* red;
@@ -1553,12 +1554,14 @@ struct Split {
         bn = max(0, min(BB, B - b0));
         Jp = round_up(J, 8);
         MTp = round_up(BB, 16);
+        K = FWD ? H : 3 * H;
+        vec = K % (16 / sizeof(T)) == 0;
         k0 = kp * KP;
-        kn = max(0, min(KP, (FWD ? H : 3 * H) - k0));
+        kn = max(0, min(KP, K - k0));
         ksteps = KP * static_cast<int>(sizeof(T)) / 32;   // KP: a multiple of 16
         N = round_up(NQ * Jp, 8 * NTW);
         ldw = lda = smem_ld<T>(KP);
-        ldc = N + 8;
+        ldc = N + 8;   // partial sums' row stride: rows 8 floats apart in the banks where N is a multiple of 32
         const int per = (bn * jn + P - 1) / P;   // this block finishes cells [c0, c1) of bn x jn, row-major
         c0 = min(kp * per, bn * jn);
         c1 = min(c0 + per, bn * jn);
@@ -1572,17 +1575,16 @@ struct Split {
     __device__ void stage_weights(const T* w, int H) const {
         for (int i = threadIdx.x; i < (N * ldw + MTp * lda); i += blockDim.x) Ws[i] = from_f<T>(0.f);
         __syncthreads();
-        const int K = FWD ? H : 3 * H;
-        copy_rows(Ws, ldw, N, kn, K % (16 / sizeof(T)) == 0, [&](int n) -> const T* {
+        copy_rows(Ws, ldw, N, kn, vec, [&](int n) -> const T* {
             const int q = n / Jp, u = n - q * Jp;
             return q < NQ && u < jn ? w + static_cast<size_t>(q * H + j0 + u) * K + k0 : nullptr;
         });
     }
     // The step's partial products: rows [b0, b0 + bn) of src (row stride K; null: zeros) over the block's k-slice,
     // times its weight rows, into red (MTp x N, row stride ldc); then the cluster meets.
-    __device__ void product(const T* src, int K) const {
+    __device__ void product(const T* src) const {
         __syncthreads();
-        copy_rows(As, lda, MTp, kn, K % (16 / sizeof(T)) == 0, [&](int r) -> const T* {
+        copy_rows(As, lda, MTp, kn, vec, [&](int r) -> const T* {
             return src != nullptr && r < bn ? src + static_cast<size_t>(b0 + r) * K + k0 : nullptr;
         });
         __syncthreads();
@@ -1646,7 +1648,7 @@ struct Split {
     template <int P>
     __device__ float cluster_sum(int r, int n) const {
         float* at = red + r * ldc + n;
-        float v[P];
+        float v[P];   // all P remote loads in flight before the first use
 #pragma unroll
         for (int rank = 0; rank < P; ++rank) v[rank] = *in_block(at, rank);
         float sum = 0.f;
@@ -1834,7 +1836,9 @@ gru_fwd_cluster(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* _
 }
 
 // The k-split forward (gru::Split): nb * nu * P blocks, clusters of P, KP of the K = H columns a block; the nu P
-// blocks of a batch group meet at flags after every step, so all must be resident at once (the host checks).
+// blocks of a batch group meet at flags after every step, so all must be resident at once. Not a cooperative launch:
+// the host takes residency from the driver's count of clusters the GPU holds, so nothing else may hold SMs meanwhile
+// (as the flags' one kernel at a time).
 template <typename T, int P>
 __global__ void __cluster_dims__(P, 1, 1) __launch_bounds__(gru::NT, 1)
 gru_fwd_split(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __restrict__ b_ih,
@@ -1858,7 +1862,7 @@ gru_fwd_split(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __r
 #pragma unroll
         for (int i = 0; i < CPT; ++i)
             if (cells.has(i)) load_xg(xg, t, B, H, bk.b0 + cells.r[i], bk.j0 + cells.u[i], xv[i]);
-        bk.product(t == 0 ? h0 : out + static_cast<size_t>(t - 1) * B * H, H);
+        bk.product(t == 0 ? h0 : out + static_cast<size_t>(t - 1) * B * H);
 #pragma unroll
         for (int i = 0; i < CPT; ++i)
             if (cells.has(i)) {
@@ -2006,7 +2010,7 @@ gru_bwd_split(const T* __restrict__ dout, const T* __restrict__ gates, const T* 
         const int t = steps - 1 - s;
         fl.sync(blockIdx.x - blockIdx.x % (nu * P), nu * P, s + 1);   // also keeps red until the cluster read it
         if (t > 0) load_step(t - 1);
-        bk.product(dg_hh + static_cast<size_t>(t) * B * 3 * H, 3 * H);
+        bk.product(dg_hh + static_cast<size_t>(t) * B * 3 * H);
 #pragma unroll
         for (int i = 0; i < CPT; ++i)
             if (cells.has(i)) dh[i] = carry[i] + bk.template cluster_sum<P>(cells.r[i], cells.u[i]) + (t > 0 ? c[i].dout : 0.f);

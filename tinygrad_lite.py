@@ -1826,8 +1826,11 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
         kernel, blocks = _kernel(f'gru_{direction}_cluster', arrays[0].dtype, tc, slices), groups * slices
     else:
         kernel, blocks = _kernel(f'gru_{direction}_persistent', arrays[0].dtype, tc), groups * slices
+    flags = _gru_device()[2]
+    if blocks >= flags.size:   # a block each SM (the layouts' shared memory); the flags hold one a block
+        raise RuntimeError(f"GRU: layout {plan} takes {blocks} blocks, more than the GPU's multiprocessors")
     sizes = _int32s(steps, batch, hidden, slices, units, rows, chunk)
-    _launch_with_smem(kernel, (blocks,), _BLOCK, arrays + (_gru_device()[2],) + sizes, smem)
+    _launch_with_smem(kernel, (blocks,), _BLOCK, arrays + (flags,) + sizes, smem)
 
 
 def _gru_device():
@@ -1929,7 +1932,8 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
             cells = -(-rows * units // _BLOCK)
             for size, resident in splits:
                 kp, n_cols = up(-(-k // size), 16), up(w_rows, 24 if forward else 32)   # Split's KP and N
-                if groups * slices <= resident and -(-cells // size) <= 4:
+                if groups * slices <= resident and -(-cells // size) <= 4:   # clocks: products, staging the
+                    # operand's slice, the cluster's sums (remote loads), the rest of a step; fitted, see above
                     consider(m_rows * n_cols * kp / (0.75 * _GRU_MACS[itemsize, tc]) + m_rows * kp * itemsize / 28
                              + 15 * size * (3 if forward else 1) * -(-cells // size) + 1400, groups * slices * size,
                              (groups, slices, units, rows, kp, (n_cols + m_rows) * row_bytes(kp)
@@ -1950,10 +1954,11 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
     unsplit, split = best[False], best[True]
     if unsplit is not None and split is not None:
         groups, slices, _, rows, _, _, cluster, _ = unsplit[1]
-        read = 0 if cluster else groups * slices * up(rows, 16) * k * itemsize / 2800
+        read = 0 if cluster else groups * slices * up(rows, 16) * k * itemsize / 2800   # operand rows from L2
         if unsplit[0][0] + read <= split[0][0]:
             split = None
-    return (split or unsplit or (None, None))[1]
+    chosen = split or unsplit
+    return chosen and chosen[1]
 
 
 def _conv_output(h, w, kernel, stride, padding):
