@@ -1658,11 +1658,11 @@ struct Split {
     }
 };
 
-// The (row, unit) cells [c0, c1) of a batch group's rows by a block's units (jn of them, row-major) that this
-// thread finishes: c0 + threadIdx.x + i NT for i < CPT.
+// The (row, unit) cells [c0, c1) of a batch group's rows by a block's units (jn of them, row-major; batch row b0 and
+// unit j0 first) that this thread finishes: c0 + threadIdx.x + i NT for i < CPT, local row r[i] and unit u[i].
 struct Cells {
-    int c0, c1, r[CPT], u[CPT];
-    __device__ Cells(int first, int end, int jn) : c0(first), c1(end) {
+    int c0, c1, b0, j0, r[CPT], u[CPT];
+    __device__ Cells(int first, int end, int jn, int row0, int unit0) : c0(first), c1(end), b0(row0), j0(unit0) {
 #pragma unroll
         for (int i = 0; i < CPT; ++i) {
             const int c = c0 + threadIdx.x + i * NT;
@@ -1671,79 +1671,125 @@ struct Cells {
         }
     }
     __device__ bool has(int i) const { return c0 + threadIdx.x + i * NT < c1; }
+    __device__ int b(int i) const { return b0 + r[i]; }   // batch row
+    __device__ int j(int i) const { return j0 + u[i]; }   // hidden unit
 };
 
-// Forward, per cell (batch row b, unit j). bias = (b_ir + b_hr, b_iz + b_hz, b_in, b_hn); b_ih, b_hh may be null.
+// Forward, the thread's cells: bias = (b_ir + b_hr, b_iz + b_hz, b_in, b_hn) (b_ih, b_hh may be null), hp = h_{t-1}
+// (h0 may be null: zeros), xv = step t's xg values.
 template <typename T>
-__device__ __forceinline__ void cell_bias(const T* b_ih, const T* b_hh, int H, int j, float (&bias)[4]) {
+struct FwdCells : Cells {
+    float bias[CPT][4], hp[CPT], xv[CPT][3];
+
+    __device__ FwdCells(int first, int end, int jn, int row0, int unit0, const T* b_ih, const T* b_hh, const T* h0,
+                        int H)
+        : Cells(first, end, jn, row0, unit0) {
 #pragma unroll
-    for (int q = 0; q < 3; ++q) bias[q] = b_ih != nullptr ? to_f(b_ih[q * H + j]) : 0.f;
-    bias[3] = b_hh != nullptr ? to_f(b_hh[2 * H + j]) : 0.f;
-    if (b_hh != nullptr) {
-        bias[0] += to_f(b_hh[j]);
-        bias[1] += to_f(b_hh[H + j]);
+        for (int i = 0; i < CPT; ++i)
+            if (has(i)) {
+                const int jj = j(i);
+#pragma unroll
+                for (int q = 0; q < 3; ++q) bias[i][q] = b_ih != nullptr ? to_f(b_ih[q * H + jj]) : 0.f;
+                bias[i][3] = b_hh != nullptr ? to_f(b_hh[2 * H + jj]) : 0.f;
+                if (b_hh != nullptr) {
+                    bias[i][0] += to_f(b_hh[jj]);
+                    bias[i][1] += to_f(b_hh[H + jj]);
+                }
+                hp[i] = h0 != nullptr ? to_f(h0[static_cast<size_t>(b(i)) * H + jj]) : 0.f;
+            }
     }
-}
-
-template <typename T>
-__device__ __forceinline__ void load_xg(const T* xg, int t, int B, int H, int b, int j, float (&xv)[3]) {
-    const T* p = xg + (static_cast<size_t>(t) * B + b) * 3 * H + j;
+    // step t's xg values, loaded ahead of the products (after the barrier: its release would wait for these loads)
+    __device__ void load(const T* xg, int t, int B, int H) {
 #pragma unroll
-    for (int q = 0; q < 3; ++q) xv[q] = to_f(ld_nc(p + q * H));
-}
-
-// Step t's gates from xv (xg's values), s (the products h_{t-1} W_hh^T of r, z, n) and hp = h_{t-1}: writes out and
-// gates, returns h_t.
-template <typename T>
-__device__ __forceinline__ T fwd_cell(const float (&xv)[3], const float (&s)[3], const float (&bias)[4], float hp,
-                                      T* out, T* gates, int t, int B, int H, int b, int j) {
-    const float r = sigmoid(xv[0] + s[0] + bias[0]);
-    const float z = sigmoid(xv[1] + s[1] + bias[1]);
-    const float hn = s[2] + bias[3];
-    const float n = tanhf(xv[2] + bias[2] + r * hn);
-    const T h = from_f<T>(n + z * (hp - n));
-    out[(static_cast<size_t>(t) * B + b) * H + j] = h;
-    T* g = gates + (static_cast<size_t>(t) * B + b) * 4 * H + j;
-    g[0] = from_f<T>(r);
-    g[H] = from_f<T>(z);
-    g[2 * H] = from_f<T>(n);
-    g[3 * H] = from_f<T>(hn);
-    return h;
-}
-
-// Backward, per cell: what step t's gates need (r, z, n, hg_n, h_{t-1}, dout[t]), loaded ahead of use.
-struct BwdCell {
-    float g[4], hp, dout;
-
-    template <typename T>
-    __device__ __forceinline__ void load(const T* gates, const T* out, const T* h0, const T* dout_, int t, int B,
-                                         int H, int b, int j) {
-        const size_t bj = static_cast<size_t>(b) * H + j;
-        const T* p = gates + (static_cast<size_t>(t) * B + b) * 4 * H + j;
+        for (int i = 0; i < CPT; ++i)
+            if (has(i)) {
+                const T* p = xg + (static_cast<size_t>(t) * B + b(i)) * 3 * H + j(i);
 #pragma unroll
-        for (int q = 0; q < 4; ++q) g[q] = to_f(ld_nc(p + q * H));
-        hp = t > 0 ? to_f(ld_nc(out + static_cast<size_t>(t - 1) * B * H + bj)) : (h0 != nullptr ? to_f(ld_nc(h0 + bj)) : 0.f);
-        dout = to_f(ld_nc(dout_ + static_cast<size_t>(t) * B * H + bj));
+                for (int q = 0; q < 3; ++q) xv[i][q] = to_f(ld_nc(p + q * H));
+            }
     }
+    // Step t's gates from the products sum(i, s) puts in s (h_{t-1} times W_hh's r, z and n rows): writes out and
+    // gates, keeps h_t, then share(i, h_t).
+    template <typename Sum, typename Share>
+    __device__ void finish(Sum sum, Share share, T* out, T* gates, int t, int B, int H) {
+#pragma unroll
+        for (int i = 0; i < CPT; ++i)
+            if (has(i)) {
+                float s[3];
+                sum(i, s);
+                const float r = sigmoid(xv[i][0] + s[0] + bias[i][0]);
+                const float z = sigmoid(xv[i][1] + s[1] + bias[i][1]);
+                const float hn = s[2] + bias[i][3];
+                const float n = tanhf(xv[i][2] + bias[i][2] + r * hn);
+                const T h = from_f<T>(n + z * (hp[i] - n));
+                hp[i] = to_f(h);
+                out[(static_cast<size_t>(t) * B + b(i)) * H + j(i)] = h;
+                T* g = gates + (static_cast<size_t>(t) * B + b(i)) * 4 * H + j(i);
+                g[0] = from_f<T>(r);
+                g[H] = from_f<T>(z);
+                g[2 * H] = from_f<T>(n);
+                g[3 * H] = from_f<T>(hn);
+                share(i, h);
+            }
+    }
+};
 
-    // d: the gradient reaching h_t. Writes dg_ih[t] and dg_hh[t] (hh: dg_hh's three values), returns d z (dh_{t-1}'s
-    // share that skips W_hh).
-    template <typename T>
-    __device__ __forceinline__ float gates_grad(float d, T* dg_ih, T* dg_hh, int t, int B, int H, int b, int j,
-                                                T (&hh)[3]) const {
-        const float r = g[0], z = g[1], n = g[2], hn = g[3];
-        const float daz = d * (hp - n) * z * (1.f - z);
-        const float dan = d * (1.f - z) * (1.f - n * n);
-        const float dar = dan * hn * r * (1.f - r);
-        const size_t o = (static_cast<size_t>(t) * B + b) * 3 * H + j;
-        hh[0] = from_f<T>(dar);
-        hh[1] = from_f<T>(daz);
-        hh[2] = from_f<T>(dan * r);
-        dg_ih[o] = dg_hh[o] = hh[0];
-        dg_ih[o + H] = dg_hh[o + H] = hh[1];
-        dg_ih[o + 2 * H] = from_f<T>(dan);
-        dg_hh[o + 2 * H] = hh[2];
-        return d * z;
+// Backward, the thread's cells: what step t's gates need (g = r, z, n, hg_n; hp = h_{t-1}; dout[t]), loaded ahead of
+// use; dh, the gradient reaching h_t; carry = dh z of the step after.
+template <typename T>
+struct BwdCells : Cells {
+    float g[CPT][4], hp[CPT], dout[CPT], dh[CPT], carry[CPT];
+
+    using Cells::Cells;
+    __device__ void load(const T* gates, const T* out, const T* h0, const T* dout_, int t, int B, int H) {
+#pragma unroll
+        for (int i = 0; i < CPT; ++i)
+            if (has(i)) {
+                const size_t bj = static_cast<size_t>(b(i)) * H + j(i);
+                const T* p = gates + (static_cast<size_t>(t) * B + b(i)) * 4 * H + j(i);
+#pragma unroll
+                for (int q = 0; q < 4; ++q) g[i][q] = to_f(ld_nc(p + q * H));
+                hp[i] = t > 0 ? to_f(ld_nc(out + static_cast<size_t>(t - 1) * B * H + bj))
+                              : (h0 != nullptr ? to_f(ld_nc(h0 + bj)) : 0.f);
+                dout[i] = to_f(ld_nc(dout_ + static_cast<size_t>(t) * B * H + bj));
+            }
+    }
+    // Writes dg_ih[t] and dg_hh[t] from dh, keeps dh z (dh_{t-1}'s share that skips W_hh), then share(i, hh) with
+    // dg_hh[t]'s three values.
+    template <typename Share>
+    __device__ void grads(T* dg_ih, T* dg_hh, int t, int B, int H, Share share) {
+#pragma unroll
+        for (int i = 0; i < CPT; ++i)
+            if (has(i)) {
+                const float r = g[i][0], z = g[i][1], n = g[i][2], hn = g[i][3], d = dh[i];
+                const float daz = d * (hp[i] - n) * z * (1.f - z);
+                const float dan = d * (1.f - z) * (1.f - n * n);
+                const float dar = dan * hn * r * (1.f - r);
+                carry[i] = d * z;
+                const size_t o = (static_cast<size_t>(t) * B + b(i)) * 3 * H + j(i);
+                const T hh[3] = {from_f<T>(dar), from_f<T>(daz), from_f<T>(dan * r)};
+                dg_ih[o] = dg_hh[o] = hh[0];
+                dg_ih[o + H] = dg_hh[o + H] = hh[1];
+                dg_ih[o + 2 * H] = from_f<T>(dan);
+                dg_hh[o + 2 * H] = hh[2];
+                share(i, hh);
+            }
+    }
+    // dh_{t-1} = sum(i, carry): the carry plus the products of dg_hh[t] and W_hh, and dout[t - 1] where `more`
+    template <typename Sum>
+    __device__ void gather(Sum sum, bool more) {
+#pragma unroll
+        for (int i = 0; i < CPT; ++i)
+            if (has(i)) dh[i] = sum(i, carry[i]) + (more ? dout[i] : 0.f);
+    }
+    __device__ void start() {   // the last step: dh = dout[T - 1]
+#pragma unroll
+        for (int i = 0; i < CPT; ++i) dh[i] = dout[i];
+    }
+    __device__ void store_dh0(T* dh0, int H) const {
+#pragma unroll
+        for (int i = 0; i < CPT; ++i)
+            if (has(i)) dh0[static_cast<size_t>(b(i)) * H + j(i)] = from_f<T>(dh[i]);
     }
 };
 
@@ -1775,37 +1821,22 @@ __device__ __forceinline__ void gru_fwd_body(const T* __restrict__ xg, const T* 
         });
         cluster_sync();
     }
-    const Cells cells(0, bk.ncell, bk.jn);
-    float bias[CPT][4], hp[CPT];
-#pragma unroll
-    for (int i = 0; i < CPT; ++i)
-        if (cells.has(i)) {
-            cell_bias(b_ih, b_hh, H, bk.j0 + cells.u[i], bias[i]);
-            hp[i] = h0 != nullptr ? to_f(h0[static_cast<size_t>(bk.b0 + cells.r[i]) * H + bk.j0 + cells.u[i]]) : 0.f;
-        }
-
+    FwdCells<T> cells(0, bk.ncell, bk.jn, bk.b0, bk.j0, b_ih, b_hh, h0, H);
     for (int t = 0; t < steps; ++t) {
-        float xv[CPT][3];   // loaded after the barrier: its release would wait for these loads
-#pragma unroll
-        for (int i = 0; i < CPT; ++i)
-            if (cells.has(i)) load_xg(xg, t, B, H, bk.b0 + cells.r[i], bk.j0 + cells.u[i], xv[i]);
+        cells.load(xg, t, B, H);
         if constexpr (CL != 0)
             kept_product<T, TC != 0>(bk, bk.As + (t & 1) * bk.MTp * bk.lda);
         else
             step_product<T, TC != 0>(bk, t == 0 ? h0 : out + static_cast<size_t>(t - 1) * B * H);
         const bool shares = CL != 0 && t + 1 < steps;
+        cells.finish([&](int i, float (&s)[3]) {   // the warps' partial sums over k
+            s[0] = s[1] = s[2] = 0.f;
+            for (int kw = 0; kw < bk.kwn; ++kw)
 #pragma unroll
-        for (int i = 0; i < CPT; ++i)
-            if (cells.has(i)) {
-                float s[3] = {0.f, 0.f, 0.f};
-                for (int kw = 0; kw < bk.kwn; ++kw)
-#pragma unroll
-                    for (int q = 0; q < 3; ++q) s[q] += bk.red[bk.red_at(kw, q, cells.r[i], cells.u[i])];
-                const int j = bk.j0 + cells.u[i];
-                const T h = fwd_cell(xv[i], s, bias[i], hp[i], out, gates, t, B, H, bk.b0 + cells.r[i], j);
-                hp[i] = to_f(h);
-                if (shares) share_operand<CL>(bk, (t + 1) & 1, cells.r[i], j, h);
-            }
+                for (int q = 0; q < 3; ++q) s[q] += bk.red[bk.red_at(kw, q, cells.r[i], cells.u[i])];
+        }, [&](int i, T h) {
+            if (shares) share_operand<CL>(bk, (t + 1) & 1, cells.r[i], cells.j(i), h);
+        }, out, gates, t, B, H);
         if constexpr (CL != 0) {
             if (shares) cluster_sync();
         } else if (t + 1 < steps) {
@@ -1849,29 +1880,14 @@ gru_fwd_split(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __r
     const Flags fl(flags);
     bk.stage_weights(w_hh, H);
     weights_to_tf32<T, 1>(bk.Ws, bk.N * bk.ldw);
-    const Cells cells(bk.c0, bk.c1, bk.jn);
-    float bias[CPT][4], hp[CPT];
-#pragma unroll
-    for (int i = 0; i < CPT; ++i)
-        if (cells.has(i)) {
-            cell_bias(b_ih, b_hh, H, bk.j0 + cells.u[i], bias[i]);
-            hp[i] = h0 != nullptr ? to_f(h0[static_cast<size_t>(bk.b0 + cells.r[i]) * H + bk.j0 + cells.u[i]]) : 0.f;
-        }
+    FwdCells<T> cells(bk.c0, bk.c1, bk.jn, bk.b0, bk.j0, b_ih, b_hh, h0, H);
     for (int t = 0; t < steps; ++t) {
-        float xv[CPT][3];
-#pragma unroll
-        for (int i = 0; i < CPT; ++i)
-            if (cells.has(i)) load_xg(xg, t, B, H, bk.b0 + cells.r[i], bk.j0 + cells.u[i], xv[i]);
+        cells.load(xg, t, B, H);
         bk.product(t == 0 ? h0 : out + static_cast<size_t>(t - 1) * B * H);
+        cells.finish([&](int i, float (&s)[3]) {
 #pragma unroll
-        for (int i = 0; i < CPT; ++i)
-            if (cells.has(i)) {
-                float s[3];
-#pragma unroll
-                for (int q = 0; q < 3; ++q) s[q] = bk.template cluster_sum<P>(cells.r[i], q * bk.Jp + cells.u[i]);
-                hp[i] = to_f(fwd_cell(xv[i], s, bias[i], hp[i], out, gates, t, B, H, bk.b0 + cells.r[i],
-                                      bk.j0 + cells.u[i]));
-            }
+            for (int q = 0; q < 3; ++q) s[q] = bk.template cluster_sum<P>(cells.r[i], q * bk.Jp + cells.u[i]);
+        }, [](int, T) {}, out, gates, t, B, H);
         if (t + 1 < steps)   // also keeps red until the cluster's blocks have read it
             fl.sync(blockIdx.x - blockIdx.x % (nu * P), nu * P, t + 1);
     }
@@ -1900,58 +1916,36 @@ __device__ __forceinline__ void gru_bwd_body(const T* __restrict__ dout, const T
         zero_operands(bk);
         cluster_sync();   // every block's buffers zeroed before any block writes into them
     }
-    const Cells cells(0, bk.ncell, bk.jn);
-    BwdCell c[CPT];
-    float dh[CPT], carry[CPT];
-    auto load_step = [&](int t) {   // after a barrier: its release would wait for these loads
+    BwdCells<T> cells(0, bk.ncell, bk.jn, bk.b0, bk.j0);
+    auto share = [&](int next) {   // after grads: the cluster kernels write dg_hh[t] into buffer `next` of every block
+        return [&, next](int i, const T (&hh)[3]) {
+            if constexpr (CL != 0)
 #pragma unroll
-        for (int i = 0; i < CPT; ++i)
-            if (cells.has(i)) c[i].load(gates, out, h0, dout, t, B, H, bk.b0 + cells.r[i], bk.j0 + cells.u[i]);
+                for (int q = 0; q < 3; ++q) share_operand<CL>(bk, next, cells.r[i], q * H + cells.j(i), hh[q]);
+        };
     };
-    // dh holds the gradient reaching h_t: dg_ih[t] and dg_hh[t] (cluster kernels: dg_hh[t] into buffer `next` too)
-    auto gate_step = [&](int t, int next) {
-#pragma unroll
-        for (int i = 0; i < CPT; ++i)
-            if (cells.has(i)) {
-                const int j = bk.j0 + cells.u[i];
-                T hh[3];
-                carry[i] = c[i].gates_grad(dh[i], dg_ih, dg_hh, t, B, H, bk.b0 + cells.r[i], j, hh);
-                if constexpr (CL != 0)
-#pragma unroll
-                    for (int q = 0; q < 3; ++q) share_operand<CL>(bk, next, cells.r[i], q * H + j, hh[q]);
-            }
-    };
-
-    load_step(steps - 1);
-#pragma unroll
-    for (int i = 0; i < CPT; ++i) dh[i] = c[i].dout;
-    gate_step(steps - 1, 0);
+    cells.load(gates, out, h0, dout, steps - 1, B, H);
+    cells.start();
+    cells.grads(dg_ih, dg_hh, steps - 1, B, H, share(0));
     for (int s = 0; s < steps; ++s) {
         const int t = steps - 1 - s;   // this iteration: dh_{t-1} = dg_hh[t] W_hh + carry (+ dout[t-1])
         if constexpr (CL != 0)
             cluster_sync();
         else
             bk.sync(fl, nu, s + 1);
-        if (t > 0) load_step(t - 1);
+        if (t > 0) cells.load(gates, out, h0, dout, t - 1, B, H);   // after the barrier: its release would wait
         if constexpr (CL != 0)
             kept_product<T, TC != 0>(bk, bk.As + (s & 1) * bk.MTp * bk.lda);
         else
             step_product<T, TC != 0>(bk, dg_hh + static_cast<size_t>(t) * B * 3 * H);
-#pragma unroll
-        for (int i = 0; i < CPT; ++i)
-            if (cells.has(i)) {
-                float sum = carry[i];
-                for (int kw = 0; kw < bk.kwn; ++kw) sum += bk.red[bk.red_at(kw, 0, cells.r[i], cells.u[i])];
-                dh[i] = sum + (t > 0 ? c[i].dout : 0.f);
-            }
-        if (t > 0) {
-            gate_step(t - 1, (s + 1) & 1);
-        } else {
-#pragma unroll
-            for (int i = 0; i < CPT; ++i)
-                if (cells.has(i))
-                    dh0[static_cast<size_t>(bk.b0 + cells.r[i]) * H + bk.j0 + cells.u[i]] = from_f<T>(dh[i]);
-        }
+        cells.gather([&](int i, float v) {   // the warps' partial sums over k
+            for (int kw = 0; kw < bk.kwn; ++kw) v += bk.red[bk.red_at(kw, 0, cells.r[i], cells.u[i])];
+            return v;
+        }, t > 0);
+        if (t > 0)
+            cells.grads(dg_ih, dg_hh, t - 1, B, H, share((s + 1) & 1));
+        else
+            cells.store_dh0(dh0, H);
     }
     if constexpr (CL == 0) fl.finish();
 }
@@ -1986,42 +1980,21 @@ gru_bwd_split(const T* __restrict__ dout, const T* __restrict__ gates, const T* 
     const Flags fl(flags);
     bk.stage_weights(w_hhT, H);
     weights_to_tf32<T, 1>(bk.Ws, bk.N * bk.ldw);
-    const Cells cells(bk.c0, bk.c1, bk.jn);
-    BwdCell c[CPT];
-    float dh[CPT], carry[CPT];
-    auto load_step = [&](int t) {
-#pragma unroll
-        for (int i = 0; i < CPT; ++i)
-            if (cells.has(i)) c[i].load(gates, out, h0, dout, t, B, H, bk.b0 + cells.r[i], bk.j0 + cells.u[i]);
-    };
-    auto gate_step = [&](int t) {
-#pragma unroll
-        for (int i = 0; i < CPT; ++i)
-            if (cells.has(i)) {
-                T hh[3];
-                carry[i] = c[i].gates_grad(dh[i], dg_ih, dg_hh, t, B, H, bk.b0 + cells.r[i], bk.j0 + cells.u[i], hh);
-            }
-    };
-    load_step(steps - 1);
-#pragma unroll
-    for (int i = 0; i < CPT; ++i) dh[i] = c[i].dout;
-    gate_step(steps - 1);
+    BwdCells<T> cells(bk.c0, bk.c1, bk.jn, bk.b0, bk.j0);
+    const auto no_share = [](int, const T (&)[3]) {};
+    cells.load(gates, out, h0, dout, steps - 1, B, H);
+    cells.start();
+    cells.grads(dg_ih, dg_hh, steps - 1, B, H, no_share);
     for (int s = 0; s < steps; ++s) {
         const int t = steps - 1 - s;
         fl.sync(blockIdx.x - blockIdx.x % (nu * P), nu * P, s + 1);   // also keeps red until the cluster read it
-        if (t > 0) load_step(t - 1);
+        if (t > 0) cells.load(gates, out, h0, dout, t - 1, B, H);
         bk.product(dg_hh + static_cast<size_t>(t) * B * 3 * H);
-#pragma unroll
-        for (int i = 0; i < CPT; ++i)
-            if (cells.has(i)) dh[i] = carry[i] + bk.template cluster_sum<P>(cells.r[i], cells.u[i]) + (t > 0 ? c[i].dout : 0.f);
-        if (t > 0) {
-            gate_step(t - 1);
-        } else {
-#pragma unroll
-            for (int i = 0; i < CPT; ++i)
-                if (cells.has(i))
-                    dh0[static_cast<size_t>(bk.b0 + cells.r[i]) * H + bk.j0 + cells.u[i]] = from_f<T>(dh[i]);
-        }
+        cells.gather([&](int i, float v) { return v + bk.template cluster_sum<P>(cells.r[i], cells.u[i]); }, t > 0);
+        if (t > 0)
+            cells.grads(dg_ih, dg_hh, t - 1, B, H, no_share);
+        else
+            cells.store_dh0(dh0, H);
     }
     cluster_sync();
     fl.finish();
