@@ -1866,8 +1866,7 @@ def _gru_splits(forward, dtype):
     """((P, clusters), ...): for each size P of _GRU_SPLITS whose k-split kernel (forward or backward) loaded, how
     many clusters of P blocks the GPU holds at once at the most shared memory a block may take (less holds no
     fewer)."""
-    sms, smem_max = _gru_device()[:2]
-    splits = []
+    smem_max, splits = _gru_device()[1], []
     for size in _GRU_SPLITS:
         kernel = _kernel(f"gru_{'fwd' if forward else 'bwd'}_split", dtype, size)
         if kernel is not None:
