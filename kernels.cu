@@ -1223,13 +1223,13 @@ __device__ __forceinline__ void for_cells(int nrows, int n, F f) {
 
 // dst[r * ldd + k] = row(r)[k] for r < nrows, k < round_up(ncols, 16); a null row and k >= ncols read
 // as zero. vec: ncols and every row start are multiples of 16 bytes (16-byte async copies). Reads
-// bypass L1 (other blocks write these rows during the kernel). Waits for its own copies; the caller
-// puts a __syncthreads() between this and any reader.
-template <typename T, typename RowFn>
+// bypass L1 (other blocks write these rows during the kernel). Waits for its own copies (WAIT), or commits them as
+// one group of cp.async (an empty one where there are none) for the caller to wait for; the caller puts a
+// __syncthreads() between that and any reader.
+template <bool WAIT = true, typename T, typename RowFn>
 __device__ __forceinline__ void copy_rows(T* dst, int ldd, int nrows, int ncols, bool vec, RowFn row) {
     const int kpad = round_up(ncols, 16);
-    if (kpad == 0) return;   // nothing to copy (a k-split's slice past K): for_cells needs n > 0
-    if (vec) {
+    if (kpad > 0 && vec) {   // kpad 0: nothing to copy (a k-split's slice past K; for_cells needs n > 0)
         constexpr int E = 16 / sizeof(T);
         for_cells(nrows, kpad / E, [&](int r, int v) {
             const T* s = row(r);
@@ -1240,13 +1240,16 @@ __device__ __forceinline__ void copy_rows(T* dst, int ldd, int nrows, int ncols,
             else
                 *reinterpret_cast<float4*>(d) = make_float4(0.f, 0.f, 0.f, 0.f);
         });
-        cp_async_wait();
-    } else {
+    } else if (kpad > 0) {
         for_cells(nrows, kpad, [&](int r, int k) {
             const T* s = row(r);
             dst[r * ldd + k] = (s != nullptr && k < ncols) ? ld_cg(s + k) : from_f<T>(0.f);
         });
     }
+    if (!WAIT)
+        cp_async_commit();
+    else if (vec)
+        cp_async_wait();
 }
 
 // Rounds the block's weight rows (n values at w, just staged by copy_rows; the rows' unread padding too) to TF32 in
@@ -1535,18 +1538,20 @@ __device__ __forceinline__ void share_operand(const Block<T, FWD>& bk, int next,
 // cluster. A block keeps W_hh's rows of its units over its k-slice only, so its units are P times as many for the same
 // shared memory and it stages only its k-slice of the step's operand: the operand's traffic from L2, every block
 // reading its rows whole (the kernels above), is what bounds those at large sizes. Each block finishes 1/P of its
-// cluster's cells, summing the P blocks' partial products over distributed shared memory.
+// cluster's cells, summing the P blocks' partial products over distributed shared memory. Where the operand's slice
+// does not fit beside the weights, it is staged in k-chunks of KC into two buffers, the next chunk's copies in flight
+// while the warps multiply the current one.
 template <typename T, bool FWD>
 struct Split {
     static constexpr int NQ = FWD ? 3 : 1;        // gates per unit in the weight rows
     static constexpr int NTW = FWD ? 3 : 4;       // n-tiles of 8 per warp tile
-    int j0, jn, b0, bn, Jp, MTp, K, k0, kn, ksteps, N, ldw, lda, ldc, c0, c1;
+    int j0, jn, b0, bn, Jp, MTp, K, k0, kn, kc, chunks, N, ldw, lda, ldc, c0, c1;
     bool vec;   // K a multiple of 16 bytes: 16-byte copies
     T* Ws;
     T* As;
     float* red;
 
-    __device__ Split(int B, int H, int P, int nu, int J, int BB, int KP) {
+    __device__ Split(int B, int H, int P, int nu, int J, int BB, int KP, int KC) {
         const int kp = blockIdx.x % P, iu = blockIdx.x / P % nu, ib = blockIdx.x / (P * nu);
         j0 = iu * J;
         jn = max(0, min(J, H - j0));
@@ -1558,9 +1563,11 @@ struct Split {
         vec = K % (16 / sizeof(T)) == 0;
         k0 = kp * KP;
         kn = max(0, min(KP, K - k0));
-        ksteps = KP * static_cast<int>(sizeof(T)) / 32;   // KP: a multiple of 16
+        kc = KC;   // KP and KC: multiples of 16; KC = KP: one chunk, one buffer
+        chunks = max(1, (kn + kc - 1) / kc);
         N = round_up(NQ * Jp, 8 * NTW);
-        ldw = lda = smem_ld<T>(KP);
+        ldw = smem_ld<T>(KP);
+        lda = smem_ld<T>(KC);
         ldc = N + 8;   // partial sums' row stride: rows 8 floats apart in the banks where N is a multiple of 32
         const int per = (bn * jn + P - 1) / P;   // this block finishes cells [c0, c1) of bn x jn, row-major
         c0 = min(kp * per, bn * jn);
@@ -1568,12 +1575,12 @@ struct Split {
         extern __shared__ __align__(16) unsigned char gru_smem[];
         Ws = reinterpret_cast<T*>(gru_smem);
         As = Ws + N * ldw;
-        red = reinterpret_cast<float*>(As + MTp * lda);
+        red = reinterpret_cast<float*>(As + (KC < KP ? 2 : 1) * MTp * lda);
     }
-    // Zeroes W and A (their padding stays zero), then stages the weight rows: row n = q Jp + u of the block holds
+    // Zeroes W (its padding stays zero), then stages the weight rows: row n = q Jp + u of the block holds
     // W_hh's row q H + j0 + u (forward) or W_hh^T's row j0 + u (backward, q = 0), columns [k0, k0 + kn).
     __device__ void stage_weights(const T* w, int H) const {
-        for (int i = threadIdx.x; i < (N * ldw + MTp * lda); i += blockDim.x) Ws[i] = from_f<T>(0.f);
+        for (int i = threadIdx.x; i < N * ldw; i += blockDim.x) Ws[i] = from_f<T>(0.f);
         __syncthreads();
         copy_rows(Ws, ldw, N, kn, vec, [&](int n) -> const T* {
             const int q = n / Jp, u = n - q * Jp;
@@ -1581,36 +1588,52 @@ struct Split {
         });
     }
     // The step's partial products: rows [b0, b0 + bn) of src (row stride K; null: zeros) over the block's k-slice,
-    // times its weight rows, into red (MTp x N, row stride ldc); then the cluster meets.
+    // times its weight rows, into red (MTp x N, row stride ldc); then the cluster meets. Chunk c (buffer c & 1) holds
+    // columns [c kc, + kc) of the slice; the copies of chunk c + 1 are in flight while the warps multiply chunk c.
     __device__ void product(const T* src) const {
+        auto stage = [&](int c) {   // commits one group of copies
+            copy_rows<false>(As + (c & 1) * MTp * lda, lda, MTp, min(kc, kn - c * kc), vec, [&](int r) -> const T* {
+                return src != nullptr && r < bn ? src + static_cast<size_t>(b0 + r) * K + k0 + c * kc : nullptr;
+            });
+        };
         __syncthreads();
-        copy_rows(As, lda, MTp, kn, vec, [&](int r) -> const T* {
-            return src != nullptr && r < bn ? src + static_cast<size_t>(b0 + r) * K + k0 : nullptr;
-        });
-        __syncthreads();
-        block_gemm();
+        stage(0);
+        for (int c = 0; c < chunks; ++c) {
+            if (c + 1 < chunks) {
+                stage(c + 1);   // into the buffer chunk c - 1 was read from: the loop's last barrier came after that
+                cp_async_wait_groups<1>();
+            } else {
+                cp_async_wait_groups<0>();
+            }
+            __syncthreads();
+            // k-steps of 32 bytes over the chunk's columns (zero past them up to a multiple of 16; none for kn = 0)
+            block_gemm(As + (c & 1) * MTp * lda, Ws + c * kc,
+                       (max(0, min(kc, kn - c * kc)) * static_cast<int>(sizeof(T)) + 31) / 32, c > 0);
+            __syncthreads();
+        }
         cluster_sync();
     }
     // red = As Ws^T in warp tiles of 32 rows (16 at an odd end) by 8 NTW columns, dealt to the warps in turn:
     // 2 NTW independent mma chains a warp. TF32 m16n8k8 or f16 m16n8k16, a k-step 32 bytes of a row either way;
     // fragments by ldmatrix, A's rounded to TF32 in registers (the weights were rounded when staged).
-    __device__ void block_gemm() const {
+    __device__ void block_gemm(const T* A, const T* W, int ksteps, bool accumulate) const {
         const int ntiles = N / (8 * NTW), tasks = (MTp + 31) / 32 * ntiles;
         for (int task = threadIdx.x >> 5; task < tasks; task += NW) {
             const int m0 = task / ntiles * 32, n0 = task % ntiles * 8 * NTW;
             if (m0 + 16 < MTp)
-                warp_tile<2>(m0, n0);
+                warp_tile<2>(A, W, m0, n0, ksteps, accumulate);
             else
-                warp_tile<1>(m0, n0);
+                warp_tile<1>(A, W, m0, n0, ksteps, accumulate);
         }
     }
+    // (accumulate: red += the tile's products; each warp owns its tiles' cells of red)
     template <int MT>
-    __device__ __forceinline__ void warp_tile(int m0, int n0) const {
+    __device__ __forceinline__ void warp_tile(const T* A, const T* W, int m0, int n0, int ksteps, bool accumulate) const {
         constexpr int KS = 32 / sizeof(T);
         const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
         // ldmatrix rows: A's four matrices are (rows +8, bytes +16) by lane bits 3 and 4, W's two bytes +16 by bit 3
-        const T* a = As + (m0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * lda + (lane >> 4) * (KS / 2);
-        const T* w = Ws + (n0 + (lane & 7)) * ldw + ((lane >> 3) & 1) * (KS / 2);
+        const T* a = A + (m0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * lda + (lane >> 4) * (KS / 2);
+        const T* w = W + (n0 + (lane & 7)) * ldw + ((lane >> 3) & 1) * (KS / 2);
         float acc[MT][NTW][4] = {};
 #pragma unroll 2
         for (int s = 0; s < ksteps; ++s) {
@@ -1640,9 +1663,11 @@ struct Split {
 #pragma unroll
             for (int j = 0; j < NTW; ++j)
 #pragma unroll
-                for (int h = 0; h < 2; ++h)
-                    *reinterpret_cast<float2*>(red + (m0 + 16 * mi + g + 8 * h) * ldc + n0 + 8 * j + 2 * t) =
-                        make_float2(acc[mi][j][2 * h], acc[mi][j][2 * h + 1]);
+                for (int h = 0; h < 2; ++h) {
+                    float2* at = reinterpret_cast<float2*>(red + (m0 + 16 * mi + g + 8 * h) * ldc + n0 + 8 * j + 2 * t);
+                    const float2 before = accumulate ? *at : make_float2(0.f, 0.f);
+                    *at = make_float2(before.x + acc[mi][j][2 * h], before.y + acc[mi][j][2 * h + 1]);
+                }
     }
     // The cluster's sum of the partial products at (row r, weight row n).
     template <int P>
@@ -1874,9 +1899,9 @@ template <typename T, int P>
 __global__ void __cluster_dims__(P, 1, 1) __launch_bounds__(gru::NT, 1)
 gru_fwd_split(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __restrict__ b_ih,
               const T* __restrict__ b_hh, const T* __restrict__ h0, T* out, T* __restrict__ gates,
-              unsigned long long* flags, int steps, int B, int H, int nu, int J, int BB, int KP) {
+              unsigned long long* flags, int steps, int B, int H, int nu, int J, int BB, int KP, int KC) {
     using namespace gru;
-    const Split<T, true> bk(B, H, P, nu, J, BB, KP);
+    const Split<T, true> bk(B, H, P, nu, J, BB, KP, KC);
     const Flags fl(flags);
     bk.stage_weights(w_hh, H);
     weights_to_tf32<T, 1>(bk.Ws, bk.N * bk.ldw);
@@ -1974,9 +1999,10 @@ template <typename T, int P>
 __global__ void __cluster_dims__(P, 1, 1) __launch_bounds__(gru::NT, 1)
 gru_bwd_split(const T* __restrict__ dout, const T* __restrict__ gates, const T* __restrict__ out,
               const T* __restrict__ h0, const T* __restrict__ w_hhT, T* __restrict__ dg_ih, T* dg_hh,
-              T* __restrict__ dh0, unsigned long long* flags, int steps, int B, int H, int nu, int J, int BB, int KP) {
+              T* __restrict__ dh0, unsigned long long* flags, int steps, int B, int H, int nu, int J, int BB, int KP,
+              int KC) {
     using namespace gru;
-    const Split<T, false> bk(B, H, P, nu, J, BB, KP);
+    const Split<T, false> bk(B, H, P, nu, J, BB, KP, KC);
     const Flags fl(flags);
     bk.stage_weights(w_hhT, H);
     weights_to_tf32<T, 1>(bk.Ws, bk.N * bk.ldw);

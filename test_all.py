@@ -4232,8 +4232,9 @@ def test_gpu_gru_cases_take_clusters():
 def test_gpu_gru_split_sizes():
     """The k-split kernels of every cluster size forced both ways (float32 in TF32, float16) against the CPU in float64,
     at sizes that leave padding everywhere (units, rows and k-slices not filled, cells not a multiple of the cluster):
-    in the layouts chosen for this GPU (batch groups of 10 rows: warp tiles of 16 rows) and in those of at most two
-    clusters (batch groups of 20 or 40 rows: warp tiles of 32 rows, and of 16 at the end)."""
+    in the layouts chosen for this GPU (batch groups of 10 rows: warp tiles of 16 rows), in those of at most two
+    clusters (batch groups of 20 or 40 rows: warp tiles of 32 rows, and of 16 at the end), and in those staging the
+    operand in k-chunks of 32 columns (k-slices of 48 or more: the last chunk part-filled in some)."""
     need_cuda()
     if not set(GRU_SPLIT_KERNELS) <= set(tl.fused_kernels()):
         raise Skip('no GRU k-split kernels on this GPU (Hopper only)')
@@ -4244,17 +4245,21 @@ def test_gpu_gru_split_sizes():
     state = {k: 1.5 * v.astype(np.float64) for k, v in make().state_dict().items()}
     want = gru_results(make, state, arrays, np.float64, 'cpu')
     plan = tl._gru_plan
-    for size, at_most in [(size, at_most) for size in tl._GRU_SPLITS for at_most in (None, 2)]:
+    chunked = set()
+    for size, at_most in [(size, at_most) for size in tl._GRU_SPLITS for at_most in (None, 2, 'chunks')]:
         # no unsplit layout fits 0 SMs; the splits of `size` only, at most `at_most` clusters
         def split_only(forward, sms, smem, batch, hidden, itemsize, tc, clusters, splits=()):
-            splits = tuple((p, min(n, at_most or n)) for p, n in splits if p == size)
+            splits = tuple((p, min(n, at_most if at_most != 'chunks' else n)) for p, n in splits if p == size)
             layout = plan(forward, 0, smem, batch, hidden, itemsize, tc, False, splits)
             assert layout is not None and layout[7] and layout[6] == size, f'no k-split layout of {size}: {layout}'
+            if layout[7] < layout[4]:
+                chunked.add((size, forward))
             return layout
         for dtype in (np.float32, np.float16):
             tl._gru_layouts.clear()
             try:
-                with mock.patch.object(tl, '_gru_plan', split_only), gru_calls() as calls, tf32(True), poisoned():
+                with mock.patch.object(tl, '_gru_plan', split_only), gru_calls() as calls, tf32(True), poisoned(), \
+                        mock.patch.object(tl, '_gru_chunk_cap', 32 if at_most == 'chunks' else None):
                     got = gru_results(make, state, arrays, dtype, 'cuda')
             finally:
                 tl._gru_layouts.clear()
@@ -4262,6 +4267,7 @@ def test_gpu_gru_split_sizes():
             for k, (g, w) in enumerate(zip(got, want)):
                 assert_matches(g, w, 2e-2 if dtype == np.float16 else TF32_TOL,
                                f'GRU k-split {size} (clusters at most {at_most}) {np.dtype(dtype).name}: result {k}')
+    assert {(2, True), (2, False), (4, False)} <= chunked, f'k-chunked layouts: {sorted(chunked)}'
 
 
 def gru_results(make, state, arrays, dtype, device):

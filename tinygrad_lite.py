@@ -1647,6 +1647,7 @@ def _bn_backward_fused(x, stats, weight, bias, g, training, act):
 # the gates as contiguous (B, H) planes (NumPy runs 2-5x slower on strided rows), the kernels as rows
 # (T, B, 3H) and (T, B, 4H); both give dG_ih and dG_hh as (T, B, 3H) to the common all-steps products.
 _gru_path = None   # None: choose; 'persistent', 'fallback' or 'composed' forces that path on the GPU (tests)
+_gru_chunk_cap = None   # None, or the k-split kernels' staging chunk at most this many columns (tests)
 _GRU_MACS = {(4, 0): 96, (4, 1): 512, (2, 1): 1024}   # multiply-adds per clock and SM: FMA, TF32 mma, f16 mma
 _gru_devices = {}   # GPU index -> (multiprocessors, shared memory per block, the persistent kernels' barrier flags)
 _gru_layouts = {}   # (multiprocessors, shared memory, B, H, itemsize, TC, clusters loaded) -> both layouts
@@ -1819,8 +1820,9 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
     """One launch of the persistent kernel of `direction` ('fwd' or 'bwd') with layout `plan` (_gru_plan): a
     cooperative one (gru_*_persistent), clusters of its slices (gru_*_cluster) or of its k-slices (gru_*_split)."""
     groups, slices, units, rows, chunk, smem, cluster, split = plan
-    tc = int(arrays[0].dtype == np.float16 or tf32)
+    tc, extra = int(arrays[0].dtype == np.float16 or tf32), ()
     if split:
+        extra = _int32s(split)   # the k-split's staging chunk
         kernel, blocks = _kernel(f'gru_{direction}_split', arrays[0].dtype, cluster), groups * slices * cluster
     elif cluster:
         kernel, blocks = _kernel(f'gru_{direction}_cluster', arrays[0].dtype, tc, slices), groups * slices
@@ -1829,7 +1831,7 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
     flags = _gru_device()[2]
     if blocks >= flags.size:   # a block each SM (the layouts' shared memory); the flags hold one a block
         raise RuntimeError(f"GRU: layout {plan} takes {blocks} blocks, more than the GPU's multiprocessors")
-    sizes = _int32s(steps, batch, hidden, slices, units, rows, chunk)
+    sizes = _int32s(steps, batch, hidden, slices, units, rows, chunk) + extra
     _launch_with_smem(kernel, (blocks,), _BLOCK, arrays + (flags,) + sizes, smem)
 
 
@@ -1909,8 +1911,9 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
     written into 8 blocks every step), so the backward takes clusters of at most 4.
     Split (the tensor cores only; `splits` = ((P, clusters resident), ...) of the k-split kernels loaded): a cluster
     of P blocks (cluster P) shares a (batch group, J units) pair, each block holding its units' weights over KC = KP
-    of the k extent and staging only that slice of the operand (kernels.cu's Split); every block of a batch group
-    resident. Its model was fitted to the H200's times of 7 shapes each way (scratch/s19/split_probe.py: forward
+    of the k extent and staging only that slice of the operand (kernels.cu's Split), whole or (where it does not fit
+    beside the weights) in two buffers of k-chunks of `split` columns (split = KP: whole); every block of a batch
+    group resident. Its model was fitted to the H200's times of 7 shapes each way (scratch/s19/split_probe.py: forward
     and backward, P = 2, 4, 8 against the unsplit layouts) and picks the fastest there; it is compared with the
     unsplit layout chosen as before plus that layout's time to read its operand rows from L2 (about 2800 bytes a
     clock on the H200: the bound the k-split lifts)."""
@@ -1921,8 +1924,9 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
     best = {False: None, True: None}   # unsplit, split: ((cost, blocks), layout)
 
     def consider(cost, blocks, layout):
-        if layout[5] <= smem_max and (best[layout[7]] is None or (cost, blocks) < best[layout[7]][0]):
-            best[layout[7]] = (cost, blocks), layout
+        split = bool(layout[7])
+        if layout[5] <= smem_max and (best[split] is None or (cost, blocks) < best[split][0]):
+            best[split] = (cost, blocks), layout
     for units in sorted({min(hidden, j) for j in range(8, hidden + 8, 8)}):
         slices, w_rows = -(-hidden // units), up(units, 8) * (3 if forward else 1)
         weights = w_rows * row_bytes(k)
@@ -1931,12 +1935,18 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
             cells = -(-rows * units // _BLOCK)
             for size, resident in splits:
                 kp, n_cols = up(-(-k // size), 16), up(w_rows, 24 if forward else 32)   # Split's KP and N
+                kc, fixed = min(kp, _gru_chunk_cap or kp), n_cols * row_bytes(kp) + m_rows * (n_cols + 8) * 4   # weights,
+                # partial sums
+                while kc > 32 and fixed + m_rows * row_bytes(kc) * (1 if kc == kp else 2) > smem_max:
+                    kc -= 16   # the operand's slice in two buffers of k-chunks of KC
                 if groups * slices <= resident and -(-cells // size) <= 4:   # clocks: products, staging the
-                    # operand's slice, the cluster's sums (remote loads), the rest of a step; fitted, see above
+                    # operand's slice, the cluster's sums (remote loads), the rest of a step (fitted, see above),
+                    # each chunk past the first (a guess: not measured)
                     consider(m_rows * n_cols * kp / (0.75 * _GRU_MACS[itemsize, tc]) + m_rows * kp * itemsize / 28
-                             + 15 * size * (3 if forward else 1) * -(-cells // size) + 1400, groups * slices * size,
-                             (groups, slices, units, rows, kp, (n_cols + m_rows) * row_bytes(kp)
-                              + m_rows * (n_cols + 8) * 4, size, True))
+                             + 15 * size * (3 if forward else 1) * -(-cells // size) + 1400 + 400 * (-(-kp // kc) - 1),
+                             groups * slices * size,
+                             (groups, slices, units, rows, kp, fixed + m_rows * row_bytes(kc) * (1 if kc == kp else 2),
+                              size, kc))
             if m_rows // 16 * up(units, 8) // 8 > _BLOCK // 32 or cells > 4 or groups * slices > sms:
                 continue
             products = m_rows * w_rows * up(k, 16) / _GRU_MACS[itemsize, tc]
