@@ -1822,6 +1822,8 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
     groups, slices, units, rows, chunk, smem, cluster, split = plan
     tc, extra = int(arrays[0].dtype == np.float16 or tf32), ()
     if split:
+        if split % 16 or split > chunk:
+            raise RuntimeError(f"GRU: layout {plan}'s staging chunk is not a multiple of 16 within the k-slice")
         extra = _int32s(split)   # the k-split's staging chunk
         kernel, blocks = _kernel(f'gru_{direction}_split', arrays[0].dtype, cluster), groups * slices * cluster
     elif cluster:
@@ -1912,8 +1914,8 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
     Split (the tensor cores only; `splits` = ((P, clusters resident), ...) of the k-split kernels loaded): a cluster
     of P blocks (cluster P) shares a (batch group, J units) pair, each block holding its units' weights over KC = KP
     of the k extent and staging only that slice of the operand (kernels.cu's Split), whole or (where it does not fit
-    beside the weights) in two buffers of k-chunks of `split` columns (split = KP: whole); every block of a batch
-    group resident. Its model was fitted to the H200's times of 7 shapes each way (scratch/s19/split_probe.py: forward
+    beside the weights) in two buffers of k-chunks of `split` columns (split = KP: whole; unsplit layouts: split 0);
+    every block of a batch group resident. Its model was fitted to the H200's times of 7 shapes each way (scratch/s19/split_probe.py: forward
     and backward, P = 2, 4, 8 against the unsplit layouts) and picks the fastest there; it is compared with the
     unsplit layout chosen as before plus that layout's time to read its operand rows from L2 (about 2800 bytes a
     clock on the H200: the bound the k-split lifts)."""
@@ -1934,19 +1936,21 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
             groups, m_rows = -(-batch // rows), up(rows, 16)
             cells = -(-rows * units // _BLOCK)
             for size, resident in splits:
+                if groups * slices > resident or -(-cells // size) > 4:
+                    continue
                 kp, n_cols = up(-(-k // size), 16), up(w_rows, 24 if forward else 32)   # Split's KP and N
-                kc, fixed = min(kp, _gru_chunk_cap or kp), n_cols * row_bytes(kp) + m_rows * (n_cols + 8) * 4   # weights,
-                # partial sums
+                fixed, kc = n_cols * row_bytes(kp) + m_rows * (n_cols + 8) * 4, min(kp, _gru_chunk_cap or kp)   # the
+                # weights and partial sums; the operand's slice whole (KC = KP) or in two buffers of k-chunks of KC
                 while kc > 32 and fixed + m_rows * row_bytes(kc) * (1 if kc == kp else 2) > smem_max:
-                    kc -= 16   # the operand's slice in two buffers of k-chunks of KC
-                if groups * slices <= resident and -(-cells // size) <= 4:   # clocks: products, staging the
-                    # operand's slice, the cluster's sums (remote loads), the rest of a step (fitted, see above),
-                    # each chunk past the first (a guess: not measured)
-                    consider(m_rows * n_cols * kp / (0.75 * _GRU_MACS[itemsize, tc]) + m_rows * kp * itemsize / 28
-                             + 15 * size * (3 if forward else 1) * -(-cells // size) + 1400 + 400 * (-(-kp // kc) - 1),
-                             groups * slices * size,
-                             (groups, slices, units, rows, kp, fixed + m_rows * row_bytes(kc) * (1 if kc == kp else 2),
-                              size, kc))
+                    kc -= 16
+                kc = up(-(-kp // -(-kp // kc)), 16)   # as many chunks, evened out
+                # clocks: products, staging the operand's slice, the cluster's sums (remote loads), the rest of a step
+                # (fitted, see above), each chunk past the first (a guess: not measured)
+                consider(m_rows * n_cols * kp / (0.75 * _GRU_MACS[itemsize, tc]) + m_rows * kp * itemsize / 28
+                         + 15 * size * (3 if forward else 1) * -(-cells // size) + 1400 + 400 * (-(-kp // kc) - 1),
+                         groups * slices * size,
+                         (groups, slices, units, rows, kp, fixed + m_rows * row_bytes(kc) * (1 if kc == kp else 2),
+                          size, kc))
             if m_rows // 16 * up(units, 8) // 8 > _BLOCK // 32 or cells > 4 or groups * slices > sms:
                 continue
             products = m_rows * w_rows * up(k, 16) / _GRU_MACS[itemsize, tc]
@@ -1955,11 +1959,11 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
                 chunk -= 64
             smem = weights + m_rows * row_bytes(chunk) + partials
             consider(products + m_rows * k * itemsize / 64 + 800 * -(-k // chunk) + 8 * slices + 2100 + 200 * cells,
-                     groups * slices, (groups, slices, units, rows, chunk, smem, 0, False))
+                     groups * slices, (groups, slices, units, rows, chunk, smem, 0, 0))
             if clusters and slices in _GRU_CLUSTERS and (forward or slices <= 4):   # no staging, a cheaper barrier,
                 # writes into every block of the cluster
                 consider(products + 600 + 200 * cells * (1 + slices // 4), groups * slices,
-                         (groups, slices, units, rows, k, weights + 2 * m_rows * row_bytes(k) + partials, slices, False))
+                         (groups, slices, units, rows, k, weights + 2 * m_rows * row_bytes(k) + partials, slices, 0))
     unsplit, split = best[False], best[True]
     if unsplit is not None and split is not None:
         groups, slices, _, rows, _, _, cluster, _ = unsplit[1]
