@@ -4249,7 +4249,7 @@ def test_gpu_gru_split_sizes():
     for size, at_most in [(size, at_most) for size in tl._GRU_SPLITS for at_most in (None, 2, 'chunks')]:
         # no unsplit layout fits 0 SMs; the splits of `size` only, at most `at_most` clusters
         def split_only(forward, sms, smem, batch, hidden, itemsize, tc, clusters, splits=()):
-            splits = tuple((p, min(n, at_most if at_most != 'chunks' else n)) for p, n in splits if p == size)
+            splits = tuple((p, n if at_most in (None, 'chunks') else min(n, at_most)) for p, n in splits if p == size)
             layout = plan(forward, 0, smem, batch, hidden, itemsize, tc, False, splits)
             assert layout is not None and layout[7] and layout[6] == size, f'no k-split layout of {size}: {layout}'
             if layout[7] < layout[4]:
