@@ -1362,6 +1362,41 @@ def test_gru_output_shapes():
     assert_close(out[:, -1], h[-1], 0, 0)
 
 
+def check_gru_empty_batch(device):
+    """GRU and GRUCell over a batch of 0 on `device`: empty outputs and h_n, every gradient there with its shape and
+    zero (PyTorch's result); a GRU input of sequence length 0 is refused naming its shape (PyTorch refuses it)."""
+    for batch_first in (False, True):
+        gru = tl.GRU(3, 5, num_layers=2, batch_first=batch_first).to(device)
+        shape, no_steps = ((0, 4, 3), (4, 0, 3)) if batch_first else ((4, 0, 3), (0, 4, 3))
+        x = tl.Tensor(np.zeros(shape, np.float32), requires_grad=True, device=device)
+        out, h = gru(x, tl.Tensor(np.zeros((2, 0, 5), np.float32), device=device))
+        assert out.shape == shape[:2] + (5,) and h.shape == (2, 0, 5), (out.shape, h.shape)
+        (out.sum() + h.sum()).backward()
+        assert x.grad.shape == shape and x.grad.device == x.device
+        for name, p in gru.named_parameters():
+            assert p.grad is not None and p.grad.shape == p.shape and not p.grad.numpy().any(), name
+        msg = raises(ValueError, lambda: gru(tl.Tensor(np.zeros(no_steps, np.float32), device=device)), 'sequence length')
+        assert_names_shapes(msg, no_steps)
+    cell = tl.GRUCell(3, 5).to(device)
+    x = tl.Tensor(np.zeros((0, 3), np.float32), requires_grad=True, device=device)
+    h = cell(x, tl.Tensor(np.zeros((0, 5), np.float32), device=device))
+    h.sum().backward()
+    assert h.shape == (0, 5) and x.grad.shape == (0, 3) and not cell.weight_hh.grad.numpy().any()
+    if torch is not None:   # the same shapes from PyTorch
+        out_t, h_t = torch.nn.GRU(3, 5, num_layers=2)(torch.zeros(4, 0, 3))
+        assert tuple(out_t.shape) == (4, 0, 5) and tuple(h_t.shape) == (2, 0, 5)
+        raises(RuntimeError, lambda: torch.nn.GRU(3, 5)(torch.zeros(0, 4, 3)), 'sequence length')
+
+
+def test_gru_empty_batch():
+    check_gru_empty_batch('cpu')
+
+
+def test_gpu_gru_empty_batch():
+    need_cuda()
+    check_gru_empty_batch('cuda')
+
+
 # ===== default initialisation against PyTorch's =====
 
 INITS = [('linear', lambda nn: nn.Linear(256, 512)), ('conv2d', lambda nn: nn.Conv2d(16, 256, 3)),

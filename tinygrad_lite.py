@@ -1690,15 +1690,15 @@ class GRULayer(Function):
             dh0 = _gru_backward_loop(g, w_hh, h0, out, gates, dg_ih, dg_hh)
         else:
             dh0 = _gru_backward_fused(_aligned(g), w_hh, h0, out, gates, dg_ih, dg_hh, self.plans[1], self.tf32)
-        gi, gh = dg_ih.reshape(-1, 3 * hidden), dg_hh.reshape(-1, 3 * hidden)
+        gi, gh = dg_ih.reshape(steps * batch, 3 * hidden), dg_hh.reshape(steps * batch, 3 * hidden)
         need = _fill(self.needs_grad, self.given, False)
         dw_hh, tf32 = None, self.tf32
         if need[2]:
-            dw_hh = _matmul(gh[batch:].T, out[:-1].reshape(-1, hidden), tf32=tf32)
+            dw_hh = _matmul(gh[batch:].T, out[:-1].reshape((steps - 1) * batch, hidden), tf32=tf32)
             if h0 is not None:
                 dw_hh += _matmul(gh[:batch].T, h0, tf32=tf32)
         grads = (_matmul(gi, w_ih, tf32=tf32).reshape(x.shape) if need[0] else None,
-                 _matmul(gi.T, x.reshape(steps * batch, -1), tf32=tf32) if need[1] else None, dw_hh,
+                 _matmul(gi.T, x.reshape(steps * batch, x.shape[-1]), tf32=tf32) if need[1] else None, dw_hh,
                  _sum(gi, 0) if need[3] else None, _sum(gh, 0) if need[4] else None, dh0 if need[5] else None)
         return tuple(d if d is None else d.astype(self.dtype, copy=False) for d, given in zip(grads, self.given) if given)
 
@@ -1706,7 +1706,8 @@ class GRULayer(Function):
 def _gru_forward_loop(x, w_ih, w_hh, b_ih, b_hh, h0):
     """out (T, B, H) and gates (T, 4, B, H) = r, z, n, hg_n, step by step with in-place xp ops."""
     xp, (steps, batch, _), hidden = _xp(x), x.shape, w_hh.shape[1]
-    xg = _matmul(x.reshape(steps * batch, -1), w_ih.reshape(3, hidden, -1).transpose(0, 2, 1)).reshape(3, steps, batch, hidden)
+    xs = x.reshape(steps * batch, x.shape[-1])
+    xg = _matmul(xs, w_ih.reshape(3, hidden, x.shape[-1]).transpose(0, 2, 1)).reshape(3, steps, batch, hidden)
     if b_ih is not None:
         xg += b_ih.reshape(3, 1, 1, hidden)
     if b_hh is not None:   # b_hr and b_hz add to the input side; b_hn stays inside r * (.)
@@ -1773,7 +1774,7 @@ def _gru_forward_fused(x, w_ih, w_hh, b_ih, b_hh, h0, plan, tf32):
     """out (T, B, H) and gates (T, B, 4H) on the GPU: the persistent kernel with layout `plan`, or (plan None)
     per step a cuBLAS product and gru_gates_fwd. The kernels add the biases; tf32: float32 products on TF32."""
     xp, (steps, batch, _), hidden = _xp(x), x.shape, w_hh.shape[1]
-    xg = _matmul(x.reshape(steps * batch, -1), w_ih.T, tf32=tf32).reshape(steps, batch, 3 * hidden)
+    xg = _matmul(x.reshape(steps * batch, x.shape[-1]), w_ih.T, tf32=tf32).reshape(steps, batch, 3 * hidden)
     out, gates = xp.empty((steps, batch, hidden), x.dtype), xp.empty((steps, batch, 4 * hidden), x.dtype)
     if plan is not None:
         _gru_launch('fwd', plan, tf32, (xg, w_hh, b_ih, b_hh, h0, out, gates), steps, batch, hidden)
@@ -1847,10 +1848,10 @@ def _gru_device():
 
 
 def _gru_plans(x, hidden, tf32):
-    """How the recurrence of x runs: None for the xp loop (NumPy; on the GPU float64, no kernels.cu, or
-    'composed'), else the (forward, backward) layouts of the persistent kernels, None each for the fallback;
+    """How the recurrence of x runs: None for the xp loop (NumPy; on the GPU an empty batch, float64, no kernels.cu,
+    or 'composed'), else the (forward, backward) layouts of the persistent kernels, None each for the fallback;
     on the tensor cores for float16, and for float32 as TF32 where tf32 says so."""
-    if _xp(x) is np or _gru_path == 'composed' or _kernel('gru_gates_fwd', x.dtype) is None:
+    if _xp(x) is np or x.shape[1] == 0 or _gru_path == 'composed' or _kernel('gru_gates_fwd', x.dtype) is None:
         return None
     tc, plans = int(x.dtype == np.float16 or tf32), (None, None)
     if _gru_path != 'fallback' and _kernel('gru_fwd_persistent', x.dtype, tc) is not None:
@@ -3831,8 +3832,9 @@ class GRUCell(Module):
             raise ValueError(f"GRUCell: input of shape {x.shape} for input_size {self.input_size}")
         if h is not None and h.shape != x.shape[:-1] + (self.hidden_size,):
             raise ValueError(f"GRUCell: hidden state of shape {h.shape} for input of shape {x.shape}")
-        out = _gru_layer(x.reshape(1, -1, self.input_size), self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh,
-                         None if h is None else h.reshape(-1, self.hidden_size))   # one step of a GRU layer
+        rows = math.prod(x.shape[:-1])   # one step of a GRU layer over them
+        out = _gru_layer(x.reshape(1, rows, self.input_size), self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh,
+                         None if h is None else h.reshape(rows, self.hidden_size))
         return out.reshape(*x.shape[:-1], self.hidden_size)
 
 
@@ -3849,6 +3851,8 @@ class GRU(Module):
         if x.ndim != 3 or x.shape[-1] != self.input_size:
             raise ValueError(f"GRU: expected input of shape ({'B, T' if self.batch_first else 'T, B'}, {self.input_size}), "
                              f"got {x.shape}")
+        if x.shape[1 if self.batch_first else 0] == 0:   # as PyTorch: no steps, no h_n
+            raise ValueError(f"GRU: input of shape {x.shape} has a sequence length of 0")
         if self.batch_first:
             x = x.transpose(0, 1)
         expected = (self.num_layers, x.shape[1], self.hidden_size)
