@@ -1407,27 +1407,31 @@ template <> struct TileMma<__half, true> {   // f16 tensor cores, m16n8k16, floa
     }
 };
 
+// What a block of a batch group owns: units [j0, j0 + jn) of H (slice iu of J units, Jp rounded up to 8) for batch
+// rows [b0, b0 + bn) of B (group ib of BB rows, MTp rounded up to 16); K the product's k extent (forward H, backward
+// 3H). Block and Split build on it.
+struct Owned {
+    int j0, jn, b0, bn, Jp, MTp, K;
+
+    __device__ Owned(int iu, int ib, int B, int H, int J, int BB, bool forward)
+        : j0(iu * J), jn(max(0, min(J, H - iu * J))), b0(ib * BB), bn(max(0, min(BB, B - ib * BB))),
+          Jp(round_up(J, 8)), MTp(round_up(BB, 16)), K(forward ? H : 3 * H) {}
+};
+
 // The block's layout in shared memory and its warp tiles. Weight rows: forward 3 Jp (gate-major, row
 // q Jp + u), backward Jp (row u = unit). Operand tile A: MTp rows of k-extent KC. red: the partial sums
 // of the k-split, cell-major. A warp tile is 16 rows by 8 units (forward: by 8 units x 3 gates), so
 // both directions have (MTp / 16) (Jp / 8) tiles; the host keeps that at most NW.
 template <typename T, bool FWD>
-struct Block {
+struct Block : Owned {
     static constexpr int NQ = FWD ? 3 : 1;   // n-tiles per warp tile
-    int j0, jn, b0, bn, Jp, MTp, K, kc, ldw, lda, tasks, kwn, ncell;
+    int kc, ldw, lda, tasks, kwn, ncell;
     T* Ws;
     T* As;
     float* red;
 
-    __device__ Block(int B, int H, int nu, int J, int BB, int KC, int buffers = 1) {
-        const int iu = blockIdx.x % nu, ib = blockIdx.x / nu;
-        j0 = iu * J;
-        jn = max(0, min(J, H - j0));
-        b0 = ib * BB;
-        bn = max(0, min(BB, B - b0));
-        Jp = round_up(J, 8);
-        MTp = round_up(BB, 16);
-        K = FWD ? H : 3 * H;
+    __device__ Block(int B, int H, int nu, int J, int BB, int KC, int buffers = 1)
+        : Owned(blockIdx.x % nu, blockIdx.x / nu, B, H, J, BB, FWD) {
         kc = KC;
         ldw = smem_ld<T>(K);
         lda = smem_ld<T>(kc);
@@ -1553,24 +1557,18 @@ __device__ __forceinline__ void share_operand(const Block<T, FWD>& bk, int next,
 // does not fit beside the weights, it is staged in k-chunks of KC into two buffers, the next chunk's copies in flight
 // while the warps multiply the current one.
 template <typename T, bool FWD>
-struct Split {
+struct Split : Owned {
     static constexpr int NQ = FWD ? 3 : 1;        // gates per unit in the weight rows
     static constexpr int NTW = FWD ? 3 : 4;       // n-tiles of 8 per warp tile
-    int j0, jn, b0, bn, Jp, MTp, K, k0, kn, kc, chunks, N, ldw, lda, ldc, c0, c1;
+    int k0, kn, kc, chunks, N, ldw, lda, ldc, c0, c1;
     bool vec;   // K a multiple of 16 bytes: 16-byte copies
     T* Ws;
     T* As;
     float* red;
 
-    __device__ Split(int B, int H, int P, int nu, int J, int BB, int KP, int KC) {
-        const int kp = blockIdx.x % P, iu = blockIdx.x / P % nu, ib = blockIdx.x / (P * nu);
-        j0 = iu * J;
-        jn = max(0, min(J, H - j0));
-        b0 = ib * BB;
-        bn = max(0, min(BB, B - b0));
-        Jp = round_up(J, 8);
-        MTp = round_up(BB, 16);
-        K = FWD ? H : 3 * H;
+    __device__ Split(int B, int H, int P, int nu, int J, int BB, int KP, int KC)
+        : Owned(blockIdx.x / P % nu, blockIdx.x / (P * nu), B, H, J, BB, FWD) {
+        const int kp = blockIdx.x % P;
         vec = K % (16 / sizeof(T)) == 0;
         k0 = kp * KP;
         kn = max(0, min(KP, K - k0));
