@@ -1732,16 +1732,18 @@ struct FwdCells : Cells {
                 hp[i] = h0 != nullptr ? to_f(h0[static_cast<size_t>(b(i)) * H + jj]) : 0.f;
             }
     }
-    // step t's xg values, loaded ahead of the products (most kernels: while waiting at the barrier before step t)
-    __device__ void load(const T* xg, int t, int B, int H) {
+    // step t's xg values into to (the step's own: xv), loaded ahead of the products (most kernels: while waiting at
+    // the barrier before step t; the k-split forward: a step earlier)
+    __device__ void load(const T* xg, int t, int B, int H, float (&to)[CPT][3]) {
 #pragma unroll
         for (int i = 0; i < CPT; ++i)
             if (has(i)) {
                 const T* p = xg + (static_cast<size_t>(t) * B + b(i)) * 3 * H + j(i);
 #pragma unroll
-                for (int q = 0; q < 3; ++q) xv[i][q] = to_f(ld_nc(p + q * H));
+                for (int q = 0; q < 3; ++q) to[i][q] = to_f(ld_nc(p + q * H));
             }
     }
+    __device__ void load(const T* xg, int t, int B, int H) { load(xg, t, B, H, xv); }
     // Step t's gates from the products sum(i, s) puts in s (h_{t-1} times W_hh's r, z and n rows): writes out and
     // gates, keeps h_t, then share(i, h_t).
     template <typename Sum, typename Share>
@@ -1916,15 +1918,21 @@ gru_fwd_split(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __r
     bk.stage_weights(w_hh, H);
     weights_to_tf32<T, 1>(bk.Ws, bk.N * bk.ldw);
     FwdCells<T> cells(bk.c0, bk.c1, bk.jn, bk.b0, bk.j0, b_ih, b_hh, h0, H);
+    cells.load(xg, 0, B, H);
+    float xn[CPT][3];   // step t + 1's xg values, loaded after step t's barrier: in flight through the step (loaded
+    // while waiting at the barrier, the float32 forward took 15% longer at H = 512 and 1024 on the H200, the compiler
+    // having put the loads above the flag store, whose release then waited for them)
     for (int t = 0; t < steps; ++t) {
-        cells.load(xg, t, B, H);   // after the barrier: loaded while waiting there, the float32 forward took 15%
-        // longer at H = 512 and 1024 on the H200 (the compiler put the loads above the flag store, whose release
-        // then waited for them)
+        if (t + 1 < steps) cells.load(xg, t + 1, B, H, xn);
         bk.product(t == 0 ? h0 : out + static_cast<size_t>(t - 1) * B * H);
         cells.finish([&](int i, float (&s)[3]) {
 #pragma unroll
             for (int q = 0; q < 3; ++q) s[q] = bk.template cluster_sum<P>(cells.r[i], q * bk.Jp + cells.u[i]);
         }, [](int, T) {}, out, gates, t, B, H);
+#pragma unroll
+        for (int i = 0; i < CPT; ++i)
+#pragma unroll
+            for (int q = 0; q < 3; ++q) cells.xv[i][q] = xn[i][q];
         if (t + 1 < steps)   // also keeps red until the cluster's blocks have read it
             fl.sync(blockIdx.x - blockIdx.x % (nu * P), nu * P, t + 1, [] {});
     }
