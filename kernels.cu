@@ -1945,9 +1945,10 @@ gru_fwd_split(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __r
     weights_to_tf32<T, 1>(bk.Ws, bk.N * bk.ldw);
     FwdCells<T> cells(bk.c0, bk.c1, bk.jn, bk.b0, bk.j0, b_ih, b_hh, h0, H);
     cells.load(xg, 0, B, H);
-    float xn[CPT][3];   // step t + 1's xg values, loaded after step t's barrier: in flight through the step (loaded
-    // while waiting at the barrier, the float32 forward took 15% longer at H = 512 and 1024 on the H200, the compiler
-    // having put the loads above the flag store, whose release then waited for them)
+    float xn[CPT][3];   // step t + 1's xg values, loaded after step t's barrier: in flight during the product (the
+    // cluster barrier after it may wait for them). Loaded while waiting at the barrier, the float32 forward took 15%
+    // longer at H = 512 and 1024 on the H200: the compiler put the loads above the flag store, whose release then
+    // waited for them.
     for (int t = 0; t < steps; ++t) {
         if (t + 1 < steps) cells.load(xg, t + 1, B, H, xn);
         bk.product(t == 0 ? h0 : out + static_cast<size_t>(t - 1) * B * H);
@@ -1955,12 +1956,13 @@ gru_fwd_split(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __r
 #pragma unroll
             for (int q = 0; q < 3; ++q) s[q] = bk.template cluster_sum<P>(cells.r[i], q * bk.Jp + cells.u[i]);
         }, [](int, T) {}, out, gates, t, B, H);
+        if (t + 1 < steps) {
 #pragma unroll
-        for (int i = 0; i < CPT; ++i)
+            for (int i = 0; i < CPT; ++i)
 #pragma unroll
-            for (int q = 0; q < 3; ++q) cells.xv[i][q] = xn[i][q];
-        if (t + 1 < steps)   // also keeps red until the cluster's blocks have read it
-            fl.sync(blockIdx.x - blockIdx.x % (nu * P), nu * P, t + 1, [] {});
+                for (int q = 0; q < 3; ++q) cells.xv[i][q] = xn[i][q];
+            fl.sync(blockIdx.x - blockIdx.x % (nu * P), nu * P, t + 1, [] {});   // also keeps red until the cluster's
+        }   // blocks have read it
     }
     cluster_sync();   // no block leaves while another may read its red
     fl.finish();
