@@ -1866,7 +1866,9 @@ __device__ __forceinline__ void gru_fwd_body(const T* __restrict__ xg, const T* 
         cluster_sync();
     }
     FwdCells<T> cells(0, bk.ncell, bk.jn, bk.b0, bk.j0, b_ih, b_hh, h0, H);
+    typename FwdCells<T>::Inputs ahead;   // step t + 1's xg while step t runs: loaded a step before it is used
     cells.load(cells.in, xg, 0, B, H);
+    if (steps > 1) cells.load(ahead, xg, 1, B, H);
     for (int t = 0; t < steps; ++t) {
         if constexpr (CL != 0)
             kept_product<T, TC != 0>(bk, bk.As + (t & 1) * bk.MTp * bk.lda);
@@ -1881,7 +1883,10 @@ __device__ __forceinline__ void gru_fwd_body(const T* __restrict__ xg, const T* 
         }, [&](int i, T h) {
             if (shares) share_operand<CL>(bk, (t + 1) & 1, cells.r[i], cells.j(i), h);
         }, out, gates, t, B, H);
-        const auto load_next = [&] { cells.load(cells.in, xg, t + 1, B, H); };
+        const auto load_next = [&] {
+            cells.in = ahead;
+            if (t + 2 < steps) cells.load(ahead, xg, t + 2, B, H);
+        };
         if constexpr (CL != 0) {
             if (shares) cluster_sync(load_next);
         } else if (t + 1 < steps) {
@@ -1971,13 +1976,16 @@ __device__ __forceinline__ void gru_bwd_body(const T* __restrict__ dout, const T
                 for (int q = 0; q < 3; ++q) share_operand<CL>(bk, next, cells.r[i], q * H + cells.j(i), hh[q]);
         };
     };
+    typename BwdCells<T>::Inputs ahead;   // step t - 1's inputs while step t runs: loaded a step before they are used
     cells.load(cells.in, gates, out, h0, dout, steps - 1, B, H);
+    if (steps > 1) cells.load(ahead, gates, out, h0, dout, steps - 2, B, H);
     cells.start();
     cells.grads(dg_ih, dg_hh, steps - 1, B, H, share(0));
     for (int s = 0; s < steps; ++s) {
         const int t = steps - 1 - s;   // this iteration: dh_{t-1} = dg_hh[t] W_hh + carry (+ dout[t-1])
         const auto load_next = [&] {
-            if (t > 0) cells.load(cells.in, gates, out, h0, dout, t - 1, B, H);
+            if (t > 0) cells.in = ahead;
+            if (t > 1) cells.load(ahead, gates, out, h0, dout, t - 2, B, H);
         };
         if constexpr (CL != 0)
             cluster_sync(load_next);
