@@ -1736,10 +1736,14 @@ struct Cells {
 };
 
 // Forward, the thread's cells: bias = (b_ir + b_hr, b_iz + b_hz, b_in, b_hn) (b_ih, b_hh may be null), hp = h_{t-1}
-// (h0 may be null: zeros), xv = step t's xg values.
+// (h0 may be null: zeros), in = step t's xg values.
 template <typename T>
 struct FwdCells : Cells {
-    float bias[CPT][4], hp[CPT], xv[CPT][3];
+    struct Inputs {
+        float xv[CPT][3];
+    };
+    float bias[CPT][4], hp[CPT];
+    Inputs in;
 
     __device__ FwdCells(int first, int end, int jn, int row0, int unit0, const T* b_ih, const T* b_hh, const T* h0,
                         int H)
@@ -1758,18 +1762,17 @@ struct FwdCells : Cells {
                 hp[i] = h0 != nullptr ? to_f(h0[static_cast<size_t>(b(i)) * H + jj]) : 0.f;
             }
     }
-    // step t's xg values into to (the step's own: xv), loaded ahead of the products (most kernels: while waiting at
-    // the barrier before step t; the k-split forward: a step earlier)
-    __device__ void load(const T* xg, int t, int B, int H, float (&to)[CPT][3]) {
+    // step t's xg values into `to` (in, or a set loaded further ahead), loaded ahead of the products (most kernels:
+    // while waiting at the barrier before step t; the k-split forward: a step earlier)
+    __device__ void load(Inputs& to, const T* xg, int t, int B, int H) const {
 #pragma unroll
         for (int i = 0; i < CPT; ++i)
             if (has(i)) {
                 const T* p = xg + (static_cast<size_t>(t) * B + b(i)) * 3 * H + j(i);
 #pragma unroll
-                for (int q = 0; q < 3; ++q) to[i][q] = to_f(ld_nc(p + q * H));
+                for (int q = 0; q < 3; ++q) to.xv[i][q] = to_f(ld_nc(p + q * H));
             }
     }
-    __device__ void load(const T* xg, int t, int B, int H) { load(xg, t, B, H, xv); }
     // Step t's gates from the products sum(i, s) puts in s (h_{t-1} times W_hh's r, z and n rows): writes out and
     // gates, keeps h_t, then share(i, h_t).
     template <typename Sum, typename Share>
@@ -1779,10 +1782,10 @@ struct FwdCells : Cells {
             if (has(i)) {
                 float s[3];
                 sum(i, s);
-                const float r = sigmoid(xv[i][0] + s[0] + bias[i][0]);
-                const float z = sigmoid(xv[i][1] + s[1] + bias[i][1]);
+                const float r = sigmoid(in.xv[i][0] + s[0] + bias[i][0]);
+                const float z = sigmoid(in.xv[i][1] + s[1] + bias[i][1]);
                 const float hn = s[2] + bias[i][3];
-                const float n = tanhf(xv[i][2] + bias[i][2] + r * hn);
+                const float n = tanhf(in.xv[i][2] + bias[i][2] + r * hn);
                 const T h = from_f<T>(n + z * (hp[i] - n));
                 hp[i] = to_f(h);
                 out[(static_cast<size_t>(t) * B + b(i)) * H + j(i)] = h;
@@ -1796,24 +1799,30 @@ struct FwdCells : Cells {
     }
 };
 
-// Backward, the thread's cells: what step t's gates need (g = r, z, n, hg_n; hp = h_{t-1}; dout[t]), loaded ahead of
-// use; dh, the gradient reaching h_t; carry = dh z of the step after.
+// Backward, the thread's cells: in = what step t's gates need (g = r, z, n, hg_n; hp = h_{t-1}; dout[t]), loaded
+// ahead of use; dh, the gradient reaching h_t; carry = dh z of the step after.
 template <typename T>
 struct BwdCells : Cells {
-    float g[CPT][4], hp[CPT], dout[CPT], dh[CPT], carry[CPT];
+    struct Inputs {
+        float g[CPT][4], hp[CPT], dout[CPT];
+    };
+    Inputs in;
+    float dh[CPT], carry[CPT];
 
     using Cells::Cells;
-    __device__ void load(const T* gates, const T* out, const T* h0, const T* dout_, int t, int B, int H) {
+    // step t's inputs into `to` (in, or a set loaded further ahead)
+    __device__ void load(Inputs& to, const T* gates, const T* out, const T* h0, const T* dout_, int t, int B,
+                         int H) const {
 #pragma unroll
         for (int i = 0; i < CPT; ++i)
             if (has(i)) {
                 const size_t bj = static_cast<size_t>(b(i)) * H + j(i);
                 const T* p = gates + (static_cast<size_t>(t) * B + b(i)) * 4 * H + j(i);
 #pragma unroll
-                for (int q = 0; q < 4; ++q) g[i][q] = to_f(ld_nc(p + q * H));
-                hp[i] = t > 0 ? to_f(ld_nc(out + static_cast<size_t>(t - 1) * B * H + bj))
-                              : (h0 != nullptr ? to_f(ld_nc(h0 + bj)) : 0.f);
-                dout[i] = to_f(ld_nc(dout_ + static_cast<size_t>(t) * B * H + bj));
+                for (int q = 0; q < 4; ++q) to.g[i][q] = to_f(ld_nc(p + q * H));
+                to.hp[i] = t > 0 ? to_f(ld_nc(out + static_cast<size_t>(t - 1) * B * H + bj))
+                                 : (h0 != nullptr ? to_f(ld_nc(h0 + bj)) : 0.f);
+                to.dout[i] = to_f(ld_nc(dout_ + static_cast<size_t>(t) * B * H + bj));
             }
     }
     // Writes dg_ih[t] and dg_hh[t] from dh, keeps dh z (dh_{t-1}'s share that skips W_hh), then share(i, hh) with
@@ -1823,8 +1832,8 @@ struct BwdCells : Cells {
 #pragma unroll
         for (int i = 0; i < CPT; ++i)
             if (has(i)) {
-                const float r = g[i][0], z = g[i][1], n = g[i][2], hn = g[i][3], d = dh[i];
-                const float daz = d * (hp[i] - n) * z * (1.f - z);
+                const float r = in.g[i][0], z = in.g[i][1], n = in.g[i][2], hn = in.g[i][3], d = dh[i];
+                const float daz = d * (in.hp[i] - n) * z * (1.f - z);
                 const float dan = d * (1.f - z) * (1.f - n * n);
                 const float dar = dan * hn * r * (1.f - r);
                 carry[i] = d * z;
@@ -1842,11 +1851,11 @@ struct BwdCells : Cells {
     __device__ void gather(Sum sum, bool more) {
 #pragma unroll
         for (int i = 0; i < CPT; ++i)
-            if (has(i)) dh[i] = sum(i, carry[i]) + (more ? dout[i] : 0.f);
+            if (has(i)) dh[i] = sum(i, carry[i]) + (more ? in.dout[i] : 0.f);
     }
     __device__ void start() {   // the last step: dh = dout[T - 1]
 #pragma unroll
-        for (int i = 0; i < CPT; ++i) dh[i] = dout[i];
+        for (int i = 0; i < CPT; ++i) dh[i] = in.dout[i];
     }
     __device__ void store_dh0(T* dh0, int H) const {
 #pragma unroll
@@ -1884,7 +1893,9 @@ __device__ __forceinline__ void gru_fwd_body(const T* __restrict__ xg, const T* 
         cluster_sync();
     }
     FwdCells<T> cells(0, bk.ncell, bk.jn, bk.b0, bk.j0, b_ih, b_hh, h0, H);
-    cells.load(xg, 0, B, H);
+    typename FwdCells<T>::Inputs ahead;   // step t + 1's xg while step t runs: loaded a step before it is used
+    cells.load(cells.in, xg, 0, B, H);
+    if (steps > 1) cells.load(ahead, xg, 1, B, H);
     for (int t = 0; t < steps; ++t) {
         if constexpr (CL != 0)
             kept_product<T, TC != 0>(bk, bk.As + (t & 1) * bk.MTp * bk.lda);
@@ -1899,7 +1910,10 @@ __device__ __forceinline__ void gru_fwd_body(const T* __restrict__ xg, const T* 
         }, [&](int i, T h) {
             if (shares) share_operand<CL>(bk, (t + 1) & 1, cells.r[i], cells.j(i), h);
         }, out, gates, t, B, H);
-        const auto load_next = [&] { cells.load(xg, t + 1, B, H); };
+        const auto load_next = [&] {
+            cells.in = ahead;
+            if (t + 2 < steps) cells.load(ahead, xg, t + 2, B, H);
+        };
         if constexpr (CL != 0) {
             if (shares) cluster_sync(load_next);
         } else if (t + 1 < steps) {
@@ -1944,23 +1958,20 @@ gru_fwd_split(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __r
     bk.stage_weights(w_hh, H);
     weights_to_tf32<T, 1>(bk.Ws, bk.N * bk.ldw);
     FwdCells<T> cells(bk.c0, bk.c1, bk.jn, bk.b0, bk.j0, b_ih, b_hh, h0, H);
-    cells.load(xg, 0, B, H);
-    float xn[CPT][3];   // step t + 1's xg values, loaded after step t's barrier: in flight during the product (the
-    // cluster barrier after it may wait for them). Loaded while waiting at the barrier, the float32 forward took 15%
-    // longer at H = 512 and 1024 on the H200: the compiler put the loads above the flag store, whose release then
-    // waited for them.
+    cells.load(cells.in, xg, 0, B, H);
+    typename FwdCells<T>::Inputs xn;   // step t + 1's xg values, loaded after step t's barrier: in flight during the
+    // product (the cluster barrier after it may wait for them). Loaded while waiting at the barrier, the float32
+    // forward took 15% longer at H = 512 and 1024 on the H200: the compiler put the loads above the flag store, whose
+    // release then waited for them.
     for (int t = 0; t < steps; ++t) {
-        if (t + 1 < steps) cells.load(xg, t + 1, B, H, xn);
+        if (t + 1 < steps) cells.load(xn, xg, t + 1, B, H);
         bk.product(t == 0 ? h0 : out + static_cast<size_t>(t - 1) * B * H);
         cells.finish([&](int i, float (&s)[3]) {
 #pragma unroll
             for (int q = 0; q < 3; ++q) s[q] = bk.template cluster_sum<P>(cells.r[i], q * bk.Jp + cells.u[i]);
         }, [](int, T) {}, out, gates, t, B, H);
         if (t + 1 < steps) {
-#pragma unroll
-            for (int i = 0; i < CPT; ++i)
-#pragma unroll
-                for (int q = 0; q < 3; ++q) cells.xv[i][q] = xn[i][q];
+            cells.in = xn;
             fl.sync(blockIdx.x - blockIdx.x % (nu * P), nu * P, t + 1, [] {});   // also keeps red until the cluster's
         }   // blocks have read it
     }
@@ -1997,13 +2008,16 @@ __device__ __forceinline__ void gru_bwd_body(const T* __restrict__ dout, const T
                 for (int q = 0; q < 3; ++q) share_operand<CL>(bk, next, cells.r[i], q * H + cells.j(i), hh[q]);
         };
     };
-    cells.load(gates, out, h0, dout, steps - 1, B, H);
+    typename BwdCells<T>::Inputs ahead;   // step t - 1's inputs while step t runs: loaded a step before they are used
+    cells.load(cells.in, gates, out, h0, dout, steps - 1, B, H);
+    if (steps > 1) cells.load(ahead, gates, out, h0, dout, steps - 2, B, H);
     cells.start();
     cells.grads(dg_ih, dg_hh, steps - 1, B, H, share(0));
     for (int s = 0; s < steps; ++s) {
         const int t = steps - 1 - s;   // this iteration: dh_{t-1} = dg_hh[t] W_hh + carry (+ dout[t-1])
         const auto load_next = [&] {
-            if (t > 0) cells.load(gates, out, h0, dout, t - 1, B, H);
+            if (t > 0) cells.in = ahead;
+            if (t > 1) cells.load(ahead, gates, out, h0, dout, t - 2, B, H);
         };
         if constexpr (CL != 0)
             cluster_sync(load_next);
@@ -2058,13 +2072,13 @@ gru_bwd_split(const T* __restrict__ dout, const T* __restrict__ gates, const T* 
     weights_to_tf32<T, 1>(bk.Ws, bk.N * bk.ldw);
     BwdCells<T> cells(bk.c0, bk.c1, bk.jn, bk.b0, bk.j0);
     const auto no_share = [](int, const T (&)[3]) {};
-    cells.load(gates, out, h0, dout, steps - 1, B, H);
+    cells.load(cells.in, gates, out, h0, dout, steps - 1, B, H);
     cells.start();
     cells.grads(dg_ih, dg_hh, steps - 1, B, H, no_share);
     for (int s = 0; s < steps; ++s) {
         const int t = steps - 1 - s;
         fl.sync(blockIdx.x - blockIdx.x % (nu * P), nu * P, s + 1, [&] {   // also keeps red until the cluster read it
-            if (t > 0) cells.load(gates, out, h0, dout, t - 1, B, H);
+            if (t > 0) cells.load(cells.in, gates, out, h0, dout, t - 1, B, H);
         });
         bk.product(dg_hh + static_cast<size_t>(t) * B * 3 * H);
         cells.gather([&](int i, float v) { return v + bk.template cluster_sum<P>(cells.r[i], cells.u[i]); }, t > 0);
