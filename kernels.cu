@@ -181,6 +181,110 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const unsigned (&a)[4], u
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// ----- Hopper's warpgroup products (wgmma, sm_90a), for the implicit-GEMM conv and the GRU's k-split kernels. The
+// loader builds the kernels that use them in modules of their own with NVRTC's -arch=sm_90a -DTL_SM90A on devices of
+// compute capability 9.0 (with TL_SM90A, a compiler that drops sm_90a's features fails the build, and the loader falls
+// back; not for nvcc, whose generic preprocessing pass lacks the feature macro); compiled for anything else (as CI's
+// sm_90 check does) their bodies trap. A warpgroup (4 warps) multiplies a 64-row tile of A by an N-column tile of B,
+// both read from shared memory through descriptors, asynchronously: d (64 x N in the mma.m16n8 C layout repeated
+// over N: warp w, lane 4 g + t holds d[4 i + 2 h + e] = D[16 w + g + 8 h][8 i + 2 t + e]) += A B of one k-step of
+// 16 values (8 in TF32). Tiles are 1024-byte aligned, in the 128-byte swizzle (16-byte granule c of a 128-byte row
+// r at c ^ (r % 8)); descriptor: start address, LBO, SBO = 1024 (8 rows), swizzle mode 1 (bits 62-63). K-major tiles
+// (rows of A and B along k; the only layout TF32 has): LBO unused, a k-step starts 32 bytes further into the rows.
+// MN-major tiles (float16 only; the rows run along m or n, 64 values each): LBO steps between 64-column blocks of
+// rows, a k-step starts 16 rows (2048 bytes) further down.
+#if defined(TL_SM90A) && defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "built for the wgmma kernels (TL_SM90A) without sm_90a's features: they would trap"
+#endif
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+namespace hopper {
+
+__device__ __forceinline__ unsigned long long operand(unsigned address, unsigned lbo = 16) {
+    return ((address & 0x3FFFF) >> 4) | (unsigned long long)(lbo >> 4) << 16 | ((1024ull >> 4) << 32) | (1ull << 62);
+}
+
+#define TL_D4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+#define TL_D16(i) TL_D4(i), TL_D4(i + 4), TL_D4(i + 8), TL_D4(i + 12)
+#define TL_R8 "{%0, %1, %2, %3, %4, %5, %6, %7}"
+#define TL_R16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define TL_R32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+               " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define TL_R64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+               " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
+               " %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
+               " %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define TL_WGMMA(INSTR, REGS, A, B, SCALE, TAIL, ...)                                                                  \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE ", 0;\n" INSTR " " REGS ", " A ", " B ", p, 1, 1" TAIL ";\n}\n" \
+                 : __VA_ARGS__ : "l"(a), "l"(b), "r"(int(accumulate)), "n"(MN) : "memory")
+
+// d (+)= A B of one k-step: accumulate false overwrites d (the first step: d needs no zeros, whose writes would
+// make ptxas serialize the asynchronous products). MN: both tiles MN-major (float16 only)
+template <typename T, int N, int MN = 0> struct Wgmma;
+template <int MN> struct Wgmma<__half, 64, MN> {
+    __device__ static void mma(float (&d)[32], unsigned long long a, unsigned long long b, bool accumulate) {
+        TL_WGMMA("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", TL_R32, "%32", "%33", "%34", ", %35, %35",
+                 TL_D16(0), TL_D16(16));
+    }
+};
+template <int MN> struct Wgmma<__half, 128, MN> {
+    __device__ static void mma(float (&d)[64], unsigned long long a, unsigned long long b, bool accumulate) {
+        TL_WGMMA("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", TL_R64, "%64", "%65", "%66", ", %67, %67",
+                 TL_D16(0), TL_D16(16), TL_D16(32), TL_D16(48));
+    }
+};
+template <int MN> struct Wgmma<float, 16, MN> {   // TF32: the low 13 bits of each float are ignored (truncation)
+    static_assert(!MN, "TF32 tiles are K-major");
+    __device__ static void mma(float (&d)[8], unsigned long long a, unsigned long long b, bool accumulate) {
+        TL_WGMMA("wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32", TL_R8, "%8", "%9", "%10", "", TL_D4(0),
+                 TL_D4(4));
+    }
+};
+template <int MN> struct Wgmma<float, 32, MN> {
+    static_assert(!MN, "TF32 tiles are K-major");
+    __device__ static void mma(float (&d)[16], unsigned long long a, unsigned long long b, bool accumulate) {
+        TL_WGMMA("wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32", TL_R16, "%16", "%17", "%18", "", TL_D16(0));
+    }
+};
+template <int MN> struct Wgmma<float, 64, MN> {
+    static_assert(!MN, "TF32 tiles are K-major");
+    __device__ static void mma(float (&d)[32], unsigned long long a, unsigned long long b, bool accumulate) {
+        TL_WGMMA("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", TL_R32, "%32", "%33", "%34", "", TL_D16(0),
+                 TL_D16(16));
+    }
+};
+template <int MN> struct Wgmma<float, 128, MN> {
+    static_assert(!MN, "TF32 tiles are K-major");
+    __device__ static void mma(float (&d)[64], unsigned long long a, unsigned long long b, bool accumulate) {
+        TL_WGMMA("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32", TL_R64, "%64", "%65", "%66", "", TL_D16(0),
+                 TL_D16(16), TL_D16(32), TL_D16(48));
+    }
+};
+#undef TL_WGMMA
+#undef TL_R64
+#undef TL_R32
+#undef TL_R16
+#undef TL_R8
+#undef TL_D16
+#undef TL_D4
+
+// mbarriers in shared memory (8 bytes each): a phase completes after `count` arrivals; waits name its parity
+__device__ __forceinline__ void bar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(unsigned bar) {
+    asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void bar_wait(unsigned bar, unsigned parity) {   // until the phase of that parity completed
+    unsigned done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+
+}  // namespace hopper
+#endif
+
 // ===== ReLU =====
 
 template <typename T>
@@ -1221,20 +1325,20 @@ __device__ __forceinline__ void for_cells(int nrows, int n, F f) {
     }
 }
 
-// dst[r * ldd + k] = row(r)[k] for r < nrows, k < round_up(ncols, 16); a null row and k >= ncols read
-// as zero. vec: ncols and every row start are multiples of 16 bytes (16-byte async copies). Reads
-// bypass L1 (other blocks write these rows during the kernel). Waits for its own copies (WAIT), or commits them as
-// one group of cp.async (an empty one where there are none) for the caller to wait for; the caller puts a
-// __syncthreads() between that and any reader.
-template <bool WAIT = true, typename T, typename RowFn>
-__device__ __forceinline__ void copy_rows(T* dst, int ldd, int nrows, int ncols, bool vec, RowFn row) {
+// *at(r, k) = row(r)[k] for r < nrows, k < round_up(ncols, 16); a null row and k >= ncols read as zero. vec:
+// ncols and every row start are multiples of 16 bytes (16-byte async copies; at(r, k) for k a multiple of 16 bytes
+// then starts 16 bytes that are row r's k .. k + 15). Reads bypass L1 (other blocks write these rows during the
+// kernel). Waits for its own copies (WAIT), or commits them as one group of cp.async (an empty one where there are
+// none) for the caller to wait for; the caller puts a __syncthreads() between that and any reader.
+template <typename T, bool WAIT = true, typename At, typename RowFn>
+__device__ __forceinline__ void copy_rows_to(At at, int nrows, int ncols, bool vec, RowFn row) {
     const int kpad = round_up(ncols, 16);
     if (kpad > 0 && vec) {   // kpad 0: nothing to copy (a k-split's slice past K; for_cells needs n > 0)
         constexpr int E = 16 / sizeof(T);
         for_cells(nrows, kpad / E, [&](int r, int v) {
             const T* s = row(r);
             const int k = v * E;
-            T* d = dst + r * ldd + k;
+            T* d = at(r, k);
             if (s != nullptr && k < ncols)
                 cp_async16(d, s + k);
             else
@@ -1243,13 +1347,19 @@ __device__ __forceinline__ void copy_rows(T* dst, int ldd, int nrows, int ncols,
     } else if (kpad > 0) {
         for_cells(nrows, kpad, [&](int r, int k) {
             const T* s = row(r);
-            dst[r * ldd + k] = (s != nullptr && k < ncols) ? ld_cg(s + k) : from_f<T>(0.f);
+            *at(r, k) = (s != nullptr && k < ncols) ? ld_cg(s + k) : from_f<T>(0.f);
         });
     }
     if (!WAIT)
         cp_async_commit();
     else if (vec)
         cp_async_wait();
+}
+
+// copy_rows_to a row-major tile: dst[r * ldd + k]
+template <bool WAIT = true, typename T, typename RowFn>
+__device__ __forceinline__ void copy_rows(T* dst, int ldd, int nrows, int ncols, bool vec, RowFn row) {
+    copy_rows_to<T, WAIT>([&](int r, int k) { return dst + r * ldd + k; }, nrows, ncols, vec, row);
 }
 
 // Rounds the block's weight rows (n values at w, just staged by copy_rows; the rows' unread padding too) to TF32 in
@@ -2779,92 +2889,8 @@ conv_implicit_fwd(const T* __restrict__ x, const T* __restrict__ w2, const T* __
     }
 }
 
-// ----- The implicit-GEMM conv on Hopper's warpgroup products (wgmma, sm_90a). The loader builds these kernels in a
-// module of its own with NVRTC's -arch=sm_90a -DTL_SM90A on devices of compute capability 9.0 (with TL_SM90A, a
-// compiler that drops sm_90a's features fails the build, and the loader falls back; not for nvcc, whose generic
-// preprocessing pass lacks the feature macro); compiled for anything else (as CI's sm_90 check does) their bodies
-// trap. A warpgroup (4 warps) multiplies a 64-row tile of A by an N-column tile of B,
-// both read from shared memory through descriptors, asynchronously: d (64 x N in the mma.m16n8 C layout repeated
-// over N: warp w, lane 4 g + t holds d[4 i + 2 h + e] = D[16 w + g + 8 h][8 i + 2 t + e]) += A B of one k-step of
-// 16 values (8 in TF32). Tiles are 1024-byte aligned, in the 128-byte swizzle (16-byte granule c of a 128-byte row
-// r at c ^ (r % 8): implicit::granule_at<8>); descriptor: start address, LBO, SBO = 1024 (8 rows), swizzle mode 1
-// (bits 62-63). K-major tiles (rows of A and B along k; the only layout TF32 has): LBO unused, a k-step starts 32
-// bytes further into the rows. MN-major tiles (float16 only; the rows run along m or n, 64 values each): LBO steps
-// between 64-column blocks of rows, a k-step starts 16 rows (2048 bytes) further down.
-#if defined(TL_SM90A) && defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#error "built for the wgmma kernels (TL_SM90A) without sm_90a's features: they would trap"
-#endif
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-namespace hopper {
-
-__device__ __forceinline__ unsigned long long operand(unsigned address, unsigned lbo = 16) {
-    return ((address & 0x3FFFF) >> 4) | (unsigned long long)(lbo >> 4) << 16 | ((1024ull >> 4) << 32) | (1ull << 62);
-}
-
-#define TL_D4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
-#define TL_D16(i) TL_D4(i), TL_D4(i + 4), TL_D4(i + 8), TL_D4(i + 12)
-#define TL_R32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
-               " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define TL_R64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
-               " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
-               " %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
-               " %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
-#define TL_WGMMA(INSTR, REGS, A, B, SCALE, TAIL, ...)                                                                  \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE ", 0;\n" INSTR " " REGS ", " A ", " B ", p, 1, 1" TAIL ";\n}\n" \
-                 : __VA_ARGS__ : "l"(a), "l"(b), "r"(int(accumulate)), "n"(MN) : "memory")
-
-// d (+)= A B of one k-step: accumulate false overwrites d (the first step: d needs no zeros, whose writes would
-// make ptxas serialize the asynchronous products). MN: both tiles MN-major (float16 only)
-template <typename T, int N, int MN = 0> struct Wgmma;
-template <int MN> struct Wgmma<__half, 64, MN> {
-    __device__ static void mma(float (&d)[32], unsigned long long a, unsigned long long b, bool accumulate) {
-        TL_WGMMA("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", TL_R32, "%32", "%33", "%34", ", %35, %35",
-                 TL_D16(0), TL_D16(16));
-    }
-};
-template <int MN> struct Wgmma<__half, 128, MN> {
-    __device__ static void mma(float (&d)[64], unsigned long long a, unsigned long long b, bool accumulate) {
-        TL_WGMMA("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", TL_R64, "%64", "%65", "%66", ", %67, %67",
-                 TL_D16(0), TL_D16(16), TL_D16(32), TL_D16(48));
-    }
-};
-template <int MN> struct Wgmma<float, 64, MN> {   // TF32: the low 13 bits of each float are ignored (truncation)
-    static_assert(!MN, "TF32 tiles are K-major");
-    __device__ static void mma(float (&d)[32], unsigned long long a, unsigned long long b, bool accumulate) {
-        TL_WGMMA("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", TL_R32, "%32", "%33", "%34", "", TL_D16(0),
-                 TL_D16(16));
-    }
-};
-template <int MN> struct Wgmma<float, 128, MN> {
-    static_assert(!MN, "TF32 tiles are K-major");
-    __device__ static void mma(float (&d)[64], unsigned long long a, unsigned long long b, bool accumulate) {
-        TL_WGMMA("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32", TL_R64, "%64", "%65", "%66", "", TL_D16(0),
-                 TL_D16(16), TL_D16(32), TL_D16(48));
-    }
-};
-#undef TL_WGMMA
-#undef TL_R64
-#undef TL_R32
-#undef TL_D16
-#undef TL_D4
-
-// mbarriers in shared memory (8 bytes each): a phase completes after `count` arrivals; waits name its parity
-__device__ __forceinline__ void bar_init(unsigned bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void bar_arrive(unsigned bar) {
-    asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void bar_wait(unsigned bar, unsigned parity) {   // until the phase of that parity completed
-    unsigned done;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-    } while (!done);
-}
-
-}  // namespace hopper
-#endif
+// ----- The implicit-GEMM conv on Hopper's warpgroup products (wgmma, sm_90a: the helpers' hopper::), in modules
+// built as the helpers say.
 
 // Blocks an SM for the wgmma kernels' launch bounds: two where STAGES stages of `rows` 128-byte rows (+ 1024 bytes
 // to align them) fit twice in the SM's 227 KB of shared memory
