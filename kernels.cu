@@ -1692,11 +1692,20 @@ __device__ __forceinline__ void share_operand(const Block<T, FWD>& bk, int next,
 // cluster's cells, summing the P blocks' partial products over distributed shared memory. Where the operand's slice
 // does not fit beside the weights, it is staged in k-chunks of KC into two buffers, the next chunk's copies in flight
 // while the warps multiply the current one.
-template <typename T, bool FWD>
+// WN > 0 (float only, sm_90a): the products run on wgmma. W's rows are the 64-row A operand (N rounded up to 64; the
+// block's two warpgroups take the m-tiles of 64 rows alternately, at most MB each) and the operand's rows the WN-column
+// B operand (MTp <= WN), both in K-major k-tiles of 32 floats (128 bytes a row) in the 128-byte swizzle, KP and KC
+// multiples of 32, the tiles 1024-byte aligned (the host adds 1024 bytes). A warpgroup keeps its tiles' sums over the
+// chunks in registers and writes them into red (WN rows) once the last chunk is multiplied. The operand is multiplied
+// as staged: the tensor cores truncate it to TF32 (the weights are rounded when staged).
+template <typename T, bool FWD, int WN = 0>
 struct Split : Owned {
     static constexpr int NQ = FWD ? 3 : 1;        // gates per unit in the weight rows
     static constexpr int NTW = FWD ? 3 : 4;       // n-tiles of 8 per warp tile
-    int k0, kn, kc, chunks, N, ldw, lda, ldc, c0, c1;
+    static constexpr int KT = 128 / sizeof(T);    // a k-tile of the wgmma layout: 128 bytes of a row
+    static constexpr int MB = 2;                  // wgmma: m-tiles a warpgroup at most (N <= 256)
+    static_assert(WN == 0 || (sizeof(T) == 4 && WN % 16 == 0 && WN <= 64), "wgmma: TF32, B operand of 16 to 64 rows");
+    int k0, kn, kc, chunks, N, ldw, lda, ldc, c0, c1, a_rows;
     bool vec;   // K a multiple of 16 bytes: 16-byte copies
     T* Ws;
     T* As;
@@ -1708,26 +1717,40 @@ struct Split : Owned {
         vec = K % (16 / sizeof(T)) == 0;
         k0 = kp * KP;
         kn = max(0, min(KP, K - k0));
-        kc = KC;   // KP and KC: multiples of 16; KC = KP: one chunk, one buffer
+        kc = KC;   // KP and KC: multiples of 16 (wgmma: of 32); KC = KP: one chunk, one buffer
         chunks = max(1, (kn + kc - 1) / kc);
-        N = round_up(NQ * Jp, 8 * NTW);
-        ldw = smem_ld<T>(KP);
-        lda = smem_ld<T>(KC);
-        ldc = N + 8;   // partial sums' row stride: rows 8 floats apart in the banks where N is a multiple of 32
+        N = round_up(NQ * Jp, WN ? 64 : 8 * NTW);
+        ldw = WN ? KP : smem_ld<T>(KP);   // the wgmma layout's k-tiles: a tile's rows times KT per k-tile
+        lda = WN ? KC : smem_ld<T>(KC);
+        a_rows = WN ? WN : MTp;
+        // partial sums' row stride: rows 8 floats apart in the banks where N is a multiple of 32; wgmma's writes (rows
+        // 2 apart in a lane quad): 2 ldc = 8 (mod 32)
+        ldc = WN ? round_up(N, 32) + 4 : N + 8;
         const int per = (bn * jn + P - 1) / P;   // this block finishes cells [c0, c1) of bn x jn, row-major
         c0 = min(kp * per, bn * jn);
         c1 = min(c0 + per, bn * jn);
         extern __shared__ __align__(16) unsigned char gru_smem[];
-        Ws = reinterpret_cast<T*>(gru_smem);
+        Ws = reinterpret_cast<T*>(WN ? gru_smem + ((1024 - shared_address(gru_smem) % 1024) % 1024) : gru_smem);
         As = Ws + N * ldw;
-        red = reinterpret_cast<float*>(As + (KC < KP ? 2 : 1) * MTp * lda);
+        red = reinterpret_cast<float*>(As + (KC < KP ? 2 : 1) * a_rows * lda);
     }
+    // Element (r, k) of a staged tile of `rows` rows and row stride ld: row-major, or the wgmma layout's k-tiles of
+    // KT columns (rows KT apart, 16-byte granule c of row r at c ^ (r % 8))
+    __device__ T* at(T* tile, int ld, int rows, int r, int k) const {
+        if constexpr (WN != 0) {
+            constexpr int E = 16 / sizeof(T);
+            return tile + (k / KT) * rows * KT + r * KT + (((k % KT) / E) ^ (r & 7)) * E + k % E;
+        } else {
+            return tile + r * ld + k;
+        }
+    }
+    __device__ int weight_count() const { return N * ldw; }   // W's staged values, padding included
     // Zeroes W (its padding stays zero), then stages the weight rows: row n = q Jp + u of the block holds
     // W_hh's row q H + j0 + u (forward) or W_hh^T's row j0 + u (backward, q = 0), columns [k0, k0 + kn).
     __device__ void stage_weights(const T* w, int H) const {
-        for (int i = threadIdx.x; i < N * ldw; i += blockDim.x) Ws[i] = from_f<T>(0.f);
+        for (int i = threadIdx.x; i < weight_count(); i += blockDim.x) Ws[i] = from_f<T>(0.f);
         __syncthreads();
-        copy_rows(Ws, ldw, N, kn, vec, [&](int n) -> const T* {
+        copy_rows_to<T>([&](int n, int k) { return at(Ws, ldw, N, n, k); }, N, kn, vec, [&](int n) -> const T* {
             const int q = n / Jp, u = n - q * Jp;
             return q < NQ && u < jn ? w + static_cast<size_t>(q * H + j0 + u) * K + k0 : nullptr;
         });
@@ -1737,10 +1760,13 @@ struct Split : Owned {
     // columns [c kc, + kc) of the slice; the copies of chunk c + 1 are in flight while the warps multiply chunk c.
     __device__ void product(const T* src) const {
         auto stage = [&](int c) {   // commits one group of copies
-            copy_rows<false>(As + (c & 1) * MTp * lda, lda, MTp, min(kc, kn - c * kc), vec, [&](int r) -> const T* {
+            T* const buffer = As + (c & 1) * a_rows * lda;
+            copy_rows_to<T, false>([&](int r, int k) { return at(buffer, lda, a_rows, r, k); }, a_rows,
+                                   min(kc, kn - c * kc), vec, [&](int r) -> const T* {
                 return src != nullptr && r < bn ? src + static_cast<size_t>(b0 + r) * K + k0 + c * kc : nullptr;
             });
         };
+        float d[MB][WN ? WN / 2 : 1];   // wgmma: the warpgroup's sums (written by the first k-step)
         __syncthreads();
         stage(0);
         for (int c = 0; c < chunks; ++c) {
@@ -1750,13 +1776,62 @@ struct Split : Owned {
             } else {
                 cp_async_wait_groups<0>();
             }
-            __syncthreads();
             // k-steps of 32 bytes over the chunk's columns (zero past them up to a multiple of 16; none for kn = 0)
-            block_gemm(As + (c & 1) * MTp * lda, Ws + c * kc,
-                       (max(0, min(kc, kn - c * kc)) * static_cast<int>(sizeof(T)) + 31) / 32, c > 0);
+            const int ksteps = (max(0, min(kc, kn - c * kc)) * static_cast<int>(sizeof(T)) + 31) / 32;
+            if constexpr (WN != 0) {
+                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   // this thread's stores, for wgmma
+                __syncthreads();
+                wg_products(d, As + (c & 1) * a_rows * lda, c * kc, ksteps, c == 0);
+            } else {
+                __syncthreads();
+                block_gemm(As + (c & 1) * a_rows * lda, Ws + c * kc, ksteps, c > 0);
+            }
             __syncthreads();
         }
+        if constexpr (WN != 0) store_sums(d);
         cluster_sync();
+    }
+    // wgmma: the warpgroup's m-tiles (2 i + its index) times the B tile A over `ksteps` k-steps of 8 from W's column
+    // k0 (a multiple of 32); first: the first chunk (its first k-step overwrites d). Returns once they are done.
+    __device__ void wg_products(float (&d)[MB][WN ? WN / 2 : 1], const T* A, int k0w, int ksteps, bool first) const {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        if constexpr (WN != 0) {
+            const int group = threadIdx.x >> 7, mtiles = N / 64;
+            const unsigned w_base = shared_address(Ws) + (k0w / KT) * N * 128, a_base = shared_address(A);
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+            for (int s = 0; s < ksteps; ++s)   // k-step s: k-tile s / 4, 32 bytes into its rows for each s % 4
+#pragma unroll
+                for (int i = 0; i < MB; ++i)
+                    if (group + 2 * i < mtiles)   // the same for the warpgroup's threads (.aligned)
+                        hopper::Wgmma<float, WN>::mma(
+                            d[i], hopper::operand(w_base + (s / 4) * N * 128 + (group + 2 * i) * 64 * 128 + 32 * (s % 4)),
+                            hopper::operand(a_base + (s / 4) * WN * 128 + 32 * (s % 4)), !first || s > 0);
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+            for (int i = 0; i < MB; ++i)
+#pragma unroll
+                for (int v = 0; v < WN / 2; ++v) asm volatile("" : "+f"(d[i][v])::"memory");   // no read above the wait
+        }
+#else
+        __trap();   // built without sm_90a's features: the loader never launches it so
+#endif
+    }
+    // wgmma: red[n][m] = D[m][n] of the warpgroup's m-tiles (lane 4 g + t of warp w holds d[i][4 j + 2 h + e] =
+    // D[64 (2 i + group) + 16 w + g + 8 h][8 j + 2 t + e]); zeros where the block's k-slice is empty (no products)
+    __device__ void store_sums(const float (&d)[MB][WN ? WN / 2 : 1]) const {
+        const int group = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+#pragma unroll
+        for (int i = 0; i < MB; ++i)
+            if (group + 2 * i < N / 64)
+#pragma unroll
+                for (int j = 0; j < WN / 8; ++j)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+#pragma unroll
+                        for (int e = 0; e < 2; ++e)
+                            red[(8 * j + 2 * (lane & 3) + e) * ldc + 64 * (group + 2 * i) + 16 * warp + (lane >> 2) + 8 * h] =
+                                kn > 0 ? d[i][4 * j + 2 * h + e] : 0.f;
     }
     // red = As Ws^T in warp tiles of 32 rows (16 at an odd end) by 8 NTW columns, dealt to the warps in turn:
     // 2 NTW independent mma chains a warp. TF32 m16n8k8 or f16 m16n8k16, a k-step 32 bytes of a row either way;
@@ -2053,20 +2128,20 @@ gru_fwd_cluster(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* _
     gru_fwd_body<T, TC, CL>(xg, w_hh, b_ih, b_hh, h0, out, gates, flags, steps, B, H, CL, J, BB, H);
 }
 
-// The k-split forward (gru::Split): nb * nu * P blocks, clusters of P, KP of the K = H columns a block; the nu P
-// blocks of a batch group meet at flags after every step, so all must be resident at once. Not a cooperative launch:
-// the host takes residency from the driver's count of clusters the GPU holds, so nothing else may hold SMs meanwhile
-// (as the flags' one kernel at a time).
-template <typename T, int P>
+// The k-split forward (gru::Split; WN > 0: its products on wgmma): nb * nu * P blocks, clusters of P, KP of the K = H
+// columns a block; the nu P blocks of a batch group meet at flags after every step, so all must be resident at once. Not
+// a cooperative launch: the host takes residency from the driver's count of clusters the GPU holds, so nothing else
+// may hold SMs meanwhile (as the flags' one kernel at a time).
+template <typename T, int P, int WN>
 __global__ void __cluster_dims__(P, 1, 1) __launch_bounds__(gru::NT, 1)
 gru_fwd_split(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __restrict__ b_ih,
               const T* __restrict__ b_hh, const T* __restrict__ h0, T* out, T* __restrict__ gates,
               unsigned long long* flags, int steps, int B, int H, int nu, int J, int BB, int KP, int KC) {
     using namespace gru;
-    const Split<T, true> bk(B, H, P, nu, J, BB, KP, KC);
+    const Split<T, true, WN> bk(B, H, P, nu, J, BB, KP, KC);
     const Flags fl(flags);
     bk.stage_weights(w_hh, H);
-    weights_to_tf32<T, 1>(bk.Ws, bk.N * bk.ldw);
+    weights_to_tf32<T, 1>(bk.Ws, bk.weight_count());
     FwdCells<T> cells(bk.c0, bk.c1, bk.jn, bk.b0, bk.j0, b_ih, b_hh, h0, H);
     cells.load(cells.in, xg, 0, B, H);
     typename FwdCells<T>::Inputs xn;   // step t + 1's xg values, loaded after step t's barrier: in flight during the
@@ -2169,17 +2244,17 @@ gru_bwd_cluster(const T* __restrict__ dout, const T* __restrict__ gates, const T
 }
 
 // The k-split backward (as gru_fwd_split; K = 3H): dh_{t-1}'s products over the block's k-slice of dg_hh[t].
-template <typename T, int P>
+template <typename T, int P, int WN>
 __global__ void __cluster_dims__(P, 1, 1) __launch_bounds__(gru::NT, 1)
 gru_bwd_split(const T* __restrict__ dout, const T* __restrict__ gates, const T* __restrict__ out,
               const T* __restrict__ h0, const T* __restrict__ w_hhT, T* __restrict__ dg_ih, T* dg_hh,
               T* __restrict__ dh0, unsigned long long* flags, int steps, int B, int H, int nu, int J, int BB, int KP,
               int KC) {
     using namespace gru;
-    const Split<T, false> bk(B, H, P, nu, J, BB, KP, KC);
+    const Split<T, false, WN> bk(B, H, P, nu, J, BB, KP, KC);
     const Flags fl(flags);
     bk.stage_weights(w_hhT, H);
-    weights_to_tf32<T, 1>(bk.Ws, bk.N * bk.ldw);
+    weights_to_tf32<T, 1>(bk.Ws, bk.weight_count());
     BwdCells<T> cells(bk.c0, bk.c1, bk.jn, bk.b0, bk.j0);
     const auto no_share = [](int, const T (&)[3]) {};
     cells.load(cells.in, gates, out, h0, dout, steps - 1, B, H);

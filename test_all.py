@@ -4269,7 +4269,9 @@ def test_gpu_gru_split_sizes():
     at sizes that leave padding everywhere (units, rows and k-slices not filled, cells not a multiple of the cluster):
     in the layouts chosen for this GPU (batch groups of 10 rows: warp tiles of 16 rows), in those of at most two
     clusters (batch groups of 20 or 40 rows: warp tiles of 32 rows, and of 16 at the end), and in those staging the
-    operand in k-chunks of 32 columns (k-slices of 48 or more: the last chunk part-filled in some)."""
+    operand in k-chunks of 32 columns (k-slices of 48 or more: the last chunk part-filled in some). float32 also with
+    the products on wgmma wherever a layout fits (_gru_wgmma 'only'), with the operand's rows padded to each of
+    _GRU_WG (batch groups of 14, 20 and 40 rows: at most 4 clusters gives 20) and in chunks."""
     need_cuda()
     if not set(GRU_SPLIT_KERNELS) <= set(tl.fused_kernels()):
         raise Skip('no GRU k-split kernels on this GPU (Hopper only)')
@@ -4280,29 +4282,38 @@ def test_gpu_gru_split_sizes():
     state = {k: 1.5 * v.astype(np.float64) for k, v in make().state_dict().items()}
     want = gru_results(make, state, arrays, np.float64, 'cpu')
     plan = tl._gru_plan
-    chunked = set()
-    for size, at_most in [(size, at_most) for size in tl._GRU_SPLITS for at_most in (None, 2, 'chunks')]:
+    chunked, wgmma_sizes = set(), set()
+    runs = [(size, at_most, wgmma, dtype) for size in tl._GRU_SPLITS
+            for at_most, wgmma, dtypes in [(None, False, (np.float32, np.float16)), (2, False, (np.float32, np.float16)),
+                                           ('chunks', False, (np.float32, np.float16))] +
+            [(at_most, 'only', (np.float32,)) for at_most in (None, 2, 4, 'chunks')] for dtype in dtypes]
+    for size, at_most, wgmma, dtype in runs:
         # no unsplit layout fits 0 SMs; the splits of `size` only, at most `at_most` clusters
         def split_only(forward, sms, smem, batch, hidden, itemsize, tc, clusters, splits=()):
-            splits = tuple((p, n if at_most in (None, 'chunks') else min(n, at_most)) for p, n in splits if p == size)
+            splits = tuple((p, n if at_most in (None, 'chunks') else min(n, at_most), *rest)
+                           for p, n, *rest in splits if p == size)
             layout = plan(forward, 0, smem, batch, hidden, itemsize, tc, False, splits)
             assert layout is not None and layout[7] and layout[6] == size, f'no k-split layout of {size}: {layout}'
+            assert bool(layout[8]) == bool(wgmma), f'wgmma {wgmma}: layout {layout}'
             if layout[7] < layout[4]:
-                chunked.add((size, forward))
+                chunked.add((size, forward, layout[8]))
+            wgmma_sizes.add(layout[8])
             return layout
-        for dtype in (np.float32, np.float16):
+        what = f'GRU k-split {size} (clusters at most {at_most}, wgmma {wgmma}) {np.dtype(dtype).name}'
+        tl._gru_layouts.clear()
+        try:
+            with mock.patch.object(tl, '_gru_plan', split_only), gru_calls() as calls, tf32(True), poisoned(), \
+                    mock.patch.object(tl, '_gru_chunk_cap', 32 if at_most == 'chunks' else None), \
+                    mock.patch.object(tl, '_gru_wgmma', wgmma):
+                got = gru_results(make, state, arrays, dtype, 'cuda')
+        finally:
             tl._gru_layouts.clear()
-            try:
-                with mock.patch.object(tl, '_gru_plan', split_only), gru_calls() as calls, tf32(True), poisoned(), \
-                        mock.patch.object(tl, '_gru_chunk_cap', 32 if at_most == 'chunks' else None):
-                    got = gru_results(make, state, arrays, dtype, 'cuda')
-            finally:
-                tl._gru_layouts.clear()
-            assert calls == {'_gru_forward_fused', *GRU_SPLIT_KERNELS}, f'split {size}: {sorted(calls)} ran'
-            for k, (g, w) in enumerate(zip(got, want)):
-                assert_matches(g, w, 2e-2 if dtype == np.float16 else TF32_TOL,
-                               f'GRU k-split {size} (clusters at most {at_most}) {np.dtype(dtype).name}: result {k}')
-    assert {(2, True), (2, False), (4, False)} <= chunked, f'k-chunked layouts: {sorted(chunked)}'
+        assert calls == {'_gru_forward_fused', *GRU_SPLIT_KERNELS}, f'{what}: {sorted(calls)} ran'
+        for k, (g, w) in enumerate(zip(got, want)):
+            assert_matches(g, w, 2e-2 if dtype == np.float16 else TF32_TOL, f'{what}: result {k}')
+    assert {(2, True, 0), (2, False, 0), (4, False, 0), (2, True, 16), (2, False, 16)} <= chunked, \
+        f'k-chunked layouts: {sorted(chunked)}'
+    assert wgmma_sizes == {0, *tl._GRU_WG}, f'wgmma sizes run: {sorted(wgmma_sizes)}'
 
 
 def gru_results(make, state, arrays, dtype, device):

@@ -316,6 +316,7 @@ _PACK = {'__half': ('1', '8'), 'float': ('1', '4'), 'double': ('1', '2')}   # el
 _ACTIVATIONS = {None: 0, 'relu': 1, 'gelu': 2}   # the ACT template argument of the BatchNorm kernels
 _GRU_CLUSTERS = (1, 2, 4, 8)   # the GRU's cluster kernels' blocks per cluster (8: the portable most)
 _GRU_SPLITS = (2, 4, 8)   # the GRU's k-split kernels' blocks per cluster: slices of the product's k extent
+_GRU_WG = (16, 32, 64)   # their float32 products on wgmma: the operand's rows (the B operand's) padded to one of these
 # The fused BatchNorm training passes' packs kept in registers per thread (their RC template argument), per C type
 # (none for float64: the two-kernel passes serve it). On the H200 at 256x64x32x32 (scratch/s18/bn_probe.py), float32
 # forward RC 0, 4, 8, 16: 56, 54, 49, 46 us; backward 0, 2, 4, 6 (RC 16 forward): 90, 90, 78, 78; float16 4 / 4 best.
@@ -350,7 +351,8 @@ _KERNEL_INSTANCES = {
     **{name: [('float', '0'), ('float', '1'), ('__half', '1')] for name in ('gru_fwd_persistent', 'gru_bwd_persistent')},
     **{name: [(t, tc, str(cl)) for t, tc in (('float', '0'), ('float', '1'), ('__half', '1')) for cl in _GRU_CLUSTERS]
        for name in ('gru_fwd_cluster', 'gru_bwd_cluster')},
-    **{name: [(t, str(p)) for t in ('float', '__half') for p in _GRU_SPLITS] for name in ('gru_fwd_split', 'gru_bwd_split')},
+    **{name: [(t, str(p), '0') for t in ('float', '__half') for p in _GRU_SPLITS] +
+             [('float', str(p), str(n)) for p in _GRU_SPLITS for n in _GRU_WG] for name in ('gru_fwd_split', 'gru_bwd_split')},
     **{name: [('float',), ('__half',)] for name in ('gru_gates_fwd', 'gru_gates_bwd')},
     **{name: [(t,) for t in _FLOAT_C]
        for name in ('batch_transpose', 'conv_weight_layouts', 'conv_direct_fwd', 'conv_direct_dx', 'conv_direct_dw',
@@ -1648,6 +1650,8 @@ def _bn_backward_fused(x, stats, weight, bias, g, training, act):
 # (T, B, 3H) and (T, B, 4H); both give dG_ih and dG_hh as (T, B, 3H) to the common all-steps products.
 _gru_path = None   # None: choose; 'persistent', 'fallback' or 'composed' forces that path on the GPU (tests)
 _gru_chunk_cap = None   # None, or the k-split kernels' staging chunk at most this many columns (tests)
+_gru_wgmma = True   # the k-split kernels' products on wgmma where the model picks it; False: never, 'only': wherever
+# a wgmma layout fits (tests, probes)
 _GRU_MACS = {(4, 0): 96, (4, 1): 512, (2, 1): 1024}   # multiply-adds per clock and SM: FMA, TF32 mma, f16 mma
 _gru_devices = {}   # GPU index -> (multiprocessors, shared memory per block, the persistent kernels' barrier flags)
 _gru_layouts = {}   # (multiprocessors, shared memory, B, H, itemsize, TC, clusters loaded) -> both layouts
@@ -1820,13 +1824,14 @@ def _aligned(a):
 def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
     """One launch of the persistent kernel of `direction` ('fwd' or 'bwd') with layout `plan` (_gru_plan): a
     cooperative one (gru_*_persistent), clusters of its slices (gru_*_cluster) or of its k-slices (gru_*_split)."""
-    groups, slices, units, rows, chunk, smem, cluster, split = plan
+    groups, slices, units, rows, chunk, smem, cluster, split, wn = plan
     tc, extra = int(arrays[0].dtype == np.float16 or tf32), ()
     if split:
-        if split % 16 or split > chunk:
-            raise RuntimeError(f"GRU: layout {plan}'s staging chunk is not a multiple of 16 within the k-slice")
+        if split % (32 if wn else 16) or split > chunk:
+            raise RuntimeError(f"GRU: layout {plan}'s staging chunk is not a multiple of {32 if wn else 16} within the "
+                               "k-slice")
         extra = _int32s(split)   # the k-split's staging chunk
-        kernel, blocks = _kernel(f'gru_{direction}_split', arrays[0].dtype, cluster), groups * slices * cluster
+        kernel, blocks = _kernel(f'gru_{direction}_split', arrays[0].dtype, cluster, wn), groups * slices * cluster
     elif cluster:
         kernel, blocks = _kernel(f'gru_{direction}_cluster', arrays[0].dtype, tc, slices), groups * slices
     else:
@@ -1868,14 +1873,16 @@ def _gru_plans(x, hidden, tf32):
 
 
 def _gru_splits(forward, dtype):
-    """((P, clusters), ...): for each size P of _GRU_SPLITS whose k-split kernel (forward or backward) loaded, how
-    many clusters of P blocks the GPU holds at once at the most shared memory a block may take (less holds no
-    fewer)."""
-    smem_max, splits = _gru_device()[1], []
+    """((P, clusters, wgmma), ...): for each size P of _GRU_SPLITS whose k-split kernel (forward or backward) loaded, how
+    many clusters of P blocks the GPU holds at once at the most shared memory a block may take (less holds no fewer),
+    and the sizes of _GRU_WG whose wgmma kernels of P loaded (float32; none where _gru_wgmma is False)."""
+    smem_max, splits, name = _gru_device()[1], [], f"gru_{'fwd' if forward else 'bwd'}_split"
     for size in _GRU_SPLITS:
-        kernel = _kernel(f"gru_{'fwd' if forward else 'bwd'}_split", dtype, size)
+        kernel = _kernel(name, dtype, size, 0)
         if kernel is not None:
-            splits.append((size, _resident_clusters(_allow_smem(kernel, smem_max), size, smem_max)))
+            wgmma = tuple(n for n in _GRU_WG if _gru_wgmma and np.dtype(dtype) == np.float32
+                          and _kernel(name, dtype, size, n) is not None)
+            splits.append((size, _resident_clusters(_allow_smem(kernel, smem_max), size, smem_max), wgmma))
     return tuple(splits)
 
 
@@ -1900,7 +1907,7 @@ def _resident_clusters(kernel, size, smem):
 
 
 def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, splits=()):
-    """The layout (nb, nu, J, BB, KC, shared memory bytes, cluster, split) of a persistent kernel with the least
+    """The layout (nb, nu, J, BB, KC, shared memory bytes, cluster, split, wn) of a persistent kernel with the least
     estimated clocks per step, None where none fits: nb batch groups of BB rows times nu slices of J units, all
     resident at once. Unsplit (split False), a block each (nb nu <= SMs) holds its units' rows of W_hh in shared
     memory (3J of H forward, J of 3H backward), owns at most 4 (row, unit) cells per thread and at most one warp tile
@@ -1912,14 +1919,16 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
     (200, 8, 256, 256) 0.667 to 0.614, the backward in clusters of 4 at the first 0.408 to 0.372; in clusters of 8 (at
     the others, in an earlier build) the backward took 0.835 -> 0.847 and 0.912 -> 1.043 (its operand is 3H wide,
     written into 8 blocks every step), so the backward takes clusters of at most 4.
-    Split (the tensor cores only; `splits` = ((P, clusters resident), ...) of the k-split kernels loaded): a cluster
-    of P blocks (cluster P) shares a (batch group, J units) pair, each block holding its units' weights over KC = KP
-    of the k extent and staging only that slice of the operand (kernels.cu's Split), whole or (where it does not fit
-    beside the weights) in two buffers of k-chunks of `split` columns (split = KP: whole; unsplit layouts: split 0);
-    every block of a batch group resident. Its model was fitted to the H200's times of 7 shapes each way (scratch/s19/split_probe.py: forward
-    and backward, P = 2, 4, 8 against the unsplit layouts) and picks the fastest there; it is compared with the
-    unsplit layout chosen as before plus that layout's time to read its operand rows from L2 (about 2800 bytes a
-    clock on the H200: the bound the k-split lifts)."""
+    Split (the tensor cores only; `splits` = ((P, clusters resident, wgmma sizes), ...) of the k-split kernels
+    loaded): a cluster of P blocks (cluster P) shares a (batch group, J units) pair, each block holding its units'
+    weights over KC = KP of the k extent and staging only that slice of the operand (kernels.cu's Split), whole or
+    (where it does not fit beside the weights) in two buffers of k-chunks of `split` columns (split = KP: whole;
+    unsplit layouts: split 0); every block of a batch group resident. Its products run on mma.sync (wn 0), or (float32,
+    where wgmma kernels of P loaded) on wgmma, the operand's rows padded to wn. Its model was fitted to the H200's times
+    of 7 shapes each way on mma.sync (scratch/s19/split_probe.py: forward and backward, P = 2, 4, 8 against the
+    unsplit layouts) and picks the fastest there (wgmma's rate in it is a guess); it is compared with the unsplit
+    layout chosen as before plus that layout's time to read its operand rows from L2 (about 2800 bytes a clock on the
+    H200: the bound the k-split lifts)."""
     up = lambda a, b: -(-a // b) * b
     row_bytes = lambda n: (up(n, 128 // itemsize) + 16 // itemsize) * itemsize   # kernels.cu's smem_ld
     k = hidden if forward else 3 * hidden
@@ -1936,22 +1945,35 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
         for rows in sorted({-(-batch // n) for n in range(1, batch + 1)}):
             groups, m_rows = -(-batch // rows), up(rows, 16)
             cells = -(-rows * units // _BLOCK)
-            for size, resident in splits:
+            for size, resident, wgmma in splits:
                 if groups * slices > resident or -(-cells // size) > 4:
                     continue
-                kp, n_cols = up(-(-k // size), 16), up(w_rows, 24 if forward else 32)   # Split's KP and N
-                fixed, kc = n_cols * row_bytes(kp) + m_rows * (n_cols + 8) * 4, min(kp, _gru_chunk_cap or kp)   # the
-                # weights and partial sums; the operand's slice whole (KC = KP) or in two buffers of k-chunks of KC
-                while kc > 32 and fixed + m_rows * row_bytes(kc) * (1 if kc == kp else 2) > smem_max:
-                    kc -= 16
-                kc = up(-(-kp // -(-kp // kc)), 16)   # as many chunks, evened out
-                # clocks: products, staging the operand's slice, the cluster's sums (remote loads), the rest of a step
-                # (fitted, see above), each chunk past the first (a guess: not measured)
-                consider(m_rows * n_cols * kp / (0.75 * _GRU_MACS[itemsize, tc]) + m_rows * kp * itemsize / 28
-                         + 15 * size * (3 if forward else 1) * -(-cells // size) + 1400 + 400 * (-(-kp // kc) - 1),
-                         groups * slices * size,
-                         (groups, slices, units, rows, kp, fixed + m_rows * row_bytes(kc) * (1 if kc == kp else 2),
-                          size, kc))
+                # Split's products: mma.sync (wn 0), or wgmma on W's rows in m-tiles of 64 (at most 4) and the
+                # operand's rows padded to wn of _GRU_WG; (KP and KC granule, N, operand rows, bytes of a staged row of
+                # n values, multiply-adds a clock and SM, wn). wgmma's rate is a guess, not measured: the tensor cores'
+                # 1024 TF32 multiply-adds a clock, or the shared memory's 128 bytes a clock for both operands' reads
+                variants = [(16, up(w_rows, 24 if forward else 32), m_rows, row_bytes, 0.75 * _GRU_MACS[itemsize, tc],
+                             0)]
+                wn = next((n for n in wgmma if n >= m_rows), 0)
+                if wn and up(w_rows, 64) <= 256:
+                    variants = variants[_gru_wgmma == 'only':] + [
+                        (32, up(w_rows, 64), wn, lambda n: n * itemsize,
+                         0.75 * min(1024, 64 * wn * 8 * 128 / (2048 + 32 * wn)), wn)]
+                for granule, n_cols, a_rows, staged, rate, wn in variants:
+                    kp, ldc = up(-(-k // size), granule), up(n_cols, 32) + 4 if wn else n_cols + 8   # Split's KP, ldc
+                    fixed, kc = (1024 if wn else 0) + n_cols * staged(kp) + a_rows * ldc * 4, \
+                        min(kp, up(_gru_chunk_cap or kp, granule))   # the weights and partial sums (wgmma: and the
+                    # tiles' alignment); the operand's slice whole (KC = KP) or in two buffers of k-chunks of KC
+                    while kc > 32 and fixed + a_rows * staged(kc) * (1 if kc == kp else 2) > smem_max:
+                        kc -= granule
+                    kc = up(-(-kp // -(-kp // kc)), granule)   # as many chunks, evened out
+                    # clocks: products, staging the operand's slice, the cluster's sums (remote loads), the rest of a
+                    # step (fitted, see above), each chunk past the first (a guess: not measured)
+                    consider(a_rows * n_cols * kp / rate + m_rows * kp * itemsize / 28
+                             + 15 * size * (3 if forward else 1) * -(-cells // size) + 1400 + 400 * (-(-kp // kc) - 1),
+                             groups * slices * size,
+                             (groups, slices, units, rows, kp, fixed + a_rows * staged(kc) * (1 if kc == kp else 2),
+                              size, kc, wn))
             if m_rows // 16 * up(units, 8) // 8 > _BLOCK // 32 or cells > 4 or groups * slices > sms:
                 continue
             products = m_rows * w_rows * up(k, 16) / _GRU_MACS[itemsize, tc]
@@ -1960,14 +1982,14 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
                 chunk -= 64
             smem = weights + m_rows * row_bytes(chunk) + partials
             consider(products + m_rows * k * itemsize / 64 + 800 * -(-k // chunk) + 8 * slices + 2100 + 200 * cells,
-                     groups * slices, (groups, slices, units, rows, chunk, smem, 0, 0))
+                     groups * slices, (groups, slices, units, rows, chunk, smem, 0, 0, 0))
             if clusters and slices in _GRU_CLUSTERS and (forward or slices <= 4):   # no staging, a cheaper barrier,
                 # writes into every block of the cluster
                 consider(products + 600 + 200 * cells * (1 + slices // 4), groups * slices,
-                         (groups, slices, units, rows, k, weights + 2 * m_rows * row_bytes(k) + partials, slices, 0))
+                         (groups, slices, units, rows, k, weights + 2 * m_rows * row_bytes(k) + partials, slices, 0, 0))
     unsplit, split = best[False], best[True]
     if unsplit is not None and split is not None:
-        groups, slices, _, rows, _, _, cluster, _ = unsplit[1]
+        groups, slices, _, rows, _, _, cluster, _, _ = unsplit[1]
         read = 0 if cluster else groups * slices * up(rows, 16) * k * itemsize / 2800   # operand rows from L2
         if unsplit[0][0] + read <= split[0][0]:
             split = None
