@@ -232,33 +232,19 @@ template <int MN> struct Wgmma<__half, 128, MN> {
                  TL_D16(0), TL_D16(16), TL_D16(32), TL_D16(48));
     }
 };
-template <int MN> struct Wgmma<float, 16, MN> {   // TF32: the low 13 bits of each float are ignored (truncation)
-    static_assert(!MN, "TF32 tiles are K-major");
-    __device__ static void mma(float (&d)[8], unsigned long long a, unsigned long long b, bool accumulate) {
-        TL_WGMMA("wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32", TL_R8, "%8", "%9", "%10", "", TL_D4(0),
-                 TL_D4(4));
-    }
-};
-template <int MN> struct Wgmma<float, 32, MN> {
-    static_assert(!MN, "TF32 tiles are K-major");
-    __device__ static void mma(float (&d)[16], unsigned long long a, unsigned long long b, bool accumulate) {
-        TL_WGMMA("wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32", TL_R16, "%16", "%17", "%18", "", TL_D16(0));
-    }
-};
-template <int MN> struct Wgmma<float, 64, MN> {
-    static_assert(!MN, "TF32 tiles are K-major");
-    __device__ static void mma(float (&d)[32], unsigned long long a, unsigned long long b, bool accumulate) {
-        TL_WGMMA("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", TL_R32, "%32", "%33", "%34", "", TL_D16(0),
-                 TL_D16(16));
-    }
-};
-template <int MN> struct Wgmma<float, 128, MN> {
-    static_assert(!MN, "TF32 tiles are K-major");
-    __device__ static void mma(float (&d)[64], unsigned long long a, unsigned long long b, bool accumulate) {
-        TL_WGMMA("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32", TL_R64, "%64", "%65", "%66", "", TL_D16(0),
-                 TL_D16(16), TL_D16(32), TL_D16(48));
-    }
-};
+// TF32 (K-major tiles only): the low 13 bits of each float are ignored (truncation). N columns, N / 2 registers
+#define TL_WGMMA_TF32(N, REGS, A, B, SCALE, ...)                                                                      \
+    template <int MN> struct Wgmma<float, N, MN> {                                                                     \
+        static_assert(!MN, "TF32 tiles are K-major");                                                                 \
+        __device__ static void mma(float (&d)[N / 2], unsigned long long a, unsigned long long b, bool accumulate) {   \
+            TL_WGMMA("wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32", REGS, A, B, SCALE, "", __VA_ARGS__);   \
+        }                                                                                                              \
+    };
+TL_WGMMA_TF32(16, TL_R8, "%8", "%9", "%10", TL_D4(0), TL_D4(4))
+TL_WGMMA_TF32(32, TL_R16, "%16", "%17", "%18", TL_D16(0))
+TL_WGMMA_TF32(64, TL_R32, "%32", "%33", "%34", TL_D16(0), TL_D16(16))
+TL_WGMMA_TF32(128, TL_R64, "%64", "%65", "%66", TL_D16(0), TL_D16(16), TL_D16(32), TL_D16(48))
+#undef TL_WGMMA_TF32
 #undef TL_WGMMA
 #undef TL_R64
 #undef TL_R32
