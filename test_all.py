@@ -3963,6 +3963,43 @@ def test_gpu_reduction_scratch_grows():
     assert not cp.any(new[1]), 'ticket counters re-armed'
 
 
+def test_gpu_sums_over_leading_axes():
+    """Sums and means over the leading axes of arrays of 64 rows or more (on the GPU one cuBLAS product with a row of
+    ones, _sum) against NumPy in float64, in float16, float32 and float64, with and without keepdim, each taking that
+    path; a strided array and a sum over trailing axes take CuPy's; a Linear's bias gradient over 300 rows."""
+    need_cuda()
+    r, products = rng('leading sums'), []
+    gemm = tl._gemm
+
+    def counted(*args, **kwargs):
+        products.append(args[1].shape)
+        return gemm(*args, **kwargs)
+    tol = {np.dtype(np.float16): 2e-3, np.dtype(np.float32): 1e-6, np.dtype(np.float64): 1e-13}
+    for dtype in (np.float16, np.float32, np.float64):
+        x = r.standard_normal((70, 3, 5)).astype(dtype)
+        t = tl.Tensor(x, device='cuda')
+        for name, axis, keep in (('sum', 0, False), ('sum', (0, 1), True), ('mean', 0, True), ('mean', (0, 1), False),
+                                 ('sum', (1, 2), False)):
+            want = getattr(x.astype(np.float64), name)(axis=axis, keepdims=keep).astype(dtype)
+            products.clear()
+            with mock.patch.object(tl, '_gemm', counted):
+                got = getattr(t, name)(axis=axis, keepdim=keep).numpy()
+            assert products == ([] if axis == (1, 2) else [(70 * (3 if axis == (0, 1) else 1), 15 // (3 if axis == (0, 1) else 1))]), \
+                f'{name} {axis} {np.dtype(dtype).name}: products {products}'
+            assert_matches(got, want, tol[np.dtype(dtype)], f'{name} over {axis} (keepdim {keep}) {np.dtype(dtype).name}')
+        products.clear()
+        with mock.patch.object(tl, '_gemm', counted):
+            got = tl.Tensor(cp.asarray(x)[:, ::2], device='cuda').sum(0).numpy()   # strided: CuPy's reduction
+        assert products == [], 'a strided array takes CuPy\'s reduction'
+        assert_matches(got, x[:, ::2].astype(np.float64).sum(0).astype(dtype), tol[np.dtype(dtype)], 'strided sum')
+    lin, xs = tl.Linear(8, 4), r.standard_normal((300, 8)).astype(np.float32)
+    lin(tl.Tensor(xs)).sum().backward()
+    want = lin.bias.grad.numpy()
+    lin.zero_grad()
+    lin.to('cuda')(tl.Tensor(xs, device='cuda')).sum().backward()
+    assert_matches(lin.bias.grad.numpy(), want, 1e-6, "Linear's bias gradient over 300 rows")
+
+
 def test_gpu_cross_entropy_grids():
     """The fused forward on grids of at most 1 and 3 blocks (each looping over many rows) and its own, the blocks'
     partial sums folded by the last one to finish: the CPU's losses, the same bits on each call (the fold's order
