@@ -1267,6 +1267,7 @@ namespace gru {
 enum { NT = 256, NW = NT / 32, CPT = 4 };   // threads (tinygrad_lite's _BLOCK), warps, (row, unit) cells per thread
 
 __host__ __device__ constexpr int round_up(int a, int b) { return (a + b - 1) / b * b; }
+template <int V> struct Const { static constexpr int value = V; };   // an int as a type (a generic lambda's count)
 
 // Row stride in elements of a shared tile of k-extent n: 16 bytes past a multiple of 128 bytes, so that
 // 8 consecutive rows read at one k fall into 8 distinct 16-byte bank groups; it covers round_up(n, 16).
@@ -1311,14 +1312,14 @@ __device__ __forceinline__ void for_cells(int nrows, int n, F f) {
     }
 }
 
-// *at(r, k) = row(r)[k] for r < nrows, k < round_up(ncols, 16); a null row and k >= ncols read as zero. vec:
+// *at(r, k) = row(r)[k] for r < nrows, k < round_up(ncols, PAD); a null row and k >= ncols read as zero. vec:
 // ncols and every row start are multiples of 16 bytes (16-byte async copies; at(r, k) for k a multiple of 16 bytes
 // then starts 16 bytes that are row r's k .. k + 15). Reads bypass L1 (other blocks write these rows during the
 // kernel). Waits for its own copies (WAIT), or commits them as one group of cp.async (an empty one where there are
 // none) for the caller to wait for; the caller puts a __syncthreads() between that and any reader.
-template <typename T, bool WAIT = true, typename At, typename RowFn>
+template <typename T, bool WAIT = true, int PAD = 16, typename At, typename RowFn>
 __device__ __forceinline__ void copy_rows_to(At at, int nrows, int ncols, bool vec, RowFn row) {
-    const int kpad = round_up(ncols, 16);
+    const int kpad = round_up(ncols, PAD);
     if (kpad > 0 && vec) {   // kpad 0: nothing to copy (a k-split's slice past K; for_cells needs n > 0)
         constexpr int E = 16 / sizeof(T);
         for_cells(nrows, kpad / E, [&](int r, int v) {
@@ -1747,8 +1748,8 @@ struct Split : Owned {
     __device__ void product(const T* src) const {
         auto stage = [&](int c) {   // commits one group of copies
             T* const buffer = As + (c & 1) * a_rows * lda;
-            copy_rows_to<T, false>([&](int r, int k) { return at(buffer, lda, a_rows, r, k); }, a_rows,
-                                   min(kc, kn - c * kc), vec, [&](int r) -> const T* {
+            copy_rows_to<T, false, WN ? KT : 16>([&](int r, int k) { return at(buffer, lda, a_rows, r, k); }, a_rows,
+                                                 min(kc, kn - c * kc), vec, [&](int r) -> const T* {
                 return src != nullptr && r < bn ? src + static_cast<size_t>(b0 + r) * K + k0 + c * kc : nullptr;
             });
         };
@@ -1778,30 +1779,50 @@ struct Split : Owned {
         cluster_sync();
     }
     // wgmma: the warpgroup's m-tiles (2 i + its index) times the B tile A over `ksteps` k-steps of 8 from W's column
-    // k0 (a multiple of 32); first: the first chunk (its first k-step overwrites d). Returns once they are done.
+    // k0 (a multiple of 32), in whole k-tiles of 4 (staged zeros past the chunk); first: the first chunk (its first
+    // k-step overwrites d). Returns once they are done. No wgmma runs under a condition of its own, and each k-tile's
+    // are fenced as CUTLASS's mainloops do (the sums' registers fenced around wgmma.fence, commit and wait): else
+    // ptxas (CUDA 13) merges the registers between them and serializes the products (its warnings C7519, C7520).
     __device__ void wg_products(float (&d)[MB][WN ? WN / 2 : 1], const T* A, int k0w, int ksteps, bool first) const {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
         if constexpr (WN != 0) {
-            const int group = threadIdx.x >> 7, mtiles = N / 64;
-            const unsigned w_base = shared_address(Ws) + (k0w / KT) * N * 128, a_base = shared_address(A);
-            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-            for (int s = 0; s < ksteps; ++s)   // k-step s: k-tile s / 4, 32 bytes into its rows for each s % 4
+            // the warpgroup and its m-tiles, from lane 0: values ptxas sees as the same for the warp (.aligned)
+            const int group = __shfl_sync(0xffffffffu, threadIdx.x >> 7, 0), mine = (N / 64 - group + 1) / 2;
+            const unsigned w_base = shared_address(Ws) + (k0w / KT) * N * 128 + group * 64 * 128,
+                           a_base = shared_address(A);
+            const auto issue = [&](auto tiles) {   // d[i] for i < tiles, over the chunk's k-tiles
+                for (int kt = 0; kt < (ksteps + 3) / 4; ++kt) {   // a group a k-tile, the one before still running
+                    fence_sums(d);
+                    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-                for (int i = 0; i < MB; ++i)
-                    if (group + 2 * i < mtiles)   // the same for the warpgroup's threads (.aligned)
-                        hopper::Wgmma<float, WN>::mma(
-                            d[i], hopper::operand(w_base + (s / 4) * N * 128 + (group + 2 * i) * 64 * 128 + 32 * (s % 4)),
-                            hopper::operand(a_base + (s / 4) * WN * 128 + 32 * (s % 4)), !first || s > 0);
-            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+                    for (int k = 0; k < 4; ++k)
 #pragma unroll
-            for (int i = 0; i < MB; ++i)
-#pragma unroll
-                for (int v = 0; v < WN / 2; ++v) asm volatile("" : "+f"(d[i][v])::"memory");   // no read above the wait
+                        for (int i = 0; i < decltype(tiles)::value; ++i)
+                            hopper::Wgmma<float, WN>::mma(
+                                d[i], hopper::operand(w_base + kt * N * 128 + i * 2 * 64 * 128 + 32 * k),
+                                hopper::operand(a_base + kt * WN * 128 + 32 * k), !first || kt > 0 || k > 0);
+                    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+                    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+                    fence_sums(d);
+                }
+                asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+                fence_sums(d);
+            };
+            if (mine == MB)
+                issue(Const<MB>());
+            else if (mine > 0)
+                issue(Const<1>());
         }
 #else
         __trap();   // built without sm_90a's features: the loader never launches it so
 #endif
+    }
+    // the sums' registers: no access moves across (around the asynchronous products)
+    __device__ static void fence_sums(float (&d)[MB][WN ? WN / 2 : 1]) {
+#pragma unroll
+        for (int i = 0; i < MB; ++i)
+#pragma unroll
+            for (int v = 0; v < (WN ? WN / 2 : 1); ++v) asm volatile("" : "+f"(d[i][v])::"memory");
     }
     // wgmma: red[n][m] = D[m][n] of the warpgroup's m-tiles (lane 4 g + t of warp w holds d[i][4 j + 2 h + e] =
     // D[64 (2 i + group) + 16 w + g + 8 h][8 j + 2 t + e]); zeros where the block's k-slice is empty (no products)

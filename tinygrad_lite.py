@@ -1841,6 +1841,10 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
         if split % (32 if wn else 16) or split > chunk:
             raise RuntimeError(f"GRU: layout {plan}'s staging chunk is not a multiple of {32 if wn else 16} within the "
                                "k-slice")
+        weight_rows = -(-units // 8) * 8 * (3 if direction == 'fwd' else 1)
+        if wn and (chunk % 32 or -(-rows // 16) * 16 > wn or -(-weight_rows // 64) * 64 > 256):
+            raise RuntimeError(f"GRU: layout {plan} exceeds the wgmma products' tiles (k-slice a multiple of 32, "
+                               f"batch rows at most {wn}, weight rows at most 256)")
         extra = _int32s(split)   # the k-split's staging chunk
         kernel, blocks = _kernel(f'gru_{direction}_split', arrays[0].dtype, cluster, wn), groups * slices * cluster
     elif cluster:
