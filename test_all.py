@@ -3992,11 +3992,17 @@ def test_gpu_sums_over_leading_axes():
             got = tl.Tensor(cp.asarray(x)[:, ::2], device='cuda').sum(0).numpy()   # strided: CuPy's reduction
         assert products == [], 'a strided array takes CuPy\'s reduction'
         assert_matches(got, x[:, ::2].astype(np.float64).sum(0).astype(dtype), tol[np.dtype(dtype)], 'strided sum')
-    lin, xs = tl.Linear(8, 4), r.standard_normal((300, 8)).astype(np.float32)
-    lin(tl.Tensor(xs)).sum().backward()
+    # a Linear's bias gradient over 300 rows, from a random upstream gradient (a constant one arrives as a broadcast
+    # view, which is not C-contiguous: CuPy's reduction)
+    lin, xs, ws = tl.Linear(8, 4), r.standard_normal((300, 8)).astype(np.float32), r.standard_normal((300, 4))
+    (lin(tl.Tensor(xs)) * tl.Tensor(ws.astype(np.float32))).sum().backward()
     want = lin.bias.grad.numpy()
     lin.zero_grad()
-    lin.to('cuda')(tl.Tensor(xs, device='cuda')).sum().backward()
+    lin.to('cuda')
+    products.clear()
+    with mock.patch.object(tl, '_gemm', counted):
+        (lin(tl.Tensor(xs, device='cuda')) * tl.Tensor(ws.astype(np.float32), device='cuda')).sum().backward()
+    assert (300, 4) in products, f"the Linear's bias gradient: products {products}"
     assert_matches(lin.bias.grad.numpy(), want, 1e-6, "Linear's bias gradient over 300 rows")
 
 
