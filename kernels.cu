@@ -1679,12 +1679,13 @@ __device__ __forceinline__ void share_operand(const Block<T, FWD>& bk, int next,
 // cluster's cells, summing the P blocks' partial products over distributed shared memory. Where the operand's slice
 // does not fit beside the weights, it is staged in k-chunks of KC into two buffers, the next chunk's copies in flight
 // while the warps multiply the current one.
-// WN > 0 (float only, sm_90a): the products run on wgmma. W's rows are the 64-row A operand (N rounded up to 64; the
-// block's two warpgroups take the m-tiles of 64 rows alternately, at most MB each) and the operand's rows the WN-column
-// B operand (MTp <= WN), both in K-major k-tiles of 32 floats (128 bytes a row) in the 128-byte swizzle, KP and KC
-// multiples of 32, the tiles 1024-byte aligned (the host adds 1024 bytes). A warpgroup keeps its tiles' sums over the
-// chunks in registers and writes them into red (WN rows) once the last chunk is multiplied. The operand is multiplied
-// as staged: the tensor cores truncate it to TF32 (the weights are rounded when staged).
+// WN > 0 (float only, sm_90a): the products run on wgmma. W's N rows are the A operand in m-tiles of 64 (the block's
+// two warpgroups take them alternately, at most MB each) and the operand's rows the WN-column B operand (MTp <= WN),
+// both in K-major k-tiles of 32 floats (128 bytes a row) in the 128-byte swizzle, KP and KC multiples of 32, the tiles
+// 1024-byte aligned (the host adds 1024 bytes). The last m-tile reaches past row N into the next k-tile's rows (past
+// the last k-tile, into `tail` zeroed rows): its products of those rows are not kept. A warpgroup keeps its tiles'
+// sums over the chunks in registers and writes them into red (WN rows) once the last chunk is multiplied. The operand
+// is multiplied as staged: the tensor cores truncate it to TF32 (the weights are rounded when staged).
 template <typename T, bool FWD, int WN = 0>
 struct Split : Owned {
     static constexpr int NQ = FWD ? 3 : 1;        // gates per unit in the weight rows
@@ -1692,7 +1693,7 @@ struct Split : Owned {
     static constexpr int KT = 128 / sizeof(T);    // a k-tile of the wgmma layout: 128 bytes of a row
     static constexpr int MB = 2;                  // wgmma: m-tiles a warpgroup at most (N <= 256)
     static_assert(WN == 0 || (sizeof(T) == 4 && WN % 16 == 0 && WN <= 64), "wgmma: TF32, B operand of 16 to 64 rows");
-    int k0, kn, kc, chunks, N, ldw, lda, ldc, c0, c1, a_rows;
+    int k0, kn, kc, chunks, N, ldw, lda, ldc, c0, c1, a_rows, mtiles, tail;
     bool vec;   // K a multiple of 16 bytes: 16-byte copies
     T* Ws;
     T* As;
@@ -1706,7 +1707,9 @@ struct Split : Owned {
         kn = max(0, min(KP, K - k0));
         kc = KC;   // KP and KC: multiples of 16 (wgmma: of 32); KC = KP: one chunk, one buffer
         chunks = max(1, (kn + kc - 1) / kc);
-        N = round_up(NQ * Jp, WN ? 64 : 8 * NTW);
+        N = round_up(NQ * Jp, WN ? 8 : 8 * NTW);
+        mtiles = (N + 63) / 64;   // wgmma's
+        tail = WN ? 64 * mtiles - N : 0;
         ldw = WN ? KP : smem_ld<T>(KP);   // the wgmma layout's k-tiles: a tile's rows times KT per k-tile
         lda = WN ? KC : smem_ld<T>(KC);
         a_rows = WN ? WN : MTp;
@@ -1718,7 +1721,7 @@ struct Split : Owned {
         c1 = min(c0 + per, bn * jn);
         extern __shared__ __align__(16) unsigned char gru_smem[];
         Ws = reinterpret_cast<T*>(WN ? gru_smem + ((1024 - shared_address(gru_smem) % 1024) % 1024) : gru_smem);
-        As = Ws + N * ldw;
+        As = Ws + weight_count();
         red = reinterpret_cast<float*>(As + (KC < KP ? 2 : 1) * a_rows * lda);
     }
     // Element (r, k) of a staged tile of `rows` rows and row stride ld: row-major, or the wgmma layout's k-tiles of
@@ -1731,7 +1734,7 @@ struct Split : Owned {
             return tile + r * ld + k;
         }
     }
-    __device__ int weight_count() const { return N * ldw; }   // W's staged values, padding included
+    __device__ int weight_count() const { return N * ldw + tail * KT; }   // W's staged values, padding included
     // Zeroes W (its padding stays zero), then stages the weight rows: row n = q Jp + u of the block holds
     // W_hh's row q H + j0 + u (forward) or W_hh^T's row j0 + u (backward, q = 0), columns [k0, k0 + kn).
     __device__ void stage_weights(const T* w, int H) const {
@@ -1787,7 +1790,7 @@ struct Split : Owned {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
         if constexpr (WN != 0) {
             // the warpgroup and its m-tiles, from lane 0: values ptxas sees as the same for the warp (.aligned)
-            const int group = __shfl_sync(0xffffffffu, threadIdx.x >> 7, 0), mine = (N / 64 - group + 1) / 2;
+            const int group = __shfl_sync(0xffffffffu, threadIdx.x >> 7, 0), mine = (mtiles - group + 1) / 2;
             const unsigned w_base = shared_address(Ws) + (k0w / KT) * N * 128 + group * 64 * 128,
                            a_base = shared_address(A);
             const auto issue = [&](auto tiles) {   // d[i] for i < tiles, over the chunk's k-tiles
@@ -1824,21 +1827,23 @@ struct Split : Owned {
 #pragma unroll
             for (int v = 0; v < (WN ? WN / 2 : 1); ++v) asm volatile("" : "+f"(d[i][v])::"memory");
     }
-    // wgmma: red[n][m] = D[m][n] of the warpgroup's m-tiles (lane 4 g + t of warp w holds d[i][4 j + 2 h + e] =
-    // D[64 (2 i + group) + 16 w + g + 8 h][8 j + 2 t + e]); zeros where the block's k-slice is empty (no products)
+    // wgmma: red[n][m] = D[m][n] for the warpgroup's m-tiles' rows m < N (lane 4 g + t of warp w holds
+    // d[i][4 j + 2 h + e] = D[64 (2 i + group) + 16 w + g + 8 h][8 j + 2 t + e]); zeros where the block's k-slice is
+    // empty (no products)
     __device__ void store_sums(const float (&d)[MB][WN ? WN / 2 : 1]) const {
         const int group = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
 #pragma unroll
         for (int i = 0; i < MB; ++i)
-            if (group + 2 * i < N / 64)
 #pragma unroll
-                for (int j = 0; j < WN / 8; ++j)
+            for (int h = 0; h < 2; ++h) {
+                const int m = 64 * (group + 2 * i) + 16 * warp + (lane >> 2) + 8 * h;
+                if (group + 2 * i < mtiles && m < N)
 #pragma unroll
-                    for (int h = 0; h < 2; ++h)
+                    for (int j = 0; j < WN / 8; ++j)
 #pragma unroll
                         for (int e = 0; e < 2; ++e)
-                            red[(8 * j + 2 * (lane & 3) + e) * ldc + 64 * (group + 2 * i) + 16 * warp + (lane >> 2) + 8 * h] =
-                                kn > 0 ? d[i][4 * j + 2 * h + e] : 0.f;
+                            red[(8 * j + 2 * (lane & 3) + e) * ldc + m] = kn > 0 ? d[i][4 * j + 2 * h + e] : 0.f;
+            }
     }
     // red = As Ws^T in warp tiles of 32 rows (16 at an odd end) by 8 NTW columns, dealt to the warps in turn:
     // 2 NTW independent mma chains a warp. TF32 m16n8k8 or f16 m16n8k16, a k-step 32 bytes of a row either way;

@@ -1963,20 +1963,22 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
             for size, resident, wgmma in splits:
                 if groups * slices > resident or -(-cells // size) > 4:
                     continue
-                # Split's products: mma.sync (wn 0), or wgmma on W's rows in m-tiles of 64 (at most 4) and the
-                # operand's rows padded to wn of _GRU_WG; (KP and KC granule, N, operand rows, bytes of a staged row of
-                # n values, multiply-adds a clock and SM, wn). wgmma's rate is a guess, not measured: the tensor cores'
-                # 1024 TF32 multiply-adds a clock, or the shared memory's 128 bytes a clock for both operands' reads
-                variants = [(16, up(w_rows, 24 if forward else 32), m_rows, row_bytes, 0.75 * _GRU_MACS[itemsize, tc],
-                             0)]
+                # Split's products: mma.sync (wn 0), or wgmma on W's rows in m-tiles of 64 (at most 4; the last one's
+                # rows past N read from the next k-tile or, past the last, from zeroed tail rows) and the operand's rows
+                # padded to wn of _GRU_WG; (KP and KC granule, N, rows multiplied, tail bytes, operand rows, bytes of a
+                # staged row of n values, multiply-adds a clock and SM, wn). wgmma's rate is a guess, not measured: the
+                # tensor cores' 1024 TF32 multiply-adds a clock, or the shared memory's 128 bytes a clock for both
+                # operands' reads
+                variants = [(16, up(w_rows, 24 if forward else 32), up(w_rows, 24 if forward else 32), 0, m_rows,
+                             row_bytes, 0.75 * _GRU_MACS[itemsize, tc], 0)]
                 wn = next((n for n in wgmma if n >= m_rows), 0)
                 if wn and up(w_rows, 64) <= 256:
                     variants = variants[_gru_wgmma == 'only':] + [
-                        (32, up(w_rows, 64), wn, lambda n: n * itemsize,
+                        (32, w_rows, up(w_rows, 64), (up(w_rows, 64) - w_rows) * 128, wn, lambda n: n * itemsize,
                          0.75 * min(1024, 64 * wn * 8 * 128 / (2048 + 32 * wn)), wn)]
-                for granule, n_cols, a_rows, staged, rate, wn in variants:
+                for granule, n_cols, m_cols, tail, a_rows, staged, rate, wn in variants:
                     kp, ldc = up(-(-k // size), granule), up(n_cols, 32) + 4 if wn else n_cols + 8   # Split's KP, ldc
-                    fixed, kc = (1024 if wn else 0) + n_cols * staged(kp) + a_rows * ldc * 4, \
+                    fixed, kc = (1024 if wn else 0) + n_cols * staged(kp) + tail + a_rows * ldc * 4, \
                         min(kp, up(_gru_chunk_cap or kp, granule))   # the weights and partial sums (wgmma: and the
                     # tiles' alignment); the operand's slice whole (KC = KP) or in two buffers of k-chunks of KC
                     while kc > 32 and fixed + a_rows * staged(kc) * (1 if kc == kp else 2) > smem_max:
@@ -1984,7 +1986,7 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
                     kc = up(-(-kp // -(-kp // kc)), granule)   # as many chunks, evened out
                     # clocks: products, staging the operand's slice, the cluster's sums (remote loads), the rest of a
                     # step (fitted, see above), each chunk past the first (a guess: not measured)
-                    consider(a_rows * n_cols * kp / rate + m_rows * kp * itemsize / 28
+                    consider(a_rows * m_cols * kp / rate + m_rows * kp * itemsize / 28
                              + 15 * size * (3 if forward else 1) * -(-cells // size) + 1400 + 400 * (-(-kp // kc) - 1),
                              groups * slices * size,
                              (groups, slices, units, rows, kp, fixed + a_rows * staged(kc) * (1 if kc == kp else 2),
