@@ -15,6 +15,7 @@ import contextlib
 import gc
 import hashlib
 import io
+import itertools
 import json
 import math
 import os
@@ -1395,6 +1396,41 @@ def test_gru_empty_batch():
 def test_gpu_gru_empty_batch():
     need_cuda()
     check_gru_empty_batch('cuda')
+
+
+def test_gru_split_layouts_fit_their_kernels():
+    """_gru_plan's k-split layouts (mma.sync and wgmma, whole and k-chunked) over many sizes, with the H200's figures
+    (232448 bytes of shared memory, 66 / 30 / 15 resident clusters of 2 / 4 / 8): each covers the batch, the hidden
+    units and (its k-slices) K, keeps its blocks resident and at most 4 cells a thread, and asks for the shared memory
+    kernels.cu's Split addresses (W's rows, the operand's one or two buffers, the partial sums; wgmma: 1024 bytes of
+    alignment slack, W's tail rows to an m-tile of 64, the operand's rows padded to WN), within the limit; a wgmma
+    layout keeps to its tiles (KP and KC multiples of 32, at most 4 m-tiles, batch rows at most WN)."""
+    up = lambda a, b: -(-a // b) * b
+    smem_max, resident, seen = 232448, {2: 66, 4: 30, 8: 15}, collections.Counter()
+    for batch, hidden, forward, itemsize, wgmma, cap in itertools.product(
+            (1, 5, 16, 33, 64, 100, 256), (8, 50, 128, 300, 512, 1024), (True, False), (4, 2), (False, True, 'only'),
+            (None, 32)):
+        splits = tuple((p, n, tl._GRU_WG if wgmma and itemsize == 4 else ()) for p, n in resident.items())
+        with mock.patch.object(tl, '_gru_wgmma', wgmma), mock.patch.object(tl, '_gru_chunk_cap', cap):
+            layout = tl._gru_plan(forward, 0, smem_max, batch, hidden, itemsize, 1, False, splits)
+        if layout is None:
+            continue
+        groups, slices, units, rows, kp, smem, size, kc, wn = layout
+        what = f'B {batch} H {hidden} {("bwd", "fwd")[forward]} itemsize {itemsize} wgmma {wgmma} cap {cap}: {layout}'
+        (k, nq), jp, mtp, bufs = (hidden, 3) if forward else (3 * hidden, 1), up(units, 8), up(rows, 16), 1 + (kc < kp)
+        assert groups * rows >= batch and slices * units >= hidden and size * kp >= k, what
+        assert groups * slices <= resident[size] and -(-(-(-rows * units // 256)) // size) <= 4, what
+        assert 0 < kc <= kp and kc % (32 if wn else 16) == 0, what
+        if wn:
+            n = nq * jp
+            assert itemsize == 4 and mtp <= wn and up(n, 64) <= 256 and kp % 32 == 0, what
+            kernel = 1024 + 4 * (n * kp + 32 * (up(n, 64) - n) + bufs * wn * kc + wn * (up(n, 32) + 4))
+        else:
+            n, ld = up(nq * jp, 24 if forward else 32), lambda c: up(c, 128 // itemsize) + 16 // itemsize   # smem_ld
+            kernel = itemsize * (n * ld(kp) + bufs * mtp * ld(kc)) + 4 * mtp * (n + 8)
+        assert smem == kernel <= smem_max, f'{what}: the kernel addresses {kernel} bytes'
+        seen[bool(wn), bufs] += 1
+    assert all(seen[w, b] for w in (False, True) for b in (1, 2)), f'layouts (wgmma, buffers): {dict(seen)}'
 
 
 # ===== default initialisation against PyTorch's =====
