@@ -1746,7 +1746,7 @@ struct Split : Owned {
         });
     }
     // The step's partial products: rows [b0, b0 + bn) of src (row stride K; null: zeros) over the block's k-slice,
-    // times its weight rows, into red (MTp x N, row stride ldc); then the cluster meets. Chunk c (buffer c & 1) holds
+    // times its weight rows, into red (rows of N, stride ldc: MTp of them, wgmma WN); then the cluster meets. Chunk c (buffer c & 1) holds
     // columns [c kc, + kc) of the slice; the copies of chunk c + 1 are in flight while the warps multiply chunk c.
     __device__ void product(const T* src) const {
         auto stage = [&](int c) {   // commits one group of copies
@@ -1766,7 +1766,8 @@ struct Split : Owned {
             } else {
                 cp_async_wait_groups<0>();
             }
-            // k-steps of 32 bytes over the chunk's columns (zero past them up to a multiple of 16; none for kn = 0)
+            // k-steps of 32 bytes over the chunk's columns (zero past them up to a multiple of 16, for wgmma of 32; none
+            // for kn = 0)
             const int ksteps = (max(0, min(kc, kn - c * kc)) * static_cast<int>(sizeof(T)) + 31) / 32;
             if constexpr (WN != 0) {
                 asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   // this thread's stores, for wgmma
