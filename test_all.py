@@ -874,6 +874,45 @@ def test_no_grad_decorator_recursion_restores_grad_mode():
     assert (tl.ones(1, requires_grad=True) * 2).requires_grad, 'grad mode left off after a recursive no_grad function'
 
 
+def test_grad_mode_decorators_on_generators():
+    """As PyTorch's: a decorated generator function runs in the decorator's mode each time it resumes, while its
+    caller keeps its own between the steps; send, throw, close and the return value pass through."""
+    x = tl.ones(2, requires_grad=True)
+    seen = []
+
+    @tl.no_grad()
+    def quiet(n):
+        try:
+            for _ in range(n):
+                try:
+                    sent = yield (x * 2).requires_grad
+                    seen.append(sent)
+                except KeyError:
+                    seen.append('caught')
+        finally:
+            seen.append(('closed', (x * 2).requires_grad))
+        return 'done'
+
+    gen = quiet(3)
+    assert next(gen) is False and (x * 2).requires_grad, 'mode leaked out of or not into the generator'
+    assert gen.send('a') is False and gen.throw(KeyError('k')) is False and seen == ['a', 'caught']
+    try:
+        next(gen)
+        raise AssertionError('the generator did not end')
+    except StopIteration as stop:
+        assert stop.value == 'done' and seen[-1] == ('closed', False)
+    gen = quiet(5)
+    next(gen)
+    gen.close()
+    assert seen[-1] == ('closed', False) and (x * 2).requires_grad
+
+    @tl.enable_grad
+    def loud():
+        yield (x * 2).requires_grad
+
+    with tl.no_grad():
+        assert list(loud()) == [True] and not (x * 2).requires_grad
+
 def test_detach():
     a = sample(rng('det'), (3,))
     x = tl.Tensor(a, requires_grad=True)

@@ -7,6 +7,7 @@ import collections
 import contextlib
 import ctypes
 import functools
+import inspect
 import json
 import math
 import os
@@ -535,6 +536,30 @@ class _GradSwitch(contextlib.ContextDecorator):
 
     def _recreate_cm(self):   # contextlib.ContextDecorator's hook: the context each decorated call enters
         return type(self)()
+
+    def __call__(self, func):
+        if not inspect.isgeneratorfunction(func):
+            return super().__call__(func)
+
+        @functools.wraps(func)
+        def generator(*args, **kwargs):   # as PyTorch's: the mode holds each time the generator runs, not around
+            inner, sent, thrown = func(*args, **kwargs), None, None   # where its caller resumes it
+            while True:
+                try:
+                    with type(self)():
+                        value = inner.send(sent) if thrown is None else inner.throw(thrown)
+                except StopIteration as stop:
+                    return stop.value
+                sent, thrown = None, None
+                try:
+                    sent = yield value
+                except GeneratorExit:
+                    with type(self)():
+                        inner.close()
+                    raise
+                except BaseException as error:   # thrown in by the caller: into the inner generator
+                    thrown = error
+        return generator
 
     def __enter__(self):
         self.previous.append(_GradMode.enabled)
