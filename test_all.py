@@ -1301,6 +1301,54 @@ def test_batch_norm_function_updates_running_stats():
     assert_close(rv_l, rv_t, 1e-6, 1e-6, 'running_var (unbiased batch variance)')
 
 
+def test_batch_norm_empty_input_as_pytorch():
+    """batch_norm of no values, training or not: as PyTorch, an empty output of x's shape and dtype, the running
+    statistics unchanged, an empty dx and zero gradients for weight and bias, with each activation; no channels
+    (C = 0) too (it failed in NumPy's reshape, refused training, or divided by zero). BatchNorm1d/2d count such a
+    training batch in num_batches_tracked as PyTorch does. One value per channel (N * H * W = 1) still raises in
+    training, as PyTorch's, leaving the statistics as they were."""
+    need_torch()
+    r = rng('bn_empty')
+    for shape in [(0, 3), (0, 3, 2, 2), (2, 3, 0), (2, 0), (0, 0), (2, 0, 2, 2)]:
+        c = shape[1]
+        for training, act, dtype in ((False, None, np.float32), (True, None, np.float32), (True, 'relu', np.float16),
+                                     (False, 'gelu', np.float64)):
+            what = f'{shape} training={training} act={act} {np.dtype(dtype).name}'
+            w, b, rm, rv = r.standard_normal(c), r.standard_normal(c), r.standard_normal(c), r.uniform(0.5, 2, c)
+            x = tl.Tensor(np.zeros(shape, dtype), requires_grad=True)
+            ours = [tl.Tensor(a.astype(np.float32), requires_grad=True) for a in (w, b)]
+            stats = [tl.Tensor(a.astype(np.float32)) for a in (rm, rv)]
+            y = tl.batch_norm(x, *stats, *ours, training=training, activation=act)
+            y.backward(tl.Tensor(np.zeros(shape, dtype)))
+            xt = torch.zeros(shape, dtype=getattr(torch, np.dtype(dtype).name), requires_grad=True)
+            theirs = [torch.tensor(a, dtype=torch.float32, requires_grad=True) for a in (w, b)]
+            tstats = [torch.tensor(a, dtype=torch.float32) for a in (rm, rv)]
+            # PyTorch raises IndexError (an internal select) for weights of no channels: C = 0 is compared without
+            want = F.batch_norm(xt, *tstats, *(theirs if c else (None, None)), training=training)
+            want.backward(torch.zeros(shape, dtype=want.dtype))
+            assert y.shape == tuple(want.shape) and same_dtype(y, want), f'{what}: output {y.shape} {y.dtype}'
+            assert x.grad.shape == x.shape and x.grad.dtype == x.dtype, f'{what}: dx {x.grad.shape} {x.grad.dtype}'
+            wanted = tstats + [p.grad if c else torch.zeros(0) for p in theirs]
+            for got, tt, name in zip(stats + [p.grad for p in ours], wanted, ('running_mean', 'running_var', 'dweight',
+                                                                           'dbias')):
+                assert same_dtype(got, tt) and np.array_equal(got.numpy(), tt.numpy()), f'{what}: {name}'
+    for cls, shape in ((tl.BatchNorm1d, (0, 3)), (tl.BatchNorm2d, (0, 3, 4, 4))):
+        ours, theirs = cls(3), getattr(torch.nn, cls.__name__)(3)
+        for training in (True, False):
+            ours.train(training), theirs.train(training)
+            y, want = ours(tl.Tensor(np.zeros(shape, np.float32))), theirs(torch.zeros(shape))
+            assert y.shape == tuple(want.shape), f'{cls.__name__} training={training}: {y.shape}'
+            for k, v in ours.state_dict().items():
+                assert np.array_equal(v, theirs.state_dict()[k].numpy()), f'{cls.__name__} training={training}: {k}'
+        assert int(ours.num_batches_tracked.item()) == 1, cls.__name__
+    for shape in [(1, 3), (1, 3, 1), (1, 0)]:
+        stats = [tl.Tensor(a[:shape[1]].astype(np.float32)) for a in (RUN_MEAN, RUN_VAR)]
+        raises(ValueError, lambda: tl.batch_norm(tl.zeros(*shape), *stats, training=True), 'more than one value')
+        raises(ValueError, lambda: F.batch_norm(torch.zeros(shape), None, None, training=True), 'more than 1 value')
+        for t, a in zip(stats, (RUN_MEAN, RUN_VAR)):
+            assert np.array_equal(t.numpy(), a[:shape[1]].astype(np.float32)), f'{shape}: statistics changed'
+
+
 def test_channels_last_by_strides():
     """_channels_last reads the layout from shape and strides as NumPy's flags would from a transposed view (axes of
     length 1 count for nothing), and BatchNorm's _bn_layout calls channels-last only memory that is not also NCHW."""

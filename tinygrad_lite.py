@@ -1357,14 +1357,19 @@ class BatchNorm(Function):
     'gelu'. Training uses the batch's statistics (biased variance) and updates the running ones in
     place (unbiased variance). x is handled as (N, C, S), S the product of the trailing axes."""
     def forward(self, x, weight, bias, running_mean, running_var, training, momentum, eps, act):
-        fused = _fused(x, 'bn_fwd_stats', x.dtype) is not None
-        y, self.stats = (_bn_forward_fused if fused else _bn_forward)(
-            x, weight, bias, running_mean, running_var, training, momentum, eps, act)
-        self.x, self.weight, self.bias, self.training, self.act, self.fused = x, weight, bias, training, act, fused
+        self.x, self.weight, self.bias, self.training, self.act = x, weight, bias, training, act
         self.saves = (0, 1, 2) if act else (0, 1)   # the bias only to recompute the activation's input
+        if x.size == 0:   # as PyTorch: an empty y, the running statistics unchanged, zero gradients for weight and bias
+            self.stats = None
+            return _xp(x).empty_like(x)
+        self.fused = _fused(x, 'bn_fwd_stats', x.dtype) is not None
+        y, self.stats = (_bn_forward_fused if self.fused else _bn_forward)(
+            x, weight, bias, running_mean, running_var, training, momentum, eps, act)
         return y
 
     def backward(self, g):
+        if self.stats is None:
+            return tuple(_xp(g).zeros_like(a) for a in (self.x, self.weight, self.bias))
         dx, dweight, dbias = (_bn_backward_fused if self.fused else _bn_backward)(
             self.x, self.stats, self.weight, self.bias, g.astype(self.x.dtype, copy=False), self.training, self.act)
         return dx, dweight.astype(self.weight.dtype, copy=False), dbias.astype(self.bias.dtype, copy=False)
@@ -3444,7 +3449,7 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     _need_float(x, 'batch_norm')
     if not training and running_mean is None:
         raise ValueError("batch_norm: evaluation mode needs running_mean and running_var")
-    if training and x.numel() // channels < 2:
+    if training and x.shape[0] * math.prod(x.shape[2:]) == 1:
         raise ValueError(f"batch_norm: training needs more than one value per channel, got input of shape {x.shape}")
     dtype = np.float32 if x.dtype == np.float16 else x.dtype
     weight = weight if weight is not None else ones(channels, device=x.device, dtype=dtype)
