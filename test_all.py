@@ -2023,6 +2023,32 @@ def test_error_window_sizes_name_the_argument():
         raises(ValueError, lambda: pool(x, (2, 2, 2)), 'kernel_size')
 
 
+def test_error_window_sizes_not_ints():
+    """A float or bool stride, padding or kernel_size (alone or in a pair) raises a TypeError naming the function, the
+    argument and the value, as PyTorch's TypeError (a float stride gave "'float' object is not iterable", a float in
+    a pair was rounded down); a negative stride, as zero, raises ValueError (PyTorch: RuntimeError). NumPy integers
+    and lists count as ints and pairs."""
+    need_torch()
+    r = rng('window types')
+    a, wa = sample(r, (2, 3, 6, 6)), sample(r, (4, 3, 3, 3))
+    x, w, xt, wt = tl.tensor(a), tl.tensor(wa), torch.tensor(a), torch.tensor(wa)
+    for name, value in (('stride', 1.5), ('stride', (1, 1.5)), ('padding', 1.0), ('padding', (0.5, 1)),
+                        ('stride', True), ('padding', (1, False))):
+        raises(TypeError, lambda: tl.conv2d(x, w, **{name: value}), 'conv2d', name, repr(value))
+        if value != (1, False):   # PyTorch takes a bool in a pair as an int (a bool alone it refuses)
+            raises(TypeError, lambda: F.conv2d(xt, wt, **{name: value}))
+    for fn in ('max_pool2d', 'avg_pool2d'):
+        for args, name in (((1.5,), 'kernel_size'), (((2, 2.0),), 'kernel_size'), ((2, 1.5), 'stride')):
+            raises(TypeError, lambda: getattr(tl, fn)(x, *args), name, repr(args[-1]))
+            raises(TypeError, lambda: getattr(F, fn)(xt, *args))
+    raises(TypeError, lambda: tl.Conv2d(3, 4, 2.5), 'kernel_size', '2.5')
+    for name, value in (('stride', -1), ('stride', (1, -2)), ('padding', (0, -1))):
+        raises(ValueError, lambda: tl.conv2d(x, w, **{name: value}), 'conv2d', name, str(value))
+        raises(RuntimeError, lambda: F.conv2d(xt, wt, **{name: value}))
+    for args in ((2, np.int64(1)), ([2, 3], [np.int32(1), 2])):
+        assert_close(tl.max_pool2d(x, *args), F.max_pool2d(xt, *map(tuple, map(np.atleast_1d, args))), 0, 0, args)
+
+
 def test_grad_mode_is_per_thread():
     """As PyTorch's, no_grad holds in the thread that entered it: another thread records meanwhile, and two
     threads' no_grad blocks overlapping (entered 1, 2, left 1, 2) leave recording on (a shared flag ended off)."""

@@ -2764,11 +2764,14 @@ class CrossEntropy(Function):
 # ================================================================ the Tensor
 
 def _pair(v, what='kernel_size', least=1):
-    """(a, b) from an int or a pair of ints, each at least `least`: a clear error naming `what` otherwise."""
-    pair = (int(v), int(v)) if isinstance(v, (int, np.integer)) else tuple(int(i) for i in v)
+    """(a, b) from an int or a pair of ints, each at least `least`: a clear error naming `what` otherwise (TypeError
+    for what is not ints, bools and floats included, as PyTorch's)."""
+    pair = tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+    if not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in pair):
+        raise TypeError(f"{what} must be an int or a pair of ints, got {v!r}")
     if len(pair) != 2 or min(pair) < least:
         raise ValueError(f"{what} must be an int or a pair of ints, each at least {least}; got {v!r}")
-    return pair
+    return tuple(int(i) for i in pair)
 
 
 class Tensor:
