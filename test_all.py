@@ -2009,18 +2009,21 @@ def test_reductions_over_no_axes_reduce_every_axis():
 
 def test_error_window_sizes_name_the_argument():
     """conv2d's stride and padding and the pools' kernel_size and stride: ints or pairs, strides and windows at
-    least 1, padding at least 0; otherwise a ValueError naming the argument (a ZeroDivisionError or a NumPy
-    broadcast error before)."""
+    least 1, padding at least 0; otherwise a ValueError naming the function and the argument (a ZeroDivisionError
+    or a NumPy broadcast error before; the pools' said MaxPool or AvgPool)."""
     r = rng('window sizes')
     x, w = tl.tensor(sample(r, (2, 3, 6, 6))), tl.tensor(sample(r, (4, 3, 3, 3)))
     for kwargs, needle in (({'stride': 0}, 'stride'), ({'stride': (2,)}, 'stride'), ({'padding': -1}, 'padding'),
                            ({'padding': (1, 1, 1)}, 'padding')):
         raises(ValueError, lambda: tl.conv2d(x, w, **kwargs), 'conv2d', needle, str(list(kwargs.values())[0]))
     assert tl.conv2d(x, w, padding=0).shape == (2, 4, 4, 4)
-    for pool in (tl.max_pool2d, tl.avg_pool2d):
-        raises(ValueError, lambda: pool(x, 0), 'kernel_size')
-        raises(ValueError, lambda: pool(x, 2, 0), 'stride')
-        raises(ValueError, lambda: pool(x, (2, 2, 2)), 'kernel_size')
+    for fn in ('max_pool2d', 'avg_pool2d'):   # each message names the function (some said MaxPool or AvgPool)
+        pool = getattr(tl, fn)
+        raises(ValueError, lambda: pool(x, 0), fn, 'kernel_size')
+        raises(ValueError, lambda: pool(x, 2, 0), fn, 'stride')
+        raises(ValueError, lambda: pool(x, (2, 2, 2)), fn, 'kernel_size')
+        raises(ValueError, lambda: pool(x, 7), fn, 'smaller than kernel')
+        raises(ValueError, lambda: pool(x[0, 0], 2), fn, '(6, 6)')
 
 
 def test_error_window_sizes_not_ints():
@@ -2039,7 +2042,7 @@ def test_error_window_sizes_not_ints():
             raises(TypeError, lambda: F.conv2d(xt, wt, **{name: value}))
     for fn in ('max_pool2d', 'avg_pool2d'):
         for args, name in (((1.5,), 'kernel_size'), (((2, 2.0),), 'kernel_size'), ((2, 1.5), 'stride')):
-            raises(TypeError, lambda: getattr(tl, fn)(x, *args), name, repr(args[-1]))
+            raises(TypeError, lambda: getattr(tl, fn)(x, *args), fn, name, repr(args[-1]))
             raises(TypeError, lambda: getattr(F, fn)(xt, *args))
     raises(TypeError, lambda: tl.Conv2d(3, 4, 2.5), 'kernel_size', '2.5')
     for name, value in (('stride', -1), ('stride', (1, -2)), ('padding', (0, -1))):

@@ -3420,14 +3420,14 @@ def conv2d(x, weight, bias=None, stride=1, padding=0):
 
 
 def _pool(fn, x, kernel_size, stride):
-    kernel = _pair(kernel_size, f'{fn.__name__}: kernel_size')
-    stride = kernel if stride is None else _pair(stride, f'{fn.__name__}: stride')
+    kernel = _pair(kernel_size, f'{fn.name}: kernel_size')
+    stride = kernel if stride is None else _pair(stride, f'{fn.name}: stride')
     if x.ndim != 4:
-        raise ValueError(f"{fn.__name__}: expected a 4-d input (N, C, H, W), got shape {x.shape}")
+        raise ValueError(f"{fn.name}: expected a 4-d input (N, C, H, W), got shape {x.shape}")
     if x.dtype == bool:
         raise TypeError(f"{fn.name}: not defined for bool tensors (as in PyTorch)")
     if x.shape[2] < kernel[0] or x.shape[3] < kernel[1]:
-        raise ValueError(f"{fn.__name__}: input of shape {x.shape} (N, C, H, W) is smaller than kernel {kernel}")
+        raise ValueError(f"{fn.name}: input of shape {x.shape} (N, C, H, W) is smaller than kernel {kernel}")
     return fn.apply(x, kernel=kernel, stride=stride)
 
 
