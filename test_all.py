@@ -444,6 +444,7 @@ op('conv_pairs', lambda m, x, w, b: m.conv2d(x, w, b, (2, 1), (0, 1)), (1, 2, 5,
 op('conv_valid', lambda m, x, w, b: m.conv2d(x, w, b), (2, 1, 5, 5), (2, 1, 3, 3), (2,))
 op('conv_pad_past_kernel', lambda m, x, w: m.conv2d(x, w, None, 1, 2), (1, 2, 4, 5), (3, 2, 2, 3))   # ph >= kh
 op('conv_rect_pads', lambda m, x, w: m.conv2d(x, w, None, 1, (1, 2)), (1, 2, 5, 6), (3, 2, 2, 3))   # the CPU's flipped-kernel dx
+op('conv_unbatched', lambda m, x, w, b: m.conv2d(x, w, b, (2, 1), 1), (2, 5, 6), (3, 2, 3, 2), (3,))   # (C, H, W)
 op('max_pool2', lambda m, x: m.max_pool2d(x, 2), (2, 2, 4, 4))
 op('max_pool2_floor', lambda m, x: m.max_pool2d(x, 2), (1, 2, 5, 5))
 op('max_pool3_stride2', lambda m, x: m.max_pool2d(x, 3, 2), (1, 2, 7, 7))
@@ -453,6 +454,8 @@ op('avg_pool2_floor', lambda m, x: m.avg_pool2d(x, 2), (1, 2, 5, 5))
 op('avg_pool3_stride2', lambda m, x: m.avg_pool2d(x, 3, 2), (1, 2, 7, 7))
 op('max_pool_rect', lambda m, x: m.max_pool2d(x, (2, 3), (1, 2)), (1, 2, 4, 7))
 op('avg_pool_rect', lambda m, x: m.avg_pool2d(x, (2, 3), (1, 2)), (1, 2, 4, 7))
+op('max_pool_unbatched', lambda m, x: m.max_pool2d(x, (2, 3), (1, 2)), (2, 4, 7))   # (C, H, W)
+op('avg_pool_unbatched', lambda m, x: m.avg_pool2d(x, 3, 2), (2, 7, 6))
 op('batch_norm_train', lambda m, x, w, b: m.batch_norm(
     x, const(m, RUN_MEAN, x), const(m, RUN_VAR, x), w, b, True, 0.1, 1e-5), (5, 3), (3,), (3,))
 op('batch_norm_train_4d', lambda m, x, w, b: m.batch_norm(
@@ -1146,6 +1149,9 @@ LAYERS = [
     Layer('maxpool', lambda nn: nn.MaxPool2d(2), shapes_in((1, 2, 4, 4))),
     Layer('maxpool_stride', lambda nn: nn.MaxPool2d(3, stride=2), shapes_in((1, 1, 7, 7))),
     Layer('avgpool', lambda nn: nn.AvgPool2d(2), shapes_in((1, 2, 4, 4))),
+    Layer('conv_maxpool_avgpool_unbatched', lambda nn: nn.Sequential(   # (C, H, W) in and out of each, as PyTorch's
+        nn.Conv2d(2, 3, 3, stride=(1, 2), padding=1), nn.MaxPool2d(2, stride=1), nn.AvgPool2d((2, 1))),
+          shapes_in((2, 6, 7))),
     Layer('flatten', lambda nn: nn.Flatten(), shapes_in((2, 3, 2, 2))),
     Layer('dropout_eval', lambda nn: nn.Dropout(0.5), shapes_in((3, 4)), eval_mode=True),
     Layer('embedding', lambda nn: nn.Embedding(10, 4), lambda r: [np.array([[1, 7, 1], [3, 1, 9]])]),
@@ -1854,8 +1860,11 @@ def test_error_cat_reshape_linear_conv_shapes():
     assert_names_shapes(raises(ValueError, lambda: tl.cat([tl.tensor(1.), tl.tensor(2.)]), 'zero-dimensional'), ())
     mask, z = tl.tensor([True, False]), tl.zeros(3)
     assert_names_shapes(raises(ValueError, lambda: tl.where(mask, z, z)), (2,), (3,))
-    for pool in (tl.max_pool2d, tl.avg_pool2d):
-        assert_names_shapes(raises(ValueError, lambda: pool(tl.zeros(2, 4, 4), 2), '4-d'), (2, 4, 4))
+    assert_names_shapes(raises(ValueError, lambda: tl.conv2d(x[0], k)), (3, 5, 5), (2, 2, 3, 3))   # one image
+    for bad in (x[0, 0], x[None]):
+        assert_names_shapes(raises(ValueError, lambda: tl.conv2d(bad, x)), bad.shape, x.shape)
+        for pool in (tl.max_pool2d, tl.avg_pool2d):
+            assert_names_shapes(raises(ValueError, lambda: pool(bad, 2), '3-d', '4-d'), bad.shape)
 
 
 def test_error_dims_out_of_range_like_torch():

@@ -3401,9 +3401,11 @@ def linear(x, weight, bias=None):
 
 
 def conv2d(x, weight, bias=None, stride=1, padding=0):
-    if x.ndim != 4 or weight.ndim != 4 or x.shape[1] != weight.shape[1]:
-        raise ValueError(f"conv2d: input {x.shape} (N, C, H, W) and weight {weight.shape} (C_out, C_in, kh, kw) "
+    if x.ndim not in (3, 4) or weight.ndim != 4 or x.shape[-3] != weight.shape[1]:
+        raise ValueError(f"conv2d: input {x.shape} ((N,) C, H, W) and weight {weight.shape} (C_out, C_in, kh, kw) "
                          "do not match")
+    if x.ndim == 3:   # one image, as PyTorch's: a batch of one
+        return conv2d(x.unsqueeze(0), weight, bias, stride, padding).squeeze(0)
     stride, padding = _pair(stride, 'conv2d: stride'), _pair(padding, 'conv2d: padding', least=0)
     if x.shape[2] + 2 * padding[0] < weight.shape[2] or x.shape[3] + 2 * padding[1] < weight.shape[3]:
         raise ValueError(f"conv2d: kernel {weight.shape[2:]} is larger than the padded input {x.shape[2:]}")
@@ -3422,12 +3424,14 @@ def conv2d(x, weight, bias=None, stride=1, padding=0):
 def _pool(fn, x, kernel_size, stride):
     kernel = _pair(kernel_size, f'{fn.name}: kernel_size')
     stride = kernel if stride is None else _pair(stride, f'{fn.name}: stride')
-    if x.ndim != 4:
-        raise ValueError(f"{fn.name}: expected a 4-d input (N, C, H, W), got shape {x.shape}")
+    if x.ndim not in (3, 4):
+        raise ValueError(f"{fn.name}: expected a 3-d (C, H, W) or 4-d (N, C, H, W) input, got shape {x.shape}")
     if x.dtype == bool:
         raise TypeError(f"{fn.name}: not defined for bool tensors (as in PyTorch)")
-    if x.shape[2] < kernel[0] or x.shape[3] < kernel[1]:
-        raise ValueError(f"{fn.name}: input of shape {x.shape} (N, C, H, W) is smaller than kernel {kernel}")
+    if x.shape[-2] < kernel[0] or x.shape[-1] < kernel[1]:
+        raise ValueError(f"{fn.name}: input of shape {x.shape} ((N,) C, H, W) is smaller than kernel {kernel}")
+    if x.ndim == 3:   # one image, as PyTorch's: a batch of one
+        return fn.apply(x.unsqueeze(0), kernel=kernel, stride=stride).squeeze(0)
     return fn.apply(x, kernel=kernel, stride=stride)
 
 
