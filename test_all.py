@@ -28,6 +28,7 @@ import time
 import traceback
 import urllib.error
 import urllib.request
+import warnings
 import zlib
 from unittest import mock
 
@@ -41,6 +42,8 @@ try:
     import torch.nn.functional as F
 except ImportError:
     torch = F = None
+# PyTorch's note that an even window with padding='same' copies the input (so does tinygrad_lite's, quietly)
+warnings.filterwarnings('ignore', "Using padding='same' with even kernel lengths")
 
 # float32 GPU results are compared at float32 tolerance, so the convolutions and GRUs run exact float32
 # here; the *_tf32 tests check tinygrad_lite's default (TF32 allowed) at TF32's tolerance
@@ -444,6 +447,10 @@ op('conv_pairs', lambda m, x, w, b: m.conv2d(x, w, b, (2, 1), (0, 1)), (1, 2, 5,
 op('conv_valid', lambda m, x, w, b: m.conv2d(x, w, b), (2, 1, 5, 5), (2, 1, 3, 3), (2,))
 op('conv_pad_past_kernel', lambda m, x, w: m.conv2d(x, w, None, 1, 2), (1, 2, 4, 5), (3, 2, 2, 3))   # ph >= kh
 op('conv_rect_pads', lambda m, x, w: m.conv2d(x, w, None, 1, (1, 2)), (1, 2, 5, 6), (3, 2, 2, 3))   # the CPU's flipped-kernel dx
+op('conv_same_odd', lambda m, x, w, b: m.conv2d(x, w, b, 1, 'same'), (2, 2, 5, 6), (3, 2, 3, 3), (3,))
+op('conv_same_even', lambda m, x, w, b: m.conv2d(x, w, b, padding='same'), (1, 2, 5, 6), (3, 2, 2, 4), (3,))
+op('conv_same_mixed_unbatched', lambda m, x, w: m.conv2d(x, w, None, (1, 1), 'same'), (2, 4, 7), (2, 2, 4, 3))
+op('conv_valid_string', lambda m, x, w, b: m.conv2d(x, w, b, 2, 'valid'), (1, 2, 5, 6), (3, 2, 2, 3), (3,))
 op('conv_unbatched', lambda m, x, w, b: m.conv2d(x, w, b, (2, 1), 1), (2, 5, 6), (3, 2, 3, 2), (3,))   # (C, H, W)
 op('max_pool2', lambda m, x: m.max_pool2d(x, 2), (2, 2, 4, 4))
 op('max_pool2_floor', lambda m, x: m.max_pool2d(x, 2), (1, 2, 5, 5))
@@ -1137,6 +1144,8 @@ LAYERS = [
     Layer('conv3x3', lambda nn: nn.Conv2d(2, 3, 3, padding=1), shapes_in((2, 2, 5, 5))),
     Layer('conv2x2_s2_nobias', lambda nn: nn.Conv2d(2, 4, 2, stride=2, bias=False), shapes_in((1, 2, 6, 6))),
     Layer('conv1x1', lambda nn: nn.Conv2d(3, 2, 1), shapes_in((2, 3, 3, 3))),
+    Layer('conv_same_even', lambda nn: nn.Conv2d(2, 3, (2, 3), padding='same'), shapes_in((2, 2, 5, 4))),
+    Layer('conv_valid', lambda nn: nn.Conv2d(2, 3, 2, stride=(1, 2), padding='valid'), shapes_in((1, 2, 4, 5))),
     Layer('conv_stride_pairs', lambda nn: nn.Conv2d(2, 2, 3, stride=(2, 1), padding=(1, 0)), shapes_in((1, 2, 5, 5))),
     Layer('batchnorm1d', lambda nn: nn.BatchNorm1d(3), shapes_in((6, 3))),
     Layer('batchnorm1d_3d', lambda nn: nn.BatchNorm1d(3, momentum=0.2), shapes_in((4, 3, 2))),
@@ -2033,6 +2042,27 @@ def test_error_window_sizes_name_the_argument():
         raises(ValueError, lambda: pool(x, (2, 2, 2)), fn, 'kernel_size')
         raises(ValueError, lambda: pool(x, 7), fn, 'smaller than kernel')
         raises(ValueError, lambda: pool(x[0, 0], 2), fn, '(6, 6)')
+
+
+def test_error_conv_padding_strings():
+    """conv2d's padding 'valid' and 'same' (see the conv_same_* ops); any other string, or 'same' with a stride
+    other than 1, raises ValueError naming the padding (and the stride), where PyTorch refuses too; nothing is
+    recorded. A window larger than the padded input names the padded size ('same' pads an even window's extra row
+    at the bottom first)."""
+    need_torch()
+    r = rng('conv padding strings')
+    a, wa = sample(r, (1, 2, 5, 5)), sample(r, (3, 2, 2, 3))
+    x, w, xt, wt = tl.tensor(a, requires_grad=True), tl.tensor(wa), torch.tensor(a), torch.tensor(wa)
+    for padding, stride, needles in (('same', 2, ("'same'", 'stride', '(2, 2)')), ('same', (1, 2), ('(1, 2)',)),
+                                     ('foo', 1, ("'foo'", 'valid', 'same')), ('SAME', 1, ("'SAME'",)), ('', 1, ("''",))):
+        raises(ValueError, lambda: tl.conv2d(x, w, stride=stride, padding=padding), 'conv2d', 'padding', *needles)
+        raises((RuntimeError, ValueError), lambda: F.conv2d(xt, wt, stride=stride, padding=padding))
+        raises(ValueError, lambda: tl.Conv2d(2, 3, 2, stride=stride, padding=padding).double()(x), 'conv2d', *needles)
+    assert x.grad is None
+    short = tl.zeros(1, 2, 0, 5)
+    raises(ValueError, lambda: tl.conv2d(short, tl.zeros(3, 2, 2, 2), padding='same'), 'larger', '(1, 6)')
+    raises(ValueError, lambda: tl.conv2d(short, tl.zeros(3, 2, 3, 3), padding=(1, 0)), 'larger', '(2, 5)')
+    raises(RuntimeError, lambda: F.conv2d(torch.zeros(1, 2, 0, 5), torch.zeros(3, 2, 2, 2), padding='same'), '1 x 6')
 
 
 def test_error_window_sizes_not_ints():

@@ -3406,9 +3406,6 @@ def conv2d(x, weight, bias=None, stride=1, padding=0):
                          "do not match")
     if x.ndim == 3:   # one image, as PyTorch's: a batch of one
         return conv2d(x.unsqueeze(0), weight, bias, stride, padding).squeeze(0)
-    stride, padding = _pair(stride, 'conv2d: stride'), _pair(padding, 'conv2d: padding', least=0)
-    if x.shape[2] + 2 * padding[0] < weight.shape[2] or x.shape[3] + 2 * padding[1] < weight.shape[3]:
-        raise ValueError(f"conv2d: kernel {weight.shape[2:]} is larger than the padded input {x.shape[2:]}")
     if bias is not None and bias.shape != (weight.shape[0],):
         raise ValueError(f"conv2d: bias of shape {bias.shape} for {weight.shape[0]} output channels")
     if 0 in weight.shape:
@@ -3417,6 +3414,21 @@ def conv2d(x, weight, bias=None, stride=1, padding=0):
     if x.dtype != weight.dtype or (bias is not None and bias.dtype != x.dtype):
         raise TypeError(f"conv2d: input dtype {x.dtype}, weight dtype {weight.dtype} and bias dtype "
                         f"{None if bias is None else bias.dtype} differ")
+    stride = _pair(stride, 'conv2d: stride')
+    if isinstance(padding, str):   # PyTorch's 'valid' (none) and 'same' (stride 1: an output of the input's size)
+        if padding not in ('valid', 'same'):
+            raise ValueError(f"conv2d: padding must be an int, a pair of ints, 'valid' or 'same'; got {padding!r}")
+        if padding == 'same' and stride != (1, 1):
+            raise ValueError(f"conv2d: padding='same' needs stride 1 (as PyTorch's, which refuses it for strided "
+                             f"convolutions), got stride {stride}")
+        total = [k - 1 if padding == 'same' else 0 for k in weight.shape[2:]]
+        if total[0] % 2 or total[1] % 2:   # an even window: the odd row / column at the bottom / right, as PyTorch
+            x = x.pad((0, total[1] % 2, 0, total[0] % 2))
+        padding = (total[0] // 2, total[1] // 2)
+    padding = _pair(padding, 'conv2d: padding', least=0)
+    padded = tuple(n + 2 * p for n, p in zip(x.shape[2:], padding))
+    if padded[0] < weight.shape[2] or padded[1] < weight.shape[3]:
+        raise ValueError(f"conv2d: kernel {weight.shape[2:]} is larger than the padded input {padded}")
     inputs = (x, weight) if bias is None else (x, weight, bias)
     return Convolution.apply(*inputs, stride=stride, padding=padding)
 
