@@ -1590,6 +1590,73 @@ def test_module_children():
     assert len(kids) == 3 and all(a is b for a, b in zip(kids, layers))
 
 
+def build_shared_net(nn):
+    """A nested model for tl and torch with a buffer of its own, a bare Parameter and a submodule held twice (as
+    `block` and inside `body`), no lists (PyTorch's ModuleList would be a module of its own)."""
+    m = tl if nn is tl else TH
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 3)
+            self.register_buffer('scale', make(m, np.array([2.0, -1.0, 0.5], np.float32)))
+            self.bn = nn.BatchNorm1d(3)
+
+        def forward(self, x):
+            return self.bn(self.fc(x)) * self.scale
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gain = nn.Parameter(make(m, np.array([1.5, -0.5, 1.0], np.float32)))
+            self.block = Block()
+            self.body = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), self.block)
+            self.head = nn.Linear(3, 2)
+
+        def forward(self, x):
+            return self.head(self.body(x) * self.gain)
+    return Net()
+
+
+def test_module_traversal_as_pytorch():
+    """On a model with a shared submodule, as torch.nn.Module: named_parameters / named_buffers with prefix and
+    recurse=False, parameters / buffers (recurse=False), named_modules (dotted names, '' or the prefix for the root,
+    the shared one once), modules, children of Sequential(a, a) (a once; len 2), apply (children first, then the
+    module; returns it) give the same names, order and calls; state_dict keeps PyTorch's keys in order. Weights
+    rescaled through apply give PyTorch's forward output on random input."""
+    need_torch()
+    ours, theirs = build_shared_net(tl), build_shared_net(torch.nn)
+    perturb_torch(theirs, rng('traversal'))
+    ours.load_state_dict(theirs.state_dict())
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    names = lambda pairs: [n for n, _ in pairs]
+    for kw in ({}, dict(prefix='net'), dict(recurse=False), dict(prefix='net', recurse=False)):
+        assert names(ours.named_parameters(**kw)) == names(theirs.named_parameters(**kw)), kw
+        assert names(ours.block.named_buffers(**kw)) == names(theirs.block.named_buffers(**kw)), kw
+        assert names(ours.named_buffers(**kw)) == names(theirs.named_buffers(**kw)), kw
+    assert len(ours.parameters(recurse=False)) == len(list(theirs.parameters(recurse=False))) == 1
+    assert len(ours.block.buffers(recurse=False)) == len(list(theirs.block.buffers(recurse=False))) == 1
+    assert len(ours.buffers()) == len(list(theirs.buffers())) == 4
+    for kw in ({}, dict(prefix='net')):
+        assert names(ours.named_modules(**kw)) == names(theirs.named_modules(**kw)), kw
+    assert [type(m).__name__ for m in ours.modules()] == [type(m).__name__ for m in theirs.modules()]
+    assert all(a is b for a, b in zip(ours.modules(), (m for _, m in ours.named_modules())))
+    bn, bn_t = tl.BatchNorm1d(3), torch.nn.BatchNorm1d(3)
+    pair, pair_t = tl.Sequential(bn, bn), torch.nn.Sequential(bn_t, bn_t)
+    assert names(pair.named_children()) == names(pair_t.named_children()) == ['0'] and len(pair) == len(pair_t) == 2
+    calls, calls_t = [], []
+    assert ours.apply(calls.append) is ours and theirs.apply(calls_t.append) is theirs
+    assert [type(m).__name__ for m in calls] == [type(m).__name__ for m in calls_t], (calls, calls_t)
+
+    def halve(m):
+        if isinstance(m, (tl.Linear, torch.nn.Linear)):
+            m.weight.data *= 0.5
+    with torch.no_grad():
+        ours.apply(halve), theirs.apply(halve)
+    x = sample(rng('traversal x'), (5, 3)).astype(np.float32)
+    assert_close(ours(tl.Tensor(x)), theirs(torch.tensor(x)), 1e-5, 1e-6)
+
+
 def test_module_train_eval():
     net = build_net(tl)
     x = tl.Tensor(net_input())

@@ -3557,6 +3557,10 @@ def _zero_grads(params, set_to_none):
             p.grad.data[...] = 0
 
 
+def _dotted(prefix, name):
+    return f'{prefix}.{name}' if prefix else name
+
+
 _IncompatibleKeys = collections.namedtuple('_IncompatibleKeys', 'missing_keys unexpected_keys')   # PyTorch's
 
 
@@ -3585,53 +3589,80 @@ class Module:
         self.__dict__.setdefault('_buffer_names', []).append(name)
         setattr(self, name, tensor)
 
-    def named_children(self):
+    def _named_submodules(self):
+        """(name, module) of each attribute that is a module and each module of an attribute's list or tuple ('name.i');
+        a module held twice comes under each of its names."""
         for name, value in vars(self).items():
             if isinstance(value, Module):
                 yield name, value
             elif isinstance(value, (list, tuple)):
                 yield from ((f'{name}.{i}', m) for i, m in enumerate(value) if isinstance(m, Module))
 
+    def named_children(self):
+        """Each child module once, under its first name (as PyTorch)."""
+        seen = set()
+        for name, m in self._named_submodules():
+            if id(m) not in seen:
+                seen.add(id(m))
+                yield name, m
+
     def children(self):
         return [m for _, m in self.named_children()]
 
-    def _prefixed_modules(self, prefix=''):
-        """(dotted prefix, module) of this module and every module within it."""
+    def named_modules(self, memo=None, prefix='', remove_duplicate=True):
+        """(dotted name, module) of this module (named prefix) and every module within it, parents first, each once
+        unless remove_duplicate is False (state_dict's walk), as PyTorch."""
+        memo = set() if memo is None else memo
+        if self in memo:
+            return
+        if remove_duplicate:
+            memo.add(self)
         yield prefix, self
-        for name, child in self.named_children():
-            yield from child._prefixed_modules(f'{prefix}{name}.')
+        for name, child in self._named_submodules():
+            yield from child.named_modules(memo, _dotted(prefix, name), remove_duplicate)
 
-    def _named_tensors(self, prefix=''):
-        """(name, tensor, is_buffer) in PyTorch's order: own parameters, own buffers, then each child's."""
-        buffers = self.__dict__.get('_buffer_names', [])
-        for name, value in vars(self).items():
-            if isinstance(value, Parameter):
-                yield prefix + name, value, False
-        for name in buffers:
-            if getattr(self, name) is not None:
-                yield prefix + name, getattr(self, name), True
-        for name, child in self.named_children():
-            yield from child._named_tensors(f'{prefix}{name}.')
+    def modules(self):
+        return [m for _, m in self.named_modules()]
 
-    def _named(self, buffers):
+    def apply(self, fn):
+        """fn applied to every module within (each child's apply), then to this one, as PyTorch; returns the module."""
+        for child in self.children():
+            child.apply(fn)
+        fn(self)
+        return self
+
+    def _named_tensors(self, prefix='', recurse=True):
+        """(name, tensor, is_buffer) in PyTorch's order: module by module, parents first, its parameters then its
+        buffers; a module held twice under each of its names, as state_dict lists it."""
+        modules = self.named_modules(prefix=prefix, remove_duplicate=False) if recurse else [(prefix, self)]
+        for module_name, m in modules:
+            buffers = m.__dict__.get('_buffer_names', [])
+            for name, value in vars(m).items():
+                if isinstance(value, Parameter):
+                    yield _dotted(module_name, name), value, False
+            for name in buffers:
+                if getattr(m, name) is not None:
+                    yield _dotted(module_name, name), getattr(m, name), True
+
+    def _named(self, buffers, prefix, recurse):
         """(name, tensor) of each parameter (or buffer) once, the first name of one registered twice, as PyTorch."""
         seen = set()
-        for name, t, is_buffer in self._named_tensors():
+        for name, t, is_buffer in self._named_tensors(prefix, recurse):
             if is_buffer == buffers and id(t) not in seen:
                 seen.add(id(t))
                 yield name, t
 
-    def named_parameters(self):
-        return self._named(buffers=False)
+    def named_parameters(self, prefix='', recurse=True):
+        return self._named(False, prefix, recurse)
 
-    def parameters(self):
-        return [p for _, p in self.named_parameters()]
+    def parameters(self, recurse=True):
+        return [p for _, p in self.named_parameters(recurse=recurse)]
 
-    def named_buffers(self):
-        return list(self._named(buffers=True))
+    def named_buffers(self, prefix='', recurse=True):
+        return self._named(True, prefix, recurse)
 
-    def buffers(self):
-        return [t for _, t in self.named_buffers()]
+    def buffers(self, recurse=True):
+        return [t for _, t in self.named_buffers(recurse=recurse)]
 
     def train(self, mode=True):
         self.training = mode
@@ -3675,7 +3706,8 @@ class Module:
         """Copy values in place; every key, shape and value is checked and converted before anything changes."""
         own = {name: t for name, t, _ in self._named_tensors()}
         values = {k: _as_array(v) for k, v in state_dict.items()}
-        optional = {prefix + name for prefix, m in self._prefixed_modules() for name in m._optional_buffers}
+        optional = {_dotted(prefix, name) for prefix, m in self.named_modules(remove_duplicate=False)
+                    for name in m._optional_buffers}
         missing = [k for k in own if k not in values and k not in optional]
         unexpected = [k for k in values if k not in own]
         wrong = [f"{k}: expected shape {own[k].shape}, got {tuple(values[k].shape)}"
@@ -3847,17 +3879,17 @@ class Sequential(Module):
 
     def __getitem__(self, i):
         if not isinstance(i, slice):
-            return self.children()[i]
+            return [m for _, m in self._named_submodules()][i]
         part = Sequential()
-        for name, m in list(self.named_children())[i]:   # their names kept, as PyTorch's
+        for name, m in list(self._named_submodules())[i]:   # their names kept, as PyTorch's
             setattr(part, name, m)
         return part
 
     def __len__(self):
-        return len(self.children())
+        return len(list(self._named_submodules()))
 
     def forward(self, x):
-        for m in self.children():
+        for _, m in self._named_submodules():
             x = m(x)
         return x
 
