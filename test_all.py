@@ -1742,6 +1742,35 @@ def test_module_to_dtype():
     assert net.to('cpu') is net and net.cpu() is net
 
 
+def test_module_to_failing_midway_changes_nothing():
+    """Module.to converts every parameter, buffer and gradient before it assigns any: a conversion that fails after
+    some succeeded (here a move that runs out of memory at the third tensor) leaves every dtype and value as it was;
+    one that succeeds converts them all."""
+    net = build_net(tl)
+    net(tl.Tensor(net_input())).sum().backward()
+    before = {n: (t.dtype, t.numpy().copy()) for n, t, _ in net._named_tensors()}
+    grads = {n: p.grad.numpy().copy() for n, p in net.named_parameters()}
+    moves = []
+
+    def failing_move(array, device):
+        moves.append(device)
+        if len(moves) == 3:
+            raise MemoryError('out of memory (simulated)')
+        return array
+    with mock.patch.object(tl, '_move', failing_move):
+        raises(MemoryError, lambda: net.to('cpu', dtype=np.float64), 'simulated')
+    assert len(moves) == 3
+    for n, t, _ in net._named_tensors():
+        assert t.dtype == before[n][0] and np.array_equal(t.numpy(), before[n][1]), n
+    for n, p in net.named_parameters():
+        assert p.grad.dtype == np.float32 and np.array_equal(p.grad.numpy(), grads[n]), n
+    assert net.to('cpu', dtype=np.float64) is net
+    for n, t, _ in net._named_tensors():
+        assert t.dtype == (before[n][0] if 'num_batches' in n else np.float64), n
+        assert np.array_equal(t.numpy(), before[n][1]), n
+    assert all(p.grad.dtype == np.float64 for p in net.parameters())
+
+
 # ===== optimizers: several steps against torch.optim =====
 
 OPTIMS = [
@@ -3074,6 +3103,53 @@ def test_module_parameter_assignment_and_batchnorm_old_state_dict():
     assert_close(net[1].running_mean, net_t[1].running_mean.numpy(), 0, 0)
     raises(RuntimeError, lambda: net.load_state_dict({k: v for k, v in old.items() if k != '1.running_var'}),
            'missing', '1.running_var')
+
+
+def test_module_register_buffer_checks_as_pytorch():
+    """register_buffer as torch.nn.Module's: a non-Tensor value (TypeError), a name with '.', empty, or of another
+    attribute (KeyError), a name that is not a string (TypeError) raise and change nothing; a buffer registered
+    again or as None keeps one name. A float assigned to a buffer raises TypeError; a Parameter assigned to a buffer
+    makes it a parameter only, a Module a submodule, a Parameter registered as a buffer stays a buffer: the names of
+    parameters, buffers and state_dict are PyTorch's, and so are the output and the new parameter's gradient."""
+    need_torch()
+    ours, theirs = build_shared_net(tl), build_shared_net(torch.nn)
+    perturb_torch(theirs, rng('register_buffer'))
+    ours.load_state_dict(theirs.state_dict())
+    before = ours.state_dict()
+    for name, value, exc, needles in [('scale2', 3.0, TypeError, ("'float'", 'scale2')),
+                                      ('scale2', np.ones(3), TypeError, ("'ndarray'",)),
+                                      ('a.b', None, KeyError, ("'.'", 'a.b')), ('', None, KeyError, ('empty',)),
+                                      ('gain', None, KeyError, ('gain', 'exists')),
+                                      ('block', None, KeyError, ('block',)),
+                                      ('training', None, KeyError, ('training',)), (1, None, TypeError, ('string',))]:
+        raises(exc, lambda: theirs.register_buffer(name, value))
+        raises(exc, lambda: ours.register_buffer(name, value), *needles)
+    raises(TypeError, lambda: setattr(theirs.block, 'scale', 3.0))
+    raises(TypeError, lambda: setattr(ours.block, 'scale', 3.0), "buffer 'scale'", 'float')
+    after = ours.state_dict()
+    assert list(after) == list(before) and all(np.array_equal(after[k], before[k]) for k in before)
+    r = rng('register_buffer values')
+    extra, step = sample(r, (3,)).astype(np.float32), sample(r, (3,)).astype(np.float32)
+    for net, m in ((ours, tl), (theirs, TH)):
+        net.block.register_buffer('scale', make(m, extra))       # again: replaced, one name
+        net.register_buffer('empty', None)                         # None: listed nowhere
+        net.register_buffer('frozen', (tl.Parameter if m is tl else torch.nn.Parameter)(make(m, step)))
+        net.block.scale = (tl.Parameter if m is tl else torch.nn.Parameter)(make(m, step))   # now a parameter
+        net.head.register_buffer('sub', make(m, extra))
+        net.head.sub = (tl if m is tl else torch.nn).ReLU()     # now a submodule
+    names = lambda pairs: [n for n, _ in pairs]
+    assert names(ours.named_parameters()) == names(theirs.named_parameters())
+    assert names(ours.named_buffers()) == names(theirs.named_buffers())
+    assert 'frozen' in names(ours.named_buffers()) and 'block.scale' in names(ours.named_parameters())
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    assert names(ours.named_modules()) == names(theirs.named_modules())
+    x = sample(r, (4, 3)).astype(np.float32)
+    out, out_t = ours(tl.Tensor(x)), theirs(torch.tensor(x))
+    assert_close(out, out_t, 1e-5, 1e-6)
+    w = upstream(0, out.shape, np.float32)
+    (out * tl.Tensor(w)).sum().backward()
+    (out_t * torch.tensor(w)).sum().backward()
+    assert_close(ours.block.scale.grad, theirs.block.scale.grad, 1e-5, 1e-6)
 
 
 def test_dropout_module_checks_p_at_construction():

@@ -3574,7 +3574,14 @@ class Module:
         self._buffer_names = []
 
     def __setattr__(self, name, value):
-        if isinstance(self.__dict__.get(name), Parameter) and value is not None and not isinstance(value, Parameter):
+        buffers = self.__dict__.get('_buffer_names', [])
+        if name in buffers:   # as PyTorch: a Parameter or a Module takes the name over, else a Tensor or None
+            if isinstance(value, (Parameter, Module)):
+                buffers.remove(name)
+            elif value is not None and not isinstance(value, Tensor):
+                raise TypeError(f"cannot assign {type(value).__name__} as buffer '{name}' of {type(self).__name__} "
+                                "(a tl.Tensor or None expected, as in PyTorch)")
+        elif isinstance(self.__dict__.get(name), Parameter) and value is not None and not isinstance(value, Parameter):
             raise TypeError(f"cannot assign {type(value).__name__} as parameter '{name}' of {type(self).__name__} "
                             "(a tl.Parameter or None expected, as in PyTorch)")
         object.__setattr__(self, name, value)
@@ -3585,9 +3592,25 @@ class Module:
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
 
+    def _check_new_name(self, kind, name, replaces=False):
+        """As PyTorch's register_buffer and add_module: a non-empty string without '.', not yet an attribute unless
+        `replaces` (a buffer registered again)."""
+        if not isinstance(name, str):
+            raise TypeError(f"{kind} name should be a string, got {type(name).__name__}")
+        if not name or '.' in name:
+            raise KeyError(f"{kind} name can't be empty or contain '.', got {name!r}")
+        if hasattr(self, name) and not replaces:
+            raise KeyError(f"attribute '{name}' already exists")
+
     def register_buffer(self, name, tensor):
-        self.__dict__.setdefault('_buffer_names', []).append(name)
-        setattr(self, name, tensor)
+        buffers = self.__dict__.setdefault('_buffer_names', [])
+        self._check_new_name('buffer', name, replaces=name in buffers)
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(f"cannot assign '{type(tensor).__name__}' object to buffer '{name}' "
+                            "(a tl.Tensor or None required, as in PyTorch)")
+        if name not in buffers:
+            buffers.append(name)
+        object.__setattr__(self, name, tensor)   # a buffer even if a Parameter (setattr would make it a parameter)
 
     def _named_submodules(self):
         """(name, module) of each attribute that is a module and each module of an attribute's list or tuple ('name.i');
@@ -3638,7 +3661,7 @@ class Module:
         for module_name, m in modules:
             buffers = m.__dict__.get('_buffer_names', [])
             for name, value in vars(m).items():
-                if isinstance(value, Parameter):
+                if isinstance(value, Parameter) and name not in buffers:
                     yield _dotted(module_name, name), value, False
             for name in buffers:
                 if getattr(m, name) is not None:
@@ -3683,14 +3706,12 @@ class Module:
         dtype = None if dtype is None else _dtype(dtype)
         if dtype is not None and dtype.kind != 'f':
             raise TypeError(f"Module.to: only floating-point dtypes, got {dtype}")
-        for _, t, _ in self._named_tensors():
-            for u in (t, t.grad):
-                if u is None:
-                    continue
-                if dtype is not None and u.dtype.kind == 'f':
-                    u.data = u.data.astype(dtype)
-                if device is not None:
-                    u.data, u.device = _move(u.data, device), device
+        converted = []
+        for u in {id(u): u for _, t, _ in self._named_tensors() for u in (t, t.grad) if u is not None}.values():
+            data = u.data.astype(dtype) if dtype is not None and u.dtype.kind == 'f' else u.data
+            converted.append((u, data if device is None else _move(data, device)))
+        for u, data in converted:   # only once all are converted: a failure leaves the module as it was
+            u.data, u.device = data, device or u.device
         return self
 
     cuda = lambda self, device=None: self.to('cuda' if device is None else f'cuda:{device}')
