@@ -1668,6 +1668,18 @@ def test_module_train_eval():
     assert not np.allclose(net(x).numpy(), a)
 
 
+def test_module_train_mode_must_be_bool():
+    """As PyTorch: train(mode) with a mode that is not a bool (an int, a string, a NumPy bool) raises ValueError and
+    leaves every module's mode as it was; eval() and train(False) still switch."""
+    need_torch()
+    net, net_t = build_net(tl), build_net(torch.nn)
+    for mode in (0, 1, 'eval', np.bool_(False), None):
+        raises(ValueError, lambda: net_t.train(mode), 'boolean')
+        raises(ValueError, lambda: net.train(mode), 'boolean', type(mode).__name__)
+        assert net.training and net.head.training and net.head[0].training
+    assert not net.train(False).head[0].training and net.train(True).head[0].training and not net.eval().training
+
+
 def test_module_zero_grad():
     net = build_net(tl)
     net(tl.Tensor(net_input())).sum().backward()

@@ -3688,6 +3688,8 @@ class Module:
         return [t for _, t in self.named_buffers(recurse=recurse)]
 
     def train(self, mode=True):
+        if not isinstance(mode, bool):   # as PyTorch: train('eval') or train(0) is a mistake, not a mode
+            raise ValueError(f"training mode is expected to be boolean, got {type(mode).__name__} {mode!r}")
         self.training = mode
         for child in self.children():
             child.train(mode)
