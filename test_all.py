@@ -1590,6 +1590,39 @@ def test_module_children():
     assert len(kids) == 3 and all(a is b for a, b in zip(kids, layers))
 
 
+def test_sequential_takes_modules_or_an_ordered_dict_as_pytorch():
+    """As torch.nn.Sequential: a function, None or a plain dict among the arguments raises TypeError naming its type
+    (it was dropped silently); one OrderedDict of name -> module names the children, so the parameters, state dict
+    and modules carry those names and the output and gradients are PyTorch's on random input (weights copied);
+    a name with '.' or of an attribute raises KeyError."""
+    need_torch()
+    for bad, what in ((tl.relu, 'function'), (None, 'NoneType'), ({'fc': tl.Linear(2, 2)}, 'dict')):
+        raises(TypeError, lambda: tl.Sequential(tl.Linear(2, 2), bad), what, "'1'")
+    raises(TypeError, lambda: torch.nn.Sequential(torch.nn.Linear(2, 2), torch.relu), 'Module')
+    spec = lambda nn: collections.OrderedDict([('fc', nn.Linear(3, 4)), ('act', nn.GELU()), ('out', nn.Linear(4, 2))])
+    ours, theirs = tl.Sequential(spec(tl)), torch.nn.Sequential(spec(torch.nn))
+    perturb_torch(theirs, rng('seq_dict'))
+    ours.load_state_dict(theirs.state_dict())
+    names = lambda pairs: [n for n, _ in pairs]
+    want = ['fc.weight', 'fc.bias', 'out.weight', 'out.bias']
+    assert names(ours.named_parameters()) == names(theirs.named_parameters()) == want
+    assert list(ours.state_dict()) == list(theirs.state_dict()) and len(ours) == len(theirs) == 3
+    assert names(ours.named_modules()) == names(theirs.named_modules()) and ours[1] is ours.act
+    x = sample(rng('seq_dict x'), (5, 3))
+    out = ours.double()(tl.Tensor(x, requires_grad=True))
+    out_t = theirs.double()(torch.tensor(x, requires_grad=True))
+    assert_close(out, out_t, 1e-12, 1e-12)
+    w = upstream(0, out.shape)
+    (out * tl.Tensor(w)).sum().backward()
+    (out_t * torch.tensor(w)).sum().backward()
+    for (n, p), (_, p_t) in zip(ours.named_parameters(), theirs.named_parameters()):
+        assert_close(p.grad, p_t.grad, 1e-12, 1e-12, n)
+    for key, exc, needle in (('a.b', KeyError, 'a.b'), ('forward', KeyError, 'forward'),
+                             ('training', KeyError, 'training'), ('', KeyError, 'empty'), (1, TypeError, 'string')):
+        raises(exc, lambda: torch.nn.Sequential(collections.OrderedDict([(key, torch.nn.ReLU())])))
+        raises(exc, lambda: tl.Sequential(collections.OrderedDict([(key, tl.ReLU())])), needle)
+
+
 def build_shared_net(nn):
     """A nested model for tl and torch with a buffer of its own, a bare Parameter and a submodule held twice (as
     `block` and inside `body`), no lists (PyTorch's ModuleList would be a module of its own)."""

@@ -3894,11 +3894,15 @@ class Embedding(Module):
 
 
 class Sequential(Module):
-    """Submodules named '0', '1', ... as in PyTorch."""
+    """Submodules named '0', '1', ..., or by the names of one OrderedDict of modules, as in PyTorch."""
     def __init__(self, *modules):
         super().__init__()
-        for i, m in enumerate(modules):
-            setattr(self, str(i), m)
+        ordered = len(modules) == 1 and isinstance(modules[0], collections.OrderedDict)
+        for name, m in modules[0].items() if ordered else ((str(i), m) for i, m in enumerate(modules)):
+            self._check_new_name('module', name)
+            if not isinstance(m, Module):   # as PyTorch: a function needs a Module around it
+                raise TypeError(f"Sequential: module {name!r} is a {type(m).__name__}, not a Module subclass")
+            setattr(self, name, m)
 
     def __getitem__(self, i):
         if not isinstance(i, slice):
