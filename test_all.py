@@ -23,6 +23,7 @@ import tarfile
 import subprocess
 import sys
 import tempfile
+import warnings
 import weakref
 import time
 import traceback
@@ -1456,6 +1457,47 @@ def test_gru_matches_the_gate_equations():
     n = np.tanh(gi[:, 4:] + rg * gh[:, 4:])
     assert_close(cell(tl.Tensor(x), tl.Tensor(h)), (1 - zg) * n + zg * h, 1e-12, 1e-12)
     assert_close(cell(tl.Tensor(x)), cell(tl.Tensor(x), tl.Tensor(np.zeros((4, 2)))), 0, 0)
+
+
+def test_layer_constructors_and_grucell_input_as_pytorch():
+    """As PyTorch: GRU with a hidden_size of 0 or less raises ValueError; GRUCell(3, 0), Conv2d(0, 4, 3), Linear(0, 2)
+    build (no ZeroDivisionError) with PyTorch's parameter shapes and a zero-fan-in bias of zeros; GRUCell(3, 0) maps a
+    batch to (B, 0) with a zero gradient of x. GRUCell takes a 1-D (unbatched) x with a 1-D h, giving PyTorch's
+    output and float64 gradients (weights copied), and refuses a 0-d or 3-D x with ValueError naming its shape."""
+    need_torch()
+    raises(ValueError, lambda: torch.nn.GRU(3, 0), 'hidden_size must be greater than zero')
+    for size in (0, -2):
+        raises(ValueError, lambda: tl.GRU(3, size), 'hidden_size must be greater than zero', str(size))
+    for make_layer in (lambda nn: nn.GRUCell(3, 0), lambda nn: nn.Conv2d(0, 4, 3), lambda nn: nn.Linear(0, 2)):
+        with warnings.catch_warnings():   # PyTorch's: initialising a zero-element tensor is a no-op
+            warnings.simplefilter('ignore')
+            ours, theirs = make_layer(tl), make_layer(torch.nn)
+        assert param_shapes(ours) == param_shapes(theirs)
+        assert not any(p.numpy().any() for n, p in ours.named_parameters() if 'bias' in n)
+    x = tl.Tensor(sample(rng('grucell0'), (2, 3)), requires_grad=True)
+    out = tl.GRUCell(3, 0).double()(x)
+    out.sum().backward()
+    assert out.shape == (2, 0) and x.grad.shape == (2, 3) and not x.grad.numpy().any()
+    r = rng('grucell_1d')
+    ours, theirs = tl.GRUCell(3, 4).double(), torch.nn.GRUCell(3, 4).double()
+    perturb_torch(theirs, r)
+    ours.load_state_dict(theirs.state_dict())
+    x, h = sample(r, (3,)), sample(r, (4,))
+    args = [tl.Tensor(x, requires_grad=True), tl.Tensor(h, requires_grad=True)]
+    args_t = [torch.tensor(x, requires_grad=True), torch.tensor(h, requires_grad=True)]
+    out, out_t = ours(*args), theirs(*args_t)
+    assert out.shape == tuple(out_t.shape) == (4,)
+    assert_close(out, out_t, 1e-12, 1e-12)
+    w = upstream(0, out.shape)
+    (out * tl.Tensor(w)).sum().backward()
+    (out_t * torch.tensor(w)).sum().backward()
+    names = ['x', 'h'] + [n for n, _ in ours.named_parameters()]
+    for a, b, name in zip(args + ours.parameters(), args_t + list(theirs.parameters()), names, strict=True):
+        assert_close(a.grad, b.grad, 1e-12, 1e-12, name)
+    for shape in ((), (2, 2, 3)):
+        raises(ValueError, lambda: theirs(torch.zeros(shape, dtype=torch.float64)), '1D or 2D')
+        msg = raises(ValueError, lambda: ours(tl.Tensor(np.zeros(shape))), 'GRUCell')
+        assert_names_shapes(msg, shape)
 
 
 def test_gru_output_shapes():

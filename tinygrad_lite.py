@@ -3765,16 +3765,18 @@ def _as_array(value):
     return np.asarray(value)
 
 
-def _uniform_parameter(shape, bound):
+def _uniform_parameter(shape, fan):
+    """PyTorch's default initialisation: uniform within +-1/sqrt(fan) (for weights kaiming_uniform(a=sqrt(5)) is that);
+    zeros for a fan of 0, where PyTorch leaves the (bias) tensor as torch.empty made it."""
+    bound = 1 / math.sqrt(fan) if fan else 0.0
     return Parameter(np.random.uniform(-bound, bound, shape).astype(np.float32))
 
 
 class Linear(Module):
     def __init__(self, in_features, out_features, bias=True):
         super().__init__()
-        bound = 1 / math.sqrt(in_features) if in_features else 0.0   # PyTorch's kaiming_uniform(a=sqrt(5)) bound
-        self.weight = _uniform_parameter((out_features, in_features), bound)
-        self.bias = _uniform_parameter((out_features,), bound) if bias else None
+        self.weight = _uniform_parameter((out_features, in_features), in_features)
+        self.bias = _uniform_parameter((out_features,), in_features) if bias else None
 
     def forward(self, x):
         return linear(x, self.weight, self.bias)
@@ -3785,9 +3787,8 @@ class Conv2d(Module):
         super().__init__()
         kh, kw = _pair(kernel_size)
         self.stride, self.padding = stride, padding
-        bound = 1 / math.sqrt(in_channels * kh * kw)
-        self.weight = _uniform_parameter((out_channels, in_channels, kh, kw), bound)
-        self.bias = _uniform_parameter((out_channels,), bound) if bias else None
+        self.weight = _uniform_parameter((out_channels, in_channels, kh, kw), in_channels * kh * kw)
+        self.bias = _uniform_parameter((out_channels,), in_channels * kh * kw) if bias else None
 
     def forward(self, x):
         return conv2d(x, self.weight, self.bias, self.stride, self.padding)
@@ -3922,11 +3923,10 @@ class Sequential(Module):
 
 
 def _gru_parameters(module, suffix, input_size, hidden_size, bias):
-    bound = 1 / math.sqrt(hidden_size)
-    setattr(module, f'weight_ih{suffix}', _uniform_parameter((3 * hidden_size, input_size), bound))
-    setattr(module, f'weight_hh{suffix}', _uniform_parameter((3 * hidden_size, hidden_size), bound))
-    setattr(module, f'bias_ih{suffix}', _uniform_parameter((3 * hidden_size,), bound) if bias else None)
-    setattr(module, f'bias_hh{suffix}', _uniform_parameter((3 * hidden_size,), bound) if bias else None)
+    setattr(module, f'weight_ih{suffix}', _uniform_parameter((3 * hidden_size, input_size), hidden_size))
+    setattr(module, f'weight_hh{suffix}', _uniform_parameter((3 * hidden_size, hidden_size), hidden_size))
+    setattr(module, f'bias_ih{suffix}', _uniform_parameter((3 * hidden_size,), hidden_size) if bias else None)
+    setattr(module, f'bias_hh{suffix}', _uniform_parameter((3 * hidden_size,), hidden_size) if bias else None)
 
 
 class GRUCell(Module):
@@ -3936,8 +3936,9 @@ class GRUCell(Module):
         _gru_parameters(self, '', input_size, hidden_size, bias)
 
     def forward(self, x, h=None):
-        if x.shape[-1] != self.input_size:
-            raise ValueError(f"GRUCell: input of shape {x.shape} for input_size {self.input_size}")
+        if x.ndim not in (1, 2) or x.shape[-1] != self.input_size:   # as PyTorch: (B, in) or one unbatched (in,)
+            raise ValueError(f"GRUCell: expected input of shape (B, {self.input_size}) or ({self.input_size},), "
+                             f"got {x.shape}")
         if h is not None and h.shape != x.shape[:-1] + (self.hidden_size,):
             raise ValueError(f"GRUCell: hidden state of shape {h.shape} for input of shape {x.shape}")
         rows = math.prod(x.shape[:-1])   # one step of a GRU layer over them
@@ -3949,6 +3950,8 @@ class GRUCell(Module):
 class GRU(Module):
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False):
         super().__init__()
+        if hidden_size <= 0:
+            raise ValueError(f"GRU: hidden_size must be greater than zero, got {hidden_size}")
         if num_layers < 1:
             raise ValueError(f"GRU: num_layers must be at least 1, got {num_layers}")
         self.input_size, self.hidden_size, self.num_layers, self.batch_first = input_size, hidden_size, num_layers, batch_first
