@@ -1500,6 +1500,30 @@ def test_layer_constructors_and_grucell_input_as_pytorch():
         assert_names_shapes(msg, shape)
 
 
+def test_conv2d_bias_is_keyword_only():
+    """PyTorch's Conv2d takes dilation as its 6th positional argument: tl.Conv2d(3, 8, 3, 1, 1, 2), which read 2 as
+    bias, raises TypeError; stride and padding positionally with bias by keyword give PyTorch's output and float64
+    gradients (weights copied, random input)."""
+    need_torch()
+    raises(TypeError, lambda: tl.Conv2d(3, 8, 3, 1, 1, 2), 'positional')
+    assert tuple(torch.nn.Conv2d(3, 8, 3, 1, 1, 2)(torch.ones(1, 3, 8, 8)).shape) == (1, 8, 6, 6)   # dilated
+    r = rng('conv2d positional')
+    for bias in (True, False):
+        ours, theirs = tl.Conv2d(3, 4, 3, 2, 1, bias=bias).double(), torch.nn.Conv2d(3, 4, 3, 2, 1, bias=bias).double()
+        perturb_torch(theirs, r)
+        ours.load_state_dict(theirs.state_dict())
+        x = sample(r, (2, 3, 7, 7))
+        xs, xs_t = tl.Tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+        out, out_t = ours(xs), theirs(xs_t)
+        assert_close(out, out_t, 1e-12, 1e-12)
+        w = upstream(0, out.shape)
+        (out * tl.Tensor(w)).sum().backward()
+        (out_t * torch.tensor(w)).sum().backward()
+        assert_close(xs.grad, xs_t.grad, 1e-12, 1e-12, 'x')
+        for (n, p), p_t in zip(ours.named_parameters(), theirs.parameters(), strict=True):
+            assert_close(p.grad, p_t.grad, 1e-12, 1e-12, n)
+
+
 def test_gru_output_shapes():
     out, h = tl.GRU(3, 5, num_layers=2, batch_first=True)(tl.Tensor(sample(rng('gs'), (2, 7, 3)).astype(np.float32)))
     assert out.shape == (2, 7, 5) and h.shape == (2, 2, 5)

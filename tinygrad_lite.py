@@ -3783,7 +3783,8 @@ class Linear(Module):
 
 
 class Conv2d(Module):
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, bias=True):
+    # bias keyword-only: PyTorch's 6th argument is dilation, which a positional bias would silently stand for
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, *, bias=True):
         super().__init__()
         kh, kw = _pair(kernel_size)
         self.stride, self.padding = stride, padding
