@@ -1530,6 +1530,38 @@ def test_gru_output_shapes():
     assert_close(out[:, -1], h[-1], 0, 0)
 
 
+def test_gru_unbatched_input_as_pytorch():
+    """GRU on an unbatched (T, in) input (batch_first or not) with h0 (num_layers, H) or none: PyTorch's output (T, H),
+    h_n (num_layers, H) and float64 gradients of x, h0 and every parameter (weights copied, random data, 1 and 2
+    layers). A 3-D h0 with a 2-D input, or a 1-D input, raises ValueError naming the shape."""
+    need_torch()
+    r = rng('gru unbatched')
+    for layers, batch_first, with_h0 in ((1, False, True), (2, True, True), (2, False, False)):
+        ours = tl.GRU(3, 4, num_layers=layers, batch_first=batch_first).double()
+        theirs = torch.nn.GRU(3, 4, num_layers=layers, batch_first=batch_first).double()
+        perturb_torch(theirs, r)
+        ours.load_state_dict(theirs.state_dict())
+        x, h0 = sample(r, (5, 3)), sample(r, (layers, 4))
+        args = [tl.Tensor(x, requires_grad=True)] + ([tl.Tensor(h0, requires_grad=True)] if with_h0 else [])
+        args_t = [torch.tensor(x, requires_grad=True)] + ([torch.tensor(h0, requires_grad=True)] if with_h0 else [])
+        (out, h_n), (out_t, h_n_t) = ours(*args), theirs(*args_t)
+        assert out.shape == tuple(out_t.shape) == (5, 4) and h_n.shape == tuple(h_n_t.shape) == (layers, 4)
+        assert_close(out, out_t, 1e-12, 1e-12, 'output')
+        assert_close(h_n, h_n_t, 1e-12, 1e-12, 'h_n')
+        w, wh = upstream(0, out.shape), upstream(1, h_n.shape)
+        ((out * tl.Tensor(w)).sum() + (h_n * tl.Tensor(wh)).sum()).backward()
+        ((out_t * torch.tensor(w)).sum() + (h_n_t * torch.tensor(wh)).sum()).backward()
+        names = ['x', 'h0'][:len(args)] + [n for n, _ in ours.named_parameters()]
+        for a, b, name in zip(args + ours.parameters(), args_t + list(theirs.parameters()), names, strict=True):
+            assert_close(a.grad, b.grad, 1e-12, 1e-12, name)
+    gru, gru_t = tl.GRU(3, 4).double(), torch.nn.GRU(3, 4).double()
+    raises(RuntimeError, lambda: gru_t(torch.zeros(5, 3).double(), torch.zeros(1, 1, 4).double()), 'unbatched')
+    msg = raises(ValueError, lambda: gru(tl.Tensor(np.zeros((5, 3))), tl.Tensor(np.zeros((1, 1, 4)))), 'h0')
+    assert_names_shapes(msg, (1, 1, 4), (1, 4))
+    msg = raises(ValueError, lambda: gru(tl.Tensor(np.zeros(3))), 'unbatched')
+    assert_names_shapes(msg, (3,))
+
+
 def check_gru_empty_batch(device):
     """GRU and GRUCell over a batch of 0 on `device`: empty outputs and h_n, every gradient there with its shape and
     zero (PyTorch's result); a GRU input of sequence length 0 is refused naming its shape (PyTorch refuses it)."""

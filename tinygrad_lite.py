@@ -3960,16 +3960,21 @@ class GRU(Module):
             _gru_parameters(self, f'_l{k}', input_size if k == 0 else hidden_size, hidden_size, bias)
 
     def forward(self, x, h0=None):
-        if x.ndim != 3 or x.shape[-1] != self.input_size:
-            raise ValueError(f"GRU: expected input of shape ({'B, T' if self.batch_first else 'T, B'}, {self.input_size}), "
-                             f"got {x.shape}")
-        if x.shape[1 if self.batch_first else 0] == 0:   # as PyTorch: no steps, no h_n
+        """x (T, B, in), (B, T, in) with batch_first, or unbatched (T, in) with h0 (num_layers, H), as PyTorch."""
+        if x.ndim not in (2, 3) or x.shape[-1] != self.input_size:
+            steps = 'B, T' if self.batch_first else 'T, B'
+            raise ValueError(f"GRU: expected input of shape ({steps}, {self.input_size}) or unbatched "
+                             f"(T, {self.input_size}), got {x.shape}")
+        batched = x.ndim == 3
+        if x.shape[1 if self.batch_first and batched else 0] == 0:   # as PyTorch: no steps, no h_n
             raise ValueError(f"GRU: input of shape {x.shape} has a sequence length of 0")
-        if self.batch_first:
+        if self.batch_first and batched:
             x = x.transpose(0, 1)
-        expected = (self.num_layers, x.shape[1], self.hidden_size)
+        expected = (self.num_layers, *x.shape[1:-1], self.hidden_size)
         if h0 is not None and h0.shape != expected:
             raise ValueError(f"GRU: h0 of shape {h0.shape}, expected {expected}")
+        if not batched:   # a batch of one, removed from the results
+            x, h0 = x.unsqueeze(1), None if h0 is None else h0.unsqueeze(1)
         finals = []
         for k in range(self.num_layers):
             params = (getattr(self, f'{n}_l{k}') for n in ('weight_ih', 'weight_hh', 'bias_ih', 'bias_hh'))
@@ -3977,6 +3982,8 @@ class GRU(Module):
             finals.append(x[-1:])
         # one layer: h_n is a view of the output's last step (as a slice of a tensor is), not a copy
         h_n = finals[0] if self.num_layers == 1 else cat(finals)
+        if not batched:
+            return x.squeeze(1), h_n.squeeze(1)
         return (x.transpose(0, 1) if self.batch_first else x), h_n
 
 
