@@ -3224,6 +3224,42 @@ def test_optim_pytorch_state_dict_options_and_checks():
     raises(TypeError, lambda: tl.SGD([np.ones(2)], lr=0.1), 'tensors')
 
 
+def test_optim_pytorch_adam_and_adamw_state_dicts():
+    """torch.optim.AdamW's state dict (its groups carry decoupled_weight_decay=True) loads into tl.AdamW, Adam's (False)
+    into tl.Adam, and the steps after are PyTorch's; each into the other class is refused with the state unchanged,
+    and so is a constructor's group with the other value."""
+    need_torch()
+    r = rng('optim_adamw_torch_sd')
+    w0, grads = r.standard_normal((3, 4)), [r.standard_normal((3, 4)) for _ in range(6)]
+    for name, other in (('AdamW', 'Adam'), ('Adam', 'AdamW')):
+        wt = torch.nn.Parameter(torch.tensor(w0))
+        ot = getattr(torch.optim, name)([wt], lr=0.05, betas=(0.8, 0.95), weight_decay=0.1)
+        for g in grads[:3]:
+            wt.grad = torch.tensor(g)
+            ot.step()
+        w = tl.Parameter(wt.detach().numpy().copy())
+        ours = getattr(tl, name)([w], lr=0.5)   # the options come with the state dict
+        ours.load_state_dict(ot.state_dict())
+        for g in grads[3:]:
+            wt.grad, w.grad = torch.tensor(g), tl.Tensor(g)
+            ot.step()
+            ours.step()
+        assert_close(w, wt, 1e-12, 1e-12, f'{name} continued from a PyTorch state dict')
+        refusing = getattr(tl, other)([tl.Parameter(w0.copy())], lr=0.5)
+        before = flat_values(refusing.state_dict())
+        raises(ValueError, lambda: refusing.load_state_dict(ot.state_dict()),
+               f'decoupled_weight_decay={name == "AdamW"}')
+        after = flat_values(refusing.state_dict())
+        assert [k for k, _ in after] == [k for k, _ in before] and all(np.array_equal(a, b) for (_, a), (_, b) in
+                                                                       zip(after, before)), 'a refused load changed it'
+    p = tl.Parameter(np.ones(2))
+    assert tl.AdamW([{'params': [p], 'decoupled_weight_decay': True}]).param_groups[0]['decoupled_weight_decay']
+    tl.Adam([{'params': [p], 'decoupled_weight_decay': False}])
+    for cls, flag in ((tl.Adam, True), (tl.AdamW, False)):
+        raises(ValueError, lambda: cls([{'params': [p], 'decoupled_weight_decay': flag}]),
+               f'decoupled_weight_decay={flag}')
+
+
 def test_module_parameter_assignment_and_batchnorm_old_state_dict():
     """As PyTorch: assigning a plain tensor over a module's parameter raises TypeError (it would drop out of
     parameters() and state_dict), a Parameter or None is taken; a BatchNorm state dict without num_batches_tracked

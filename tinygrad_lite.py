@@ -3993,6 +3993,7 @@ class Optimizer:
     """Parameter groups, per-parameter state, and a step() that checks every gradient and state before it changes
     anything."""
     state_keys = ()   # what the state of a parameter holds once it is not empty
+    decoupled_weight_decay = False   # AdamW's weight decay (torch.optim's groups carry it as an option)
 
     def __init__(self, params, defaults):
         params = list(params)
@@ -4000,7 +4001,8 @@ class Optimizer:
             raise ValueError(f"{type(self).__name__} got an empty parameter list")
         groups = params if isinstance(params[0], dict) else [{'params': params}]
         self.defaults, self.param_groups, self.state = defaults, [], {}
-        _check_options(defaults)   # as torch.optim: the constructor's options, even where every group has its own
+        # as torch.optim: the constructor's options, even where every group has its own
+        _check_options(defaults, self.decoupled_weight_decay)
         seen = set()
         for g in groups:
             given = g['params']
@@ -4014,7 +4016,7 @@ class Optimizer:
             if ids & seen:
                 raise ValueError("some parameters appear in more than one parameter group")
             seen |= ids
-            _check_options(group)
+            _check_options(group, self.decoupled_weight_decay)
             self.param_groups.append(group)
 
     def zero_grad(self, set_to_none=True):
@@ -4082,22 +4084,26 @@ class Optimizer:
                             for k, v in s.items() if v is not None}
             self._check_state(i, p, state[id(p)])
         for saved in groups:
-            _check_options(saved)
+            _check_options(saved, self.decoupled_weight_decay)
         for group, saved in zip(self.param_groups, groups):
             group.update({k: (tuple(v) if isinstance(v, list) else v) for k, v in saved.items() if k != 'params'})
         self.state = state
 
 
-_UNSUPPORTED_OPTIONS = ('amsgrad', 'maximize', 'foreach', 'capturable', 'differentiable', 'fused',
-                        'decoupled_weight_decay')   # torch.optim's, which the updates here do not implement
+# torch.optim's options which the updates here do not implement
+_UNSUPPORTED_OPTIONS = ('amsgrad', 'maximize', 'foreach', 'capturable', 'differentiable', 'fused')
 
 
-def _check_options(group):
-    """ValueError, with torch.optim's message, for a hyperparameter out of its range, and for a torch.optim option
-    these updates do not implement set to anything but its off value (a loaded PyTorch state dict may carry them)."""
+def _check_options(group, decoupled):
+    """ValueError, with torch.optim's message, for a hyperparameter out of its range, for a torch.optim option these
+    updates do not implement set to anything but its off value (a loaded PyTorch state dict may carry them), and for
+    decoupled_weight_decay other than `decoupled`, what the optimizer does (torch.optim.AdamW's groups carry True)."""
     for key in _UNSUPPORTED_OPTIONS:
         if group.get(key):
             raise ValueError(f"optimizer option {key}={group[key]!r} is not supported (only its default, off)")
+    if group.get('decoupled_weight_decay', decoupled) != decoupled:
+        raise ValueError(f"optimizer option decoupled_weight_decay={group['decoupled_weight_decay']!r} is not "
+                         f"supported here (only {decoupled}: AdamW's weight decay is decoupled, Adam's and SGD's not)")
     for key, what in (('lr', 'learning rate'), ('momentum', 'momentum value'), ('eps', 'epsilon value'),
                       ('weight_decay', 'weight_decay value')):
         if key in group and not 0 <= group[key]:
@@ -4147,7 +4153,6 @@ class SGD(Optimizer):
 
 
 class Adam(Optimizer):
-    decoupled_weight_decay = False
     state_keys = ('step', 'exp_avg', 'exp_avg_sq')
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
