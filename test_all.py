@@ -14,6 +14,7 @@ import collections
 import contextlib
 import gc
 import hashlib
+import inspect
 import io
 import json
 import math
@@ -2066,6 +2067,35 @@ def test_error_optim_invalid_options():
            'Invalid momentum value: -0.5')
     for cls, kw in (('SGD', dict(lr=0.0, momentum=0.0, weight_decay=0.0)), ('Adam', dict(lr=0.0, betas=(0.0, 0.0), eps=0.0))):
         getattr(tl, cls)([tl.Parameter(np.ones(2))], **kw), getattr(torch.optim, cls)([torch.nn.Parameter(torch.ones(2))], **kw)
+
+
+def test_optim_positional_arguments_as_pytorch():
+    """Each positional argument means what it does in torch.optim (SGD: params, lr, momentum; Adam / AdamW: params, lr,
+    betas, eps, weight_decay), the rest are keyword-only: SGD([p], 0.1, 0.9, 0.5), where torch.optim reads dampening
+    0.5, raises TypeError. SGD's lr defaults to torch.optim's 1e-3."""
+    need_torch()
+    positional = lambda cls: [k for k, v in inspect.signature(cls).parameters.items()
+                              if v.kind == v.POSITIONAL_OR_KEYWORD]
+    for name in ('SGD', 'Adam', 'AdamW'):
+        ours, theirs = positional(getattr(tl, name)), positional(getattr(torch.optim, name))
+        assert ours == theirs[:len(ours)], (name, ours, theirs)
+        assert inspect.signature(getattr(tl, name)).parameters['lr'].default == getattr(torch.optim, name)([
+            torch.nn.Parameter(torch.ones(2))]).defaults['lr'], name
+    r = rng('optim_positional')
+    w0, grads = r.standard_normal((2, 3)), [r.standard_normal((2, 3)) for _ in range(4)]
+    for name, args, kw in (('SGD', (0.1, 0.9), dict(dampening=0.5, weight_decay=0.05, nesterov=False)),
+                           ('SGD', (0.1, 0.8), dict(weight_decay=0.05, nesterov=True)), ('SGD', (), {}),
+                           ('Adam', (0.05, (0.8, 0.9), 1e-6, 0.1), {}), ('AdamW', (0.05, (0.8, 0.9), 1e-6, 0.1), {})):
+        w, wt = tl.Parameter(w0.copy()), torch.nn.Parameter(torch.tensor(w0))
+        ours, theirs = getattr(tl, name)([w], *args, **kw), getattr(torch.optim, name)([wt], *args, **kw)
+        for g in grads:
+            w.grad, wt.grad = tl.Tensor(g), torch.tensor(g)
+            ours.step()
+            theirs.step()
+        assert_close(w, wt, 1e-12, 1e-12, f'{name}{args}{kw}')
+    p = tl.Parameter(np.ones(2))
+    raises(TypeError, lambda: tl.SGD([p], 0.1, 0.9, 0.5), 'positional')
+    raises(TypeError, lambda: tl.Adam([p], 1e-3, (0.9, 0.999), 1e-8, 0.0, False), 'positional')
 
 
 def test_error_optim_param_in_two_groups():

@@ -4119,7 +4119,8 @@ def _rate(group):
 
 
 class SGD(Optimizer):
-    def __init__(self, params, lr, momentum=0.0, nesterov=False, weight_decay=0.0, dampening=0.0):
+    # torch.optim.SGD's order is (params, lr, momentum, dampening, weight_decay, nesterov): the rest keyword-only
+    def __init__(self, params, lr=1e-3, momentum=0.0, *, nesterov=False, weight_decay=0.0, dampening=0.0):
         super().__init__(params, dict(lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
                                       dampening=dampening))
         if nesterov and (momentum <= 0 or dampening != 0):
