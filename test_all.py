@@ -1994,6 +1994,50 @@ for _name, _cls, _kw, _groups in OPTIMS:
     register(f'test_optim_{_name}', lambda c=_cls, kw=_kw, g=_groups: check_optim(c, kw, g))
 
 
+def test_optim_state_keyed_by_parameter_as_pytorch():
+    """opt.state[p] is the state of parameter p (the tensor itself, two of equal values apart), as torch.optim's: a
+    dict of tensors (SGD's 'momentum_buffer'; Adam's 'step', a float32 count on the CPU, 'exp_avg', 'exp_avg_sq'),
+    PyTorch's after the same steps, and {} for a parameter not stepped yet; the next step reads its tensors as edited
+    in place; state_dict() / load_state_dict() carry it into another optimizer."""
+    need_torch()
+    r = rng('optim_state_by_parameter')
+    w0, grads = r.standard_normal((2, 3)), [r.standard_normal((2, 3)) for _ in range(3)]
+    for name, kw, keys in (('SGD', dict(lr=0.1, momentum=0.9), ['momentum_buffer']),
+                           ('Adam', dict(lr=0.05), ['exp_avg', 'exp_avg_sq', 'step']),
+                           ('AdamW', dict(lr=0.05, weight_decay=0.1), ['exp_avg', 'exp_avg_sq', 'step'])):
+        ours = [tl.Parameter(w0.copy()) for _ in range(3)]
+        theirs = [torch.nn.Parameter(torch.tensor(w0)) for _ in range(3)]
+        opt, ref = getattr(tl, name)(ours, **kw), getattr(torch.optim, name)(theirs, **kw)
+
+        def step(g):
+            for k in range(2):   # the third parameter gets no gradient
+                ours[k].grad, theirs[k].grad = tl.Tensor(g * (k + 1)), torch.tensor(g * (k + 1))
+            opt.step()
+            ref.step()
+        for g in grads:
+            step(g)
+        for p, q in zip(ours[:2], theirs):
+            assert sorted(opt.state[p]) == sorted(ref.state[q]) == keys, (name, list(opt.state[p]), list(ref.state[q]))
+            for k in keys:
+                v, want = opt.state[p][k], ref.state[q][k]
+                assert isinstance(v, tl.Tensor) and same_dtype(v, want) and v.device == 'cpu', (name, k, type(v))
+                assert_close(v, want, 1e-12, 1e-12, f'{name} state {k}')
+        assert opt.state[ours[2]] == {} == ref.state[theirs[2]]
+        edited = keys[0]
+        opt.state[ours[0]][edited] *= 0.5
+        ref.state[theirs[0]][edited].mul_(0.5)
+        step(grads[0])
+        for p, q in zip(ours, theirs):
+            assert_close(p, q, 1e-12, 1e-12, f'{name} after the state was edited')
+        copies = [tl.Parameter(p.numpy().copy()) for p in ours]
+        again = getattr(tl, name)(copies, **kw)
+        again.load_state_dict(opt.state_dict())
+        for p, q in zip(ours[:2], copies):
+            for k in keys:
+                assert isinstance(again.state[q][k], tl.Tensor) and again.state[q][k] is not opt.state[p][k]
+                assert np.array_equal(again.state[q][k].numpy(), opt.state[p][k].numpy()), (name, k)
+
+
 def test_optim_skips_params_without_grad():
     tl.manual_seed(0)
     used, unused = tl.Linear(2, 2), tl.Linear(2, 2)
@@ -3204,6 +3248,7 @@ def test_error_optim_load_state_dict_bad_state_changes_nothing():
     good = opt.state_dict()
     bad_state = [({1: {**good['state'][1], 'exp_avg': np.zeros(5)}}, ('parameter 1', 'exp_avg', '(5,)', '(2,)')),
                  ({1: {'step': 1, 'exp_avg': np.zeros(2)}}, ('parameter 1', 'exp_avg_sq')),
+                 ({1: {**good['state'][1], 'step': np.ones(3)}}, ('parameter 1', 'step', '(3,)', '()')),
                  ({5: good['state'][1]}, ('parameter 5', '2 parameters')),
                  ({-1: good['state'][1]}, ('parameter -1',))]
     for state, needles in bad_state:
@@ -3506,10 +3551,13 @@ def test_save_load_tuples_and_numpy_scalars():
 def test_error_optim_step_bad_state_changes_nothing():
     """A state that step() cannot use (edited by hand) is found before any parameter moves."""
     a, b, opt = adam_after_one_step()
-    opt.state[id(b)]['exp_avg'] = np.zeros(5)
-    before = [to_np(a).copy(), opt.state[id(a)]['step'], opt.state[id(b)]['step']]
+    opt.state[b]['exp_avg'] = tl.zeros(5, dtype=tl.float64)
+    before = [to_np(a).copy(), opt.state[a]['step'].item(), opt.state[b]['step'].item()]
     assert_names_shapes(raises(ValueError, opt.step, 'parameter 1'), (5,), (2,))
-    assert np.array_equal(a.numpy(), before[0]) and [opt.state[id(a)]['step'], opt.state[id(b)]['step']] == before[1:]
+    opt.state[b]['exp_avg'] = np.zeros(2)
+    raises(TypeError, opt.step, 'parameter 1', 'exp_avg', 'ndarray', 'Tensor')
+    assert np.array_equal(a.numpy(), before[0])
+    assert [opt.state[a]['step'].item(), opt.state[b]['step'].item()] == before[1:]
 
 
 # ===== small models that must learn =====

@@ -3991,7 +3991,7 @@ class GRU(Module):
 
 class Optimizer:
     """Parameter groups, per-parameter state, and a step() that checks every gradient and state before it changes
-    anything."""
+    anything. As torch.optim's, `state` maps each parameter (the tensor itself) to a dict of tensors."""
     state_keys = ()   # what the state of a parameter holds once it is not empty
     decoupled_weight_decay = False   # AdamW's weight decay (torch.optim's groups carry it as an option)
 
@@ -4000,7 +4000,7 @@ class Optimizer:
         if not params:
             raise ValueError(f"{type(self).__name__} got an empty parameter list")
         groups = params if isinstance(params[0], dict) else [{'params': params}]
-        self.defaults, self.param_groups, self.state = defaults, [], {}
+        self.defaults, self.param_groups, self.state = defaults, [], collections.defaultdict(dict)
         # as torch.optim: the constructor's options, even where every group has its own
         _check_options(defaults, self.decoupled_weight_decay)
         seen = set()
@@ -4037,31 +4037,35 @@ class Optimizer:
                 raise ValueError(f"{type(self).__name__}.step: gradient of shape {p.grad.shape} for a parameter of shape {p.shape}")
             if p.grad.device != p.device:
                 raise RuntimeError(f"{type(self).__name__}.step: gradient on {p.grad.device} for a parameter on {p.device}")
-            self._check_state(i, p, self.state.get(id(p), {}))
+            self._check_state(i, p, self.state.get(p, {}))
             work.append((p, group))
         for p, group in work:
-            self._update(p.data, p.grad.data.astype(p.dtype, copy=False), group, self.state.setdefault(id(p), {}))
+            self._update(p.data, p.grad.data.astype(p.dtype, copy=False), group, self.state[p])
             p._version[0] += 1   # updated in place, as PyTorch's optimizers count it
         return loss
 
     def _check_state(self, i, p, state):
-        """ValueError naming parameter i unless `state` has every one of state_keys and each array in it p's shape."""
+        """An error naming parameter i unless `state` has every one of state_keys, each a tensor of p's shape (the step
+        count: 0-d)."""
         missing = [k for k in self.state_keys if state and k not in state]
         if missing:
             raise ValueError(f"{type(self).__name__}: the state of parameter {i} lacks {missing}")
         for k, v in state.items():
-            if hasattr(v, 'shape') and tuple(v.shape) != p.shape:
-                raise ValueError(f"{type(self).__name__}: state '{k}' of shape {tuple(v.shape)} for parameter {i} "
-                                 f"of shape {p.shape}")
+            if not isinstance(v, Tensor):
+                raise TypeError(f"{type(self).__name__}: state '{k}' of parameter {i} is a {type(v).__name__}, "
+                                "not a Tensor")
+            if v.shape != (() if k == 'step' else p.shape):
+                raise ValueError(f"{type(self).__name__}: state '{k}' of parameter {i} has shape {v.shape}, not "
+                                 f"{() if k == 'step' else p.shape}")
 
     def _params(self):
         return [p for group in self.param_groups for p in group['params']]
 
     def state_dict(self):
-        index = {id(p): i for i, p in enumerate(self._params())}
-        host = lambda v: _move(v, 'cpu').copy() if hasattr(v, 'shape') else v
-        state = {index[k]: {name: host(v) for name, v in s.items()} for k, s in self.state.items() if k in index}
-        groups = [{**{k: v for k, v in g.items() if k != 'params'}, 'params': [index[id(p)] for p in g['params']]}
+        """As torch.optim's, with each tensor a NumPy copy."""
+        index = {p: i for i, p in enumerate(self._params())}
+        state = {index[p]: {k: v.numpy().copy() for k, v in s.items()} for p, s in self.state.items() if p in index}
+        groups = [{**{k: v for k, v in g.items() if k != 'params'}, 'params': [index[p] for p in g['params']]}
                   for g in self.param_groups]
         return {'state': state, 'param_groups': groups}
 
@@ -4073,16 +4077,16 @@ class Optimizer:
             raise ValueError(f"{type(self).__name__}.load_state_dict: parameter groups of sizes "
                              f"{[len(g['params']) for g in groups]} for an optimizer with "
                              f"{[len(g['params']) for g in self.param_groups]}")
-        state = {}
+        state = collections.defaultdict(dict)
         for i, s in state_dict['state'].items():
             if not 0 <= int(i) < len(params):
                 raise ValueError(f"{type(self).__name__}.load_state_dict: state for parameter {i} of an optimizer "
                                  f"with {len(params)} parameters")
             p = params[int(i)]
-            # 'step' is a count; None (PyTorch's absent momentum buffer) is no state
-            state[id(p)] = {k: int(v) if k == 'step' else _move(_as_array(v).astype(p.dtype), p.device)
-                            for k, v in s.items() if v is not None}
-            self._check_state(i, p, state[id(p)])
+            # 'step' is a count, float32 on the CPU as PyTorch's; None (PyTorch's absent momentum buffer) is no state
+            state[p] = {k: Tensor(_as_array(v).astype(np.float32), device='cpu') if k == 'step' else
+                        Tensor(_as_array(v).astype(p.dtype), device=p.device) for k, v in s.items() if v is not None}
+            self._check_state(i, p, state[p])
         for saved in groups:
             _check_options(saved, self.decoupled_weight_decay)
         for group, saved in zip(self.param_groups, groups):
@@ -4132,23 +4136,25 @@ class SGD(Optimizer):
         if kernel is not None:   # the whole step in one kernel
             first = momentum and 'momentum_buffer' not in state
             if first:
-                state['momentum_buffer'] = cp.empty_like(p)
+                state['momentum_buffer'] = Tensor(cp.empty_like(p))
             lr = group['lr']
             on_device = cp.ascontiguousarray(lr.data, np.float32) if isinstance(lr, Tensor) else None
             factors = [0.0 if k == 'lr' and on_device is not None else float(group[k])
                        for k in ('lr', 'weight_decay', 'momentum', 'dampening')]
-            _launch_flat(kernel, p.size, 1, (p, _like(g, p), state.get('momentum_buffer', p)) + _int64s(p.size)
+            buf = state['momentum_buffer'].data if 'momentum_buffer' in state else p
+            _launch_flat(kernel, p.size, 1, (p, _like(g, p), buf) + _int64s(p.size)
                          + (on_device,) + _scalars(np.float64, *factors) + _int32s(group['nesterov'], bool(first)))
             return
         if group['weight_decay']:
             g = g + group['weight_decay'] * p
         if momentum:
-            buf = state.get('momentum_buffer')
-            if buf is None:
-                buf = state['momentum_buffer'] = g.copy()
-            else:
+            if 'momentum_buffer' in state:
+                buf = state['momentum_buffer'].data
                 buf *= momentum
                 buf += (1 - group['dampening']) * g
+            else:
+                buf = g.copy()
+                state['momentum_buffer'] = Tensor(buf)   # the tensor of buf itself, no copy
             g = g + momentum * buf if group['nesterov'] else buf
         p -= _rate(group) * g
 
@@ -4161,19 +4167,20 @@ class Adam(Optimizer):
 
     def _update(self, p, g, group, state):
         xp, (beta1, beta2), lr, decay = _xp(p), group['betas'], _rate(group), group['weight_decay']
-        if not state:
-            state.update(step=0, exp_avg=xp.zeros_like(p), exp_avg_sq=xp.zeros_like(p))
-        state['step'] += 1
+        if not state:   # as torch.optim's: the step a float32 count on the CPU
+            state.update(step=Tensor(np.float32(0)), exp_avg=Tensor(xp.zeros_like(p)),
+                         exp_avg_sq=Tensor(xp.zeros_like(p)))
+        state['step'].data += 1
         if decay and self.decoupled_weight_decay:
             p *= 1 - lr * decay
         elif decay:
             g = g + decay * p
-        m, v = state['exp_avg'], state['exp_avg_sq']
+        m, v = state['exp_avg'].data, state['exp_avg_sq'].data
         m *= beta1
         m += (1 - beta1) * g
         v *= beta2
         v += (1 - beta2) * g * g
-        step = state['step']
+        step = state['step'].item()
         denom = xp.sqrt(v) / math.sqrt(1 - beta2 ** step) + group['eps']
         p -= (lr / (1 - beta1 ** step)) * m / denom
 
