@@ -4117,6 +4117,19 @@ def _check_options(group, decoupled):
             raise ValueError(f"Invalid beta parameter at index {i}: {beta}")
 
 
+def _wide(a):
+    """a in the dtype torch.optim's ops compute in (_opmath): float16 in float32, each op's result rounded once."""
+    return a.astype(_opmath(a.dtype), copy=False)
+
+
+def _add(a, b, alpha, out=None):
+    """torch's a.add(b, alpha=alpha), into out where given: float16 computes in float32 and rounds once, with alpha
+    first rounded to a's dtype as torch does."""
+    alpha = alpha.astype(a.dtype) if hasattr(alpha, 'astype') else a.dtype.type(alpha)
+    out = _xp(a).empty_like(a) if out is None else out
+    return _xp(a).add(_wide(a), _wide(alpha) * _wide(b), out=out)
+
+
 def _rate(group):
     """A group's learning rate: a number, or a one-element tensor (which a CUDA graph reads anew each replay)."""
     return group['lr'].data if isinstance(group['lr'], Tensor) else group['lr']
@@ -4145,18 +4158,18 @@ class SGD(Optimizer):
             _launch_flat(kernel, p.size, 1, (p, _like(g, p), buf) + _int64s(p.size)
                          + (on_device,) + _scalars(np.float64, *factors) + _int32s(group['nesterov'], bool(first)))
             return
-        if group['weight_decay']:
-            g = g + group['weight_decay'] * p
+        if group['weight_decay']:   # torch.optim's ops, in torch's float16 arithmetic
+            g = _add(g, p, group['weight_decay'])
         if momentum:
             if 'momentum_buffer' in state:
                 buf = state['momentum_buffer'].data
-                buf *= momentum
-                buf += (1 - group['dampening']) * g
+                _xp(p).multiply(_wide(buf), momentum, out=buf)
+                _add(buf, g, 1 - group['dampening'], out=buf)
             else:
                 buf = g.copy()
                 state['momentum_buffer'] = Tensor(buf)   # the tensor of buf itself, no copy
-            g = g + momentum * buf if group['nesterov'] else buf
-        p -= _rate(group) * g
+            g = _add(g, buf, momentum) if group['nesterov'] else buf
+        _add(p, g, -_rate(group), out=p)
 
 
 class Adam(Optimizer):
@@ -4171,18 +4184,20 @@ class Adam(Optimizer):
             state.update(step=Tensor(np.float32(0)), exp_avg=Tensor(xp.zeros_like(p)),
                          exp_avg_sq=Tensor(xp.zeros_like(p)))
         state['step'].data += 1
+        f = _wide   # torch.optim's ops in torch's float16 arithmetic: each result rounds once to float16
         if decay and self.decoupled_weight_decay:
-            p *= 1 - lr * decay
+            xp.multiply(f(p), 1 - lr * decay, out=p)
         elif decay:
-            g = g + decay * p
-        m, v = state['exp_avg'].data, state['exp_avg_sq'].data
-        m *= beta1
-        m += (1 - beta1) * g
-        v *= beta2
-        v += (1 - beta2) * g * g
+            g = _add(g, p, decay)
+        m, v, g = state['exp_avg'].data, state['exp_avg_sq'].data, f(g)
+        xp.add(f(m), (1 - beta1) * (g - f(m)), out=m)   # m.lerp_(g, 1 - beta1)
+        xp.multiply(f(v), beta2, out=v)
+        xp.add(f(v), (1 - beta2) * g * g, out=v)
         step = state['step'].item()
-        denom = xp.sqrt(v) / math.sqrt(1 - beta2 ** step) + group['eps']
-        p -= (lr / (1 - beta1 ** step)) * m / denom
+        denom = xp.sqrt(v, out=xp.empty_like(v))   # out: an array where v is 0-d
+        xp.divide(f(denom), math.sqrt(1 - beta2 ** step), out=denom)
+        xp.add(f(denom), group['eps'], out=denom)
+        xp.add(f(p), -(lr / (1 - beta1 ** step)) * f(m) / f(denom), out=p)   # p.addcdiv_(m, denom, value=-step_size)
 
 
 class AdamW(Adam):
