@@ -695,6 +695,30 @@ def test_comparisons_give_bool():
     assert (x > 0).dtype == np.bool_ and (x == x).numpy().all() and not (x != x).numpy().any()
 
 
+def test_comparisons_promote_as_pytorch():
+    """Comparisons of tensors of two dtypes compare in PyTorch's common dtype (a 0-d tensor does not widen one with
+    dimensions within its kind), not NumPy's: int64 16777217 == float32 16777216 (both float32), int32 2049 ==
+    float16 2048, float16 0.1 == 0-d float32 0.1 (in float16), int8 44 == 0-d int64 300 (in int8)."""
+    need_torch()
+    r = rng('compare promotion')
+    big = r.integers(2 ** 24, 2 ** 25, 8)
+    near = r.integers(2000, 4000, 8).astype(np.int32)
+    tenths = r.uniform(0.1, 1, 8)
+    small = np.append(r.integers(1, 100, 7), 44).astype(np.int8)
+    bytes_ = r.integers(0, 255, 8).astype(np.uint8)   # as int8, those above 127 wrap
+    cases = [(big, big.astype(np.float32)), (near, near.astype(np.float16)), (near.astype(np.float16), near),
+             (tenths.astype(np.float16), np.array(tenths[3], np.float32)),
+             (tenths.astype(np.float32), np.array(tenths[5])), (small, np.array(300)),
+             (np.array(tenths[2], np.float16), tenths.astype(np.float16).astype(np.float32)),
+             (bytes_, bytes_.astype(np.int8))]
+    for a, b in cases:
+        for op in ('__eq__', '__ne__', '__lt__', '__le__', '__gt__', '__ge__'):
+            got = getattr(tl.tensor(a), op)(tl.tensor(b))
+            want = getattr(torch.from_numpy(np.asarray(a)), op)(torch.from_numpy(np.asarray(b)))
+            assert got.dtype == np.bool_ and np.array_equal(got.numpy(), want.numpy()), (a.dtype, b.dtype, op)
+        assert (tl.tensor(a) == tl.tensor(b)).numpy().any(), (a.dtype, b.dtype)   # some equal in the common dtype
+
+
 def test_inplace_ops_under_no_grad():
     r = rng('inplace')
     a, b = sample(r, (2, 3)), sample(r, (3,))

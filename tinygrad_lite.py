@@ -3042,11 +3042,14 @@ class Tensor:
     __itruediv__ = lambda self, o: self._inplace('divide', o)
 
     def _compare(self, op, other):
+        """op(self, other) on both operands in the dtype PyTorch compares in, _result_dtype's (int32 == float16
+        compares in float16; NumPy would in float32)."""
         other = self._operand(other)
         if other.device != self.device:
             raise RuntimeError(f"comparison of tensors on {self.device} and {other.device}")
         _check_broadcast('comparison', self.shape, other.shape)
-        return Tensor._wrap(op(self.data, other.data), self.device)
+        a, b = (t.data.astype(_result_dtype(self, other), copy=False) for t in (self, other))
+        return Tensor._wrap(op(a, b), self.device)
 
     __gt__ = lambda self, o: self._compare(lambda a, b: a > b, o)
     __ge__ = lambda self, o: self._compare(lambda a, b: a >= b, o)
