@@ -752,6 +752,48 @@ def test_inplace_op_refusals_name_the_problem():
         assert np.array_equal(wide_copy.numpy(), np.broadcast_to(a[0], (2, 3)) + 1), device
 
 
+def test_expanded_views_write_through_as_pytorch():
+    """expand() gives a writable view, as PyTorch's: where no two elements share memory (the same shape, or size-1
+    axes added in front) in-place ops, item assignment and zero_() write through to the base, whose version counter
+    they advance (a backward that saved the base raises); a slice of a real broadcast writes through too. Where
+    elements do share memory, item assignment and zero_() are refused as in-place arithmetic is, changing nothing."""
+    need_torch()
+    r = rng('expand views')
+    b0, v0 = sample(r, (2, 3)), sample(r, (3,))
+    writes = [lambda m, x: x.__iadd__(m.tensor(v0[:x.shape[-1]])), lambda m, x: x.__imul__(2.5),
+              lambda m, x: x.__setitem__(0, 1.25), lambda m, x: x.zero_(),
+              lambda m, x: x.__setitem__((Ellipsis, slice(1, None)), m.tensor(v0[:x.shape[-1] - 1]))]
+    expands = [lambda b: b.expand(2, 3), lambda b: b.expand(-1, -1), lambda b: b.expand(1, 2, 3),
+               lambda b: b[0].expand(1, 1, -1), lambda b: b[:, 1:].expand(1, 2, 2)]
+    for i, expand in enumerate(expands):
+        for k, write in enumerate(writes):
+            results = []
+            for m in (tl, torch):
+                b = m.tensor(b0.copy())
+                x = expand(b)
+                write(m, x)
+                results.append((x.numpy().copy(), b.numpy().copy()))
+            for ours, theirs in zip(*results):
+                assert np.array_equal(ours, theirs), (i, k, ours, theirs)
+    for m in (tl, torch):
+        w, b = m.tensor(v0, requires_grad=True), m.tensor(b0[0].copy())
+        y = (w * b).sum()   # saves b
+        x = b.expand(1, 3)
+        x += 1.0
+        raises(RuntimeError, y.backward, 'modified by an in')
+    for m in (tl, torch):   # a slice of a broadcast: its elements are apart
+        b = m.tensor(b0[:1].copy())
+        row = b.expand(3, 3)[1]
+        row += m.tensor(v0)
+        assert np.array_equal(b.numpy(), b0[:1] + v0), m.__name__
+    b = tl.tensor(b0[:1].copy())
+    wide = b.expand(2, 3)
+    for what, write in (('single memory location', lambda: wide.__setitem__(0, 1.25)),
+                        ('single memory location', wide.zero_), ('single memory location', lambda: wide.__iadd__(1.0))):
+        raises(RuntimeError, write, what, 'clone()')
+        assert np.array_equal(b.numpy(), b0[:1]) and wide.shape == (2, 3)
+
+
 def test_zero_and_requires_grad_():
     t = tl.Tensor(sample(rng('z'), (3,)))
     t.zero_()

@@ -1059,11 +1059,15 @@ class Permute(Function):
 
 
 class Expand(Function):
+    """A view of x with its size-1 axes repeated and axes added in front (stride 0): writable, as PyTorch's (NumPy's
+    broadcast_to is read-only); in-place ops refuse it where elements share memory (Tensor._refuse_expanded)."""
     saves, may_view = (), True
 
     def forward(self, x, shape):
         self.shape = x.shape
-        return _xp(x).broadcast_to(x, shape)
+        lead = len(shape) - x.ndim
+        strides = (0,) * lead + tuple(s if n == m else 0 for s, n, m in zip(x.strides, x.shape, shape[lead:]))
+        return _xp(x).lib.stride_tricks.as_strided(x, shape, strides)
 
     def backward(self, g):
         return _unbroadcast(g, self.shape)
@@ -2915,6 +2919,7 @@ class Tensor:
     def zero_(self):
         if self.requires_grad and _GradMode.enabled:
             raise RuntimeError("zero_() on a tensor that requires grad: wrap it in tl.no_grad()")
+        self._refuse_expanded('zero_()')
         self.data[...] = 0
         self._version[0] += 1
         return self
@@ -3250,6 +3255,7 @@ class Tensor:
             self._recorded_update('item assignment', lambda before: SetItem.apply(
                 before, before if value is self else value, steps=steps))
             return
+        self._refuse_expanded('item assignment')
         target = self.data
         for step in steps[:-1]:   # the integers first: a view of self's memory
             target = target[step]
