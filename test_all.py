@@ -631,6 +631,26 @@ def test_result_dtypes_like_torch():
     assert not x.to(tl.int64).requires_grad and not x.to(tl.bool_).requires_grad and x.to(tl.float64).requires_grad
 
 
+def test_iteration_as_pytorch():
+    """Iterating a tensor gives its rows (views, with gradients flowing back); a 0-d tensor raises TypeError."""
+    need_torch()
+    a, w = sample(rng('iterate'), (3, 2)), upstream(0, (3, 2))
+    outs = []
+    for m in (tl, torch):
+        x = m.tensor(a, requires_grad=True)
+        rows = list(x)
+        assert len(rows) == 3 and all(tuple(r.shape) == (2,) for r in rows), m.__name__
+        sum(row * m.tensor(w[i]) for i, row in enumerate(rows)).sum().backward()
+        outs.append(([r.detach().numpy() for r in rows], x.grad.numpy()))
+        for f in (list, sum, lambda t: [v for v in t]):
+            raises(TypeError, lambda: f(m.tensor(2.5)), 'iteration over a 0-d tensor')
+    assert all(np.array_equal(u, v) for u, v in zip(outs[0][0], outs[1][0])) and np.array_equal(outs[0][1], outs[1][1])
+    b = tl.tensor(a.copy())
+    for row in b:
+        row *= 2
+    assert np.array_equal(b.numpy(), 2 * a), 'rows are views'
+
+
 def test_tensor_numpy_keeps_dtype():
     r = rng('keep')
     for dt in (np.float16, np.float32, np.float64, np.int64):

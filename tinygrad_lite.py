@@ -2846,6 +2846,11 @@ class Tensor:
             raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
 
+    def __iter__(self):   # the rows, as views (PyTorch's unbind)
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
+
     def __bool__(self):
         return bool(self.item())
 
