@@ -3583,6 +3583,32 @@ def test_indexing_as_pytorch():
     assert not ints.numpy().any(), 'refused fills change nothing'
 
 
+def test_item_assignment_shape_mismatch_names_both_shapes():
+    """A value that does not broadcast to the indexed elements raises ValueError naming both shapes (PyTorch:
+    RuntimeError) before anything is written, recorded or not; a value with extra leading size-1 axes fits, as in
+    PyTorch (values against it)."""
+    need_torch()
+    r = rng('setitem shapes')
+    x0 = sample(r, (2, 3))
+    mask = np.array([[True, False, True], [False, True, True]])
+    cases = [((0,), (2,), (3,)), ((np.array([1, 0]),), (2,), (2, 3)), ((mask,), (2,), (4,)),
+             ((slice(None), 1), (2, 1), (2,)), ((Ellipsis,), (3, 3), (2, 3)), ((1, 2), (2,), ())]
+    for index, shape, indexed in cases:
+        value = sample(r, shape)
+        raises(RuntimeError, lambda: torch.tensor(x0).__setitem__(index, torch.tensor(value)))
+        for grad in (False, True):
+            v = tl.tensor(value, requires_grad=grad)
+            x = tl.tensor(x0) * 1 if grad else tl.tensor(x0)
+            version = x._version[0]
+            assert_names_shapes(raises(ValueError, lambda: x.__setitem__(index, v)), shape, indexed)
+            assert np.array_equal(x.numpy(), x0) and x._version[0] == version and x.shape == (2, 3), (index, grad)
+    for index, shape in (((0,), (1, 1, 3)), ((slice(None), 1), (1, 2)), ((mask,), (1, 4)), ((1, 2), (1, 1))):
+        value = sample(r, shape)
+        ours, theirs = tl.tensor(x0.copy()), torch.tensor(x0.copy())
+        ours[index], theirs[index] = tl.tensor(value), torch.tensor(value)
+        assert np.array_equal(ours.numpy(), theirs.numpy()), (index, shape)
+
+
 def test_single_element_index_is_a_view_as_pytorch():
     """x[i] (and x[i, j], and x[t] for a 0-d integer tensor t) selecting one element or row is a view, as in PyTorch:
     an in-place change of either shows in the other (NumPy's scalar, and its advanced index, were copies), and a

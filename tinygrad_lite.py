@@ -1177,6 +1177,14 @@ class Clone(Function):
         return g
 
 
+def _written(a, steps):
+    """The view of `a` that the last of the index `steps` (Tensor._index_steps) indexes: the earlier steps are selects,
+    views."""
+    for step in steps[:-1]:
+        a = a[step]
+    return a
+
+
 class SetItem(Function):
     """x with value (broadcast) written at the index `steps` select one after another (Tensor._index_steps, as
     arrays), in x's memory: item assignment that autograd records (Tensor._recorded_update: nothing else reads that
@@ -1186,25 +1194,17 @@ class SetItem(Function):
 
     def forward(self, x, value, steps):
         self.steps, self.value_shape, self.value_dtype = steps, value.shape, value.dtype
-        self._written(x)[steps[-1]] = value.astype(x.dtype, copy=False)
+        _written(x, steps)[steps[-1]] = value.astype(x.dtype, copy=False)
         return x
-
-    def _written(self, a):
-        """The view of `a` that the last step indexes (the earlier steps are selects: views)."""
-        for step in self.steps[:-1]:
-            a = a[step]
-        return a
 
     def backward(self, g):
         g = _xp(g).asarray(g)   # NumPy gives a 0-d result as a scalar
         dx = g.copy() if self.needs_grad[0] else None
         if dx is not None:
-            self._written(dx)[self.steps[-1]] = 0
+            _written(dx, self.steps)[self.steps[-1]] = 0
         dvalue = None
-        if self.needs_grad[1]:   # the written elements' gradients; a value may have more (leading, size-1) axes
-            written = self._written(g)[self.steps[-1]]
-            written = written.reshape((1,) * (len(self.value_shape) - written.ndim) + written.shape)
-            dvalue = _unbroadcast(written, self.value_shape).astype(self.value_dtype)
+        if self.needs_grad[1]:   # the written elements' gradients
+            dvalue = _unbroadcast(_written(g, self.steps)[self.steps[-1]], self.value_shape).astype(self.value_dtype)
         return dx, dvalue
 
 
@@ -3256,15 +3256,19 @@ class Tensor:
             return tuple(_move(i.data if isinstance(i, Tensor) else i, self.device).copy()
                          if isinstance(i, (Tensor, np.ndarray)) else i for i in map(_as_select, step))
         steps = [arrays(step) for step in self._index_steps(index)]
+        indexed = _written(self.data, steps)[steps[-1]].shape   # (no local keeps a view: see _recorded_update)
+        fitted = _check_broadcast('item assignment (indexed elements, value)', indexed, value.shape)
+        if fitted != (1,) * (len(fitted) - len(indexed)) + indexed:
+            raise ValueError(f"item assignment: a value of shape {value.shape} cannot be broadcast to the indexed "
+                             f"shape {indexed}")
+        extra = value.ndim - len(indexed)   # leading size-1 axes beyond the indexed ones, dropped (masks refuse them)
+        fit = lambda v: v.reshape(v.shape[extra:]) if extra > 0 else v
         if _GradMode.enabled and (self._requires_grad or value._requires_grad):
             self._recorded_update('item assignment', lambda before: SetItem.apply(
-                before, before if value is self else value, steps=steps))
+                before, fit(before if value is self else value), steps=steps))
             return
         self._refuse_expanded('item assignment')
-        target = self.data
-        for step in steps[:-1]:   # the integers first: a view of self's memory
-            target = target[step]
-        target[steps[-1]] = value.data.astype(self.dtype, copy=False)
+        _written(self.data, steps)[steps[-1]] = fit(value).data.astype(self.dtype, copy=False)
         self._version[0] += 1
 
 
