@@ -2462,6 +2462,43 @@ def test_reductions_over_no_axes_reduce_every_axis():
         assert_close(tl.tensor(x).sum(axis), x.sum(axis=tuple(np.atleast_1d(axis))), 1e-12, 1e-12, f'sum({axis!r})')
 
 
+def test_pytorch_keyword_names():
+    """PyTorch's keyword names work beside API.md's: dim= for axis= (reductions, softmax, shape ops, cat, stack),
+    dim0=/dim1= in transpose, gradient= in backward, size= in the creation functions; values and gradients against
+    PyTorch's. Giving both names raises TypeError."""
+    need_torch()
+    r = rng('keyword names')
+    x0, x1 = sample(r, (2, 3, 4)), sample(r, (2, 3, 4))
+    cases = [lambda m, x, y: x.sum(dim=1), lambda m, x, y: x.mean(dim=(0, 2), keepdim=True),
+             lambda m, x, y: x.var(dim=-1, correction=0), lambda m, x, y: x.softmax(dim=1),
+             lambda m, x, y: x.log_softmax(dim=0), lambda m, x, y: m.softmax(x, dim=-1),
+             lambda m, x, y: m.log_softmax(x, dim=1), lambda m, x, y: x.unsqueeze(dim=1),
+             lambda m, x, y: x[:, :1].squeeze(dim=1), lambda m, x, y: m.cat([x, y], dim=2),
+             lambda m, x, y: m.stack([x, y], dim=-1), lambda m, x, y: x.transpose(dim0=0, dim1=2),
+             lambda m, x, y: x.max(dim=1) if m is tl else x.amax(dim=1),
+             lambda m, x, y: x.min(dim=2) if m is tl else x.amin(dim=2)]
+    for k, f in enumerate(cases):
+        results = []
+        for m in (tl, torch):
+            x, y = m.tensor(x0, requires_grad=True), m.tensor(x1, requires_grad=True)
+            out = f(m, x, y)
+            out.backward(gradient=m.tensor(upstream(k, tuple(out.shape))))
+            results.append([out.detach().numpy(), x.grad.numpy(), np.zeros(1) if y.grad is None else y.grad.numpy()])
+        for ours, theirs in zip(*results):
+            assert_close(ours, theirs, 1e-12, 1e-12, f'case {k}')
+    x, p = tl.tensor(x0), torch.tensor(x0)
+    assert x.argmax(dim=1).tolist() == p.argmax(dim=1).tolist() and x.size(dim=2) == p.size(dim=2) == 4
+    for name in ('zeros', 'ones', 'randn', 'rand'):
+        made = getattr(tl, name)(size=(2, 3), dtype=tl.float64)
+        assert made.shape == (2, 3) and made.dtype == np.float64, name
+        raises(TypeError, lambda: getattr(tl, name)(2, size=(2,)), 'size')
+    assert tl.full(size=(2,), fill_value=1.5).tolist() == torch.full(size=(2,), fill_value=1.5).tolist()
+    for both in (lambda: x.sum(axis=0, dim=1), lambda: tl.cat([x], axis=0, dim=1), lambda: x.transpose(0, 1, dim0=1),
+                 lambda: tl.ones(3, requires_grad=True).sum().backward(tl.tensor(1.), gradient=tl.tensor(1.))):
+        raises(TypeError, both)
+    assert x.sum(axis=1).shape == (2, 4) and tl.softmax(x, axis=0).shape == x.shape   # API.md's names still
+
+
 def test_error_window_sizes_name_the_argument():
     """conv2d's stride and padding and the pools' kernel_size and stride: ints or pairs, strides and windows at
     least 1, padding at least 0; otherwise a ValueError naming the function and the argument (a ZeroDivisionError

@@ -212,6 +212,25 @@ def _dim(d, ndim, new=False):
     return d % n
 
 
+def _aliases(**names):
+    """A decorator: the function also takes PyTorch's keyword names (dim= for axis=; a name for *shape gives the
+    shape), a TypeError where a call gives both."""
+    def decorate(fn):
+        star = next((p.name for p in inspect.signature(fn).parameters.values() if p.kind is p.VAR_POSITIONAL), None)
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            for theirs, ours in names.items():
+                if theirs in kwargs:
+                    if ours in kwargs or ours == star and args:
+                        raise TypeError(f"{fn.__name__}() got both {ours} and {theirs}= (PyTorch's name for it)")
+                    value = kwargs.pop(theirs)
+                    args, kwargs = ((value,), kwargs) if ours == star else (args, {**kwargs, ours: value})
+            return fn(*args, **kwargs)
+        return call
+    return decorate
+
+
 def _reduced_axes(axis, ndim):
     """The axes a reduction over `axis` runs on: PyTorch's reductions read None, () and [] as every axis."""
     return _axes(None if isinstance(axis, (tuple, list)) and not axis else axis, ndim)
@@ -2835,6 +2854,7 @@ class Tensor:
     def numel(self):
         return int(self.data.size)
 
+    @_aliases(dim='axis')
     def size(self, axis=None):
         return self.shape if axis is None else self.shape[axis]
 
@@ -2904,6 +2924,7 @@ class Tensor:
         return Clone.apply(self)
 
     # ---- autograd
+    @_aliases(gradient='grad')
     def backward(self, grad=None, retain_graph=False):
         if not self.requires_grad:
             raise RuntimeError("backward() on a tensor that does not require grad and has no grad_fn")
@@ -3107,21 +3128,26 @@ class Tensor:
         return self._binary(Maximum, other, least=True)
 
     # ---- reductions
+    @_aliases(dim='axis')
     def sum(self, axis=None, keepdim=False):
         return Sum.apply(self, axes=_reduced_axes(axis, self.ndim), keepdim=keepdim)
 
+    @_aliases(dim='axis')
     def mean(self, axis=None, keepdim=False):
         _need_float(self, 'mean')   # as PyTorch: no mean (nor var) of integers or bools
         axes = _reduced_axes(axis, self.ndim)
         count = int(np.prod([self.shape[a] for a in axes]))
         return Sum.apply(self, axes=axes, keepdim=keepdim, scale=1 / count if count else math.nan)
 
+    @_aliases(dim='axis')
     def max(self, axis=None, keepdim=False):
         return Max.apply(self, axes=_reduced_axes(axis, self.ndim), keepdim=keepdim)
 
+    @_aliases(dim='axis')
     def min(self, axis=None, keepdim=False):
         return Max.apply(self, axes=_reduced_axes(axis, self.ndim), keepdim=keepdim, least=True)
 
+    @_aliases(dim='axis')
     def var(self, axis=None, keepdim=False, correction=1):
         _need_float(self, 'var')
         if self.dtype == np.float16:   # in float32, as PyTorch: the squares overflow float16 long before the variance
@@ -3132,15 +3158,18 @@ class Tensor:
         scale = 1 / (count - correction) if count > correction else math.inf if count else math.nan
         return Sum.apply(centred * centred, axes=axes, keepdim=keepdim, scale=scale)
 
+    @_aliases(dim='axis')
     def argmax(self, axis=None):
         if self.numel() == 0 and (axis is None or self.shape[_dim(axis, self.ndim)] == 0):
             raise ValueError(f"argmax of an empty tensor of shape {self.shape}")
         index = self.data.argmax() if axis is None else self.data.argmax(axis=_dim(axis, self.ndim))
         return Tensor._wrap(_xp(self.data).asarray(index).astype(np.int64), self.device)
 
+    @_aliases(dim='axis')
     def softmax(self, axis=-1):
         return Softmax.apply(_need_float(self, 'softmax'), axis=_dim(axis, self.ndim))
 
+    @_aliases(dim='axis')
     def log_softmax(self, axis=-1):
         return LogSoftmax.apply(_need_float(self, 'log_softmax'), axis=_dim(axis, self.ndim))
 
@@ -3177,16 +3206,19 @@ class Tensor:
             raise ValueError(f"permute: {dims} is not a permutation of the axes of a tensor of shape {self.shape}")
         return Permute.apply(self, dims=order)
 
+    @_aliases(dim0='a', dim1='b')
     def transpose(self, a, b):
         a, b, dims = _dim(a, self.ndim), _dim(b, self.ndim), list(range(self.ndim))
         if dims:   # a 0-d tensor is its own transpose
             dims[a], dims[b] = dims[b], dims[a]
         return self.permute(*dims)
 
+    @_aliases(dim='axis')
     def unsqueeze(self, axis):
         axis = _dim(axis, self.ndim, new=True)
         return self.reshape(self.shape[:axis] + (1,) + self.shape[axis:])
 
+    @_aliases(dim='axis')
     def squeeze(self, axis=None):
         axes = _axes(axis, self.ndim) if axis is not None else range(self.ndim)
         return self.reshape(tuple(n for i, n in enumerate(self.shape) if not (i in axes and n == 1)))
@@ -3290,10 +3322,12 @@ def _factory(make, shape, device, dtype, requires_grad):
     return Tensor(array, requires_grad=requires_grad)
 
 
+@_aliases(size='shape')
 def zeros(*shape, device=None, dtype=None, requires_grad=False):
     return _factory(lambda xp, s, d: xp.zeros(s, d), shape, device, dtype, requires_grad)
 
 
+@_aliases(size='shape')
 def ones(*shape, device=None, dtype=None, requires_grad=False):
     return _factory(lambda xp, s, d: xp.ones(s, d), shape, device, dtype, requires_grad)
 
@@ -3306,6 +3340,7 @@ def _check_fits(value, dtype, what):
         raise RuntimeError(f"{what}: {value} cannot be converted to {np.dtype(dtype)} without overflow")
 
 
+@_aliases(size='shape')
 def full(shape, fill_value, device=None, dtype=None, requires_grad=False):
     dtype = dtype or _number_dtype(fill_value)
     _check_fits(fill_value, _dtype(dtype), 'full')
@@ -3318,11 +3353,13 @@ def _float_dtype(dtype, what):
     return dtype
 
 
+@_aliases(size='shape')
 def randn(*shape, device=None, dtype=None, requires_grad=False):
     return _factory(lambda xp, s, d: xp.random.standard_normal(s).astype(d), shape, device,
                     _float_dtype(dtype, 'randn'), requires_grad)
 
 
+@_aliases(size='shape')
 def rand(*shape, device=None, dtype=None, requires_grad=False):
     return _factory(lambda xp, s, d: xp.random.random(s).astype(d), shape, device, _float_dtype(dtype, 'rand'),
                     requires_grad)
@@ -3363,6 +3400,7 @@ def _same_device(tensors, what):
         raise RuntimeError(f"{what}: expected all tensors on one device, got {', '.join(sorted(devices))}")
 
 
+@_aliases(dim='axis')
 def cat(tensors, axis=0):
     tensors = list(tensors)
     if not tensors:
@@ -3378,6 +3416,7 @@ def cat(tensors, axis=0):
     return Cat.apply(*[t.to(common) for t in tensors], axis=axis)
 
 
+@_aliases(dim='axis')
 def stack(tensors, axis=0):
     tensors = list(tensors)
     for t in tensors[1:]:
@@ -3404,11 +3443,19 @@ relu = lambda x: x.relu()
 sigmoid = lambda x: x.sigmoid()
 tanh = lambda x: x.tanh()
 gelu = lambda x, approximate='none': x.gelu(approximate)
-softmax = lambda x, axis=-1: x.softmax(axis)
-log_softmax = lambda x, axis=-1: x.log_softmax(axis)
 maximum = lambda a, b: a.maximum(b)
 minimum = lambda a, b: a.minimum(b)
 pad = lambda x, pad, value=0.0: x.pad(pad, value)
+
+
+@_aliases(dim='axis')
+def softmax(x, axis=-1):
+    return x.softmax(axis)
+
+
+@_aliases(dim='axis')
+def log_softmax(x, axis=-1):
+    return x.log_softmax(axis)
 
 
 def linear(x, weight, bias=None):
