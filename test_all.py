@@ -2446,6 +2446,35 @@ def test_zero_dim_operands_promote_as_pytorch():
             assert_close(ours, theirs.numpy(), 0, 2 * step if ours.dtype == np.float16 else 0, what)
 
 
+def test_integer_with_float16_rounds_the_integers_first():
+    """An integer tensor with a float16 one: the integers are rounded to float16 first, as PyTorch does (2049
+    becomes 2048), then the op runs as float16 with float16; in both orders, 0-d either side, and in place. (But for
+    float16 * or / a 0-d integer tensor, which PyTorch's CPU kernels take unrounded, as they take a 0-d float one: one
+    float16 step apart at most, as test_zero_dim_operands_promote_as_pytorch allows.)"""
+    need_torch()
+    r = rng('int with float16')
+    for int_dtype, int_shape, half_shape in ((np.int32, (9,), (9,)), (np.int64, (9,), ()), (np.int16, (), (9,))):
+        i = np.asarray(r.integers(1025, 8192, int_shape)).astype(int_dtype)
+        h = np.asarray(r.uniform(0.5, 7, half_shape)).astype(np.float16)   # products stay below 65504
+        for k, f in enumerate((lambda a, b: a + b, lambda a, b: a - b, lambda a, b: a * b, lambda a, b: a / b)):
+            for first in (0, 1):
+                if k >= 2 and not first and not int_shape:
+                    continue   # a 0-d integer divisor or factor: PyTorch's scalar path
+                ours = f(*[tl.tensor(h), tl.tensor(i)][::1 - 2 * first])
+                theirs = f(*[torch.tensor(h), torch.tensor(i)][::1 - 2 * first])
+                assert ours.dtype == np.float16 and np.array_equal(ours.numpy(), theirs.numpy()), (int_dtype, k, first)
+        for name in ('maximum', 'minimum'):
+            ours = getattr(tl, name)(tl.tensor(h), tl.tensor(i))
+            theirs = getattr(torch, name)(torch.tensor(h), torch.tensor(i))
+            assert np.array_equal(ours.numpy(), theirs.numpy()), (int_dtype, name)
+        if half_shape:
+            for op in ('iadd', 'isub') + (('imul', 'itruediv') if int_shape else ()):
+                ours, theirs = tl.tensor(h.copy()), torch.tensor(h.copy())
+                getattr(ours, f'__{op}__')(tl.tensor(i))
+                getattr(theirs, f'__{op}__')(torch.tensor(i))
+                assert np.array_equal(ours.numpy(), theirs.numpy()), (int_dtype, op)
+
+
 def test_reductions_over_no_axes_reduce_every_axis():
     """sum, mean, var, max and min over axis=() reduce every axis, as PyTorch's (NumPy's axis=() reduces none)."""
     need_torch()

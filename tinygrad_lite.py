@@ -2975,6 +2975,8 @@ class Tensor:
         if a.dtype == b.dtype and not (fn is Div and a.dtype.kind != 'f'):
             return fn.apply(a, b, **params)
         common = _result_dtype(a, b, divide=fn is Div)
+        if common == np.float16:   # as PyTorch, an integer or bool operand is rounded to float16 first
+            a, b = (t if t.dtype.kind == 'f' else t.to(common) for t in (a, b))
         compute = _opmath(common)   # float16 meets a wider 0-d operand in float32
         return fn.apply(a.to(compute), b.to(compute), **params).to(common)
 
@@ -3027,7 +3029,8 @@ class Tensor:
             getattr(_xp(self.data), ufunc)(self.data, other.data, out=self.data)
         else:   # as PyTorch: both operands in the result's arithmetic dtype, rounded once into the tensor's
             compute = _opmath(result)
-            operand = compute.type(number) if number is not None else other.data.astype(compute)
+            rounded = other.data if other.dtype.kind == 'f' else other.data.astype(result)   # integers: as in _binary
+            operand = compute.type(number) if number is not None else rounded.astype(compute)
             self.data[...] = getattr(_xp(self.data), ufunc)(self.data.astype(compute), operand)
         self._version[0] += 1
         return self
