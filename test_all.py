@@ -3747,6 +3747,67 @@ def test_view_shapes_pads_and_float16_gelu_as_pytorch():
     assert tl.arange(0, 0).shape == (0,) and tl.arange(5, 0, -1).tolist() == [5, 4, 3, 2, 1]
 
 
+def test_number_range_power_arange_and_pad_checks_as_pytorch():
+    """As PyTorch: tl.full and clamp refuse a finite float beyond a float dtype's range (item assignment writes inf);
+    a Python int outside [-2**63, 2**64) raises OverflowError in any op; an integer tensor ** a negative int raises
+    RuntimeError; arange of an integer dtype truncates its bounds and step first (a step truncated to 0 raises
+    ValueError); pad widths must be ints (TypeError), and pad(()) of a 0-d tensor is a copy."""
+    need_torch()
+    r = rng('small checks')
+    for value, dtype in ((1e10, 'float16'), (-7e4, 'float16'), (65519.0, 'float16'), (1e39, 'float32'),
+                         (float('inf'), 'float16'), (65504.0, 'float16'), (-3e38, 'float32'), (1e300, 'float64')):
+        try:
+            want = torch.full((2,), value, dtype=getattr(torch, dtype)).numpy()
+        except RuntimeError:
+            raises(RuntimeError, lambda: tl.full((2,), value, dtype=dtype), 'full', 'overflow')
+            raises(RuntimeError, lambda: torch.zeros(2, dtype=getattr(torch, dtype)).clamp(max=value))
+            raises(RuntimeError, lambda: tl.zeros(2, dtype=dtype).clamp(max=value), 'clamp', 'overflow')
+        else:
+            assert np.array_equal(tl.full((2,), value, dtype=dtype).numpy(), want), (value, dtype)
+    ours, theirs = tl.tensor(sample(r, (3,)).astype(np.float16)), torch.tensor(sample(r, (3,)).astype(np.float16))
+    with np.errstate(over='ignore'):   # NumPy warns of the inf
+        ours[0], theirs[0] = 1e10, 1e10
+    assert ours.numpy()[0] == theirs.numpy()[0] == np.inf
+    ints, floats = r.integers(-50, 50, 4), sample(r, (4,)).astype(np.float32)
+    for f in (lambda m: m.tensor(ints) + 2 ** 70, lambda m: m.tensor(floats) * 2 ** 64,
+              lambda m: m.tensor(ints) == -2 ** 64, lambda m: 2 ** 70 - m.tensor(ints),
+              lambda m: m.full((2,), 2 ** 70, dtype=m.float32),
+              lambda m: m.where(m.tensor(ints) > 0, m.tensor(floats), 2 ** 65)):
+        raises(OverflowError, lambda: f(torch))
+        raises(OverflowError, lambda: f(tl), 'int too big')
+    for f in (lambda m: m.tensor(ints) + 2 ** 63, lambda m: m.tensor(floats) * (2 ** 64 - 1),
+              lambda m: m.tensor(ints) < 2 ** 63):
+        ours, theirs = f(tl), f(torch)
+        assert same_dtype(ours, theirs) and np.array_equal(ours.numpy(), theirs.numpy())
+    for dtype in (np.uint8, np.int32, np.int64, np.bool_):
+        a = r.integers(1, 4, 5).astype(dtype)
+        for exponent in (-1, np.int64(-2)):
+            raises(RuntimeError, lambda: torch.tensor(a) ** exponent)
+            raises(RuntimeError, lambda: tl.tensor(a) ** exponent, 'negative integer powers', str(np.dtype(dtype)))
+        for exponent in (0, 3) if dtype != np.bool_ else ():
+            ours, theirs = tl.tensor(a) ** exponent, torch.tensor(a) ** exponent
+            assert same_dtype(ours, theirs) and np.array_equal(ours.numpy(), theirs.numpy()), (dtype, exponent)
+    for bounds, dtype in (((0.5, 5, 1.5), 'int64'), ((0, 3.5, 1.2), 'int32'), ((-0.5, 3), 'int64'), ((0.7,), 'int64'),
+                          ((1.9, 5.9), 'uint8'), ((7.8, 0.5, -2.5), 'int64'), ((0.5, 5, 1.5), 'float64')):
+        ours, theirs = tl.arange(*bounds, dtype=dtype), torch.arange(*bounds, dtype=getattr(torch, dtype))
+        assert same_dtype(ours, theirs) and np.array_equal(ours.numpy(), theirs.numpy()), (bounds, ours, theirs)
+    for bounds in ((1, 2.5, 0.5), (0, 3, 0.9), (3, 0, -0.99)):
+        raises(ValueError, lambda: torch.arange(*bounds, dtype=torch.int64))
+        raises(ValueError, lambda: tl.arange(*bounds, dtype=tl.int64), 'arange', 'step 0', 'int64')
+    x0 = sample(r, (2, 3))
+    for widths in ((1.5, 1), (1, 0, 2.0, 1), (True, 1)):
+        raises(TypeError, lambda: F.pad(torch.tensor(x0), widths))
+        raises(TypeError, lambda: tl.tensor(x0).pad(widths), 'pad', 'int')
+    assert tl.tensor(x0).pad((np.int64(1), 0)).shape == (2, 4)
+    outs = []
+    for m in (tl, torch):
+        x = m.tensor(x0[0, 0], requires_grad=True)
+        y = x.pad(()) if m is tl else F.pad(x, ())
+        (y * 3).backward()
+        outs.append((y.detach().numpy(), x.grad.numpy(), np.shares_memory(y.detach().numpy(), x.detach().numpy())))
+    assert outs[0][0] == outs[1][0] and outs[0][1] == outs[1][1] == 3 and not outs[0][2], outs
+
+
 def test_save_load_tuples_and_numpy_scalars():
     """tl.save / tl.load: NumPy scalars come back as NumPy scalars of their dtype (as torch.save keeps them, not as
     Python numbers), a namedtuple (as a dict key too) as a plain tuple: loadable, where it raised on load."""

@@ -294,8 +294,12 @@ def _opmath(dtype):
 
 
 def _number_dtype(value):
-    """The dtype PyTorch gives a Python number on its own: bool, int64 or float32."""
-    return np.dtype({'b': np.bool_, 'i': np.int64, 'u': np.int64}.get(np.asarray(value).dtype.kind, np.float32))
+    """The dtype PyTorch gives a Python number on its own: bool, int64 or float32; OverflowError, as PyTorch's, for an
+    int it cannot convert (outside [-2**63, 2**64): NumPy makes it an object)."""
+    kind = np.asarray(value).dtype.kind
+    if kind == 'O':
+        raise OverflowError(f"int too big to convert: {value}")
+    return np.dtype({'b': np.bool_, 'i': np.int64, 'u': np.int64}.get(kind, np.float32))
 
 
 def _erf(x):
@@ -2988,7 +2992,12 @@ class Tensor:
     __rmul__ = lambda self, o: self._binary(Mul, o, True)
     __truediv__ = lambda self, o: self._binary(Div, o)
     __rtruediv__ = lambda self, o: self._binary(Div, o, True)
-    __pow__ = lambda self, o: self._binary(Pow, o)
+
+    def __pow__(self, other):
+        if self.dtype.kind in 'biu' and isinstance(other, (int, np.integer)) and other < 0:   # NumPy would wrap it
+            raise RuntimeError(f"{self.dtype} tensor ** {other}: integers to negative integer powers are not allowed")
+        return self._binary(Pow, other)
+
     __rpow__ = lambda self, o: self._binary(Pow, o, True)
     __neg__ = lambda self: Neg.apply(self)
 
@@ -3240,7 +3249,9 @@ class Tensor:
                                                          for (lo, hi), n in zip(pairs, reversed(self.shape))):
             raise ValueError(f"pad: {tuple(pad)} must hold (left, right) pairs for at most {self.ndim} axes of shape "
                              f"{self.shape}, negative ones (crops) taking no more than an axis has")
-        return Pad.apply(self, pad=tuple(int(p) for p in pad), value=value)
+        if not all(isinstance(p, (int, np.integer)) and not isinstance(p, (bool, np.bool_)) for p in pad):
+            raise TypeError(f"pad: widths must be ints, got {tuple(pad)}")
+        return Pad.apply(self, pad=tuple(int(p) for p in pad), value=value) if pad else self.clone()
 
     def _index_steps(self, index):
         """`index` (lists as arrays) as the index tuples to apply one after another: itself, or, where it mixes
@@ -3282,7 +3293,8 @@ class Tensor:
             raise IndexError(f"index {index} is invalid for a tensor of shape {self.shape}: {e}") from None
 
     def __setitem__(self, index, value):
-        _check_fits(value, self.dtype, 'item assignment')
+        if self.dtype.kind != 'f':   # (a float beyond a float dtype's range becomes inf, as in PyTorch)
+            _check_fits(value, self.dtype, 'item assignment')
         value = self._operand(value)
         if value.device != self.device:
             raise RuntimeError(f"item assignment of a tensor on {value.device} into one on {self.device}")
@@ -3336,17 +3348,21 @@ def ones(*shape, device=None, dtype=None, requires_grad=False):
 
 
 def _check_fits(value, dtype, what):
-    """As PyTorch's fills: a number that an integer dtype cannot hold (out of range, NaN, inf) raises, not wraps."""
-    if isinstance(value, _NUMBERS) and np.dtype(dtype).kind in 'iu' and not isinstance(value, (bool, np.bool_)) and (
+    """As PyTorch's fills: a number that an integer dtype cannot hold (out of range, NaN, inf) raises, not wraps, and
+    a finite one beyond a float dtype's range (1e10 in float16) raises, not overflows to inf."""
+    kind = np.dtype(dtype).kind
+    if isinstance(value, _NUMBERS) and not isinstance(value, (bool, np.bool_)) and (kind in 'iu' and (
             isinstance(value, (float, np.floating)) and not math.isfinite(value)
-            or not np.iinfo(dtype).min <= value <= np.iinfo(dtype).max):
+            or not np.iinfo(dtype).min <= value <= np.iinfo(dtype).max)
+            or kind == 'f' and math.isfinite(value) and abs(value) > float(np.finfo(dtype).max)):
         raise RuntimeError(f"{what}: {value} cannot be converted to {np.dtype(dtype)} without overflow")
 
 
 @_aliases(size='shape')
 def full(shape, fill_value, device=None, dtype=None, requires_grad=False):
-    dtype = dtype or _number_dtype(fill_value)
-    _check_fits(fill_value, _dtype(dtype), 'full')
+    own = _number_dtype(fill_value)   # (an int PyTorch cannot convert raises, whatever the dtype)
+    dtype = _dtype(dtype or own)
+    _check_fits(fill_value, dtype, 'full')
     return _factory(lambda xp, s, d: xp.full(s, fill_value, d), (shape,), device, dtype, requires_grad)
 
 
@@ -3378,10 +3394,12 @@ def ones_like(t, device=None, dtype=None, requires_grad=False):
 
 def arange(start, end=None, step=1, device=None, dtype=None, requires_grad=False):
     start, end = (0, start) if end is None else (start, end)
-    if step == 0 or (end - start) * step < 0:   # as PyTorch's RuntimeError, not an empty range
-        raise ValueError(f"arange: step {step} cannot go from {start} to {end}")
     integral = all(isinstance(v, (int, np.integer)) for v in (start, end, step))
-    dtype = dtype or (np.int64 if integral else np.float32)
+    dtype = _dtype(dtype or (np.int64 if integral else np.float32))
+    if dtype.kind in 'iu':   # as PyTorch, an integer range truncates its bounds and step to integers first
+        start, end, step = int(start), int(end), int(step)
+    if step == 0 or (end - start) * step < 0:   # as PyTorch's RuntimeError, not an empty range
+        raise ValueError(f"arange: step {step} cannot go from {start} to {end} in {dtype}")
     return _factory(lambda xp, s, d: xp.arange(start, end, step).astype(d), ((),), device, dtype, requires_grad)
 
 
