@@ -739,6 +739,39 @@ def test_comparisons_promote_as_pytorch():
         assert (tl.tensor(a) == tl.tensor(b)).numpy().any(), (a.dtype, b.dtype)   # some equal in the common dtype
 
 
+def test_bitwise_abs_and_pos_operators_as_pytorch():
+    """&, |, ^ (with reflected forms and Python numbers) and ~ on bool and integer tensors, in PyTorch's result dtype,
+    no gradient; a float operand raises TypeError. abs(x) is x.abs() and +x is x (gradients as PyTorch's); +x of a
+    bool tensor raises."""
+    need_torch()
+    r = rng('bitwise')
+    arrays = [r.integers(-100, 100, 6), r.integers(0, 255, 6).astype(np.uint8), r.integers(-9, 9, 6).astype(np.int32),
+              r.random(6) > 0.5, np.array(r.random() > 0.5), np.array(r.integers(1, 60), np.int16)]
+    for a in arrays:
+        for b in arrays + [3, True, -7]:
+            for op in ('__and__', '__or__', '__xor__', '__rand__', '__ror__', '__rxor__'):
+                ours = getattr(tl.tensor(a), op)(tl.tensor(b) if isinstance(b, np.ndarray) else b)
+                theirs = getattr(torch.tensor(a), op)(torch.tensor(b) if isinstance(b, np.ndarray) else b)
+                assert same_dtype(ours, theirs) and np.array_equal(ours.numpy(), theirs.numpy()), (a.dtype, b, op)
+                assert not ours.requires_grad
+        assert same_dtype(~tl.tensor(a), ~torch.tensor(a)) and np.array_equal((~tl.tensor(a)).numpy(), ~torch.tensor(a))
+    x, i = sample(r, (6,)), r.integers(1, 9, 6)
+    for f in (lambda m, t: t & t, lambda m, t: m.tensor(i) | t, lambda m, t: t ^ True, lambda m, t: ~t,
+              lambda m, t: 2 | t):
+        raises((TypeError, NotImplementedError), lambda: f(torch, torch.tensor(x)))
+        raises(TypeError, lambda: f(tl, tl.tensor(x)), 'integer and bool')
+    raises(TypeError, lambda: tl.tensor(i) & 2.5, 'integer and bool')
+    grads = []
+    for m in (tl, torch):
+        t = m.tensor(x, requires_grad=True)
+        (abs(t) * m.tensor(upstream(0, (6,))) + (+t) * 3).sum().backward()
+        grads.append(t.grad.numpy())
+        assert np.array_equal(abs(m.tensor(i)).numpy(), np.abs(i)) and (+m.tensor(i)).tolist() == i.tolist()
+    assert_close(grads[0], grads[1], 1e-12, 0)
+    raises(RuntimeError, lambda: +torch.tensor([True]))
+    raises(TypeError, lambda: +tl.tensor([True]), 'bool')
+
+
 def test_inplace_ops_under_no_grad():
     r = rng('inplace')
     a, b = sample(r, (2, 3)), sample(r, (3,))

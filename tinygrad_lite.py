@@ -3000,6 +3000,12 @@ class Tensor:
 
     __rpow__ = lambda self, o: self._binary(Pow, o, True)
     __neg__ = lambda self: Neg.apply(self)
+    __abs__ = lambda self: self.abs()
+
+    def __pos__(self):
+        if self.dtype == np.bool_:
+            raise TypeError("unary + of a bool tensor (as in PyTorch)")
+        return self
 
     def __matmul__(self, other):
         other = self._operand(other)
@@ -3084,23 +3090,34 @@ class Tensor:
     __imul__ = lambda self, o: self._inplace('multiply', o)
     __itruediv__ = lambda self, o: self._inplace('divide', o)
 
-    def _compare(self, op, other):
-        """op(self, other) on both operands in the dtype PyTorch compares in, _result_dtype's (int32 == float16
-        compares in float16; NumPy would in float32)."""
+    def _untracked(self, what, op, other, integral=False):
+        """op(self, other), no gradient, on both operands in the dtype PyTorch computes in, _result_dtype's (int32 ==
+        float16 compares in float16; NumPy would in float32); integral: integer and bool tensors only (bitwise ops)."""
         other = self._operand(other)
         if other.device != self.device:
-            raise RuntimeError(f"comparison of tensors on {self.device} and {other.device}")
-        _check_broadcast('comparison', self.shape, other.shape)
-        a, b = (t.data.astype(_result_dtype(self, other), copy=False) for t in (self, other))
+            raise RuntimeError(f"{what} of tensors on {self.device} and {other.device}")
+        _check_broadcast(what, self.shape, other.shape)
+        common = _result_dtype(self, other)
+        if integral and common.kind == 'f':
+            raise TypeError(f"{what}: only integer and bool tensors, not {self.dtype} with {other.dtype}")
+        a, b = (t.data.astype(common, copy=False) for t in (self, other))
         return Tensor._wrap(op(a, b), self.device)
 
-    __gt__ = lambda self, o: self._compare(lambda a, b: a > b, o)
-    __ge__ = lambda self, o: self._compare(lambda a, b: a >= b, o)
-    __lt__ = lambda self, o: self._compare(lambda a, b: a < b, o)
-    __le__ = lambda self, o: self._compare(lambda a, b: a <= b, o)
-    __eq__ = lambda self, o: self._compare(lambda a, b: a == b, o)
-    __ne__ = lambda self, o: self._compare(lambda a, b: a != b, o)
+    __gt__ = lambda self, o: self._untracked('comparison', lambda a, b: a > b, o)
+    __ge__ = lambda self, o: self._untracked('comparison', lambda a, b: a >= b, o)
+    __lt__ = lambda self, o: self._untracked('comparison', lambda a, b: a < b, o)
+    __le__ = lambda self, o: self._untracked('comparison', lambda a, b: a <= b, o)
+    __eq__ = lambda self, o: self._untracked('comparison', lambda a, b: a == b, o)
+    __ne__ = lambda self, o: self._untracked('comparison', lambda a, b: a != b, o)
     __hash__ = object.__hash__
+    __and__ = __rand__ = lambda self, o: self._untracked('&', lambda a, b: a & b, o, integral=True)
+    __or__ = __ror__ = lambda self, o: self._untracked('|', lambda a, b: a | b, o, integral=True)
+    __xor__ = __rxor__ = lambda self, o: self._untracked('^', lambda a, b: a ^ b, o, integral=True)
+
+    def __invert__(self):
+        if self.dtype.kind == 'f':
+            raise TypeError(f"~: only integer and bool tensors, not {self.dtype}")
+        return Tensor._wrap(~self.data, self.device)
 
     # ---- elementwise
     _floating = lambda self: self if self.dtype.kind == 'f' else self.float()   # float-only ops take ints as float32
