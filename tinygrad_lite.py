@@ -2820,7 +2820,7 @@ class Tensor:
             device = _device_of(array)
         self.data = _move(array, _parse_device(device))
         self.device = _device_of(self.data)
-        self.grad, self._ctx, self._requires_grad, self._version, self._held = None, None, False, [0], 0
+        self._grad, self._ctx, self._requires_grad, self._version, self._held = None, None, False, [0], 0
         self.requires_grad = requires_grad
 
     @classmethod
@@ -2829,7 +2829,7 @@ class Tensor:
         (in-place ops need one); on the GPU a NumPy scalar is an op's Python-number operand, a kernel argument."""
         t = cls.__new__(cls)
         t.data = np.asarray(array) if device == 'cpu' else array
-        t.device, t.grad, t._ctx, t._requires_grad, t._version, t._held = device, None, ctx, ctx is not None, [0], 0
+        t.device, t._grad, t._ctx, t._requires_grad, t._version, t._held = device, None, ctx, ctx is not None, [0], 0
         return t
 
     # ---- attributes
@@ -2848,6 +2848,21 @@ class Tensor:
     def requires_grad_(self, flag=True):
         self.requires_grad = flag
         return self
+
+    @property
+    def grad(self):
+        return self._grad
+
+    @grad.setter
+    def grad(self, grad):   # as PyTorch, checked here: a backward then never meets a .grad it cannot add to
+        if grad is not None:
+            if not isinstance(grad, Tensor):
+                raise TypeError(f"assigned grad must be a Tensor or None, not {type(grad).__name__}")
+            for what in ('shape', 'dtype', 'device'):
+                if getattr(grad, what) != getattr(self, what):
+                    raise RuntimeError(f"assigned grad has a different {what}: {getattr(grad, what)} for a tensor of "
+                                       f"{what} {getattr(self, what)}")
+        self._grad = grad
 
     shape = property(lambda self: tuple(self.data.shape))
     ndim = property(lambda self: self.data.ndim)
