@@ -220,6 +220,8 @@ def _aliases(**names):
 
         @functools.wraps(fn)
         def call(*args, **kwargs):
+            if not kwargs:
+                return fn(*args)
             for theirs, ours in names.items():
                 if theirs in kwargs:
                     if ours in kwargs or ours == star and args:
@@ -3112,7 +3114,7 @@ class Tensor:
         if other.device != self.device:
             raise RuntimeError(f"{what} of tensors on {self.device} and {other.device}")
         _check_broadcast(what, self.shape, other.shape)
-        common = _result_dtype(self, other)
+        common = self.dtype if self.dtype == other.dtype else _result_dtype(self, other)
         if integral and common.kind == 'f':
             raise TypeError(f"{what}: only integer and bool tensors, not {self.dtype} with {other.dtype}")
         a, b = (t.data.astype(common, copy=False) for t in (self, other))
