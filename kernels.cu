@@ -3490,6 +3490,37 @@ __device__ __forceinline__ void windows_over(int h, int k, int s, int Ho, int& l
     hi = min(h / s, Ho - 1);
 }
 
+// Backward where windows overlap: the thread of input group t writes dx[t] = scale * the sum over the windows
+// holding its pixel of add's terms: add(o, g, tap, acc) adds to acc those of window o (dy's pack index, g dy's
+// pack there) whose tap i kw + j, tap(), is this pixel (a function: computed after add's own loads).
+template <typename T, int V, typename F>
+__device__ __forceinline__ void gather_windows(const T* dy, T* dx, int N, int H, int W, int C, int Ho, int Wo,
+                                               int kh, int kw, int sh, int sw, acc_t<T> scale, F add) {
+    using A = acc_t<T>;
+    using P = Pack<T, V>;
+    const int CV = C / V;
+    const long long total = (long long)N * H * W * CV;
+    for (long long t = global_id(); t < total; t += global_threads()) {
+        const auto [n, h, w, cv] = pixel_of(t, H, W, CV);
+        int hlo, hhi, wlo, whi;
+        windows_over(h, kh, sh, Ho, hlo, hhi);
+        windows_over(w, kw, sw, Wo, wlo, whi);
+        A acc[V];
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc[e] = A(0);
+        for (int ho = hlo; ho <= hhi; ++ho)
+            for (int wo = wlo; wo <= whi; ++wo) {
+                const long long o = (((long long)n * Ho + ho) * Wo + wo) * CV + cv;
+                const P g = reinterpret_cast<const P*>(dy)[o];
+                add(o, g, [&] { return (h - ho * sh) * kw + (w - wo * sw); }, acc);
+            }
+        P out;
+#pragma unroll
+        for (int e = 0; e < V; ++e) out.v[e] = T(acc[e] * scale);
+        reinterpret_cast<P*>(dx)[t] = out;
+    }
+}
+
 // best = the window's maximum, arg = its tap i*kw + j (the first maximum; a NaN wins, as in PyTorch),
 // per element of a pack: KH x KW taps known at compile time, so that all their loads issue at once, or
 // (KH = KW = 0) kh x kw at run time.
@@ -3609,30 +3640,14 @@ __global__ void __launch_bounds__(256, 5) max_pool2d_bwd(const T* __restrict__ d
         }
         return;
     }
-    const long long total = (long long)N * H * W * CV;
-    for (long long t = global_id(); t < total; t += global_threads()) {
-        const auto [n, h, w, cv] = pixel_of(t, H, W, CV);
-        int hlo, hhi, wlo, whi;
-        windows_over(h, kh, sh, Ho, hlo, hhi);
-        windows_over(w, kw, sw, Wo, wlo, whi);
-        A acc[V];
+    gather_windows<T, V>(dy, dx, N, H, W, C, Ho, Wo, kh, kw, sh, sw, A(1),
+                         [&](long long o, const P& g, auto tap, A* acc) {
+        const unsigned long long a = load_taps<V>(idx, o, packed);
+        const int k = tap();
 #pragma unroll
-        for (int e = 0; e < V; ++e) acc[e] = A(0);
-        for (int ho = hlo; ho <= hhi; ++ho)
-            for (int wo = wlo; wo <= whi; ++wo) {
-                const long long o = (((long long)n * Ho + ho) * Wo + wo) * CV + cv;
-                const P g = reinterpret_cast<const P*>(dy)[o];
-                const unsigned long long a = load_taps<V>(idx, o, packed);
-                const int k = (h - ho * sh) * kw + (w - wo * sw);
-#pragma unroll
-                for (int e = 0; e < V; ++e)
-                    if (tap_of(a, e, packed) == k) acc[e] += A(g.v[e]);
-            }
-        P o;
-#pragma unroll
-        for (int e = 0; e < V; ++e) o.v[e] = T(acc[e]);
-        reinterpret_cast<P*>(dx)[t] = o;
-    }
+        for (int e = 0; e < V; ++e)
+            if (tap_of(a, e, packed) == k) acc[e] += A(g.v[e]);
+    });
 }
 
 // y = window mean.
@@ -3680,26 +3695,11 @@ __global__ void avg_pool2d_bwd(const T* __restrict__ dy, T* __restrict__ dx, int
         }
         return;
     }
-    const long long total = (long long)N * H * W * CV;
-    for (long long t = global_id(); t < total; t += global_threads()) {
-        const auto [n, h, w, cv] = pixel_of(t, H, W, CV);
-        int hlo, hhi, wlo, whi;
-        windows_over(h, kh, sh, Ho, hlo, hhi);
-        windows_over(w, kw, sw, Wo, wlo, whi);
-        A acc[V];
+    gather_windows<T, V>(dy, dx, N, H, W, C, Ho, Wo, kh, kw, sh, sw, scale,
+                         [](long long, const P& g, auto, A* acc) {
 #pragma unroll
-        for (int e = 0; e < V; ++e) acc[e] = A(0);
-        for (int ho = hlo; ho <= hhi; ++ho)
-            for (int wo = wlo; wo <= whi; ++wo) {
-                const P g = reinterpret_cast<const P*>(dy)[(((long long)n * Ho + ho) * Wo + wo) * CV + cv];
-#pragma unroll
-                for (int e = 0; e < V; ++e) acc[e] += A(g.v[e]);
-            }
-        P o;
-#pragma unroll
-        for (int e = 0; e < V; ++e) o.v[e] = T(acc[e] * scale);
-        reinterpret_cast<P*>(dx)[t] = o;
-    }
+        for (int e = 0; e < V; ++e) acc[e] += A(g.v[e]);
+    });
 }
 
 // ===== cross-entropy =====

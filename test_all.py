@@ -14,6 +14,7 @@ import collections
 import contextlib
 import gc
 import hashlib
+import inspect
 import io
 import itertools
 import json
@@ -24,11 +25,13 @@ import tarfile
 import subprocess
 import sys
 import tempfile
+import warnings
 import weakref
 import time
 import traceback
 import urllib.error
 import urllib.request
+import warnings
 import zlib
 from unittest import mock
 
@@ -42,6 +45,8 @@ try:
     import torch.nn.functional as F
 except ImportError:
     torch = F = None
+# PyTorch's note that an even window with padding='same' copies the input (so does tinygrad_lite's, quietly)
+warnings.filterwarnings('ignore', "Using padding='same' with even kernel lengths")
 
 # float32 GPU results are compared at float32 tolerance, so the convolutions and GRUs run exact float32
 # here; the *_tf32 tests check tinygrad_lite's default (TF32 allowed) at TF32's tolerance
@@ -445,6 +450,11 @@ op('conv_pairs', lambda m, x, w, b: m.conv2d(x, w, b, (2, 1), (0, 1)), (1, 2, 5,
 op('conv_valid', lambda m, x, w, b: m.conv2d(x, w, b), (2, 1, 5, 5), (2, 1, 3, 3), (2,))
 op('conv_pad_past_kernel', lambda m, x, w: m.conv2d(x, w, None, 1, 2), (1, 2, 4, 5), (3, 2, 2, 3))   # ph >= kh
 op('conv_rect_pads', lambda m, x, w: m.conv2d(x, w, None, 1, (1, 2)), (1, 2, 5, 6), (3, 2, 2, 3))   # the CPU's flipped-kernel dx
+op('conv_same_odd', lambda m, x, w, b: m.conv2d(x, w, b, 1, 'same'), (2, 2, 5, 6), (3, 2, 3, 3), (3,))
+op('conv_same_even', lambda m, x, w, b: m.conv2d(x, w, b, padding='same'), (1, 2, 5, 6), (3, 2, 2, 4), (3,))
+op('conv_same_mixed_unbatched', lambda m, x, w: m.conv2d(x, w, None, (1, 1), 'same'), (2, 4, 7), (2, 2, 4, 3))
+op('conv_valid_string', lambda m, x, w, b: m.conv2d(x, w, b, 2, 'valid'), (1, 2, 5, 6), (3, 2, 2, 3), (3,))
+op('conv_unbatched', lambda m, x, w, b: m.conv2d(x, w, b, (2, 1), 1), (2, 5, 6), (3, 2, 3, 2), (3,))   # (C, H, W)
 op('max_pool2', lambda m, x: m.max_pool2d(x, 2), (2, 2, 4, 4))
 op('max_pool2_floor', lambda m, x: m.max_pool2d(x, 2), (1, 2, 5, 5))
 op('max_pool3_stride2', lambda m, x: m.max_pool2d(x, 3, 2), (1, 2, 7, 7))
@@ -454,6 +464,8 @@ op('avg_pool2_floor', lambda m, x: m.avg_pool2d(x, 2), (1, 2, 5, 5))
 op('avg_pool3_stride2', lambda m, x: m.avg_pool2d(x, 3, 2), (1, 2, 7, 7))
 op('max_pool_rect', lambda m, x: m.max_pool2d(x, (2, 3), (1, 2)), (1, 2, 4, 7))
 op('avg_pool_rect', lambda m, x: m.avg_pool2d(x, (2, 3), (1, 2)), (1, 2, 4, 7))
+op('max_pool_unbatched', lambda m, x: m.max_pool2d(x, (2, 3), (1, 2)), (2, 4, 7))   # (C, H, W)
+op('avg_pool_unbatched', lambda m, x: m.avg_pool2d(x, 3, 2), (2, 7, 6))
 op('batch_norm_train', lambda m, x, w, b: m.batch_norm(
     x, const(m, RUN_MEAN, x), const(m, RUN_VAR, x), w, b, True, 0.1, 1e-5), (5, 3), (3,), (3,))
 op('batch_norm_train_4d', lambda m, x, w, b: m.batch_norm(
@@ -620,6 +632,26 @@ def test_result_dtypes_like_torch():
     assert not x.to(tl.int64).requires_grad and not x.to(tl.bool_).requires_grad and x.to(tl.float64).requires_grad
 
 
+def test_iteration_as_pytorch():
+    """Iterating a tensor gives its rows (views, with gradients flowing back); a 0-d tensor raises TypeError."""
+    need_torch()
+    a, w = sample(rng('iterate'), (3, 2)), upstream(0, (3, 2))
+    outs = []
+    for m in (tl, torch):
+        x = m.tensor(a, requires_grad=True)
+        rows = list(x)
+        assert len(rows) == 3 and all(tuple(r.shape) == (2,) for r in rows), m.__name__
+        sum(row * m.tensor(w[i]) for i, row in enumerate(rows)).sum().backward()
+        outs.append(([r.detach().numpy() for r in rows], x.grad.numpy()))
+        for f in (list, sum, lambda t: [v for v in t]):
+            raises(TypeError, lambda: f(m.tensor(2.5)), 'iteration over a 0-d tensor')
+    assert all(np.array_equal(u, v) for u, v in zip(outs[0][0], outs[1][0])) and np.array_equal(outs[0][1], outs[1][1])
+    b = tl.tensor(a.copy())
+    for row in b:
+        row *= 2
+    assert np.array_equal(b.numpy(), 2 * a), 'rows are views'
+
+
 def test_tensor_numpy_keeps_dtype():
     r = rng('keep')
     for dt in (np.float16, np.float32, np.float64, np.int64):
@@ -684,6 +716,63 @@ def test_comparisons_give_bool():
     assert (x > 0).dtype == np.bool_ and (x == x).numpy().all() and not (x != x).numpy().any()
 
 
+def test_comparisons_promote_as_pytorch():
+    """Comparisons of tensors of two dtypes compare in PyTorch's common dtype (a 0-d tensor does not widen one with
+    dimensions within its kind), not NumPy's: int64 16777217 == float32 16777216 (both float32), int32 2049 ==
+    float16 2048, float16 0.1 == 0-d float32 0.1 (in float16), int8 44 == 0-d int64 300 (in int8)."""
+    need_torch()
+    r = rng('compare promotion')
+    big = r.integers(2 ** 24, 2 ** 25, 8)
+    near = r.integers(2000, 4000, 8).astype(np.int32)
+    tenths = r.uniform(0.1, 1, 8)
+    small = np.append(r.integers(1, 100, 7), 44).astype(np.int8)
+    bytes_ = r.integers(0, 255, 8).astype(np.uint8)   # as int8, those above 127 wrap
+    cases = [(big, big.astype(np.float32)), (near, near.astype(np.float16)), (near.astype(np.float16), near),
+             (tenths.astype(np.float16), np.array(tenths[3], np.float32)),
+             (tenths.astype(np.float32), np.array(tenths[5])), (small, np.array(300)),
+             (np.array(tenths[2], np.float16), tenths.astype(np.float16).astype(np.float32)),
+             (bytes_, bytes_.astype(np.int8))]
+    for a, b in cases:
+        for op in ('__eq__', '__ne__', '__lt__', '__le__', '__gt__', '__ge__'):
+            got = getattr(tl.tensor(a), op)(tl.tensor(b))
+            want = getattr(torch.from_numpy(np.asarray(a)), op)(torch.from_numpy(np.asarray(b)))
+            assert got.dtype == np.bool_ and np.array_equal(got.numpy(), want.numpy()), (a.dtype, b.dtype, op)
+        assert (tl.tensor(a) == tl.tensor(b)).numpy().any(), (a.dtype, b.dtype)   # some equal in the common dtype
+
+
+def test_bitwise_abs_and_pos_operators_as_pytorch():
+    """&, |, ^ (with reflected forms and Python numbers) and ~ on bool and integer tensors, in PyTorch's result dtype,
+    no gradient; a float operand raises TypeError. abs(x) is x.abs() and +x is x (gradients as PyTorch's); +x of a
+    bool tensor raises."""
+    need_torch()
+    r = rng('bitwise')
+    arrays = [r.integers(-100, 100, 6), r.integers(0, 255, 6).astype(np.uint8), r.integers(-9, 9, 6).astype(np.int32),
+              r.random(6) > 0.5, np.array(r.random() > 0.5), np.array(r.integers(1, 60), np.int16)]
+    for a in arrays:
+        for b in arrays + [3, True, -7]:
+            for op in ('__and__', '__or__', '__xor__', '__rand__', '__ror__', '__rxor__'):
+                ours = getattr(tl.tensor(a), op)(tl.tensor(b) if isinstance(b, np.ndarray) else b)
+                theirs = getattr(torch.tensor(a), op)(torch.tensor(b) if isinstance(b, np.ndarray) else b)
+                assert same_dtype(ours, theirs) and np.array_equal(ours.numpy(), theirs.numpy()), (a.dtype, b, op)
+                assert not ours.requires_grad
+        assert same_dtype(~tl.tensor(a), ~torch.tensor(a)) and np.array_equal((~tl.tensor(a)).numpy(), ~torch.tensor(a))
+    x, i = sample(r, (6,)), r.integers(1, 9, 6)
+    for f in (lambda m, t: t & t, lambda m, t: m.tensor(i) | t, lambda m, t: t ^ True, lambda m, t: ~t,
+              lambda m, t: 2 | t):
+        raises((TypeError, NotImplementedError), lambda: f(torch, torch.tensor(x)))
+        raises(TypeError, lambda: f(tl, tl.tensor(x)), 'integer and bool')
+    raises(TypeError, lambda: tl.tensor(i) & 2.5, 'integer and bool')
+    grads = []
+    for m in (tl, torch):
+        t = m.tensor(x, requires_grad=True)
+        (abs(t) * m.tensor(upstream(0, (6,))) + (+t) * 3).sum().backward()
+        grads.append(t.grad.numpy())
+        assert np.array_equal(abs(m.tensor(i)).numpy(), np.abs(i)) and (+m.tensor(i)).tolist() == i.tolist()
+    assert_close(grads[0], grads[1], 1e-12, 0)
+    raises(RuntimeError, lambda: +torch.tensor([True]))
+    raises(TypeError, lambda: +tl.tensor([True]), 'bool')
+
+
 def test_inplace_ops_under_no_grad():
     r = rng('inplace')
     a, b = sample(r, (2, 3)), sample(r, (3,))
@@ -715,6 +804,48 @@ def test_inplace_op_refusals_name_the_problem():
         wide_copy = wide.clone()
         wide_copy += 1.0
         assert np.array_equal(wide_copy.numpy(), np.broadcast_to(a[0], (2, 3)) + 1), device
+
+
+def test_expanded_views_write_through_as_pytorch():
+    """expand() gives a writable view, as PyTorch's: where no two elements share memory (the same shape, or size-1
+    axes added in front) in-place ops, item assignment and zero_() write through to the base, whose version counter
+    they advance (a backward that saved the base raises); a slice of a real broadcast writes through too. Where
+    elements do share memory, item assignment and zero_() are refused as in-place arithmetic is, changing nothing."""
+    need_torch()
+    r = rng('expand views')
+    b0, v0 = sample(r, (2, 3)), sample(r, (3,))
+    writes = [lambda m, x: x.__iadd__(m.tensor(v0[:x.shape[-1]])), lambda m, x: x.__imul__(2.5),
+              lambda m, x: x.__setitem__(0, 1.25), lambda m, x: x.zero_(),
+              lambda m, x: x.__setitem__((Ellipsis, slice(1, None)), m.tensor(v0[:x.shape[-1] - 1]))]
+    expands = [lambda b: b.expand(2, 3), lambda b: b.expand(-1, -1), lambda b: b.expand(1, 2, 3),
+               lambda b: b[0].expand(1, 1, -1), lambda b: b[:, 1:].expand(1, 2, 2)]
+    for i, expand in enumerate(expands):
+        for k, write in enumerate(writes):
+            results = []
+            for m in (tl, torch):
+                b = m.tensor(b0.copy())
+                x = expand(b)
+                write(m, x)
+                results.append((x.numpy().copy(), b.numpy().copy()))
+            for ours, theirs in zip(*results):
+                assert np.array_equal(ours, theirs), (i, k, ours, theirs)
+    for m in (tl, torch):
+        w, b = m.tensor(v0, requires_grad=True), m.tensor(b0[0].copy())
+        y = (w * b).sum()   # saves b
+        x = b.expand(1, 3)
+        x += 1.0
+        raises(RuntimeError, y.backward, 'modified by an in')
+    for m in (tl, torch):   # a slice of a broadcast: its elements are apart
+        b = m.tensor(b0[:1].copy())
+        row = b.expand(3, 3)[1]
+        row += m.tensor(v0)
+        assert np.array_equal(b.numpy(), b0[:1] + v0), m.__name__
+    b = tl.tensor(b0[:1].copy())
+    wide = b.expand(2, 3)
+    for what, write in (('single memory location', lambda: wide.__setitem__(0, 1.25)),
+                        ('single memory location', wide.zero_), ('single memory location', lambda: wide.__iadd__(1.0))):
+        raises(RuntimeError, write, what, 'clone()')
+        assert np.array_equal(b.numpy(), b0[:1]) and wide.shape == (2, 3)
 
 
 def test_zero_and_requires_grad_():
@@ -875,6 +1006,45 @@ def test_no_grad_decorator_recursion_restores_grad_mode():
     assert (tl.ones(1, requires_grad=True) * 2).requires_grad, 'grad mode left off after a recursive no_grad function'
 
 
+def test_grad_mode_decorators_on_generators():
+    """As PyTorch's: a decorated generator function runs in the decorator's mode each time it resumes, while its
+    caller keeps its own between the steps; send, throw, close and the return value pass through."""
+    x = tl.ones(2, requires_grad=True)
+    seen = []
+
+    @tl.no_grad()
+    def quiet(n):
+        try:
+            for _ in range(n):
+                try:
+                    sent = yield (x * 2).requires_grad
+                    seen.append(sent)
+                except KeyError:
+                    seen.append('caught')
+        finally:
+            seen.append(('closed', (x * 2).requires_grad))
+        return 'done'
+
+    gen = quiet(3)
+    assert next(gen) is False and (x * 2).requires_grad, 'mode leaked out of or not into the generator'
+    assert gen.send('a') is False and gen.throw(KeyError('k')) is False and seen == ['a', 'caught']
+    try:
+        next(gen)
+        raise AssertionError('the generator did not end')
+    except StopIteration as stop:
+        assert stop.value == 'done' and seen[-1] == ('closed', False)
+    gen = quiet(5)
+    next(gen)
+    gen.close()
+    assert seen[-1] == ('closed', False) and (x * 2).requires_grad
+
+    @tl.enable_grad
+    def loud():
+        yield (x * 2).requires_grad
+
+    with tl.no_grad():
+        assert list(loud()) == [True] and not (x * 2).requires_grad
+
 def test_detach():
     a = sample(rng('det'), (3,))
     x = tl.Tensor(a, requires_grad=True)
@@ -1002,6 +1172,30 @@ def test_leaf_gradient_taken_or_copied():
     assert not np.shares_memory(x.grad.data, ctx.kept), 'a value the Function keeps became .grad'
 
 
+def test_grad_assignment_checked_as_pytorch():
+    """Assigning .grad checks it as PyTorch does: a non-tensor raises TypeError, another shape, dtype (or device)
+    RuntimeError, leaving .grad as it was; a good one is kept, and a backward adds to it."""
+    need_torch()
+    r = rng('grad assignment')
+    a, g = sample(r, (2, 3)), sample(r, (2, 3))
+    for m in (tl, torch):
+        x = m.tensor(a, requires_grad=True)
+        x.grad = m.tensor(g)
+        for bad, exc, needle in ((m.tensor(g[0]), RuntimeError, 'shape' if m is tl else 'size'),
+                                 (m.tensor(g.T.copy()), RuntimeError, 'shape' if m is tl else 'size'),
+                                 (m.tensor(g.astype(np.float32)), RuntimeError, 'dtype'),
+                                 (g.tolist(), TypeError, 'Tensor')):
+            raises(exc, lambda: setattr(x, 'grad', bad), needle)
+            assert np.array_equal(x.grad.numpy(), g), m.__name__
+        (x * x).sum().backward()
+        assert_close(x.grad, g + 2 * a, 1e-12, 0, m.__name__)
+        x.grad = None
+        assert x.grad is None
+    y = tl.tensor(a, requires_grad=True) * 2   # a non-leaf takes one too, as in PyTorch
+    y.grad = tl.tensor(g)
+    assert np.array_equal(y.grad.numpy(), g)
+
+
 def test_backward_requires_grad():
     raises(RuntimeError, lambda: tl.Tensor(sample(rng('nrg'), (3,))).sum().backward())
 
@@ -1096,6 +1290,8 @@ LAYERS = [
     Layer('conv3x3', lambda nn: nn.Conv2d(2, 3, 3, padding=1), shapes_in((2, 2, 5, 5))),
     Layer('conv2x2_s2_nobias', lambda nn: nn.Conv2d(2, 4, 2, stride=2, bias=False), shapes_in((1, 2, 6, 6))),
     Layer('conv1x1', lambda nn: nn.Conv2d(3, 2, 1), shapes_in((2, 3, 3, 3))),
+    Layer('conv_same_even', lambda nn: nn.Conv2d(2, 3, (2, 3), padding='same'), shapes_in((2, 2, 5, 4))),
+    Layer('conv_valid', lambda nn: nn.Conv2d(2, 3, 2, stride=(1, 2), padding='valid'), shapes_in((1, 2, 4, 5))),
     Layer('conv_stride_pairs', lambda nn: nn.Conv2d(2, 2, 3, stride=(2, 1), padding=(1, 0)), shapes_in((1, 2, 5, 5))),
     Layer('batchnorm1d', lambda nn: nn.BatchNorm1d(3), shapes_in((6, 3))),
     Layer('batchnorm1d_3d', lambda nn: nn.BatchNorm1d(3, momentum=0.2), shapes_in((4, 3, 2))),
@@ -1108,6 +1304,9 @@ LAYERS = [
     Layer('maxpool', lambda nn: nn.MaxPool2d(2), shapes_in((1, 2, 4, 4))),
     Layer('maxpool_stride', lambda nn: nn.MaxPool2d(3, stride=2), shapes_in((1, 1, 7, 7))),
     Layer('avgpool', lambda nn: nn.AvgPool2d(2), shapes_in((1, 2, 4, 4))),
+    Layer('conv_maxpool_avgpool_unbatched', lambda nn: nn.Sequential(   # (C, H, W) in and out of each, as PyTorch's
+        nn.Conv2d(2, 3, 3, stride=(1, 2), padding=1), nn.MaxPool2d(2, stride=1), nn.AvgPool2d((2, 1))),
+          shapes_in((2, 6, 7))),
     Layer('flatten', lambda nn: nn.Flatten(), shapes_in((2, 3, 2, 2))),
     Layer('dropout_eval', lambda nn: nn.Dropout(0.5), shapes_in((3, 4)), eval_mode=True),
     Layer('embedding', lambda nn: nn.Embedding(10, 4), lambda r: [np.array([[1, 7, 1], [3, 1, 9]])]),
@@ -1263,6 +1462,54 @@ def test_batch_norm_function_updates_running_stats():
     assert_close(rv_l, rv_t, 1e-6, 1e-6, 'running_var (unbiased batch variance)')
 
 
+def test_batch_norm_empty_input_as_pytorch():
+    """batch_norm of no values, training or not: as PyTorch, an empty output of x's shape and dtype, the running
+    statistics unchanged, an empty dx and zero gradients for weight and bias, with each activation; no channels
+    (C = 0) too (it failed in NumPy's reshape, refused training, or divided by zero). BatchNorm1d/2d count such a
+    training batch in num_batches_tracked as PyTorch does. One value per channel (N * H * W = 1) still raises in
+    training, as PyTorch's, leaving the statistics as they were."""
+    need_torch()
+    r = rng('bn_empty')
+    for shape in [(0, 3), (0, 3, 2, 2), (2, 3, 0), (2, 0), (0, 0), (2, 0, 2, 2)]:
+        c = shape[1]
+        for training, act, dtype in ((False, None, np.float32), (True, None, np.float32), (True, 'relu', np.float16),
+                                     (False, 'gelu', np.float64)):
+            what = f'{shape} training={training} act={act} {np.dtype(dtype).name}'
+            w, b, rm, rv = r.standard_normal(c), r.standard_normal(c), r.standard_normal(c), r.uniform(0.5, 2, c)
+            x = tl.Tensor(np.zeros(shape, dtype), requires_grad=True)
+            ours = [tl.Tensor(a.astype(np.float32), requires_grad=True) for a in (w, b)]
+            stats = [tl.Tensor(a.astype(np.float32)) for a in (rm, rv)]
+            y = tl.batch_norm(x, *stats, *ours, training=training, activation=act)
+            y.backward(tl.Tensor(np.zeros(shape, dtype)))
+            xt = torch.zeros(shape, dtype=getattr(torch, np.dtype(dtype).name), requires_grad=True)
+            theirs = [torch.tensor(a, dtype=torch.float32, requires_grad=True) for a in (w, b)]
+            tstats = [torch.tensor(a, dtype=torch.float32) for a in (rm, rv)]
+            # PyTorch raises IndexError (an internal select) for weights of no channels: C = 0 is compared without
+            want = F.batch_norm(xt, *tstats, *(theirs if c else (None, None)), training=training)
+            want.backward(torch.zeros(shape, dtype=want.dtype))
+            assert y.shape == tuple(want.shape) and same_dtype(y, want), f'{what}: output {y.shape} {y.dtype}'
+            assert x.grad.shape == x.shape and x.grad.dtype == x.dtype, f'{what}: dx {x.grad.shape} {x.grad.dtype}'
+            wanted = tstats + [p.grad if c else torch.zeros(0) for p in theirs]
+            for got, tt, name in zip(stats + [p.grad for p in ours], wanted, ('running_mean', 'running_var', 'dweight',
+                                                                           'dbias')):
+                assert same_dtype(got, tt) and np.array_equal(got.numpy(), tt.numpy()), f'{what}: {name}'
+    for cls, shape in ((tl.BatchNorm1d, (0, 3)), (tl.BatchNorm2d, (0, 3, 4, 4))):
+        ours, theirs = cls(3), getattr(torch.nn, cls.__name__)(3)
+        for training in (True, False):
+            ours.train(training), theirs.train(training)
+            y, want = ours(tl.Tensor(np.zeros(shape, np.float32))), theirs(torch.zeros(shape))
+            assert y.shape == tuple(want.shape), f'{cls.__name__} training={training}: {y.shape}'
+            for k, v in ours.state_dict().items():
+                assert np.array_equal(v, theirs.state_dict()[k].numpy()), f'{cls.__name__} training={training}: {k}'
+        assert int(ours.num_batches_tracked.item()) == 1, cls.__name__
+    for shape in [(1, 3), (1, 3, 1), (1, 0)]:
+        stats = [tl.Tensor(a[:shape[1]].astype(np.float32)) for a in (RUN_MEAN, RUN_VAR)]
+        raises(ValueError, lambda: tl.batch_norm(tl.zeros(*shape), *stats, training=True), 'more than one value')
+        raises(ValueError, lambda: F.batch_norm(torch.zeros(shape), None, None, training=True), 'more than 1 value')
+        for t, a in zip(stats, (RUN_MEAN, RUN_VAR)):
+            assert np.array_equal(t.numpy(), a[:shape[1]].astype(np.float32)), f'{shape}: statistics changed'
+
+
 def test_channels_last_by_strides():
     """_channels_last reads the layout from shape and strides as NumPy's flags would from a transposed view (axes of
     length 1 count for nothing), and BatchNorm's _bn_layout calls channels-last only memory that is not also NCHW."""
@@ -1357,10 +1604,107 @@ def test_gru_matches_the_gate_equations():
     assert_close(cell(tl.Tensor(x)), cell(tl.Tensor(x), tl.Tensor(np.zeros((4, 2)))), 0, 0)
 
 
+def test_layer_constructors_and_grucell_input_as_pytorch():
+    """As PyTorch: GRU with a hidden_size of 0 or less raises ValueError; GRUCell(3, 0), Conv2d(0, 4, 3), Linear(0, 2)
+    build (no ZeroDivisionError) with PyTorch's parameter shapes and a zero-fan-in bias of zeros; GRUCell(3, 0) maps a
+    batch to (B, 0) with a zero gradient of x. GRUCell takes a 1-D (unbatched) x with a 1-D h, giving PyTorch's
+    output and float64 gradients (weights copied), and refuses a 0-d or 3-D x with ValueError naming its shape."""
+    need_torch()
+    raises(ValueError, lambda: torch.nn.GRU(3, 0), 'hidden_size must be greater than zero')
+    for size in (0, -2):
+        raises(ValueError, lambda: tl.GRU(3, size), 'hidden_size must be greater than zero', str(size))
+    for make_layer in (lambda nn: nn.GRUCell(3, 0), lambda nn: nn.Conv2d(0, 4, 3), lambda nn: nn.Linear(0, 2)):
+        with warnings.catch_warnings():   # PyTorch's: initialising a zero-element tensor is a no-op
+            warnings.simplefilter('ignore')
+            ours, theirs = make_layer(tl), make_layer(torch.nn)
+        assert param_shapes(ours) == param_shapes(theirs)
+        assert not any(p.numpy().any() for n, p in ours.named_parameters() if 'bias' in n)
+    x = tl.Tensor(sample(rng('grucell0'), (2, 3)), requires_grad=True)
+    out = tl.GRUCell(3, 0).double()(x)
+    out.sum().backward()
+    assert out.shape == (2, 0) and x.grad.shape == (2, 3) and not x.grad.numpy().any()
+    r = rng('grucell_1d')
+    ours, theirs = tl.GRUCell(3, 4).double(), torch.nn.GRUCell(3, 4).double()
+    perturb_torch(theirs, r)
+    ours.load_state_dict(theirs.state_dict())
+    x, h = sample(r, (3,)), sample(r, (4,))
+    args = [tl.Tensor(x, requires_grad=True), tl.Tensor(h, requires_grad=True)]
+    args_t = [torch.tensor(x, requires_grad=True), torch.tensor(h, requires_grad=True)]
+    out, out_t = ours(*args), theirs(*args_t)
+    assert out.shape == tuple(out_t.shape) == (4,)
+    assert_close(out, out_t, 1e-12, 1e-12)
+    w = upstream(0, out.shape)
+    (out * tl.Tensor(w)).sum().backward()
+    (out_t * torch.tensor(w)).sum().backward()
+    names = ['x', 'h'] + [n for n, _ in ours.named_parameters()]
+    for a, b, name in zip(args + ours.parameters(), args_t + list(theirs.parameters()), names, strict=True):
+        assert_close(a.grad, b.grad, 1e-12, 1e-12, name)
+    for shape in ((), (2, 2, 3)):
+        raises(ValueError, lambda: theirs(torch.zeros(shape, dtype=torch.float64)), '1D or 2D')
+        msg = raises(ValueError, lambda: ours(tl.Tensor(np.zeros(shape))), 'GRUCell')
+        assert_names_shapes(msg, shape)
+
+
+def test_conv2d_bias_is_keyword_only():
+    """PyTorch's Conv2d takes dilation as its 6th positional argument: tl.Conv2d(3, 8, 3, 1, 1, 2), which read 2 as
+    bias, raises TypeError; stride and padding positionally with bias by keyword give PyTorch's output and float64
+    gradients (weights copied, random input)."""
+    need_torch()
+    raises(TypeError, lambda: tl.Conv2d(3, 8, 3, 1, 1, 2), 'positional')
+    assert tuple(torch.nn.Conv2d(3, 8, 3, 1, 1, 2)(torch.ones(1, 3, 8, 8)).shape) == (1, 8, 6, 6)   # dilated
+    r = rng('conv2d positional')
+    for bias in (True, False):
+        ours, theirs = tl.Conv2d(3, 4, 3, 2, 1, bias=bias).double(), torch.nn.Conv2d(3, 4, 3, 2, 1, bias=bias).double()
+        perturb_torch(theirs, r)
+        ours.load_state_dict(theirs.state_dict())
+        x = sample(r, (2, 3, 7, 7))
+        xs, xs_t = tl.Tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+        out, out_t = ours(xs), theirs(xs_t)
+        assert_close(out, out_t, 1e-12, 1e-12)
+        w = upstream(0, out.shape)
+        (out * tl.Tensor(w)).sum().backward()
+        (out_t * torch.tensor(w)).sum().backward()
+        assert_close(xs.grad, xs_t.grad, 1e-12, 1e-12, 'x')
+        for (n, p), p_t in zip(ours.named_parameters(), theirs.parameters(), strict=True):
+            assert_close(p.grad, p_t.grad, 1e-12, 1e-12, n)
+
+
 def test_gru_output_shapes():
     out, h = tl.GRU(3, 5, num_layers=2, batch_first=True)(tl.Tensor(sample(rng('gs'), (2, 7, 3)).astype(np.float32)))
     assert out.shape == (2, 7, 5) and h.shape == (2, 2, 5)
     assert_close(out[:, -1], h[-1], 0, 0)
+
+
+def test_gru_unbatched_input_as_pytorch():
+    """GRU on an unbatched (T, in) input (batch_first or not) with h0 (num_layers, H) or none: PyTorch's output (T, H),
+    h_n (num_layers, H) and float64 gradients of x, h0 and every parameter (weights copied, random data, 1 and 2
+    layers). A 3-D h0 with a 2-D input, or a 1-D input, raises ValueError naming the shape."""
+    need_torch()
+    r = rng('gru unbatched')
+    for layers, batch_first, with_h0 in ((1, False, True), (2, True, True), (2, False, False)):
+        ours = tl.GRU(3, 4, num_layers=layers, batch_first=batch_first).double()
+        theirs = torch.nn.GRU(3, 4, num_layers=layers, batch_first=batch_first).double()
+        perturb_torch(theirs, r)
+        ours.load_state_dict(theirs.state_dict())
+        x, h0 = sample(r, (5, 3)), sample(r, (layers, 4))
+        args = [tl.Tensor(x, requires_grad=True)] + ([tl.Tensor(h0, requires_grad=True)] if with_h0 else [])
+        args_t = [torch.tensor(x, requires_grad=True)] + ([torch.tensor(h0, requires_grad=True)] if with_h0 else [])
+        (out, h_n), (out_t, h_n_t) = ours(*args), theirs(*args_t)
+        assert out.shape == tuple(out_t.shape) == (5, 4) and h_n.shape == tuple(h_n_t.shape) == (layers, 4)
+        assert_close(out, out_t, 1e-12, 1e-12, 'output')
+        assert_close(h_n, h_n_t, 1e-12, 1e-12, 'h_n')
+        w, wh = upstream(0, out.shape), upstream(1, h_n.shape)
+        ((out * tl.Tensor(w)).sum() + (h_n * tl.Tensor(wh)).sum()).backward()
+        ((out_t * torch.tensor(w)).sum() + (h_n_t * torch.tensor(wh)).sum()).backward()
+        names = ['x', 'h0'][:len(args)] + [n for n, _ in ours.named_parameters()]
+        for a, b, name in zip(args + ours.parameters(), args_t + list(theirs.parameters()), names, strict=True):
+            assert_close(a.grad, b.grad, 1e-12, 1e-12, name)
+    gru, gru_t = tl.GRU(3, 4).double(), torch.nn.GRU(3, 4).double()
+    raises(RuntimeError, lambda: gru_t(torch.zeros(5, 3).double(), torch.zeros(1, 1, 4).double()), 'unbatched')
+    msg = raises(ValueError, lambda: gru(tl.Tensor(np.zeros((5, 3))), tl.Tensor(np.zeros((1, 1, 4)))), 'h0')
+    assert_names_shapes(msg, (1, 1, 4), (1, 4))
+    msg = raises(ValueError, lambda: gru(tl.Tensor(np.zeros(3))), 'unbatched')
+    assert_names_shapes(msg, (3,))
 
 
 def check_gru_empty_batch(device):
@@ -1524,6 +1868,106 @@ def test_module_children():
     assert len(kids) == 3 and all(a is b for a, b in zip(kids, layers))
 
 
+def test_sequential_takes_modules_or_an_ordered_dict_as_pytorch():
+    """As torch.nn.Sequential: a function, None or a plain dict among the arguments raises TypeError naming its type
+    (it was dropped silently); one OrderedDict of name -> module names the children, so the parameters, state dict
+    and modules carry those names and the output and gradients are PyTorch's on random input (weights copied);
+    a name with '.' or of an attribute raises KeyError."""
+    need_torch()
+    for bad, what in ((tl.relu, 'function'), (None, 'NoneType'), ({'fc': tl.Linear(2, 2)}, 'dict')):
+        raises(TypeError, lambda: tl.Sequential(tl.Linear(2, 2), bad), what, "'1'")
+    raises(TypeError, lambda: torch.nn.Sequential(torch.nn.Linear(2, 2), torch.relu), 'Module')
+    spec = lambda nn: collections.OrderedDict([('fc', nn.Linear(3, 4)), ('act', nn.GELU()), ('out', nn.Linear(4, 2))])
+    ours, theirs = tl.Sequential(spec(tl)), torch.nn.Sequential(spec(torch.nn))
+    perturb_torch(theirs, rng('seq_dict'))
+    ours.load_state_dict(theirs.state_dict())
+    names = lambda pairs: [n for n, _ in pairs]
+    want = ['fc.weight', 'fc.bias', 'out.weight', 'out.bias']
+    assert names(ours.named_parameters()) == names(theirs.named_parameters()) == want
+    assert list(ours.state_dict()) == list(theirs.state_dict()) and len(ours) == len(theirs) == 3
+    assert names(ours.named_modules()) == names(theirs.named_modules()) and ours[1] is ours.act
+    x = sample(rng('seq_dict x'), (5, 3))
+    out = ours.double()(tl.Tensor(x, requires_grad=True))
+    out_t = theirs.double()(torch.tensor(x, requires_grad=True))
+    assert_close(out, out_t, 1e-12, 1e-12)
+    w = upstream(0, out.shape)
+    (out * tl.Tensor(w)).sum().backward()
+    (out_t * torch.tensor(w)).sum().backward()
+    for (n, p), (_, p_t) in zip(ours.named_parameters(), theirs.named_parameters()):
+        assert_close(p.grad, p_t.grad, 1e-12, 1e-12, n)
+    for key, exc, needle in (('a.b', KeyError, 'a.b'), ('forward', KeyError, 'forward'),
+                             ('training', KeyError, 'training'), ('', KeyError, 'empty'), (1, TypeError, 'string')):
+        raises(exc, lambda: torch.nn.Sequential(collections.OrderedDict([(key, torch.nn.ReLU())])))
+        raises(exc, lambda: tl.Sequential(collections.OrderedDict([(key, tl.ReLU())])), needle)
+
+
+def build_shared_net(nn):
+    """A nested model for tl and torch with a buffer of its own, a bare Parameter and a submodule held twice (as
+    `block` and inside `body`), no lists (PyTorch's ModuleList would be a module of its own)."""
+    m = tl if nn is tl else TH
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 3)
+            self.register_buffer('scale', make(m, np.array([2.0, -1.0, 0.5], np.float32)))
+            self.bn = nn.BatchNorm1d(3)
+
+        def forward(self, x):
+            return self.bn(self.fc(x)) * self.scale
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gain = nn.Parameter(make(m, np.array([1.5, -0.5, 1.0], np.float32)))
+            self.block = Block()
+            self.body = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), self.block)
+            self.head = nn.Linear(3, 2)
+
+        def forward(self, x):
+            return self.head(self.body(x) * self.gain)
+    return Net()
+
+
+def test_module_traversal_as_pytorch():
+    """On a model with a shared submodule, as torch.nn.Module: named_parameters / named_buffers with prefix and
+    recurse=False, parameters / buffers (recurse=False), named_modules (dotted names, '' or the prefix for the root,
+    the shared one once), modules, children of Sequential(a, a) (a once; len 2), apply (children first, then the
+    module; returns it) give the same names, order and calls; state_dict keeps PyTorch's keys in order. Weights
+    rescaled through apply give PyTorch's forward output on random input."""
+    need_torch()
+    ours, theirs = build_shared_net(tl), build_shared_net(torch.nn)
+    perturb_torch(theirs, rng('traversal'))
+    ours.load_state_dict(theirs.state_dict())
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    names = lambda pairs: [n for n, _ in pairs]
+    for kw in ({}, dict(prefix='net'), dict(recurse=False), dict(prefix='net', recurse=False)):
+        assert names(ours.named_parameters(**kw)) == names(theirs.named_parameters(**kw)), kw
+        assert names(ours.block.named_buffers(**kw)) == names(theirs.block.named_buffers(**kw)), kw
+        assert names(ours.named_buffers(**kw)) == names(theirs.named_buffers(**kw)), kw
+    assert len(ours.parameters(recurse=False)) == len(list(theirs.parameters(recurse=False))) == 1
+    assert len(ours.block.buffers(recurse=False)) == len(list(theirs.block.buffers(recurse=False))) == 1
+    assert len(ours.buffers()) == len(list(theirs.buffers())) == 4
+    for kw in ({}, dict(prefix='net')):
+        assert names(ours.named_modules(**kw)) == names(theirs.named_modules(**kw)), kw
+    assert [type(m).__name__ for m in ours.modules()] == [type(m).__name__ for m in theirs.modules()]
+    assert all(a is b for a, b in zip(ours.modules(), (m for _, m in ours.named_modules())))
+    bn, bn_t = tl.BatchNorm1d(3), torch.nn.BatchNorm1d(3)
+    pair, pair_t = tl.Sequential(bn, bn), torch.nn.Sequential(bn_t, bn_t)
+    assert names(pair.named_children()) == names(pair_t.named_children()) == ['0'] and len(pair) == len(pair_t) == 2
+    calls, calls_t = [], []
+    assert ours.apply(calls.append) is ours and theirs.apply(calls_t.append) is theirs
+    assert [type(m).__name__ for m in calls] == [type(m).__name__ for m in calls_t], (calls, calls_t)
+
+    def halve(m):
+        if isinstance(m, (tl.Linear, torch.nn.Linear)):
+            m.weight.data *= 0.5
+    with torch.no_grad():
+        ours.apply(halve), theirs.apply(halve)
+    x = sample(rng('traversal x'), (5, 3)).astype(np.float32)
+    assert_close(ours(tl.Tensor(x)), theirs(torch.tensor(x)), 1e-5, 1e-6)
+
+
 def test_module_train_eval():
     net = build_net(tl)
     x = tl.Tensor(net_input())
@@ -1533,6 +1977,18 @@ def test_module_train_eval():
     assert net.train() is net and net.training and net.head.training
     tl.manual_seed(0)
     assert not np.allclose(net(x).numpy(), a)
+
+
+def test_module_train_mode_must_be_bool():
+    """As PyTorch: train(mode) with a mode that is not a bool (an int, a string, a NumPy bool) raises ValueError and
+    leaves every module's mode as it was; eval() and train(False) still switch."""
+    need_torch()
+    net, net_t = build_net(tl), build_net(torch.nn)
+    for mode in (0, 1, 'eval', np.bool_(False), None):
+        raises(ValueError, lambda: net_t.train(mode), 'boolean')
+        raises(ValueError, lambda: net.train(mode), 'boolean', type(mode).__name__)
+        assert net.training and net.head.training and net.head[0].training
+    assert not net.train(False).head[0].training and net.train(True).head[0].training and not net.eval().training
 
 
 def test_module_zero_grad():
@@ -1607,6 +2063,35 @@ def test_module_to_dtype():
     assert net.float() is net and all(p.dtype == np.float32 for p in net.parameters())
     assert net.half() is net and net.head.state_dict()['0.running_var'].dtype == np.float16
     assert net.to('cpu') is net and net.cpu() is net
+
+
+def test_module_to_failing_midway_changes_nothing():
+    """Module.to converts every parameter, buffer and gradient before it assigns any: a conversion that fails after
+    some succeeded (here a move that runs out of memory at the third tensor) leaves every dtype and value as it was;
+    one that succeeds converts them all."""
+    net = build_net(tl)
+    net(tl.Tensor(net_input())).sum().backward()
+    before = {n: (t.dtype, t.numpy().copy()) for n, t, _ in net._named_tensors()}
+    grads = {n: p.grad.numpy().copy() for n, p in net.named_parameters()}
+    moves = []
+
+    def failing_move(array, device):
+        moves.append(device)
+        if len(moves) == 3:
+            raise MemoryError('out of memory (simulated)')
+        return array
+    with mock.patch.object(tl, '_move', failing_move):
+        raises(MemoryError, lambda: net.to('cpu', dtype=np.float64), 'simulated')
+    assert len(moves) == 3
+    for n, t, _ in net._named_tensors():
+        assert t.dtype == before[n][0] and np.array_equal(t.numpy(), before[n][1]), n
+    for n, p in net.named_parameters():
+        assert p.grad.dtype == np.float32 and np.array_equal(p.grad.numpy(), grads[n]), n
+    assert net.to('cpu', dtype=np.float64) is net
+    for n, t, _ in net._named_tensors():
+        assert t.dtype == (before[n][0] if 'num_batches' in n else np.float64), n
+        assert np.array_equal(t.numpy(), before[n][1]), n
+    assert all(p.grad.dtype == np.float64 for p in net.parameters())
 
 
 # ===== optimizers: several steps against torch.optim =====
@@ -1688,6 +2173,88 @@ for _name, _cls, _kw, _groups in OPTIMS:
     register(f'test_optim_{_name}', lambda c=_cls, kw=_kw, g=_groups: check_optim(c, kw, g))
 
 
+def test_optim_state_keyed_by_parameter_as_pytorch():
+    """opt.state[p] is the state of parameter p (the tensor itself, two of equal values apart), as torch.optim's: a
+    dict of tensors (SGD's 'momentum_buffer'; Adam's 'step', a float32 count on the CPU, 'exp_avg', 'exp_avg_sq'),
+    PyTorch's after the same steps, and {} for a parameter not stepped yet; the next step reads its tensors as edited
+    in place; state_dict() / load_state_dict() carry it into another optimizer."""
+    need_torch()
+    r = rng('optim_state_by_parameter')
+    w0, grads = r.standard_normal((2, 3)), [r.standard_normal((2, 3)) for _ in range(3)]
+    for name, kw, keys in (('SGD', dict(lr=0.1, momentum=0.9), ['momentum_buffer']),
+                           ('Adam', dict(lr=0.05), ['exp_avg', 'exp_avg_sq', 'step']),
+                           ('AdamW', dict(lr=0.05, weight_decay=0.1), ['exp_avg', 'exp_avg_sq', 'step'])):
+        ours = [tl.Parameter(w0.copy()) for _ in range(3)]
+        theirs = [torch.nn.Parameter(torch.tensor(w0)) for _ in range(3)]
+        opt, ref = getattr(tl, name)(ours, **kw), getattr(torch.optim, name)(theirs, **kw)
+
+        def step(g):
+            for k in range(2):   # the third parameter gets no gradient
+                ours[k].grad, theirs[k].grad = tl.Tensor(g * (k + 1)), torch.tensor(g * (k + 1))
+            opt.step()
+            ref.step()
+        for g in grads:
+            step(g)
+        for p, q in zip(ours[:2], theirs):
+            assert sorted(opt.state[p]) == sorted(ref.state[q]) == keys, (name, list(opt.state[p]), list(ref.state[q]))
+            for k in keys:
+                v, want = opt.state[p][k], ref.state[q][k]
+                assert isinstance(v, tl.Tensor) and same_dtype(v, want) and v.device == 'cpu', (name, k, type(v))
+                assert_close(v, want, 1e-12, 1e-12, f'{name} state {k}')
+        assert opt.state[ours[2]] == {} == ref.state[theirs[2]]
+        edited = keys[0]
+        opt.state[ours[0]][edited] *= 0.5
+        ref.state[theirs[0]][edited].mul_(0.5)
+        step(grads[0])
+        for p, q in zip(ours, theirs):
+            assert_close(p, q, 1e-12, 1e-12, f'{name} after the state was edited')
+        copies = [tl.Parameter(p.numpy().copy()) for p in ours]
+        again = getattr(tl, name)(copies, **kw)
+        again.load_state_dict(opt.state_dict())
+        for p, q in zip(ours[:2], copies):
+            for k in keys:
+                assert isinstance(again.state[q][k], tl.Tensor) and again.state[q][k] is not opt.state[p][k]
+                assert np.array_equal(again.state[q][k].numpy(), opt.state[p][k].numpy()), (name, k)
+
+
+def float16_ulps(a, b):
+    """How many float16 values lie between a and b, elementwise (0 where equal, -0 and +0 as one)."""
+    key = lambda x: (lambda u: np.where(u & 0x8000, -(u & 0x7fff), u))(to_np(x).view(np.uint16).astype(np.int64))
+    return np.abs(key(a) - key(b))
+
+
+def test_optim_float16_as_pytorch():
+    """float16 parameters step as torch.optim's: each of its ops computes in float32 and rounds once to float16 (an
+    add's alpha, SGD's lr for one, rounded to float16 first), the state float16 as PyTorch's. After six steps every
+    element of the parameter and the state is within one float16 ulp of PyTorch's and all but 0.1% are identical (all
+    are here; a CPU's fused multiply-adds may round otherwise). 1024 elements: PyTorch's CPU kernels compute those
+    past the last whole vector another way, with float16 products."""
+    need_torch()
+    cases = [('SGD', dict(lr=0.1)), ('SGD', dict(lr=0.1, momentum=0.9, weight_decay=0.01)),
+             ('SGD', dict(lr=0.05, momentum=0.8, dampening=0.3, weight_decay=0.1)),
+             ('SGD', dict(lr=0.05, momentum=0.85, nesterov=True, weight_decay=0.02)),
+             ('Adam', dict(lr=0.01)), ('Adam', dict(lr=0.02, betas=(0.8, 0.99), eps=1e-4, weight_decay=0.1)),
+             ('AdamW', dict(lr=0.01)), ('AdamW', dict(lr=0.02, weight_decay=0.3))]
+    for name, kw in cases:
+        r = rng(('optim_float16', name, tuple(kw.items())))
+        w0 = r.standard_normal((16, 64)).astype(np.float16)
+        # gradients of 0.1 to 2 in size: Adam's float16 exp_avg_sq underflows to 0 for smaller ones (then p is inf)
+        grads = [(r.choice([-1, 1], w0.shape) * r.uniform(0.1, 2, w0.shape)).astype(np.float16) for _ in range(6)]
+        w, wt = tl.Parameter(w0.copy()), torch.nn.Parameter(torch.tensor(w0))
+        ours, theirs = getattr(tl, name)([w], **kw), getattr(torch.optim, name)([wt], **kw)
+        for g in grads:
+            w.grad, wt.grad = tl.Tensor(g), torch.tensor(g)
+            ours.step()
+            theirs.step()
+        assert w.dtype == np.float16 and all(same_dtype(ours.state[w][k], v) for k, v in theirs.state[wt].items())
+        assert 'step' not in ours.state[w] or ours.state[w]['step'].item() == theirs.state[wt]['step'].item() == 6
+        for k, v in [('parameter', (w, wt))] + [(k, (ours.state[w][k], v)) for k, v in theirs.state[wt].items()
+                                                 if k != 'step']:
+            ulps = float16_ulps(*v)
+            assert ulps.max() <= 1 and (ulps > 0).mean() <= 1e-3, \
+                f'{name} {kw} {k}: {(ulps > 0).sum()} of {ulps.size} differ, by up to {ulps.max()} ulps'
+
+
 def test_optim_skips_params_without_grad():
     tl.manual_seed(0)
     used, unused = tl.Linear(2, 2), tl.Linear(2, 2)
@@ -1763,6 +2330,35 @@ def test_error_optim_invalid_options():
         getattr(tl, cls)([tl.Parameter(np.ones(2))], **kw), getattr(torch.optim, cls)([torch.nn.Parameter(torch.ones(2))], **kw)
 
 
+def test_optim_positional_arguments_as_pytorch():
+    """Each positional argument means what it does in torch.optim (SGD: params, lr, momentum; Adam / AdamW: params, lr,
+    betas, eps, weight_decay), the rest are keyword-only: SGD([p], 0.1, 0.9, 0.5), where torch.optim reads dampening
+    0.5, raises TypeError. SGD's lr defaults to torch.optim's 1e-3."""
+    need_torch()
+    positional = lambda cls: [k for k, v in inspect.signature(cls).parameters.items()
+                              if v.kind == v.POSITIONAL_OR_KEYWORD]
+    for name in ('SGD', 'Adam', 'AdamW'):
+        ours, theirs = positional(getattr(tl, name)), positional(getattr(torch.optim, name))
+        assert ours == theirs[:len(ours)], (name, ours, theirs)
+        assert inspect.signature(getattr(tl, name)).parameters['lr'].default == getattr(torch.optim, name)([
+            torch.nn.Parameter(torch.ones(2))]).defaults['lr'], name
+    r = rng('optim_positional')
+    w0, grads = r.standard_normal((2, 3)), [r.standard_normal((2, 3)) for _ in range(4)]
+    for name, args, kw in (('SGD', (0.1, 0.9), dict(dampening=0.5, weight_decay=0.05, nesterov=False)),
+                           ('SGD', (0.1, 0.8), dict(weight_decay=0.05, nesterov=True)), ('SGD', (), {}),
+                           ('Adam', (0.05, (0.8, 0.9), 1e-6, 0.1), {}), ('AdamW', (0.05, (0.8, 0.9), 1e-6, 0.1), {})):
+        w, wt = tl.Parameter(w0.copy()), torch.nn.Parameter(torch.tensor(w0))
+        ours, theirs = getattr(tl, name)([w], *args, **kw), getattr(torch.optim, name)([wt], *args, **kw)
+        for g in grads:
+            w.grad, wt.grad = tl.Tensor(g), torch.tensor(g)
+            ours.step()
+            theirs.step()
+        assert_close(w, wt, 1e-12, 1e-12, f'{name}{args}{kw}')
+    p = tl.Parameter(np.ones(2))
+    raises(TypeError, lambda: tl.SGD([p], 0.1, 0.9, 0.5), 'positional')
+    raises(TypeError, lambda: tl.Adam([p], 1e-3, (0.9, 0.999), 1e-8, 0.0, False), 'positional')
+
+
 def test_error_optim_param_in_two_groups():
     need_torch()
     tp = torch.nn.Parameter(torch.ones(2))
@@ -1803,8 +2399,11 @@ def test_error_cat_reshape_linear_conv_shapes():
     assert_names_shapes(raises(ValueError, lambda: tl.cat([tl.tensor(1.), tl.tensor(2.)]), 'zero-dimensional'), ())
     mask, z = tl.tensor([True, False]), tl.zeros(3)
     assert_names_shapes(raises(ValueError, lambda: tl.where(mask, z, z)), (2,), (3,))
-    for pool in (tl.max_pool2d, tl.avg_pool2d):
-        assert_names_shapes(raises(ValueError, lambda: pool(tl.zeros(2, 4, 4), 2), '4-d'), (2, 4, 4))
+    assert_names_shapes(raises(ValueError, lambda: tl.conv2d(x[0], k)), (3, 5, 5), (2, 2, 3, 3))   # one image
+    for bad in (x[0, 0], x[None]):
+        assert_names_shapes(raises(ValueError, lambda: tl.conv2d(bad, x)), bad.shape, x.shape)
+        for pool in (tl.max_pool2d, tl.avg_pool2d):
+            assert_names_shapes(raises(ValueError, lambda: pool(bad, 2), '3-d', '4-d'), bad.shape)
 
 
 def test_error_dims_out_of_range_like_torch():
@@ -1940,6 +2539,35 @@ def test_zero_dim_operands_promote_as_pytorch():
             assert_close(ours, theirs.numpy(), 0, 2 * step if ours.dtype == np.float16 else 0, what)
 
 
+def test_integer_with_float16_rounds_the_integers_first():
+    """An integer tensor with a float16 one: the integers are rounded to float16 first, as PyTorch does (2049
+    becomes 2048), then the op runs as float16 with float16; in both orders, 0-d either side, and in place. (But for
+    float16 * or / a 0-d integer tensor, which PyTorch's CPU kernels take unrounded, as they take a 0-d float one: one
+    float16 step apart at most, as test_zero_dim_operands_promote_as_pytorch allows.)"""
+    need_torch()
+    r = rng('int with float16')
+    for int_dtype, int_shape, half_shape in ((np.int32, (9,), (9,)), (np.int64, (9,), ()), (np.int16, (), (9,))):
+        i = np.asarray(r.integers(1025, 8192, int_shape)).astype(int_dtype)
+        h = np.asarray(r.uniform(0.5, 7, half_shape)).astype(np.float16)   # products stay below 65504
+        for k, f in enumerate((lambda a, b: a + b, lambda a, b: a - b, lambda a, b: a * b, lambda a, b: a / b)):
+            for first in (0, 1):
+                if k >= 2 and not first and not int_shape:
+                    continue   # a 0-d integer divisor or factor: PyTorch's scalar path
+                ours = f(*[tl.tensor(h), tl.tensor(i)][::1 - 2 * first])
+                theirs = f(*[torch.tensor(h), torch.tensor(i)][::1 - 2 * first])
+                assert ours.dtype == np.float16 and np.array_equal(ours.numpy(), theirs.numpy()), (int_dtype, k, first)
+        for name in ('maximum', 'minimum'):
+            ours = getattr(tl, name)(tl.tensor(h), tl.tensor(i))
+            theirs = getattr(torch, name)(torch.tensor(h), torch.tensor(i))
+            assert np.array_equal(ours.numpy(), theirs.numpy()), (int_dtype, name)
+        if half_shape:
+            for op in ('iadd', 'isub') + (('imul', 'itruediv') if int_shape else ()):
+                ours, theirs = tl.tensor(h.copy()), torch.tensor(h.copy())
+                getattr(ours, f'__{op}__')(tl.tensor(i))
+                getattr(theirs, f'__{op}__')(torch.tensor(i))
+                assert np.array_equal(ours.numpy(), theirs.numpy()), (int_dtype, op)
+
+
 def test_reductions_over_no_axes_reduce_every_axis():
     """sum, mean, var, max and min over axis=() reduce every axis, as PyTorch's (NumPy's axis=() reduces none)."""
     need_torch()
@@ -1956,20 +2584,107 @@ def test_reductions_over_no_axes_reduce_every_axis():
         assert_close(tl.tensor(x).sum(axis), x.sum(axis=tuple(np.atleast_1d(axis))), 1e-12, 1e-12, f'sum({axis!r})')
 
 
+def test_pytorch_keyword_names():
+    """PyTorch's keyword names work beside API.md's: dim= for axis= (reductions, softmax, shape ops, cat, stack),
+    dim0=/dim1= in transpose, gradient= in backward, size= in the creation functions; values and gradients against
+    PyTorch's. Giving both names raises TypeError."""
+    need_torch()
+    r = rng('keyword names')
+    x0, x1 = sample(r, (2, 3, 4)), sample(r, (2, 3, 4))
+    cases = [lambda m, x, y: x.sum(dim=1), lambda m, x, y: x.mean(dim=(0, 2), keepdim=True),
+             lambda m, x, y: x.var(dim=-1, correction=0), lambda m, x, y: x.softmax(dim=1),
+             lambda m, x, y: x.log_softmax(dim=0), lambda m, x, y: m.softmax(x, dim=-1),
+             lambda m, x, y: m.log_softmax(x, dim=1), lambda m, x, y: x.unsqueeze(dim=1),
+             lambda m, x, y: x[:, :1].squeeze(dim=1), lambda m, x, y: m.cat([x, y], dim=2),
+             lambda m, x, y: m.stack([x, y], dim=-1), lambda m, x, y: x.transpose(dim0=0, dim1=2),
+             lambda m, x, y: x.max(dim=1) if m is tl else x.amax(dim=1),
+             lambda m, x, y: x.min(dim=2) if m is tl else x.amin(dim=2)]
+    for k, f in enumerate(cases):
+        results = []
+        for m in (tl, torch):
+            x, y = m.tensor(x0, requires_grad=True), m.tensor(x1, requires_grad=True)
+            out = f(m, x, y)
+            out.backward(gradient=m.tensor(upstream(k, tuple(out.shape))))
+            results.append([out.detach().numpy(), x.grad.numpy(), np.zeros(1) if y.grad is None else y.grad.numpy()])
+        for ours, theirs in zip(*results):
+            assert_close(ours, theirs, 1e-12, 1e-12, f'case {k}')
+    x, p = tl.tensor(x0), torch.tensor(x0)
+    assert x.argmax(dim=1).tolist() == p.argmax(dim=1).tolist() and x.size(dim=2) == p.size(dim=2) == 4
+    for name in ('zeros', 'ones', 'randn', 'rand'):
+        made = getattr(tl, name)(size=(2, 3), dtype=tl.float64)
+        assert made.shape == (2, 3) and made.dtype == np.float64, name
+        raises(TypeError, lambda: getattr(tl, name)(2, size=(2,)), 'size')
+    assert tl.full(size=(2,), fill_value=1.5).tolist() == torch.full(size=(2,), fill_value=1.5).tolist()
+    for both in (lambda: x.sum(axis=0, dim=1), lambda: tl.cat([x], axis=0, dim=1), lambda: x.transpose(0, 1, dim0=1),
+                 lambda: tl.ones(3, requires_grad=True).sum().backward(tl.tensor(1.), gradient=tl.tensor(1.))):
+        raises(TypeError, both)
+    assert x.sum(axis=1).shape == (2, 4) and tl.softmax(x, axis=0).shape == x.shape   # API.md's names still
+
+
 def test_error_window_sizes_name_the_argument():
     """conv2d's stride and padding and the pools' kernel_size and stride: ints or pairs, strides and windows at
-    least 1, padding at least 0; otherwise a ValueError naming the argument (a ZeroDivisionError or a NumPy
-    broadcast error before)."""
+    least 1, padding at least 0; otherwise a ValueError naming the function and the argument (a ZeroDivisionError
+    or a NumPy broadcast error before; the pools' said MaxPool or AvgPool)."""
     r = rng('window sizes')
     x, w = tl.tensor(sample(r, (2, 3, 6, 6))), tl.tensor(sample(r, (4, 3, 3, 3)))
     for kwargs, needle in (({'stride': 0}, 'stride'), ({'stride': (2,)}, 'stride'), ({'padding': -1}, 'padding'),
                            ({'padding': (1, 1, 1)}, 'padding')):
         raises(ValueError, lambda: tl.conv2d(x, w, **kwargs), 'conv2d', needle, str(list(kwargs.values())[0]))
     assert tl.conv2d(x, w, padding=0).shape == (2, 4, 4, 4)
-    for pool in (tl.max_pool2d, tl.avg_pool2d):
-        raises(ValueError, lambda: pool(x, 0), 'kernel_size')
-        raises(ValueError, lambda: pool(x, 2, 0), 'stride')
-        raises(ValueError, lambda: pool(x, (2, 2, 2)), 'kernel_size')
+    for fn in ('max_pool2d', 'avg_pool2d'):   # each message names the function (some said MaxPool or AvgPool)
+        pool = getattr(tl, fn)
+        raises(ValueError, lambda: pool(x, 0), fn, 'kernel_size')
+        raises(ValueError, lambda: pool(x, 2, 0), fn, 'stride')
+        raises(ValueError, lambda: pool(x, (2, 2, 2)), fn, 'kernel_size')
+        raises(ValueError, lambda: pool(x, 7), fn, 'smaller than kernel')
+        raises(ValueError, lambda: pool(x[0, 0], 2), fn, '(6, 6)')
+
+
+def test_error_conv_padding_strings():
+    """conv2d's padding 'valid' and 'same' (see the conv_same_* ops); any other string, or 'same' with a stride
+    other than 1, raises ValueError naming the padding (and the stride), where PyTorch refuses too; nothing is
+    recorded. A window larger than the padded input names the padded size ('same' pads an even window's extra row
+    at the bottom first)."""
+    need_torch()
+    r = rng('conv padding strings')
+    a, wa = sample(r, (1, 2, 5, 5)), sample(r, (3, 2, 2, 3))
+    x, w, xt, wt = tl.tensor(a, requires_grad=True), tl.tensor(wa), torch.tensor(a), torch.tensor(wa)
+    for padding, stride, needles in (('same', 2, ("'same'", 'stride', '(2, 2)')), ('same', (1, 2), ('(1, 2)',)),
+                                     ('foo', 1, ("'foo'", 'valid', 'same')), ('SAME', 1, ("'SAME'",)), ('', 1, ("''",))):
+        raises(ValueError, lambda: tl.conv2d(x, w, stride=stride, padding=padding), 'conv2d', 'padding', *needles)
+        raises((RuntimeError, ValueError), lambda: F.conv2d(xt, wt, stride=stride, padding=padding))
+        raises(ValueError, lambda: tl.Conv2d(2, 3, 2, stride=stride, padding=padding).double()(x), 'conv2d', *needles)
+    assert x.grad is None
+    short = tl.zeros(1, 2, 0, 5)
+    raises(ValueError, lambda: tl.conv2d(short, tl.zeros(3, 2, 2, 2), padding='same'), 'larger', '(1, 6)')
+    raises(ValueError, lambda: tl.conv2d(short, tl.zeros(3, 2, 3, 3), padding=(1, 0)), 'larger', '(2, 5)')
+    raises(RuntimeError, lambda: F.conv2d(torch.zeros(1, 2, 0, 5), torch.zeros(3, 2, 2, 2), padding='same'), '1 x 6')
+
+
+def test_error_window_sizes_not_ints():
+    """A float or bool stride, padding or kernel_size (alone or in a pair) raises a TypeError naming the function, the
+    argument and the value, as PyTorch's TypeError (a float stride gave "'float' object is not iterable", a float in
+    a pair was rounded down); a negative stride, as zero, raises ValueError (PyTorch: RuntimeError). NumPy integers
+    and lists count as ints and pairs."""
+    need_torch()
+    r = rng('window types')
+    a, wa = sample(r, (2, 3, 6, 6)), sample(r, (4, 3, 3, 3))
+    x, w, xt, wt = tl.tensor(a), tl.tensor(wa), torch.tensor(a), torch.tensor(wa)
+    for name, value in (('stride', 1.5), ('stride', (1, 1.5)), ('padding', 1.0), ('padding', (0.5, 1)),
+                        ('stride', True), ('padding', (1, False))):
+        raises(TypeError, lambda: tl.conv2d(x, w, **{name: value}), 'conv2d', name, repr(value))
+        if value != (1, False):   # PyTorch takes a bool in a pair as an int (a bool alone it refuses)
+            raises(TypeError, lambda: F.conv2d(xt, wt, **{name: value}))
+    for fn in ('max_pool2d', 'avg_pool2d'):
+        for args, name in (((1.5,), 'kernel_size'), (((2, 2.0),), 'kernel_size'), ((2, 1.5), 'stride')):
+            raises(TypeError, lambda: getattr(tl, fn)(x, *args), fn, name, repr(args[-1]))
+            raises(TypeError, lambda: getattr(F, fn)(xt, *args))
+    raises(TypeError, lambda: tl.Conv2d(3, 4, 2.5), 'kernel_size', '2.5')
+    for name, value in (('stride', -1), ('stride', (1, -2)), ('padding', (0, -1))):
+        raises(ValueError, lambda: tl.conv2d(x, w, **{name: value}), 'conv2d', name, str(value))
+        raises(RuntimeError, lambda: F.conv2d(xt, wt, **{name: value}))
+    for args in ((2, np.int64(1)), ([2, 3], [np.int32(1), 2])):
+        assert_close(tl.max_pool2d(x, *args), F.max_pool2d(xt, *map(tuple, map(np.atleast_1d, args))), 0, 0, args)
 
 
 def test_grad_mode_is_per_thread():
@@ -2783,7 +3498,7 @@ def check_step_error_keeps_state(cls_name, kw):
     lin(x).sum().backward()
     opt.step()  # builds momentum / moment state
     lin(x).sum().backward()
-    lin.bias.grad = tl.Tensor(np.ones(5, np.float32))
+    lin.bias.grad.data = np.ones(5, np.float32)   # (assigning .grad itself is refused: the step's own check is tested)
     params = [p.numpy().copy() for p in lin.parameters()]
     state = flat_values(opt.state_dict())
     assert_names_shapes(raises(ValueError, opt.step), (2,), (5,))
@@ -2816,6 +3531,7 @@ def test_error_optim_load_state_dict_bad_state_changes_nothing():
     good = opt.state_dict()
     bad_state = [({1: {**good['state'][1], 'exp_avg': np.zeros(5)}}, ('parameter 1', 'exp_avg', '(5,)', '(2,)')),
                  ({1: {'step': 1, 'exp_avg': np.zeros(2)}}, ('parameter 1', 'exp_avg_sq')),
+                 ({1: {**good['state'][1], 'step': np.ones(3)}}, ('parameter 1', 'step', '(3,)', '()')),
                  ({5: good['state'][1]}, ('parameter 5', '2 parameters')),
                  ({-1: good['state'][1]}, ('parameter -1',))]
     for state, needles in bad_state:
@@ -2866,6 +3582,42 @@ def test_optim_pytorch_state_dict_options_and_checks():
     raises(TypeError, lambda: tl.SGD([np.ones(2)], lr=0.1), 'tensors')
 
 
+def test_optim_pytorch_adam_and_adamw_state_dicts():
+    """torch.optim.AdamW's state dict (its groups carry decoupled_weight_decay=True) loads into tl.AdamW, Adam's (False)
+    into tl.Adam, and the steps after are PyTorch's; each into the other class is refused with the state unchanged,
+    and so is a constructor's group with the other value."""
+    need_torch()
+    r = rng('optim_adamw_torch_sd')
+    w0, grads = r.standard_normal((3, 4)), [r.standard_normal((3, 4)) for _ in range(6)]
+    for name, other in (('AdamW', 'Adam'), ('Adam', 'AdamW')):
+        wt = torch.nn.Parameter(torch.tensor(w0))
+        ot = getattr(torch.optim, name)([wt], lr=0.05, betas=(0.8, 0.95), weight_decay=0.1)
+        for g in grads[:3]:
+            wt.grad = torch.tensor(g)
+            ot.step()
+        w = tl.Parameter(wt.detach().numpy().copy())
+        ours = getattr(tl, name)([w], lr=0.5)   # the options come with the state dict
+        ours.load_state_dict(ot.state_dict())
+        for g in grads[3:]:
+            wt.grad, w.grad = torch.tensor(g), tl.Tensor(g)
+            ot.step()
+            ours.step()
+        assert_close(w, wt, 1e-12, 1e-12, f'{name} continued from a PyTorch state dict')
+        refusing = getattr(tl, other)([tl.Parameter(w0.copy())], lr=0.5)
+        before = flat_values(refusing.state_dict())
+        raises(ValueError, lambda: refusing.load_state_dict(ot.state_dict()),
+               f'decoupled_weight_decay={name == "AdamW"}')
+        after = flat_values(refusing.state_dict())
+        assert [k for k, _ in after] == [k for k, _ in before] and all(np.array_equal(a, b) for (_, a), (_, b) in
+                                                                       zip(after, before)), 'a refused load changed it'
+    p = tl.Parameter(np.ones(2))
+    assert tl.AdamW([{'params': [p], 'decoupled_weight_decay': True}]).param_groups[0]['decoupled_weight_decay']
+    tl.Adam([{'params': [p], 'decoupled_weight_decay': False}])
+    for cls, flag in ((tl.Adam, True), (tl.AdamW, False)):
+        raises(ValueError, lambda: cls([{'params': [p], 'decoupled_weight_decay': flag}]),
+               f'decoupled_weight_decay={flag}')
+
+
 def test_module_parameter_assignment_and_batchnorm_old_state_dict():
     """As PyTorch: assigning a plain tensor over a module's parameter raises TypeError (it would drop out of
     parameters() and state_dict), a Parameter or None is taken; a BatchNorm state dict without num_batches_tracked
@@ -2888,6 +3640,53 @@ def test_module_parameter_assignment_and_batchnorm_old_state_dict():
     assert_close(net[1].running_mean, net_t[1].running_mean.numpy(), 0, 0)
     raises(RuntimeError, lambda: net.load_state_dict({k: v for k, v in old.items() if k != '1.running_var'}),
            'missing', '1.running_var')
+
+
+def test_module_register_buffer_checks_as_pytorch():
+    """register_buffer as torch.nn.Module's: a non-Tensor value (TypeError), a name with '.', empty, or of another
+    attribute (KeyError), a name that is not a string (TypeError) raise and change nothing; a buffer registered
+    again or as None keeps one name. A float assigned to a buffer raises TypeError; a Parameter assigned to a buffer
+    makes it a parameter only, a Module a submodule, a Parameter registered as a buffer stays a buffer: the names of
+    parameters, buffers and state_dict are PyTorch's, and so are the output and the new parameter's gradient."""
+    need_torch()
+    ours, theirs = build_shared_net(tl), build_shared_net(torch.nn)
+    perturb_torch(theirs, rng('register_buffer'))
+    ours.load_state_dict(theirs.state_dict())
+    before = ours.state_dict()
+    for name, value, exc, needles in [('scale2', 3.0, TypeError, ("'float'", 'scale2')),
+                                      ('scale2', np.ones(3), TypeError, ("'ndarray'",)),
+                                      ('a.b', None, KeyError, ("'.'", 'a.b')), ('', None, KeyError, ('empty',)),
+                                      ('gain', None, KeyError, ('gain', 'exists')),
+                                      ('block', None, KeyError, ('block',)),
+                                      ('training', None, KeyError, ('training',)), (1, None, TypeError, ('string',))]:
+        raises(exc, lambda: theirs.register_buffer(name, value))
+        raises(exc, lambda: ours.register_buffer(name, value), *needles)
+    raises(TypeError, lambda: setattr(theirs.block, 'scale', 3.0))
+    raises(TypeError, lambda: setattr(ours.block, 'scale', 3.0), "buffer 'scale'", 'float')
+    after = ours.state_dict()
+    assert list(after) == list(before) and all(np.array_equal(after[k], before[k]) for k in before)
+    r = rng('register_buffer values')
+    extra, step = sample(r, (3,)).astype(np.float32), sample(r, (3,)).astype(np.float32)
+    for net, m in ((ours, tl), (theirs, TH)):
+        net.block.register_buffer('scale', make(m, extra))       # again: replaced, one name
+        net.register_buffer('empty', None)                         # None: listed nowhere
+        net.register_buffer('frozen', (tl.Parameter if m is tl else torch.nn.Parameter)(make(m, step)))
+        net.block.scale = (tl.Parameter if m is tl else torch.nn.Parameter)(make(m, step))   # now a parameter
+        net.head.register_buffer('sub', make(m, extra))
+        net.head.sub = (tl if m is tl else torch.nn).ReLU()     # now a submodule
+    names = lambda pairs: [n for n, _ in pairs]
+    assert names(ours.named_parameters()) == names(theirs.named_parameters())
+    assert names(ours.named_buffers()) == names(theirs.named_buffers())
+    assert 'frozen' in names(ours.named_buffers()) and 'block.scale' in names(ours.named_parameters())
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    assert names(ours.named_modules()) == names(theirs.named_modules())
+    x = sample(r, (4, 3)).astype(np.float32)
+    out, out_t = ours(tl.Tensor(x)), theirs(torch.tensor(x))
+    assert_close(out, out_t, 1e-5, 1e-6)
+    w = upstream(0, out.shape, np.float32)
+    (out * tl.Tensor(w)).sum().backward()
+    (out_t * torch.tensor(w)).sum().backward()
+    assert_close(ours.block.scale.grad, theirs.block.scale.grad, 1e-5, 1e-6)
 
 
 def test_dropout_module_checks_p_at_construction():
@@ -2941,6 +3740,32 @@ def test_indexing_as_pytorch():
     raises(RuntimeError, lambda: tl.full((2,), 300, dtype=np.int8), 'full', 'overflow')
     assert_close(ours, before, 0, 0, 'a refused assignment changes nothing')
     assert not ints.numpy().any(), 'refused fills change nothing'
+
+
+def test_item_assignment_shape_mismatch_names_both_shapes():
+    """A value that does not broadcast to the indexed elements raises ValueError naming both shapes (PyTorch:
+    RuntimeError) before anything is written, recorded or not; a value with extra leading size-1 axes fits, as in
+    PyTorch (values against it)."""
+    need_torch()
+    r = rng('setitem shapes')
+    x0 = sample(r, (2, 3))
+    mask = np.array([[True, False, True], [False, True, True]])
+    cases = [((0,), (2,), (3,)), ((np.array([1, 0]),), (2,), (2, 3)), ((mask,), (2,), (4,)),
+             ((slice(None), 1), (2, 1), (2,)), ((Ellipsis,), (3, 3), (2, 3)), ((1, 2), (2,), ())]
+    for index, shape, indexed in cases:
+        value = sample(r, shape)
+        raises(RuntimeError, lambda: torch.tensor(x0).__setitem__(index, torch.tensor(value)))
+        for grad in (False, True):
+            v = tl.tensor(value, requires_grad=grad)
+            x = tl.tensor(x0) * 1 if grad else tl.tensor(x0)
+            version = x._version[0]
+            assert_names_shapes(raises(ValueError, lambda: x.__setitem__(index, v)), shape, indexed)
+            assert np.array_equal(x.numpy(), x0) and x._version[0] == version and x.shape == (2, 3), (index, grad)
+    for index, shape in (((0,), (1, 1, 3)), ((slice(None), 1), (1, 2)), ((mask,), (1, 4)), ((1, 2), (1, 1))):
+        value = sample(r, shape)
+        ours, theirs = tl.tensor(x0.copy()), torch.tensor(x0.copy())
+        ours[index], theirs[index] = tl.tensor(value), torch.tensor(value)
+        assert np.array_equal(ours.numpy(), theirs.numpy()), (index, shape)
 
 
 def test_single_element_index_is_a_view_as_pytorch():
@@ -3015,6 +3840,67 @@ def test_view_shapes_pads_and_float16_gelu_as_pytorch():
     assert tl.arange(0, 0).shape == (0,) and tl.arange(5, 0, -1).tolist() == [5, 4, 3, 2, 1]
 
 
+def test_number_range_power_arange_and_pad_checks_as_pytorch():
+    """As PyTorch: tl.full and clamp refuse a finite float beyond a float dtype's range (item assignment writes inf);
+    a Python int outside [-2**63, 2**64) raises OverflowError in any op; an integer tensor ** a negative int raises
+    RuntimeError; arange of an integer dtype truncates its bounds and step first (a step truncated to 0 raises
+    ValueError); pad widths must be ints (TypeError), and pad(()) of a 0-d tensor is a copy."""
+    need_torch()
+    r = rng('small checks')
+    for value, dtype in ((1e10, 'float16'), (-7e4, 'float16'), (65519.0, 'float16'), (1e39, 'float32'),
+                         (float('inf'), 'float16'), (65504.0, 'float16'), (-3e38, 'float32'), (1e300, 'float64')):
+        try:
+            want = torch.full((2,), value, dtype=getattr(torch, dtype)).numpy()
+        except RuntimeError:
+            raises(RuntimeError, lambda: tl.full((2,), value, dtype=dtype), 'full', 'overflow')
+            raises(RuntimeError, lambda: torch.zeros(2, dtype=getattr(torch, dtype)).clamp(max=value))
+            raises(RuntimeError, lambda: tl.zeros(2, dtype=dtype).clamp(max=value), 'clamp', 'overflow')
+        else:
+            assert np.array_equal(tl.full((2,), value, dtype=dtype).numpy(), want), (value, dtype)
+    ours, theirs = tl.tensor(sample(r, (3,)).astype(np.float16)), torch.tensor(sample(r, (3,)).astype(np.float16))
+    with np.errstate(over='ignore'):   # NumPy warns of the inf
+        ours[0], theirs[0] = 1e10, 1e10
+    assert ours.numpy()[0] == theirs.numpy()[0] == np.inf
+    ints, floats = r.integers(-50, 50, 4), sample(r, (4,)).astype(np.float32)
+    for f in (lambda m: m.tensor(ints) + 2 ** 70, lambda m: m.tensor(floats) * 2 ** 64,
+              lambda m: m.tensor(ints) == -2 ** 64, lambda m: 2 ** 70 - m.tensor(ints),
+              lambda m: m.full((2,), 2 ** 70, dtype=m.float32),
+              lambda m: m.where(m.tensor(ints) > 0, m.tensor(floats), 2 ** 65)):
+        raises(OverflowError, lambda: f(torch))
+        raises(OverflowError, lambda: f(tl), 'int too big')
+    for f in (lambda m: m.tensor(ints) + 2 ** 63, lambda m: m.tensor(floats) * (2 ** 64 - 1),
+              lambda m: m.tensor(ints) < 2 ** 63):
+        ours, theirs = f(tl), f(torch)
+        assert same_dtype(ours, theirs) and np.array_equal(ours.numpy(), theirs.numpy())
+    for dtype in (np.uint8, np.int32, np.int64, np.bool_):
+        a = r.integers(1, 4, 5).astype(dtype)
+        for exponent in (-1, np.int64(-2)):
+            raises(RuntimeError, lambda: torch.tensor(a) ** exponent)
+            raises(RuntimeError, lambda: tl.tensor(a) ** exponent, 'negative integer powers', str(np.dtype(dtype)))
+        for exponent in (0, 3) if dtype != np.bool_ else ():
+            ours, theirs = tl.tensor(a) ** exponent, torch.tensor(a) ** exponent
+            assert same_dtype(ours, theirs) and np.array_equal(ours.numpy(), theirs.numpy()), (dtype, exponent)
+    for bounds, dtype in (((0.5, 5, 1.5), 'int64'), ((0, 3.5, 1.2), 'int32'), ((-0.5, 3), 'int64'), ((0.7,), 'int64'),
+                          ((1.9, 5.9), 'uint8'), ((7.8, 0.5, -2.5), 'int64'), ((0.5, 5, 1.5), 'float64')):
+        ours, theirs = tl.arange(*bounds, dtype=dtype), torch.arange(*bounds, dtype=getattr(torch, dtype))
+        assert same_dtype(ours, theirs) and np.array_equal(ours.numpy(), theirs.numpy()), (bounds, ours, theirs)
+    for bounds in ((1, 2.5, 0.5), (0, 3, 0.9), (3, 0, -0.99)):
+        raises(ValueError, lambda: torch.arange(*bounds, dtype=torch.int64))
+        raises(ValueError, lambda: tl.arange(*bounds, dtype=tl.int64), 'arange', 'step 0', 'int64')
+    x0 = sample(r, (2, 3))
+    for widths in ((1.5, 1), (1, 0, 2.0, 1), (True, 1)):
+        raises(TypeError, lambda: F.pad(torch.tensor(x0), widths))
+        raises(TypeError, lambda: tl.tensor(x0).pad(widths), 'pad', 'int')
+    assert tl.tensor(x0).pad((np.int64(1), 0)).shape == (2, 4)
+    outs = []
+    for m in (tl, torch):
+        x = m.tensor(x0[0, 0], requires_grad=True)
+        y = x.pad(()) if m is tl else F.pad(x, ())
+        (y * 3).backward()
+        outs.append((y.detach().numpy(), x.grad.numpy(), np.shares_memory(y.detach().numpy(), x.detach().numpy())))
+    assert outs[0][0] == outs[1][0] and outs[0][1] == outs[1][1] == 3 and not outs[0][2], outs
+
+
 def test_save_load_tuples_and_numpy_scalars():
     """tl.save / tl.load: NumPy scalars come back as NumPy scalars of their dtype (as torch.save keeps them, not as
     Python numbers), a namedtuple (as a dict key too) as a plain tuple: loadable, where it raised on load."""
@@ -3035,10 +3921,13 @@ def test_save_load_tuples_and_numpy_scalars():
 def test_error_optim_step_bad_state_changes_nothing():
     """A state that step() cannot use (edited by hand) is found before any parameter moves."""
     a, b, opt = adam_after_one_step()
-    opt.state[id(b)]['exp_avg'] = np.zeros(5)
-    before = [to_np(a).copy(), opt.state[id(a)]['step'], opt.state[id(b)]['step']]
+    opt.state[b]['exp_avg'] = tl.zeros(5, dtype=tl.float64)
+    before = [to_np(a).copy(), opt.state[a]['step'].item(), opt.state[b]['step'].item()]
     assert_names_shapes(raises(ValueError, opt.step, 'parameter 1'), (5,), (2,))
-    assert np.array_equal(a.numpy(), before[0]) and [opt.state[id(a)]['step'], opt.state[id(b)]['step']] == before[1:]
+    opt.state[b]['exp_avg'] = np.zeros(2)
+    raises(TypeError, opt.step, 'parameter 1', 'exp_avg', 'ndarray', 'Tensor')
+    assert np.array_equal(a.numpy(), before[0])
+    assert [opt.state[a]['step'].item(), opt.state[b]['step'].item()] == before[1:]
 
 
 # ===== small models that must learn =====

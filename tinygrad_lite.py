@@ -7,6 +7,7 @@ import collections
 import contextlib
 import ctypes
 import functools
+import inspect
 import json
 import math
 import os
@@ -222,6 +223,27 @@ def _dim(d, ndim, new=False):
     return d % n
 
 
+def _aliases(**names):
+    """A decorator: the function also takes PyTorch's keyword names (dim= for axis=; a name for *shape gives the
+    shape), a TypeError where a call gives both."""
+    def decorate(fn):
+        star = next((p.name for p in inspect.signature(fn).parameters.values() if p.kind is p.VAR_POSITIONAL), None)
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            if not kwargs:
+                return fn(*args)
+            for theirs, ours in names.items():
+                if theirs in kwargs:
+                    if ours in kwargs or ours == star and args:
+                        raise TypeError(f"{fn.__name__}() got both {ours} and {theirs}= (PyTorch's name for it)")
+                    value = kwargs.pop(theirs)
+                    args, kwargs = ((value,), kwargs) if ours == star else (args, {**kwargs, ours: value})
+            return fn(*args, **kwargs)
+        return call
+    return decorate
+
+
 def _reduced_axes(axis, ndim):
     """The axes a reduction over `axis` runs on: PyTorch's reductions read None, () and [] as every axis."""
     return _axes(None if isinstance(axis, (tuple, list)) and not axis else axis, ndim)
@@ -285,8 +307,12 @@ def _opmath(dtype):
 
 
 def _number_dtype(value):
-    """The dtype PyTorch gives a Python number on its own: bool, int64 or float32."""
-    return np.dtype({'b': np.bool_, 'i': np.int64, 'u': np.int64}.get(np.asarray(value).dtype.kind, np.float32))
+    """The dtype PyTorch gives a Python number on its own: bool, int64 or float32; OverflowError, as PyTorch's, for an
+    int it cannot convert (outside [-2**63, 2**64): NumPy makes it an object)."""
+    kind = np.asarray(value).dtype.kind
+    if kind == 'O':
+        raise OverflowError(f"int too big to convert: {value}")
+    return np.dtype({'b': np.bool_, 'i': np.int64, 'u': np.int64}.get(kind, np.float32))
 
 
 def _erf(x):
@@ -548,6 +574,30 @@ class _GradSwitch(contextlib.ContextDecorator):
 
     def _recreate_cm(self):   # contextlib.ContextDecorator's hook: the context each decorated call enters
         return type(self)()
+
+    def __call__(self, func):
+        if not inspect.isgeneratorfunction(func):
+            return super().__call__(func)
+
+        @functools.wraps(func)
+        def generator(*args, **kwargs):   # as PyTorch's: the mode holds each time the generator runs, not around
+            inner, sent, thrown = func(*args, **kwargs), None, None   # where its caller resumes it
+            while True:
+                try:
+                    with type(self)():
+                        value = inner.send(sent) if thrown is None else inner.throw(thrown)
+                except StopIteration as stop:
+                    return stop.value
+                sent, thrown = None, None
+                try:
+                    sent = yield value
+                except GeneratorExit:
+                    with type(self)():
+                        inner.close()
+                    raise
+                except BaseException as error:   # thrown in by the caller: into the inner generator
+                    thrown = error
+        return generator
 
     def __enter__(self):
         self.previous.append(_GradMode.enabled)
@@ -1047,11 +1097,15 @@ class Permute(Function):
 
 
 class Expand(Function):
+    """A view of x with its size-1 axes repeated and axes added in front (stride 0): writable, as PyTorch's (NumPy's
+    broadcast_to is read-only); in-place ops refuse it where elements share memory (Tensor._refuse_expanded)."""
     saves, may_view = (), True
 
     def forward(self, x, shape):
         self.shape = x.shape
-        return _xp(x).broadcast_to(x, shape)
+        lead = len(shape) - x.ndim
+        strides = (0,) * lead + tuple(s if n == m else 0 for s, n, m in zip(x.strides, x.shape, shape[lead:]))
+        return _xp(x).lib.stride_tricks.as_strided(x, shape, strides)
 
     def backward(self, g):
         return _unbroadcast(g, self.shape)
@@ -1161,6 +1215,14 @@ class Clone(Function):
         return g
 
 
+def _written(a, steps):
+    """The view of `a` that the last of the index `steps` (Tensor._index_steps) indexes: the earlier steps are selects,
+    views."""
+    for step in steps[:-1]:
+        a = a[step]
+    return a
+
+
 class SetItem(Function):
     """x with value (broadcast) written at the index `steps` select one after another (Tensor._index_steps, as
     arrays), in x's memory: item assignment that autograd records (Tensor._recorded_update: nothing else reads that
@@ -1170,25 +1232,17 @@ class SetItem(Function):
 
     def forward(self, x, value, steps):
         self.steps, self.value_shape, self.value_dtype = steps, value.shape, value.dtype
-        self._written(x)[steps[-1]] = value.astype(x.dtype, copy=False)
+        _written(x, steps)[steps[-1]] = value.astype(x.dtype, copy=False)
         return x
-
-    def _written(self, a):
-        """The view of `a` that the last step indexes (the earlier steps are selects: views)."""
-        for step in self.steps[:-1]:
-            a = a[step]
-        return a
 
     def backward(self, g):
         g = _xp(g).asarray(g)   # NumPy gives a 0-d result as a scalar
         dx = g.copy() if self.needs_grad[0] else None
         if dx is not None:
-            self._written(dx)[self.steps[-1]] = 0
+            _written(dx, self.steps)[self.steps[-1]] = 0
         dvalue = None
-        if self.needs_grad[1]:   # the written elements' gradients; a value may have more (leading, size-1) axes
-            written = self._written(g)[self.steps[-1]]
-            written = written.reshape((1,) * (len(self.value_shape) - written.ndim) + written.shape)
-            dvalue = _unbroadcast(written, self.value_shape).astype(self.value_dtype)
+        if self.needs_grad[1]:   # the written elements' gradients
+            dvalue = _unbroadcast(_written(g, self.steps)[self.steps[-1]], self.value_shape).astype(self.value_dtype)
         return dx, dvalue
 
 
@@ -1345,14 +1399,19 @@ class BatchNorm(Function):
     'gelu'. Training uses the batch's statistics (biased variance) and updates the running ones in
     place (unbiased variance). x is handled as (N, C, S), S the product of the trailing axes."""
     def forward(self, x, weight, bias, running_mean, running_var, training, momentum, eps, act):
-        fused = _fused(x, 'bn_fwd_stats', x.dtype) is not None
-        y, self.stats = (_bn_forward_fused if fused else _bn_forward)(
-            x, weight, bias, running_mean, running_var, training, momentum, eps, act)
-        self.x, self.weight, self.bias, self.training, self.act, self.fused = x, weight, bias, training, act, fused
+        self.x, self.weight, self.bias, self.training, self.act = x, weight, bias, training, act
         self.saves = (0, 1, 2) if act else (0, 1)   # the bias only to recompute the activation's input
+        if x.size == 0:   # as PyTorch: an empty y, the running statistics unchanged, zero gradients for weight and bias
+            self.stats = None
+            return _xp(x).empty_like(x)
+        self.fused = _fused(x, 'bn_fwd_stats', x.dtype) is not None
+        y, self.stats = (_bn_forward_fused if self.fused else _bn_forward)(
+            x, weight, bias, running_mean, running_var, training, momentum, eps, act)
         return y
 
     def backward(self, g):
+        if self.stats is None:
+            return tuple(_xp(g).zeros_like(a) for a in (self.x, self.weight, self.bias))
         dx, dweight, dbias = (_bn_backward_fused if self.fused else _bn_backward)(
             self.x, self.stats, self.weight, self.bias, g.astype(self.x.dtype, copy=False), self.training, self.act)
         return dx, dweight.astype(self.weight.dtype, copy=False), dbias.astype(self.bias.dtype, copy=False)
@@ -2773,11 +2832,14 @@ class CrossEntropy(Function):
 # ================================================================ the Tensor
 
 def _pair(v, what='kernel_size', least=1):
-    """(a, b) from an int or a pair of ints, each at least `least`: a clear error naming `what` otherwise."""
-    pair = (int(v), int(v)) if isinstance(v, (int, np.integer)) else tuple(int(i) for i in v)
+    """(a, b) from an int or a pair of ints, each at least `least`: a clear error naming `what` otherwise (TypeError
+    for what is not ints, bools and floats included, as PyTorch's)."""
+    pair = tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+    if not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in pair):
+        raise TypeError(f"{what} must be an int or a pair of ints, got {v!r}")
     if len(pair) != 2 or min(pair) < least:
         raise ValueError(f"{what} must be an int or a pair of ints, each at least {least}; got {v!r}")
-    return pair
+    return tuple(int(i) for i in pair)
 
 
 class Tensor:
@@ -2799,7 +2861,7 @@ class Tensor:
             device = _device_of(array)
         self.data = _move(array, _parse_device(device))
         self.device = _device_of(self.data)
-        self.grad, self._ctx, self._requires_grad, self._version, self._held = None, None, False, [0], 0
+        self._grad, self._ctx, self._requires_grad, self._version, self._held = None, None, False, [0], 0
         self.requires_grad = requires_grad
 
     @classmethod
@@ -2808,7 +2870,7 @@ class Tensor:
         (in-place ops need one); on the GPU a NumPy scalar is an op's Python-number operand, a kernel argument."""
         t = cls.__new__(cls)
         t.data = np.asarray(array) if device == 'cpu' else array
-        t.device, t.grad, t._ctx, t._requires_grad, t._version, t._held = device, None, ctx, ctx is not None, [0], 0
+        t.device, t._grad, t._ctx, t._requires_grad, t._version, t._held = device, None, ctx, ctx is not None, [0], 0
         return t
 
     # ---- attributes
@@ -2828,6 +2890,21 @@ class Tensor:
         self.requires_grad = flag
         return self
 
+    @property
+    def grad(self):
+        return self._grad
+
+    @grad.setter
+    def grad(self, grad):   # as PyTorch, checked here: a backward then never meets a .grad it cannot add to
+        if grad is not None:
+            if not isinstance(grad, Tensor):
+                raise TypeError(f"assigned grad must be a Tensor or None, not {type(grad).__name__}")
+            for what in ('shape', 'dtype', 'device'):
+                if getattr(grad, what) != getattr(self, what):
+                    raise RuntimeError(f"assigned grad has a different {what}: {getattr(grad, what)} for a tensor of "
+                                       f"{what} {getattr(self, what)}")
+        self._grad = grad
+
     shape = property(lambda self: tuple(self.data.shape))
     ndim = property(lambda self: self.data.ndim)
     dtype = property(lambda self: self.data.dtype)
@@ -2837,6 +2914,7 @@ class Tensor:
     def numel(self):
         return int(self.data.size)
 
+    @_aliases(dim='axis')
     def size(self, axis=None):
         return self.shape if axis is None else self.shape[axis]
 
@@ -2847,6 +2925,11 @@ class Tensor:
         if self.ndim == 0:
             raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
+
+    def __iter__(self):   # the rows, as views (PyTorch's unbind)
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
 
     def __bool__(self):
         return bool(self.item())
@@ -2901,6 +2984,7 @@ class Tensor:
         return Clone.apply(self)
 
     # ---- autograd
+    @_aliases(gradient='grad')
     def backward(self, grad=None, retain_graph=False):
         if not self.requires_grad:
             raise RuntimeError("backward() on a tensor that does not require grad and has no grad_fn")
@@ -2921,6 +3005,7 @@ class Tensor:
     def zero_(self):
         if self.requires_grad and _GradMode.enabled:
             raise RuntimeError("zero_() on a tensor that requires grad: wrap it in tl.no_grad()")
+        self._refuse_expanded('zero_()')
         self.data[...] = 0
         self._version[0] += 1
         return self
@@ -2950,6 +3035,8 @@ class Tensor:
         if a.dtype == b.dtype and not (fn is Div and a.dtype.kind != 'f'):
             return fn.apply(a, b, **params)
         common = _result_dtype(a, b, divide=fn is Div)
+        if common == np.float16:   # as PyTorch, an integer or bool operand is rounded to float16 first
+            a, b = (t if t.dtype.kind == 'f' else t.to(common) for t in (a, b))
         compute = _opmath(common)   # float16 meets a wider 0-d operand in float32
         return fn.apply(a.to(compute), b.to(compute), **params).to(common)
 
@@ -2961,9 +3048,20 @@ class Tensor:
     __rmul__ = lambda self, o: self._binary(Mul, o, True)
     __truediv__ = lambda self, o: self._binary(Div, o)
     __rtruediv__ = lambda self, o: self._binary(Div, o, True)
-    __pow__ = lambda self, o: self._binary(Pow, o)
+
+    def __pow__(self, other):
+        if self.dtype.kind in 'biu' and isinstance(other, (int, np.integer)) and other < 0:   # NumPy would wrap it
+            raise RuntimeError(f"{self.dtype} tensor ** {other}: integers to negative integer powers are not allowed")
+        return self._binary(Pow, other)
+
     __rpow__ = lambda self, o: self._binary(Pow, o, True)
     __neg__ = lambda self: Neg.apply(self)
+    __abs__ = lambda self: self.abs()
+
+    def __pos__(self):
+        if self.dtype == np.bool_:
+            raise TypeError("unary + of a bool tensor (as in PyTorch)")
+        return self
 
     def __matmul__(self, other):
         other = self._operand(other)
@@ -3002,7 +3100,8 @@ class Tensor:
             getattr(_xp(self.data), ufunc)(self.data, other.data, out=self.data)
         else:   # as PyTorch: both operands in the result's arithmetic dtype, rounded once into the tensor's
             compute = _opmath(result)
-            operand = compute.type(number) if number is not None else other.data.astype(compute)
+            rounded = other.data if other.dtype.kind == 'f' else other.data.astype(result)   # integers: as in _binary
+            operand = compute.type(number) if number is not None else rounded.astype(compute)
             self.data[...] = getattr(_xp(self.data), ufunc)(self.data.astype(compute), operand)
         self._version[0] += 1
         return self
@@ -3047,20 +3146,34 @@ class Tensor:
     __imul__ = lambda self, o: self._inplace('multiply', o)
     __itruediv__ = lambda self, o: self._inplace('divide', o)
 
-    def _compare(self, op, other):
+    def _untracked(self, what, op, other, integral=False):
+        """op(self, other), no gradient, on both operands in the dtype PyTorch computes in, _result_dtype's (int32 ==
+        float16 compares in float16; NumPy would in float32); integral: integer and bool tensors only (bitwise ops)."""
         other = self._operand(other)
         if other.device != self.device:
-            raise RuntimeError(f"comparison of tensors on {self.device} and {other.device}")
-        _check_broadcast('comparison', self.shape, other.shape)
-        return Tensor._wrap(op(self.data, other.data), self.device)
+            raise RuntimeError(f"{what} of tensors on {self.device} and {other.device}")
+        _check_broadcast(what, self.shape, other.shape)
+        common = self.dtype if self.dtype == other.dtype else _result_dtype(self, other)
+        if integral and common.kind == 'f':
+            raise TypeError(f"{what}: only integer and bool tensors, not {self.dtype} with {other.dtype}")
+        a, b = (t.data.astype(common, copy=False) for t in (self, other))
+        return Tensor._wrap(op(a, b), self.device)
 
-    __gt__ = lambda self, o: self._compare(lambda a, b: a > b, o)
-    __ge__ = lambda self, o: self._compare(lambda a, b: a >= b, o)
-    __lt__ = lambda self, o: self._compare(lambda a, b: a < b, o)
-    __le__ = lambda self, o: self._compare(lambda a, b: a <= b, o)
-    __eq__ = lambda self, o: self._compare(lambda a, b: a == b, o)
-    __ne__ = lambda self, o: self._compare(lambda a, b: a != b, o)
+    __gt__ = lambda self, o: self._untracked('comparison', lambda a, b: a > b, o)
+    __ge__ = lambda self, o: self._untracked('comparison', lambda a, b: a >= b, o)
+    __lt__ = lambda self, o: self._untracked('comparison', lambda a, b: a < b, o)
+    __le__ = lambda self, o: self._untracked('comparison', lambda a, b: a <= b, o)
+    __eq__ = lambda self, o: self._untracked('comparison', lambda a, b: a == b, o)
+    __ne__ = lambda self, o: self._untracked('comparison', lambda a, b: a != b, o)
     __hash__ = object.__hash__
+    __and__ = __rand__ = lambda self, o: self._untracked('&', lambda a, b: a & b, o, integral=True)
+    __or__ = __ror__ = lambda self, o: self._untracked('|', lambda a, b: a | b, o, integral=True)
+    __xor__ = __rxor__ = lambda self, o: self._untracked('^', lambda a, b: a ^ b, o, integral=True)
+
+    def __invert__(self):
+        if self.dtype.kind == 'f':
+            raise TypeError(f"~: only integer and bool tensors, not {self.dtype}")
+        return Tensor._wrap(~self.data, self.device)
 
     # ---- elementwise
     _floating = lambda self: self if self.dtype.kind == 'f' else self.float()   # float-only ops take ints as float32
@@ -3100,21 +3213,26 @@ class Tensor:
         return self._binary(Maximum, other, least=True)
 
     # ---- reductions
+    @_aliases(dim='axis')
     def sum(self, axis=None, keepdim=False):
         return Sum.apply(self, axes=_reduced_axes(axis, self.ndim), keepdim=keepdim)
 
+    @_aliases(dim='axis')
     def mean(self, axis=None, keepdim=False):
         _need_float(self, 'mean')   # as PyTorch: no mean (nor var) of integers or bools
         axes = _reduced_axes(axis, self.ndim)
         count = int(np.prod([self.shape[a] for a in axes]))
         return Sum.apply(self, axes=axes, keepdim=keepdim, scale=1 / count if count else math.nan)
 
+    @_aliases(dim='axis')
     def max(self, axis=None, keepdim=False):
         return Max.apply(self, axes=_reduced_axes(axis, self.ndim), keepdim=keepdim)
 
+    @_aliases(dim='axis')
     def min(self, axis=None, keepdim=False):
         return Max.apply(self, axes=_reduced_axes(axis, self.ndim), keepdim=keepdim, least=True)
 
+    @_aliases(dim='axis')
     def var(self, axis=None, keepdim=False, correction=1):
         _need_float(self, 'var')
         if self.dtype == np.float16:   # in float32, as PyTorch: the squares overflow float16 long before the variance
@@ -3125,15 +3243,18 @@ class Tensor:
         scale = 1 / (count - correction) if count > correction else math.inf if count else math.nan
         return Sum.apply(centred * centred, axes=axes, keepdim=keepdim, scale=scale)
 
+    @_aliases(dim='axis')
     def argmax(self, axis=None):
         if self.numel() == 0 and (axis is None or self.shape[_dim(axis, self.ndim)] == 0):
             raise ValueError(f"argmax of an empty tensor of shape {self.shape}")
         index = self.data.argmax() if axis is None else self.data.argmax(axis=_dim(axis, self.ndim))
         return Tensor._wrap(_xp(self.data).asarray(index).astype(np.int64), self.device)
 
+    @_aliases(dim='axis')
     def softmax(self, axis=-1):
         return Softmax.apply(_need_float(self, 'softmax'), axis=_dim(axis, self.ndim))
 
+    @_aliases(dim='axis')
     def log_softmax(self, axis=-1):
         return LogSoftmax.apply(_need_float(self, 'log_softmax'), axis=_dim(axis, self.ndim))
 
@@ -3170,16 +3291,19 @@ class Tensor:
             raise ValueError(f"permute: {dims} is not a permutation of the axes of a tensor of shape {self.shape}")
         return Permute.apply(self, dims=order)
 
+    @_aliases(dim0='a', dim1='b')
     def transpose(self, a, b):
         a, b, dims = _dim(a, self.ndim), _dim(b, self.ndim), list(range(self.ndim))
         if dims:   # a 0-d tensor is its own transpose
             dims[a], dims[b] = dims[b], dims[a]
         return self.permute(*dims)
 
+    @_aliases(dim='axis')
     def unsqueeze(self, axis):
         axis = _dim(axis, self.ndim, new=True)
         return self.reshape(self.shape[:axis] + (1,) + self.shape[axis:])
 
+    @_aliases(dim='axis')
     def squeeze(self, axis=None):
         axes = _axes(axis, self.ndim) if axis is not None else range(self.ndim)
         return self.reshape(tuple(n for i, n in enumerate(self.shape) if not (i in axes and n == 1)))
@@ -3198,7 +3322,9 @@ class Tensor:
                                                          for (lo, hi), n in zip(pairs, reversed(self.shape))):
             raise ValueError(f"pad: {tuple(pad)} must hold (left, right) pairs for at most {self.ndim} axes of shape "
                              f"{self.shape}, negative ones (crops) taking no more than an axis has")
-        return Pad.apply(self, pad=tuple(int(p) for p in pad), value=value)
+        if not all(isinstance(p, (int, np.integer)) and not isinstance(p, (bool, np.bool_)) for p in pad):
+            raise TypeError(f"pad: widths must be ints, got {tuple(pad)}")
+        return Pad.apply(self, pad=tuple(int(p) for p in pad), value=value) if pad else self.clone()
 
     def _index_steps(self, index):
         """`index` (lists as arrays) as the index tuples to apply one after another: itself, or, where it mixes
@@ -3240,7 +3366,8 @@ class Tensor:
             raise IndexError(f"index {index} is invalid for a tensor of shape {self.shape}: {e}") from None
 
     def __setitem__(self, index, value):
-        _check_fits(value, self.dtype, 'item assignment')
+        if self.dtype.kind != 'f':   # (a float beyond a float dtype's range becomes inf, as in PyTorch)
+            _check_fits(value, self.dtype, 'item assignment')
         value = self._operand(value)
         if value.device != self.device:
             raise RuntimeError(f"item assignment of a tensor on {value.device} into one on {self.device}")
@@ -3249,14 +3376,19 @@ class Tensor:
             return tuple(_move(i.data if isinstance(i, Tensor) else i, self.device).copy()
                          if isinstance(i, (Tensor, np.ndarray)) else i for i in map(_as_select, step))
         steps = [arrays(step) for step in self._index_steps(index)]
+        indexed = _written(self.data, steps)[steps[-1]].shape   # (no local keeps a view: see _recorded_update)
+        fitted = _check_broadcast('item assignment (indexed elements, value)', indexed, value.shape)
+        if fitted != (1,) * (len(fitted) - len(indexed)) + indexed:
+            raise ValueError(f"item assignment: a value of shape {value.shape} cannot be broadcast to the indexed "
+                             f"shape {indexed}")
+        extra = value.ndim - len(indexed)   # leading size-1 axes beyond the indexed ones, dropped (masks refuse them)
+        fit = lambda v: v.reshape(v.shape[extra:]) if extra > 0 else v
         if _GradMode.enabled and (self._requires_grad or value._requires_grad):
             self._recorded_update('item assignment', lambda before: SetItem.apply(
-                before, before if value is self else value, steps=steps))
+                before, fit(before if value is self else value), steps=steps))
             return
-        target = self.data
-        for step in steps[:-1]:   # the integers first: a view of self's memory
-            target = target[step]
-        target[steps[-1]] = value.data.astype(self.dtype, copy=False)
+        self._refuse_expanded('item assignment')
+        _written(self.data, steps)[steps[-1]] = fit(value).data.astype(self.dtype, copy=False)
         self._version[0] += 1
 
 
@@ -3278,25 +3410,32 @@ def _factory(make, shape, device, dtype, requires_grad):
     return Tensor(array, requires_grad=requires_grad)
 
 
+@_aliases(size='shape')
 def zeros(*shape, device=None, dtype=None, requires_grad=False):
     return _factory(lambda xp, s, d: xp.zeros(s, d), shape, device, dtype, requires_grad)
 
 
+@_aliases(size='shape')
 def ones(*shape, device=None, dtype=None, requires_grad=False):
     return _factory(lambda xp, s, d: xp.ones(s, d), shape, device, dtype, requires_grad)
 
 
 def _check_fits(value, dtype, what):
-    """As PyTorch's fills: a number that an integer dtype cannot hold (out of range, NaN, inf) raises, not wraps."""
-    if isinstance(value, _NUMBERS) and np.dtype(dtype).kind in 'iu' and not isinstance(value, (bool, np.bool_)) and (
+    """As PyTorch's fills: a number that an integer dtype cannot hold (out of range, NaN, inf) raises, not wraps, and
+    a finite one beyond a float dtype's range (1e10 in float16) raises, not overflows to inf."""
+    kind = np.dtype(dtype).kind
+    if isinstance(value, _NUMBERS) and not isinstance(value, (bool, np.bool_)) and (kind in 'iu' and (
             isinstance(value, (float, np.floating)) and not math.isfinite(value)
-            or not np.iinfo(dtype).min <= value <= np.iinfo(dtype).max):
+            or not np.iinfo(dtype).min <= value <= np.iinfo(dtype).max)
+            or kind == 'f' and math.isfinite(value) and abs(value) > float(np.finfo(dtype).max)):
         raise RuntimeError(f"{what}: {value} cannot be converted to {np.dtype(dtype)} without overflow")
 
 
+@_aliases(size='shape')
 def full(shape, fill_value, device=None, dtype=None, requires_grad=False):
-    dtype = dtype or _number_dtype(fill_value)
-    _check_fits(fill_value, _dtype(dtype), 'full')
+    own = _number_dtype(fill_value)   # (an int PyTorch cannot convert raises, whatever the dtype)
+    dtype = _dtype(dtype or own)
+    _check_fits(fill_value, dtype, 'full')
     return _factory(lambda xp, s, d: xp.full(s, fill_value, d), (shape,), device, dtype, requires_grad)
 
 
@@ -3306,11 +3445,13 @@ def _float_dtype(dtype, what):
     return dtype
 
 
+@_aliases(size='shape')
 def randn(*shape, device=None, dtype=None, requires_grad=False):
     return _factory(lambda xp, s, d: xp.random.standard_normal(s).astype(d), shape, device,
                     _float_dtype(dtype, 'randn'), requires_grad)
 
 
+@_aliases(size='shape')
 def rand(*shape, device=None, dtype=None, requires_grad=False):
     return _factory(lambda xp, s, d: xp.random.random(s).astype(d), shape, device, _float_dtype(dtype, 'rand'),
                     requires_grad)
@@ -3326,10 +3467,12 @@ def ones_like(t, device=None, dtype=None, requires_grad=False):
 
 def arange(start, end=None, step=1, device=None, dtype=None, requires_grad=False):
     start, end = (0, start) if end is None else (start, end)
-    if step == 0 or (end - start) * step < 0:   # as PyTorch's RuntimeError, not an empty range
-        raise ValueError(f"arange: step {step} cannot go from {start} to {end}")
     integral = all(isinstance(v, (int, np.integer)) for v in (start, end, step))
-    dtype = dtype or (np.int64 if integral else np.float32)
+    dtype = _dtype(dtype or (np.int64 if integral else np.float32))
+    if dtype.kind in 'iu':   # as PyTorch, an integer range truncates its bounds and step to integers first
+        start, end, step = int(start), int(end), int(step)
+    if step == 0 or (end - start) * step < 0:   # as PyTorch's RuntimeError, not an empty range
+        raise ValueError(f"arange: step {step} cannot go from {start} to {end} in {dtype}")
     return _factory(lambda xp, s, d: xp.arange(start, end, step).astype(d), ((),), device, dtype, requires_grad)
 
 
@@ -3351,6 +3494,7 @@ def _same_device(tensors, what):
         raise RuntimeError(f"{what}: expected all tensors on one device, got {', '.join(sorted(devices))}")
 
 
+@_aliases(dim='axis')
 def cat(tensors, axis=0):
     tensors = list(tensors)
     if not tensors:
@@ -3366,6 +3510,7 @@ def cat(tensors, axis=0):
     return Cat.apply(*[t.to(common) for t in tensors], axis=axis)
 
 
+@_aliases(dim='axis')
 def stack(tensors, axis=0):
     tensors = list(tensors)
     for t in tensors[1:]:
@@ -3392,11 +3537,19 @@ relu = lambda x: x.relu()
 sigmoid = lambda x: x.sigmoid()
 tanh = lambda x: x.tanh()
 gelu = lambda x, approximate='none': x.gelu(approximate)
-softmax = lambda x, axis=-1: x.softmax(axis)
-log_softmax = lambda x, axis=-1: x.log_softmax(axis)
 maximum = lambda a, b: a.maximum(b)
 minimum = lambda a, b: a.minimum(b)
 pad = lambda x, pad, value=0.0: x.pad(pad, value)
+
+
+@_aliases(dim='axis')
+def softmax(x, axis=-1):
+    return x.softmax(axis)
+
+
+@_aliases(dim='axis')
+def log_softmax(x, axis=-1):
+    return x.log_softmax(axis)
 
 
 def linear(x, weight, bias=None):
@@ -3407,12 +3560,11 @@ def linear(x, weight, bias=None):
 
 
 def conv2d(x, weight, bias=None, stride=1, padding=0):
-    if x.ndim != 4 or weight.ndim != 4 or x.shape[1] != weight.shape[1]:
-        raise ValueError(f"conv2d: input {x.shape} (N, C, H, W) and weight {weight.shape} (C_out, C_in, kh, kw) "
+    if x.ndim not in (3, 4) or weight.ndim != 4 or x.shape[-3] != weight.shape[1]:
+        raise ValueError(f"conv2d: input {x.shape} ((N,) C, H, W) and weight {weight.shape} (C_out, C_in, kh, kw) "
                          "do not match")
-    stride, padding = _pair(stride, 'conv2d: stride'), _pair(padding, 'conv2d: padding', least=0)
-    if x.shape[2] + 2 * padding[0] < weight.shape[2] or x.shape[3] + 2 * padding[1] < weight.shape[3]:
-        raise ValueError(f"conv2d: kernel {weight.shape[2:]} is larger than the padded input {x.shape[2:]}")
+    if x.ndim == 3:   # one image, as PyTorch's: a batch of one
+        return conv2d(x.unsqueeze(0), weight, bias, stride, padding).squeeze(0)
     if bias is not None and bias.shape != (weight.shape[0],):
         raise ValueError(f"conv2d: bias of shape {bias.shape} for {weight.shape[0]} output channels")
     if 0 in weight.shape:
@@ -3421,19 +3573,36 @@ def conv2d(x, weight, bias=None, stride=1, padding=0):
     if x.dtype != weight.dtype or (bias is not None and bias.dtype != x.dtype):
         raise TypeError(f"conv2d: input dtype {x.dtype}, weight dtype {weight.dtype} and bias dtype "
                         f"{None if bias is None else bias.dtype} differ")
+    stride = _pair(stride, 'conv2d: stride')
+    if isinstance(padding, str):   # PyTorch's 'valid' (none) and 'same' (stride 1: an output of the input's size)
+        if padding not in ('valid', 'same'):
+            raise ValueError(f"conv2d: padding must be an int, a pair of ints, 'valid' or 'same'; got {padding!r}")
+        if padding == 'same' and stride != (1, 1):
+            raise ValueError(f"conv2d: padding='same' needs stride 1 (as PyTorch's, which refuses it for strided "
+                             f"convolutions), got stride {stride}")
+        total = [k - 1 if padding == 'same' else 0 for k in weight.shape[2:]]
+        if total[0] % 2 or total[1] % 2:   # an even window: the odd row / column at the bottom / right, as PyTorch
+            x = x.pad((0, total[1] % 2, 0, total[0] % 2))
+        padding = (total[0] // 2, total[1] // 2)
+    padding = _pair(padding, 'conv2d: padding', least=0)
+    padded = tuple(n + 2 * p for n, p in zip(x.shape[2:], padding))
+    if padded[0] < weight.shape[2] or padded[1] < weight.shape[3]:
+        raise ValueError(f"conv2d: kernel {weight.shape[2:]} is larger than the padded input {padded}")
     inputs = (x, weight) if bias is None else (x, weight, bias)
     return Convolution.apply(*inputs, stride=stride, padding=padding)
 
 
 def _pool(fn, x, kernel_size, stride):
-    kernel = _pair(kernel_size, f'{fn.__name__}: kernel_size')
-    stride = kernel if stride is None else _pair(stride, f'{fn.__name__}: stride')
-    if x.ndim != 4:
-        raise ValueError(f"{fn.__name__}: expected a 4-d input (N, C, H, W), got shape {x.shape}")
+    kernel = _pair(kernel_size, f'{fn.name}: kernel_size')
+    stride = kernel if stride is None else _pair(stride, f'{fn.name}: stride')
+    if x.ndim not in (3, 4):
+        raise ValueError(f"{fn.name}: expected a 3-d (C, H, W) or 4-d (N, C, H, W) input, got shape {x.shape}")
     if x.dtype == bool:
         raise TypeError(f"{fn.name}: not defined for bool tensors (as in PyTorch)")
-    if x.shape[2] < kernel[0] or x.shape[3] < kernel[1]:
-        raise ValueError(f"{fn.__name__}: input of shape {x.shape} (N, C, H, W) is smaller than kernel {kernel}")
+    if x.shape[-2] < kernel[0] or x.shape[-1] < kernel[1]:
+        raise ValueError(f"{fn.name}: input of shape {x.shape} ((N,) C, H, W) is smaller than kernel {kernel}")
+    if x.ndim == 3:   # one image, as PyTorch's: a batch of one
+        return fn.apply(x.unsqueeze(0), kernel=kernel, stride=stride).squeeze(0)
     return fn.apply(x, kernel=kernel, stride=stride)
 
 
@@ -3458,7 +3627,7 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     _need_float(x, 'batch_norm')
     if not training and running_mean is None:
         raise ValueError("batch_norm: evaluation mode needs running_mean and running_var")
-    if training and x.numel() // channels < 2:
+    if training and x.shape[0] * math.prod(x.shape[2:]) == 1:
         raise ValueError(f"batch_norm: training needs more than one value per channel, got input of shape {x.shape}")
     dtype = np.float32 if x.dtype == np.float16 else x.dtype
     weight = weight if weight is not None else ones(channels, device=x.device, dtype=dtype)
@@ -3547,6 +3716,10 @@ def _zero_grads(params, set_to_none):
             p.grad.data[...] = 0
 
 
+def _dotted(prefix, name):
+    return f'{prefix}.{name}' if prefix else name
+
+
 _IncompatibleKeys = collections.namedtuple('_IncompatibleKeys', 'missing_keys unexpected_keys')   # PyTorch's
 
 
@@ -3560,7 +3733,14 @@ class Module:
         self._buffer_names = []
 
     def __setattr__(self, name, value):
-        if isinstance(self.__dict__.get(name), Parameter) and value is not None and not isinstance(value, Parameter):
+        buffers = self.__dict__.get('_buffer_names', [])
+        if name in buffers:   # as PyTorch: a Parameter or a Module takes the name over, else a Tensor or None
+            if isinstance(value, (Parameter, Module)):
+                buffers.remove(name)
+            elif value is not None and not isinstance(value, Tensor):
+                raise TypeError(f"cannot assign {type(value).__name__} as buffer '{name}' of {type(self).__name__} "
+                                "(a tl.Tensor or None expected, as in PyTorch)")
+        elif isinstance(self.__dict__.get(name), Parameter) and value is not None and not isinstance(value, Parameter):
             raise TypeError(f"cannot assign {type(value).__name__} as parameter '{name}' of {type(self).__name__} "
                             "(a tl.Parameter or None expected, as in PyTorch)")
         object.__setattr__(self, name, value)
@@ -3571,59 +3751,104 @@ class Module:
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
 
-    def register_buffer(self, name, tensor):
-        self.__dict__.setdefault('_buffer_names', []).append(name)
-        setattr(self, name, tensor)
+    def _check_new_name(self, kind, name, replaces=False):
+        """As PyTorch's register_buffer and add_module: a non-empty string without '.', not yet an attribute unless
+        `replaces` (a buffer registered again)."""
+        if not isinstance(name, str):
+            raise TypeError(f"{kind} name should be a string, got {type(name).__name__}")
+        if not name or '.' in name:
+            raise KeyError(f"{kind} name can't be empty or contain '.', got {name!r}")
+        if hasattr(self, name) and not replaces:
+            raise KeyError(f"attribute '{name}' already exists")
 
-    def named_children(self):
+    def register_buffer(self, name, tensor):
+        buffers = self.__dict__.setdefault('_buffer_names', [])
+        self._check_new_name('buffer', name, replaces=name in buffers)
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(f"cannot assign '{type(tensor).__name__}' object to buffer '{name}' "
+                            "(a tl.Tensor or None required, as in PyTorch)")
+        if name not in buffers:
+            buffers.append(name)
+        object.__setattr__(self, name, tensor)   # a buffer even if a Parameter (setattr would make it a parameter)
+
+    def _named_submodules(self):
+        """(name, module) of each attribute that is a module and each module of an attribute's list or tuple ('name.i');
+        a module held twice comes under each of its names."""
         for name, value in vars(self).items():
             if isinstance(value, Module):
                 yield name, value
             elif isinstance(value, (list, tuple)):
                 yield from ((f'{name}.{i}', m) for i, m in enumerate(value) if isinstance(m, Module))
 
+    def named_children(self):
+        """Each child module once, under its first name (as PyTorch)."""
+        seen = set()
+        for name, m in self._named_submodules():
+            if id(m) not in seen:
+                seen.add(id(m))
+                yield name, m
+
     def children(self):
         return [m for _, m in self.named_children()]
 
-    def _prefixed_modules(self, prefix=''):
-        """(dotted prefix, module) of this module and every module within it."""
+    def named_modules(self, memo=None, prefix='', remove_duplicate=True):
+        """(dotted name, module) of this module (named prefix) and every module within it, parents first, each once
+        unless remove_duplicate is False (state_dict's walk), as PyTorch."""
+        memo = set() if memo is None else memo
+        if self in memo:
+            return
+        if remove_duplicate:
+            memo.add(self)
         yield prefix, self
-        for name, child in self.named_children():
-            yield from child._prefixed_modules(f'{prefix}{name}.')
+        for name, child in self._named_submodules():
+            yield from child.named_modules(memo, _dotted(prefix, name), remove_duplicate)
 
-    def _named_tensors(self, prefix=''):
-        """(name, tensor, is_buffer) in PyTorch's order: own parameters, own buffers, then each child's."""
-        buffers = self.__dict__.get('_buffer_names', [])
-        for name, value in vars(self).items():
-            if isinstance(value, Parameter):
-                yield prefix + name, value, False
-        for name in buffers:
-            if getattr(self, name) is not None:
-                yield prefix + name, getattr(self, name), True
-        for name, child in self.named_children():
-            yield from child._named_tensors(f'{prefix}{name}.')
+    def modules(self):
+        return [m for _, m in self.named_modules()]
 
-    def _named(self, buffers):
+    def apply(self, fn):
+        """fn applied to every module within (each child's apply), then to this one, as PyTorch; returns the module."""
+        for child in self.children():
+            child.apply(fn)
+        fn(self)
+        return self
+
+    def _named_tensors(self, prefix='', recurse=True):
+        """(name, tensor, is_buffer) in PyTorch's order: module by module, parents first, its parameters then its
+        buffers; a module held twice under each of its names, as state_dict lists it."""
+        modules = self.named_modules(prefix=prefix, remove_duplicate=False) if recurse else [(prefix, self)]
+        for module_name, m in modules:
+            buffers = m.__dict__.get('_buffer_names', [])
+            for name, value in vars(m).items():
+                if isinstance(value, Parameter) and name not in buffers:
+                    yield _dotted(module_name, name), value, False
+            for name in buffers:
+                if getattr(m, name) is not None:
+                    yield _dotted(module_name, name), getattr(m, name), True
+
+    def _named(self, buffers, prefix, recurse):
         """(name, tensor) of each parameter (or buffer) once, the first name of one registered twice, as PyTorch."""
         seen = set()
-        for name, t, is_buffer in self._named_tensors():
+        for name, t, is_buffer in self._named_tensors(prefix, recurse):
             if is_buffer == buffers and id(t) not in seen:
                 seen.add(id(t))
                 yield name, t
 
-    def named_parameters(self):
-        return self._named(buffers=False)
+    def named_parameters(self, prefix='', recurse=True):
+        return self._named(False, prefix, recurse)
 
-    def parameters(self):
-        return [p for _, p in self.named_parameters()]
+    def parameters(self, recurse=True):
+        return [p for _, p in self.named_parameters(recurse=recurse)]
 
-    def named_buffers(self):
-        return list(self._named(buffers=True))
+    def named_buffers(self, prefix='', recurse=True):
+        return self._named(True, prefix, recurse)
 
-    def buffers(self):
-        return [t for _, t in self.named_buffers()]
+    def buffers(self, recurse=True):
+        return [t for _, t in self.named_buffers(recurse=recurse)]
 
     def train(self, mode=True):
+        if not isinstance(mode, bool):   # as PyTorch: train('eval') or train(0) is a mistake, not a mode
+            raise ValueError(f"training mode is expected to be boolean, got {type(mode).__name__} {mode!r}")
         self.training = mode
         for child in self.children():
             child.train(mode)
@@ -3642,14 +3867,12 @@ class Module:
         dtype = None if dtype is None else _dtype(dtype)
         if dtype is not None and dtype.kind != 'f':
             raise TypeError(f"Module.to: only floating-point dtypes, got {dtype}")
-        for _, t, _ in self._named_tensors():
-            for u in (t, t.grad):
-                if u is None:
-                    continue
-                if dtype is not None and u.dtype.kind == 'f':
-                    u.data = u.data.astype(dtype)
-                if device is not None:
-                    u.data, u.device = _move(u.data, device), device
+        converted = []
+        for u in {id(u): u for _, t, _ in self._named_tensors() for u in (t, t.grad) if u is not None}.values():
+            data = u.data.astype(dtype) if dtype is not None and u.dtype.kind == 'f' else u.data
+            converted.append((u, data if device is None else _move(data, device)))
+        for u, data in converted:   # only once all are converted: a failure leaves the module as it was
+            u.data, u.device = data, device or u.device
         return self
 
     cuda = lambda self, device=None: self.to('cuda' if device is None else f'cuda:{device}')
@@ -3665,7 +3888,8 @@ class Module:
         """Copy values in place; every key, shape and value is checked and converted before anything changes."""
         own = {name: t for name, t, _ in self._named_tensors()}
         values = {k: _as_array(v) for k, v in state_dict.items()}
-        optional = {prefix + name for prefix, m in self._prefixed_modules() for name in m._optional_buffers}
+        optional = {_dotted(prefix, name) for prefix, m in self.named_modules(remove_duplicate=False)
+                    for name in m._optional_buffers}
         missing = [k for k in own if k not in values and k not in optional]
         unexpected = [k for k in values if k not in own]
         wrong = [f"{k}: expected shape {own[k].shape}, got {tuple(values[k].shape)}"
@@ -3700,29 +3924,31 @@ def _as_array(value):
     return np.asarray(value)
 
 
-def _uniform_parameter(shape, bound):
+def _uniform_parameter(shape, fan):
+    """PyTorch's default initialisation: uniform within +-1/sqrt(fan) (for weights kaiming_uniform(a=sqrt(5)) is that);
+    zeros for a fan of 0, where PyTorch leaves the (bias) tensor as torch.empty made it."""
+    bound = 1 / math.sqrt(fan) if fan else 0.0
     return Parameter(np.random.uniform(-bound, bound, shape).astype(np.float32))
 
 
 class Linear(Module):
     def __init__(self, in_features, out_features, bias=True):
         super().__init__()
-        bound = 1 / math.sqrt(in_features) if in_features else 0.0   # PyTorch's kaiming_uniform(a=sqrt(5)) bound
-        self.weight = _uniform_parameter((out_features, in_features), bound)
-        self.bias = _uniform_parameter((out_features,), bound) if bias else None
+        self.weight = _uniform_parameter((out_features, in_features), in_features)
+        self.bias = _uniform_parameter((out_features,), in_features) if bias else None
 
     def forward(self, x):
         return linear(x, self.weight, self.bias)
 
 
 class Conv2d(Module):
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, bias=True):
+    # bias keyword-only: PyTorch's 6th argument is dilation, which a positional bias would silently stand for
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, *, bias=True):
         super().__init__()
         kh, kw = _pair(kernel_size)
         self.stride, self.padding = stride, padding
-        bound = 1 / math.sqrt(in_channels * kh * kw)
-        self.weight = _uniform_parameter((out_channels, in_channels, kh, kw), bound)
-        self.bias = _uniform_parameter((out_channels,), bound) if bias else None
+        self.weight = _uniform_parameter((out_channels, in_channels, kh, kw), in_channels * kh * kw)
+        self.bias = _uniform_parameter((out_channels,), in_channels * kh * kw) if bias else None
 
     def forward(self, x):
         return conv2d(x, self.weight, self.bias, self.stride, self.padding)
@@ -3829,35 +4055,38 @@ class Embedding(Module):
 
 
 class Sequential(Module):
-    """Submodules named '0', '1', ... as in PyTorch."""
+    """Submodules named '0', '1', ..., or by the names of one OrderedDict of modules, as in PyTorch."""
     def __init__(self, *modules):
         super().__init__()
-        for i, m in enumerate(modules):
-            setattr(self, str(i), m)
+        ordered = len(modules) == 1 and isinstance(modules[0], collections.OrderedDict)
+        for name, m in modules[0].items() if ordered else ((str(i), m) for i, m in enumerate(modules)):
+            self._check_new_name('module', name)
+            if not isinstance(m, Module):   # as PyTorch: a function needs a Module around it
+                raise TypeError(f"Sequential: module {name!r} is a {type(m).__name__}, not a Module subclass")
+            setattr(self, name, m)
 
     def __getitem__(self, i):
         if not isinstance(i, slice):
-            return self.children()[i]
+            return [m for _, m in self._named_submodules()][i]
         part = Sequential()
-        for name, m in list(self.named_children())[i]:   # their names kept, as PyTorch's
+        for name, m in list(self._named_submodules())[i]:   # their names kept, as PyTorch's
             setattr(part, name, m)
         return part
 
     def __len__(self):
-        return len(self.children())
+        return len(list(self._named_submodules()))
 
     def forward(self, x):
-        for m in self.children():
+        for _, m in self._named_submodules():
             x = m(x)
         return x
 
 
 def _gru_parameters(module, suffix, input_size, hidden_size, bias):
-    bound = 1 / math.sqrt(hidden_size)
-    setattr(module, f'weight_ih{suffix}', _uniform_parameter((3 * hidden_size, input_size), bound))
-    setattr(module, f'weight_hh{suffix}', _uniform_parameter((3 * hidden_size, hidden_size), bound))
-    setattr(module, f'bias_ih{suffix}', _uniform_parameter((3 * hidden_size,), bound) if bias else None)
-    setattr(module, f'bias_hh{suffix}', _uniform_parameter((3 * hidden_size,), bound) if bias else None)
+    setattr(module, f'weight_ih{suffix}', _uniform_parameter((3 * hidden_size, input_size), hidden_size))
+    setattr(module, f'weight_hh{suffix}', _uniform_parameter((3 * hidden_size, hidden_size), hidden_size))
+    setattr(module, f'bias_ih{suffix}', _uniform_parameter((3 * hidden_size,), hidden_size) if bias else None)
+    setattr(module, f'bias_hh{suffix}', _uniform_parameter((3 * hidden_size,), hidden_size) if bias else None)
 
 
 class GRUCell(Module):
@@ -3867,8 +4096,9 @@ class GRUCell(Module):
         _gru_parameters(self, '', input_size, hidden_size, bias)
 
     def forward(self, x, h=None):
-        if x.shape[-1] != self.input_size:
-            raise ValueError(f"GRUCell: input of shape {x.shape} for input_size {self.input_size}")
+        if x.ndim not in (1, 2) or x.shape[-1] != self.input_size:   # as PyTorch: (B, in) or one unbatched (in,)
+            raise ValueError(f"GRUCell: expected input of shape (B, {self.input_size}) or ({self.input_size},), "
+                             f"got {x.shape}")
         if h is not None and h.shape != x.shape[:-1] + (self.hidden_size,):
             raise ValueError(f"GRUCell: hidden state of shape {h.shape} for input of shape {x.shape}")
         rows = math.prod(x.shape[:-1])   # one step of a GRU layer over them
@@ -3880,6 +4110,8 @@ class GRUCell(Module):
 class GRU(Module):
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False):
         super().__init__()
+        if hidden_size <= 0:
+            raise ValueError(f"GRU: hidden_size must be greater than zero, got {hidden_size}")
         if num_layers < 1:
             raise ValueError(f"GRU: num_layers must be at least 1, got {num_layers}")
         self.input_size, self.hidden_size, self.num_layers, self.batch_first = input_size, hidden_size, num_layers, batch_first
@@ -3887,16 +4119,21 @@ class GRU(Module):
             _gru_parameters(self, f'_l{k}', input_size if k == 0 else hidden_size, hidden_size, bias)
 
     def forward(self, x, h0=None):
-        if x.ndim != 3 or x.shape[-1] != self.input_size:
-            raise ValueError(f"GRU: expected input of shape ({'B, T' if self.batch_first else 'T, B'}, {self.input_size}), "
-                             f"got {x.shape}")
-        if x.shape[1 if self.batch_first else 0] == 0:   # as PyTorch: no steps, no h_n
+        """x (T, B, in), (B, T, in) with batch_first, or unbatched (T, in) with h0 (num_layers, H), as PyTorch."""
+        if x.ndim not in (2, 3) or x.shape[-1] != self.input_size:
+            steps = 'B, T' if self.batch_first else 'T, B'
+            raise ValueError(f"GRU: expected input of shape ({steps}, {self.input_size}) or unbatched "
+                             f"(T, {self.input_size}), got {x.shape}")
+        batched = x.ndim == 3
+        if x.shape[1 if self.batch_first and batched else 0] == 0:   # as PyTorch: no steps, no h_n
             raise ValueError(f"GRU: input of shape {x.shape} has a sequence length of 0")
-        if self.batch_first:
+        if self.batch_first and batched:
             x = x.transpose(0, 1)
-        expected = (self.num_layers, x.shape[1], self.hidden_size)
+        expected = (self.num_layers, *x.shape[1:-1], self.hidden_size)
         if h0 is not None and h0.shape != expected:
             raise ValueError(f"GRU: h0 of shape {h0.shape}, expected {expected}")
+        if not batched:   # a batch of one, removed from the results
+            x, h0 = x.unsqueeze(1), None if h0 is None else h0.unsqueeze(1)
         finals = []
         for k in range(self.num_layers):
             params = (getattr(self, f'{n}_l{k}') for n in ('weight_ih', 'weight_hh', 'bias_ih', 'bias_hh'))
@@ -3904,6 +4141,8 @@ class GRU(Module):
             finals.append(x[-1:])
         # one layer: h_n is a view of the output's last step (as a slice of a tensor is), not a copy
         h_n = finals[0] if self.num_layers == 1 else cat(finals)
+        if not batched:
+            return x.squeeze(1), h_n.squeeze(1)
         return (x.transpose(0, 1) if self.batch_first else x), h_n
 
 
@@ -3911,16 +4150,18 @@ class GRU(Module):
 
 class Optimizer:
     """Parameter groups, per-parameter state, and a step() that checks every gradient and state before it changes
-    anything."""
+    anything. As torch.optim's, `state` maps each parameter (the tensor itself) to a dict of tensors."""
     state_keys = ()   # what the state of a parameter holds once it is not empty
+    decoupled_weight_decay = False   # AdamW's weight decay (torch.optim's groups carry it as an option)
 
     def __init__(self, params, defaults):
         params = list(params)
         if not params:
             raise ValueError(f"{type(self).__name__} got an empty parameter list")
         groups = params if isinstance(params[0], dict) else [{'params': params}]
-        self.defaults, self.param_groups, self.state = defaults, [], {}
-        _check_options(defaults)   # as torch.optim: the constructor's options, even where every group has its own
+        self.defaults, self.param_groups, self.state = defaults, [], collections.defaultdict(dict)
+        # as torch.optim: the constructor's options, even where every group has its own
+        _check_options(defaults, self.decoupled_weight_decay)
         seen = set()
         for g in groups:
             given = g['params']
@@ -3934,7 +4175,7 @@ class Optimizer:
             if ids & seen:
                 raise ValueError("some parameters appear in more than one parameter group")
             seen |= ids
-            _check_options(group)
+            _check_options(group, self.decoupled_weight_decay)
             self.param_groups.append(group)
 
     def zero_grad(self, set_to_none=True):
@@ -3955,31 +4196,35 @@ class Optimizer:
                 raise ValueError(f"{type(self).__name__}.step: gradient of shape {p.grad.shape} for a parameter of shape {p.shape}")
             if p.grad.device != p.device:
                 raise RuntimeError(f"{type(self).__name__}.step: gradient on {p.grad.device} for a parameter on {p.device}")
-            self._check_state(i, p, self.state.get(id(p), {}))
+            self._check_state(i, p, self.state.get(p, {}))
             work.append((p, group))
         for p, group in work:
-            self._update(p.data, p.grad.data.astype(p.dtype, copy=False), group, self.state.setdefault(id(p), {}))
+            self._update(p.data, p.grad.data.astype(p.dtype, copy=False), group, self.state[p])
             p._version[0] += 1   # updated in place, as PyTorch's optimizers count it
         return loss
 
     def _check_state(self, i, p, state):
-        """ValueError naming parameter i unless `state` has every one of state_keys and each array in it p's shape."""
+        """An error naming parameter i unless `state` has every one of state_keys, each a tensor of p's shape (the step
+        count: 0-d)."""
         missing = [k for k in self.state_keys if state and k not in state]
         if missing:
             raise ValueError(f"{type(self).__name__}: the state of parameter {i} lacks {missing}")
         for k, v in state.items():
-            if hasattr(v, 'shape') and tuple(v.shape) != p.shape:
-                raise ValueError(f"{type(self).__name__}: state '{k}' of shape {tuple(v.shape)} for parameter {i} "
-                                 f"of shape {p.shape}")
+            if not isinstance(v, Tensor):
+                raise TypeError(f"{type(self).__name__}: state '{k}' of parameter {i} is a {type(v).__name__}, "
+                                "not a Tensor")
+            if v.shape != (() if k == 'step' else p.shape):
+                raise ValueError(f"{type(self).__name__}: state '{k}' of parameter {i} has shape {v.shape}, not "
+                                 f"{() if k == 'step' else p.shape}")
 
     def _params(self):
         return [p for group in self.param_groups for p in group['params']]
 
     def state_dict(self):
-        index = {id(p): i for i, p in enumerate(self._params())}
-        host = lambda v: _move(v, 'cpu').copy() if hasattr(v, 'shape') else v
-        state = {index[k]: {name: host(v) for name, v in s.items()} for k, s in self.state.items() if k in index}
-        groups = [{**{k: v for k, v in g.items() if k != 'params'}, 'params': [index[id(p)] for p in g['params']]}
+        """As torch.optim's, with each tensor a NumPy copy."""
+        index = {p: i for i, p in enumerate(self._params())}
+        state = {index[p]: {k: v.numpy().copy() for k, v in s.items()} for p, s in self.state.items() if p in index}
+        groups = [{**{k: v for k, v in g.items() if k != 'params'}, 'params': [index[p] for p in g['params']]}
                   for g in self.param_groups]
         return {'state': state, 'param_groups': groups}
 
@@ -3991,33 +4236,37 @@ class Optimizer:
             raise ValueError(f"{type(self).__name__}.load_state_dict: parameter groups of sizes "
                              f"{[len(g['params']) for g in groups]} for an optimizer with "
                              f"{[len(g['params']) for g in self.param_groups]}")
-        state = {}
+        state = collections.defaultdict(dict)
         for i, s in state_dict['state'].items():
             if not 0 <= int(i) < len(params):
                 raise ValueError(f"{type(self).__name__}.load_state_dict: state for parameter {i} of an optimizer "
                                  f"with {len(params)} parameters")
             p = params[int(i)]
-            # 'step' is a count; None (PyTorch's absent momentum buffer) is no state
-            state[id(p)] = {k: int(v) if k == 'step' else _move(_as_array(v).astype(p.dtype), p.device)
-                            for k, v in s.items() if v is not None}
-            self._check_state(i, p, state[id(p)])
+            # 'step' is a count, float32 on the CPU as PyTorch's; None (PyTorch's absent momentum buffer) is no state
+            state[p] = {k: Tensor(_as_array(v).astype(np.float32), device='cpu') if k == 'step' else
+                        Tensor(_as_array(v).astype(p.dtype), device=p.device) for k, v in s.items() if v is not None}
+            self._check_state(i, p, state[p])
         for saved in groups:
-            _check_options(saved)
+            _check_options(saved, self.decoupled_weight_decay)
         for group, saved in zip(self.param_groups, groups):
             group.update({k: (tuple(v) if isinstance(v, list) else v) for k, v in saved.items() if k != 'params'})
         self.state = state
 
 
-_UNSUPPORTED_OPTIONS = ('amsgrad', 'maximize', 'foreach', 'capturable', 'differentiable', 'fused',
-                        'decoupled_weight_decay')   # torch.optim's, which the updates here do not implement
+# torch.optim's options which the updates here do not implement
+_UNSUPPORTED_OPTIONS = ('amsgrad', 'maximize', 'foreach', 'capturable', 'differentiable', 'fused')
 
 
-def _check_options(group):
-    """ValueError, with torch.optim's message, for a hyperparameter out of its range, and for a torch.optim option
-    these updates do not implement set to anything but its off value (a loaded PyTorch state dict may carry them)."""
+def _check_options(group, decoupled):
+    """ValueError, with torch.optim's message, for a hyperparameter out of its range, for a torch.optim option these
+    updates do not implement set to anything but its off value (a loaded PyTorch state dict may carry them), and for
+    decoupled_weight_decay other than `decoupled`, what the optimizer does (torch.optim.AdamW's groups carry True)."""
     for key in _UNSUPPORTED_OPTIONS:
         if group.get(key):
             raise ValueError(f"optimizer option {key}={group[key]!r} is not supported (only its default, off)")
+    if group.get('decoupled_weight_decay', decoupled) != decoupled:
+        raise ValueError(f"optimizer option decoupled_weight_decay={group['decoupled_weight_decay']!r} is not "
+                         f"supported here (only {decoupled}: AdamW's weight decay is decoupled, Adam's and SGD's not)")
     for key, what in (('lr', 'learning rate'), ('momentum', 'momentum value'), ('eps', 'epsilon value'),
                       ('weight_decay', 'weight_decay value')):
         if key in group and not 0 <= group[key]:
@@ -4027,13 +4276,27 @@ def _check_options(group):
             raise ValueError(f"Invalid beta parameter at index {i}: {beta}")
 
 
+def _wide(a):
+    """a in the dtype torch.optim's ops compute in (_opmath): float16 in float32, each op's result rounded once."""
+    return a.astype(_opmath(a.dtype), copy=False)
+
+
+def _add(a, b, alpha, out=None):
+    """torch's a.add(b, alpha=alpha), into out where given: float16 computes in float32 and rounds once, with alpha
+    first rounded to a's dtype as torch does."""
+    alpha = alpha.astype(a.dtype) if hasattr(alpha, 'astype') else a.dtype.type(alpha)
+    out = _xp(a).empty_like(a) if out is None else out
+    return _xp(a).add(_wide(a), _wide(alpha) * _wide(b), out=out)
+
+
 def _rate(group):
     """A group's learning rate: a number, or a one-element tensor (which a CUDA graph reads anew each replay)."""
     return group['lr'].data if isinstance(group['lr'], Tensor) else group['lr']
 
 
 class SGD(Optimizer):
-    def __init__(self, params, lr, momentum=0.0, nesterov=False, weight_decay=0.0, dampening=0.0):
+    # torch.optim.SGD's order is (params, lr, momentum, dampening, weight_decay, nesterov): the rest keyword-only
+    def __init__(self, params, lr=1e-3, momentum=0.0, *, nesterov=False, weight_decay=0.0, dampening=0.0):
         super().__init__(params, dict(lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
                                       dampening=dampening))
         if nesterov and (momentum <= 0 or dampening != 0):
@@ -4045,29 +4308,30 @@ class SGD(Optimizer):
         if kernel is not None:   # the whole step in one kernel
             first = momentum and 'momentum_buffer' not in state
             if first:
-                state['momentum_buffer'] = cp.empty_like(p)
+                state['momentum_buffer'] = Tensor(cp.empty_like(p))
             lr = group['lr']
             on_device = cp.ascontiguousarray(lr.data, np.float32) if isinstance(lr, Tensor) else None
             factors = [0.0 if k == 'lr' and on_device is not None else float(group[k])
                        for k in ('lr', 'weight_decay', 'momentum', 'dampening')]
-            _launch_flat(kernel, p.size, 1, (p, _like(g, p), state.get('momentum_buffer', p)) + _int64s(p.size)
+            buf = state['momentum_buffer'].data if 'momentum_buffer' in state else p
+            _launch_flat(kernel, p.size, 1, (p, _like(g, p), buf) + _int64s(p.size)
                          + (on_device,) + _scalars(np.float64, *factors) + _int32s(group['nesterov'], bool(first)))
             return
-        if group['weight_decay']:
-            g = g + group['weight_decay'] * p
+        if group['weight_decay']:   # torch.optim's ops, in torch's float16 arithmetic
+            g = _add(g, p, group['weight_decay'])
         if momentum:
-            buf = state.get('momentum_buffer')
-            if buf is None:
-                buf = state['momentum_buffer'] = g.copy()
+            if 'momentum_buffer' in state:
+                buf = state['momentum_buffer'].data
+                _xp(p).multiply(_wide(buf), momentum, out=buf)
+                _add(buf, g, 1 - group['dampening'], out=buf)
             else:
-                buf *= momentum
-                buf += (1 - group['dampening']) * g
-            g = g + momentum * buf if group['nesterov'] else buf
-        p -= _rate(group) * g
+                buf = g.copy()
+                state['momentum_buffer'] = Tensor(buf)   # the tensor of buf itself, no copy
+            g = _add(g, buf, momentum) if group['nesterov'] else buf
+        _add(p, g, -_rate(group), out=p)
 
 
 class Adam(Optimizer):
-    decoupled_weight_decay = False
     state_keys = ('step', 'exp_avg', 'exp_avg_sq')
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
@@ -4075,21 +4339,24 @@ class Adam(Optimizer):
 
     def _update(self, p, g, group, state):
         xp, (beta1, beta2), lr, decay = _xp(p), group['betas'], _rate(group), group['weight_decay']
-        if not state:
-            state.update(step=0, exp_avg=xp.zeros_like(p), exp_avg_sq=xp.zeros_like(p))
-        state['step'] += 1
+        if not state:   # as torch.optim's: the step a float32 count on the CPU
+            state.update(step=Tensor(np.float32(0)), exp_avg=Tensor(xp.zeros_like(p)),
+                         exp_avg_sq=Tensor(xp.zeros_like(p)))
+        state['step'].data += 1
+        f = _wide   # torch.optim's ops in torch's float16 arithmetic: each result rounds once to float16
         if decay and self.decoupled_weight_decay:
-            p *= 1 - lr * decay
+            xp.multiply(f(p), 1 - lr * decay, out=p)
         elif decay:
-            g = g + decay * p
-        m, v = state['exp_avg'], state['exp_avg_sq']
-        m *= beta1
-        m += (1 - beta1) * g
-        v *= beta2
-        v += (1 - beta2) * g * g
-        step = state['step']
-        denom = xp.sqrt(v) / math.sqrt(1 - beta2 ** step) + group['eps']
-        p -= (lr / (1 - beta1 ** step)) * m / denom
+            g = _add(g, p, decay)
+        m, v, g = state['exp_avg'].data, state['exp_avg_sq'].data, f(g)
+        xp.add(f(m), (1 - beta1) * (g - f(m)), out=m)   # m.lerp_(g, 1 - beta1)
+        xp.multiply(f(v), beta2, out=v)
+        xp.add(f(v), (1 - beta2) * g * g, out=v)
+        step = state['step'].item()
+        denom = xp.sqrt(v, out=xp.empty_like(v))   # out: an array where v is 0-d
+        xp.divide(f(denom), math.sqrt(1 - beta2 ** step), out=denom)
+        xp.add(f(denom), group['eps'], out=denom)
+        xp.add(f(p), -(lr / (1 - beta1 ** step)) * f(m) / f(denom), out=p)   # p.addcdiv_(m, denom, value=-step_size)
 
 
 class AdamW(Adam):
