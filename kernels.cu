@@ -3501,18 +3501,18 @@ __device__ __forceinline__ void gather_windows(const T* dy, T* dx, int N, int H,
     const int CV = C / V;
     const long long total = (long long)N * H * W * CV;
     for (long long t = global_id(); t < total; t += global_threads()) {
-        const auto [n, h, w, cv] = pixel_of(t, H, W, CV);
+        const Pixel x = pixel_of(t, H, W, CV);   // (not a structured binding: NVRTC's C++17 lambdas cannot capture one)
         int hlo, hhi, wlo, whi;
-        windows_over(h, kh, sh, Ho, hlo, hhi);
-        windows_over(w, kw, sw, Wo, wlo, whi);
+        windows_over(x.h, kh, sh, Ho, hlo, hhi);
+        windows_over(x.w, kw, sw, Wo, wlo, whi);
         A acc[V];
 #pragma unroll
         for (int e = 0; e < V; ++e) acc[e] = A(0);
         for (int ho = hlo; ho <= hhi; ++ho)
             for (int wo = wlo; wo <= whi; ++wo) {
-                const long long o = (((long long)n * Ho + ho) * Wo + wo) * CV + cv;
+                const long long o = (((long long)x.n * Ho + ho) * Wo + wo) * CV + x.cv;
                 const P g = reinterpret_cast<const P*>(dy)[o];
-                add(o, g, [&] { return (h - ho * sh) * kw + (w - wo * sw); }, acc);
+                add(o, g, [&] { return (x.h - ho * sh) * kw + (x.w - wo * sw); }, acc);
             }
         P out;
 #pragma unroll
