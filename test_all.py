@@ -1893,6 +1893,29 @@ def build_shared_net(nn):
     return Net()
 
 
+def test_module_and_tensor_repr_as_pytorch():
+    """print(model) shows PyTorch's tree: each layer's settings, children indented under their names; a tensor shows
+    its values, and its device, dtype, size, grad_fn or requires_grad where they are not the defaults."""
+    need_torch()
+    def build(nn):
+        return nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(), nn.GELU('tanh'), nn.MaxPool2d(2),
+            nn.AvgPool2d(2, 1), nn.Flatten(), nn.Dropout(0.2), nn.Linear(8, 2), nn.Embedding(5, 3),
+            nn.GRU(3, 4, 2, batch_first=True, bias=False), nn.GRU(3, 4), nn.GRUCell(3, 4, bias=False),
+            nn.BatchNorm1d(4, affine=False, momentum=None), nn.Conv2d(3, 8, (3, 2), stride=(2, 1)),
+            nn.Conv2d(2, 2, 3, padding='same'), nn.Sequential(), nn.Sequential(nn.Linear(2, 3), nn.Sequential(nn.ReLU())))
+    ours, theirs = repr(build(tl)), repr(build(torch.nn))
+    assert ours == theirs, f'{ours}\n-- PyTorch --\n{theirs}'
+    a = sample(rng('repr'), (2, 3))
+    x = tl.tensor(a, requires_grad=True)
+    text = repr(x * 2)
+    assert text.startswith('tensor([[') and 'grad_fn=<Mul>' in text and f'{2 * a[0, 0]:.4f}' in text, text
+    assert repr(x).endswith('requires_grad=True)') and repr(tl.tensor(3.0)) == 'tensor(3.)'
+    assert repr(tl.zeros(0, 3)) == 'tensor([], size=(0, 3))' and repr(tl.zeros(0)) == 'tensor([])'
+    assert repr(tl.ones(2, dtype=np.float16)) == 'tensor([1., 1.], dtype=float16)'
+    assert repr(tl.tensor([1, 2], dtype=np.int32)) == 'tensor([1, 2], dtype=int32)' == repr(torch.tensor(
+        [1, 2], dtype=torch.int32)).replace('torch.', '')
+
 def test_module_traversal_as_pytorch():
     """On a model with a shared submodule, as torch.nn.Module: named_parameters / named_buffers with prefix and
     recurse=False, parameters / buffers (recurse=False), named_modules (dotted names, '' or the prefix for the root,

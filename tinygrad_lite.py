@@ -2901,9 +2901,15 @@ class Tensor:
     def __array__(self, dtype=None, copy=None):
         return self.numpy() if dtype is None else self.numpy().astype(dtype)
 
-    def __repr__(self):
-        grad = ', requires_grad=True' if self.requires_grad else ''
-        return f"tensor({self.numpy()!r}, device='{self.device}'{grad})"
+    def __repr__(self):   # as PyTorch's: 4 digits, the device, dtype and size only where they are not the defaults
+        a = self.numpy()
+        notes = [f"size={self.shape}"] if a.size == 0 and a.ndim != 1 else []
+        notes += [f"device='{self.device}'"] if self.device != 'cpu' else []
+        notes += [f"dtype={a.dtype}"] if a.dtype not in (np.float32, np.int64, np.bool_) else []
+        notes += [f"grad_fn=<{type(self._ctx).__name__}>"] if self._ctx is not None else \
+            ['requires_grad=True'] if self.requires_grad else []
+        values = np.array2string(a, separator=', ', prefix='tensor(', precision=4, floatmode='maxprec_equal')
+        return f"tensor({', '.join([values] + notes)})"
 
     # ---- conversion
     def numpy(self):
@@ -3709,6 +3715,17 @@ class Module:
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
 
+    def extra_repr(self):
+        """The module's own settings, shown by repr (PyTorch's hook: a subclass says more)."""
+        return ''
+
+    def __repr__(self):   # as PyTorch's: the settings, then each child under its name, indented
+        extra = self.extra_repr()
+        children = [f"({name}): " + repr(m).replace('\n', '\n  ') for name, m in self._named_submodules()]
+        if not children:
+            return f"{type(self).__name__}({extra})"
+        return f"{type(self).__name__}(" + ''.join(f"\n  {line}" for line in [extra] * bool(extra) + children) + "\n)"
+
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
 
@@ -3901,6 +3918,10 @@ class Linear(Module):
     def forward(self, x):
         return linear(x, self.weight, self.bias)
 
+    def extra_repr(self):
+        out_features, in_features = self.weight.shape
+        return f"in_features={in_features}, out_features={out_features}, bias={self.bias is not None}"
+
 
 class Conv2d(Module):
     # bias keyword-only: PyTorch's 6th argument is dilation, which a positional bias would silently stand for
@@ -3913,6 +3934,12 @@ class Conv2d(Module):
 
     def forward(self, x):
         return conv2d(x, self.weight, self.bias, self.stride, self.padding)
+
+    def extra_repr(self):
+        padding = self.padding if isinstance(self.padding, str) else _pair(self.padding, least=0)
+        return (f"{self.weight.shape[1]}, {self.weight.shape[0]}, kernel_size={self.weight.shape[2:]}, "
+                f"stride={_pair(self.stride)}" + (f", padding={padding}" if padding != (0, 0) else '') +
+                (", bias=False" if self.bias is None else ''))
 
 
 class _BatchNorm(Module):
@@ -3940,6 +3967,11 @@ class _BatchNorm(Module):
             self.num_batches_tracked.data += 1
         return out
 
+    def extra_repr(self):   # (PyTorch 2.13's, whose bias follows affine here)
+        affine = self.weight is not None
+        return (f"{self.running_mean.shape[0]}, eps={self.eps}, momentum={self.momentum}, affine={affine}, "
+                f"bias={affine}, track_running_stats=True")
+
 
 class BatchNorm1d(_BatchNorm):
     input_dims = (2, 3)
@@ -3961,6 +3993,9 @@ class GELU(Module):
     def forward(self, x):
         return x.gelu(self.approximate)
 
+    def extra_repr(self):
+        return f"approximate={self.approximate!r}"
+
 
 class MaxPool2d(Module):
     def __init__(self, kernel_size, stride=None):
@@ -3969,6 +4004,11 @@ class MaxPool2d(Module):
 
     def forward(self, x):
         return max_pool2d(x, self.kernel_size, self.stride)
+
+    def extra_repr(self):   # (no padding, dilation or ceil_mode here: PyTorch's defaults)
+        stride = self.kernel_size if self.stride is None else self.stride
+        return f"kernel_size={self.kernel_size}, stride={stride}, padding=0" + (
+            ", dilation=1, ceil_mode=False" if type(self) is MaxPool2d else '')
 
 
 class AvgPool2d(MaxPool2d):
@@ -3984,6 +4024,9 @@ class Flatten(Module):
     def forward(self, x):
         return x.flatten(self.start_dim, self.end_dim)
 
+    def extra_repr(self):
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
 
 class Dropout(Module):
     def __init__(self, p=0.5):
@@ -3994,6 +4037,9 @@ class Dropout(Module):
 
     def forward(self, x):
         return dropout(x, self.p, self.training)
+
+    def extra_repr(self):
+        return f"p={self.p}, inplace=False"
 
 
 class Embedding(Module):
@@ -4013,6 +4059,9 @@ class Embedding(Module):
                 raise IndexError(f"Embedding: index {lo if lo < 0 else hi} out of range for {n} embeddings "
                                  f"(valid 0 to {n - 1})")
         return self.weight[index]
+
+    def extra_repr(self):
+        return f"{self.weight.shape[0]}, {self.weight.shape[1]}"
 
 
 class Sequential(Module):
@@ -4050,7 +4099,17 @@ def _gru_parameters(module, suffix, input_size, hidden_size, bias):
     setattr(module, f'bias_hh{suffix}', _uniform_parameter((3 * hidden_size,), hidden_size) if bias else None)
 
 
+def _gru_repr(m):
+    """A GRU's or GRUCell's extra_repr, as PyTorch's: the sizes, then the settings that are not the defaults."""
+    bias = getattr(m, 'bias_ih', getattr(m, 'bias_ih_l0', None)) is not None
+    layers = getattr(m, 'num_layers', 1)
+    return (f"{m.input_size}, {m.hidden_size}" + (f", num_layers={layers}" if layers != 1 else '') +
+            ('' if bias else ', bias=False') + (', batch_first=True' if getattr(m, 'batch_first', False) else ''))
+
+
 class GRUCell(Module):
+    extra_repr = _gru_repr
+
     def __init__(self, input_size, hidden_size, bias=True):
         super().__init__()
         self.input_size, self.hidden_size = input_size, hidden_size
@@ -4069,6 +4128,8 @@ class GRUCell(Module):
 
 
 class GRU(Module):
+    extra_repr = _gru_repr
+
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False):
         super().__init__()
         if hidden_size <= 0:
