@@ -2571,6 +2571,53 @@ def test_reductions_over_no_axes_reduce_every_axis():
         assert_close(tl.tensor(x).sum(axis), x.sum(axis=tuple(np.atleast_1d(axis))), 1e-12, 1e-12, f'sum({axis!r})')
 
 
+def test_pytorch_conveniences():
+    """Methods PyTorch code leans on, against PyTorch's: long/int/bool, contiguous, t, pow, neg, std, argmin, all,
+    any, full_like, Identity, a tensor as an index and in an f-string; values and gradients."""
+    need_torch()
+    r = rng('conveniences')
+    a = sample(r, (3, 4))
+    a[1, 2] = a[0, 1]   # a tie for argmin / argmax
+    cases = [lambda nn, x: x.t(), lambda nn, x: x.t().contiguous() * 2, lambda nn, x: x.pow(3),
+             lambda nn, x: x.neg(), lambda nn, x: x.std(), lambda nn, x: x.std(dim=1, keepdim=True),
+             lambda nn, x: x.std(0, correction=0), lambda nn, x: x[0].t(), lambda nn, x: x.sum().t(),
+             lambda nn, x: nn.Identity(3, bias=True)(x) * 1.5]
+    for k, f in enumerate(cases):
+        results = []
+        for m, nn in ((tl, tl), (torch, torch.nn)):
+            x = m.tensor(a, requires_grad=True)
+            out = f(nn, x)
+            out.backward(m.tensor(upstream(k, tuple(out.shape))))
+            results.append([out.detach().numpy(), x.grad.numpy()])
+        for ours, theirs in zip(*results):
+            assert_close(ours, theirs, 1e-12, 1e-12, f'case {k}')
+    x, p = tl.tensor(a), torch.tensor(a)
+    for axis in (None, 0, 1, -1):
+        for name in ('argmin', 'argmax'):
+            assert getattr(x, name)(axis).tolist() == getattr(p, name)(axis).tolist(), (name, axis)
+    assert x.argmin(dim=0).tolist() == p.argmin(dim=0).tolist()
+    raises(ValueError, lambda: tl.zeros(0, 2).argmin(), 'argmin', '(0, 2)')
+    mask, pmask = x > 0.2, p > 0.2
+    for kw in ({}, {'dim': 1}, {'dim': 0, 'keepdim': True}):
+        for name in ('all', 'any'):
+            ours, theirs = getattr(mask, name)(**kw), getattr(pmask, name)(**kw)
+            assert ours.dtype == np.bool_ and ours.tolist() == theirs.tolist(), (name, kw)
+    assert x.any().item() and not tl.zeros(3).any().item() and tl.ones(2, 0).all(dim=1).tolist() == [True, True]
+    for name, dtype in (('long', np.int64), ('int', np.int32), ('bool', np.bool_)):
+        ours, theirs = getattr(x * 3, name)(), getattr(p * 3, name)()
+        assert ours.dtype == dtype and ours.tolist() == theirs.tolist(), name
+    assert x.contiguous() is x and x.T.contiguous().data.flags.c_contiguous
+    raises(ValueError, lambda: tl.zeros(2, 3, 4).t(), '(2, 3, 4)')
+    full = tl.full_like(x, 2.5)
+    assert full.shape == x.shape and full.dtype == x.dtype and full.tolist() == torch.full_like(p, 2.5).tolist()
+    assert tl.full_like(x.long(), 7).dtype == np.int64
+    items = ['a', 'b', 'c', 'd']
+    assert items[tl.tensor(2)] == 'c' and list(range(tl.tensor([3]))) == [0, 1, 2]
+    raises(TypeError, lambda: items[tl.tensor(1.0)], 'index')
+    raises(TypeError, lambda: items[tl.tensor([1, 2])], 'index')
+    assert f'{x.sum():.3f}' == f'{p.sum():.3f}' and f'{tl.tensor(7):>4}' == '   7'
+    raises(TypeError, lambda: f'{x:.3f}')
+
 def test_pytorch_keyword_names():
     """PyTorch's keyword names work beside API.md's: dim= for axis= (reductions, softmax, shape ops, cat, stack),
     dim0=/dim1= in transpose, gradient= in backward, size= in the creation functions; values and gradients against

@@ -2872,6 +2872,11 @@ class Tensor:
     is_leaf = property(lambda self: self._ctx is None)
     T = property(lambda self: self.permute(*reversed(range(self.ndim))))
 
+    def t(self):   # as PyTorch's: the transpose of a matrix; a vector or a number as it is
+        if self.ndim > 2:
+            raise ValueError(f"t() expects a tensor of at most 2 dimensions, got shape {self.shape}")
+        return self.T
+
     def numel(self):
         return int(self.data.size)
 
@@ -2897,6 +2902,15 @@ class Tensor:
 
     __float__ = lambda self: float(self.item())
     __int__ = lambda self: int(self.item())
+
+    def __index__(self):   # as PyTorch's: range(t), a list indexed by t
+        if self.dtype.kind not in 'iu' or self.numel() != 1:
+            raise TypeError(f"only integer tensors of a single element can be converted to an index, not {self.dtype} "
+                            f"of shape {self.shape}")
+        return int(self.item())
+
+    def __format__(self, spec):   # as PyTorch's: f'{loss:.3f}' formats a 0-d tensor's number
+        return format(self.item(), spec) if self.ndim == 0 else super().__format__(spec)
 
     def __array__(self, dtype=None, copy=None):
         return self.numpy() if dtype is None else self.numpy().astype(dtype)
@@ -2941,6 +2955,12 @@ class Tensor:
     half = lambda self: self.to(np.float16)
     float = lambda self: self.to(np.float32)
     double = lambda self: self.to(np.float64)
+    long = lambda self: self.to(np.int64)
+    int = lambda self: self.to(np.int32)
+    bool = lambda self: self.to(np.bool_)
+
+    def contiguous(self):   # as PyTorch's: itself where its memory is already in row-major order, else a copy
+        return self if self.data.flags.c_contiguous else self.clone()
 
     def detach(self):
         t = Tensor._wrap(self.data, self.device)
@@ -3148,6 +3168,8 @@ class Tensor:
     log = lambda self: Log.apply(self._floating())
     sqrt = lambda self: Sqrt.apply(self._floating())
     abs = lambda self: Abs.apply(self)
+    neg = lambda self: -self
+    pow = lambda self, exponent: self ** exponent
     tanh = lambda self: Tanh.apply(self._floating())
     sigmoid = lambda self: Sigmoid.apply(self._floating())
     relu = lambda self: Relu.apply(self)
@@ -3211,11 +3233,37 @@ class Tensor:
         return Sum.apply(centred * centred, axes=axes, keepdim=keepdim, scale=scale)
 
     @_aliases(dim='axis')
-    def argmax(self, axis=None):
+    def std(self, axis=None, keepdim=False, correction=1):
+        return self.var(axis, keepdim, correction).sqrt()
+
+    def _index_of(self, which, axis):
+        """The index (the flat one where axis is None) of the first largest (argmax) or smallest (argmin) element;
+        no gradient."""
         if self.numel() == 0 and (axis is None or self.shape[_dim(axis, self.ndim)] == 0):
-            raise ValueError(f"argmax of an empty tensor of shape {self.shape}")
-        index = self.data.argmax() if axis is None else self.data.argmax(axis=_dim(axis, self.ndim))
+            raise ValueError(f"{which} of an empty tensor of shape {self.shape}")
+        index = getattr(self.data, which)(**({} if axis is None else {'axis': _dim(axis, self.ndim)}))
         return Tensor._wrap(_xp(self.data).asarray(index).astype(np.int64), self.device)
+
+    @_aliases(dim='axis')
+    def argmax(self, axis=None):
+        return self._index_of('argmax', axis)
+
+    @_aliases(dim='axis')
+    def argmin(self, axis=None):
+        return self._index_of('argmin', axis)
+
+    def _truth(self, test, axis, keepdim):
+        """Whether every element (test 'all') or some element ('any') is nonzero, a bool tensor; no gradient."""
+        result = getattr(self.data.astype(bool, copy=False), test)(axis=_reduced_axes(axis, self.ndim), keepdims=keepdim)
+        return Tensor._wrap(_xp(self.data).asarray(result), self.device)
+
+    @_aliases(dim='axis')
+    def all(self, axis=None, keepdim=False):
+        return self._truth('all', axis, keepdim)
+
+    @_aliases(dim='axis')
+    def any(self, axis=None, keepdim=False):
+        return self._truth('any', axis, keepdim)
 
     @_aliases(dim='axis')
     def softmax(self, axis=-1):
@@ -3430,6 +3478,10 @@ def zeros_like(t, device=None, dtype=None, requires_grad=False):
 
 def ones_like(t, device=None, dtype=None, requires_grad=False):
     return ones(*t.shape, device=device or t.device, dtype=dtype or t.dtype, requires_grad=requires_grad)
+
+
+def full_like(t, fill_value, device=None, dtype=None, requires_grad=False):
+    return full(t.shape, fill_value, device=device or t.device, dtype=dtype or t.dtype, requires_grad=requires_grad)
 
 
 def arange(start, end=None, step=1, device=None, dtype=None, requires_grad=False):
@@ -3983,6 +4035,14 @@ class BatchNorm2d(_BatchNorm):
 
 class ReLU(Module):
     forward = staticmethod(relu)
+
+
+class Identity(Module):
+    """Its input, as it is (a placeholder where a layer is taken out)."""
+    def __init__(self, *args, **kwargs):   # as PyTorch's: any arguments, ignored
+        super().__init__()
+
+    forward = staticmethod(lambda x: x)
 
 
 class GELU(Module):
