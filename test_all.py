@@ -324,6 +324,9 @@ op('div', lambda m, a, b: a / b, (3, 4), (4,), dom=('any', 'pos'))
 op('div_bcast', lambda m, a, b: a / b, (2, 1), (1, 3), dom=('any', 'pos'))
 op('pow', lambda m, a, b: a ** b, (3, 4), (3, 4), dom=('pos', 'any'))
 op('pow_bcast', lambda m, a, b: a ** b, (3, 1), (4,), dom=('pos', 'any'))
+op('remainder', lambda m, a, b: a % b, (3, 4), (4,), dom=('any', 'pos'))
+op('rremainder', lambda m, a, b: 2.5 % b + a % 0.75, (3, 4), (4,), dom=('any', 'pos'),
+   tf=lambda a, b: 2.5 - (2.5 / b).floor() * b + a % 0.75)   # PyTorch has no gradient of number % tensor
 op('maximum', lambda m, a, b: a.maximum(b), (3, 4), (4,))
 op('fn_maximum', lambda m, a, b: m.maximum(a, b), (2, 1, 3), (2, 3))
 op('minimum', lambda m, a, b: a.minimum(b), (3, 4), (4,))
@@ -738,6 +741,27 @@ def test_comparisons_promote_as_pytorch():
             assert got.dtype == np.bool_ and np.array_equal(got.numpy(), want.numpy()), (a.dtype, b.dtype, op)
         assert (tl.tensor(a) == tl.tensor(b)).numpy().any(), (a.dtype, b.dtype)   # some equal in the common dtype
 
+
+def test_remainder_and_floor_division_as_pytorch():
+    """% (PyTorch's remainder: the divisor's sign) and // (floor division) on tensors and numbers, both orders,
+    integers and floats, broadcasting, against PyTorch's values and dtypes (%'s gradients: the op table); //'s
+    backward refused and an integer divisor of 0 refused, as PyTorch does; a float one gives inf and NaN."""
+    need_torch()
+    r = rng('remainder')
+    a, b = sample(r, (3, 4)) * 5, sample(r, (4,)) * 2
+    ints, int_divisors = r.integers(-20, 20, (3, 4)), np.array([3, -4, 5, -7])
+    for x0, y0 in ((a, b), (ints, int_divisors), (a, int_divisors), (ints, b), (a.astype(np.float16), b)):
+        for op in (lambda x, y: x % y, lambda x, y: x // y, lambda x, y: x % 1.75, lambda x, y: -3.5 // y,
+                   lambda x, y: 7 % y, lambda x, y: x // 3):
+            ours, theirs = op(tl.tensor(x0), tl.tensor(y0)), op(torch.tensor(x0), torch.tensor(y0))
+            assert str(ours.dtype) == str(theirs.dtype).replace('torch.', ''), (ours.dtype, theirs.dtype)
+            assert_close(ours.numpy(), theirs.numpy(), 1e-6, 1e-3 if x0.dtype == np.float16 else 1e-9)
+    floored = tl.tensor(a, requires_grad=True) // 2
+    raises(RuntimeError, lambda: floored.sum().backward(), 'floor_divide')
+    raises(RuntimeError, lambda: tl.tensor(ints) % tl.tensor([1, 0, 2, 3]), 'by zero')
+    raises(RuntimeError, lambda: tl.tensor(ints) // 0, 'by zero')
+    assert (tl.tensor([5.0, -5.0]) // 0).tolist() == (torch.tensor([5.0, -5.0]) // 0).tolist()
+    assert np.isnan((tl.tensor([5.0]) % 0).item()) and np.isnan((torch.tensor([5.0]) % 0).item())
 
 def test_bitwise_abs_and_pos_operators_as_pytorch():
     """&, |, ^ (with reflected forms and Python numbers) and ~ on bool and integer tensors, in PyTorch's result dtype,

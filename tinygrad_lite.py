@@ -975,6 +975,26 @@ class Pow(Function):
         return da, db
 
 
+class Remainder(Function):
+    """a - floor(a / b) b, with b's sign (Python's % and PyTorch's remainder), or (floor) floor(a / b), Python's //,
+    whose backward PyTorch does not define."""
+    def forward(self, a, b, floor=False):
+        xp, self.a, self.b, self.floor = _xp(a), a, b, floor
+        if a.dtype.kind in 'iu' and (b == 0).any():   # NumPy would give 0 and a warning
+            raise RuntimeError(f"ZeroDivisionError: integer {'//' if floor else '%'} by zero (as in PyTorch)")
+        with np.errstate(divide='ignore', invalid='ignore'):   # float x % 0 and x // 0: NaN and inf, as PyTorch
+            return xp.floor_divide(a, b) if floor else xp.remainder(a, b)
+
+    def backward(self, g):
+        if self.floor:
+            raise RuntimeError("the derivative of floor_divide (//) is not implemented (as in PyTorch)")
+        db = None
+        if self.needs_grad[1]:
+            with np.errstate(divide='ignore', invalid='ignore'):
+                db = _unbroadcast(-g * _xp(g).floor_divide(self.a, self.b), self.b.shape)
+        return _unbroadcast(g, self.a.shape) if self.needs_grad[0] else None, db
+
+
 class Maximum(Function):
     """Elementwise max (min where least); at ties each side gets half the gradient, as in PyTorch."""
     def forward(self, a, b, least=False):
@@ -3042,6 +3062,10 @@ class Tensor:
         return self._binary(Pow, other)
 
     __rpow__ = lambda self, o: self._binary(Pow, o, True)
+    __mod__ = lambda self, o: self._binary(Remainder, o)
+    __rmod__ = lambda self, o: self._binary(Remainder, o, True)
+    __floordiv__ = lambda self, o: self._binary(Remainder, o, floor=True)
+    __rfloordiv__ = lambda self, o: self._binary(Remainder, o, True, floor=True)
     __neg__ = lambda self: Neg.apply(self)
     __abs__ = lambda self: self.abs()
 
