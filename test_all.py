@@ -829,6 +829,25 @@ def test_inplace_op_refusals_name_the_problem():
         assert np.array_equal(wide_copy.numpy(), np.broadcast_to(a[0], (2, 3)) + 1), device
 
 
+def test_abs_of_bool_and_complex_numbers_refused():
+    """As PyTorch: abs() of a bool tensor raises TypeError; a complex number is refused (TypeError), not made 0."""
+    raises(TypeError, lambda: tl.tensor([True, False]).abs(), 'bool')
+    raises(TypeError, lambda: abs(tl.tensor([True])), 'bool')
+    raises(TypeError, lambda: tl.full((2,), 1j), 'complex')
+    raises(TypeError, lambda: tl.ones(2) * 1j, 'complex')
+    assert abs(tl.tensor([-3, 2])).tolist() == [3, 2]
+
+
+def test_inplace_ops_on_empty_tensors():
+    """An empty tensor (NumPy gives it zero strides) is no expanded one: zero_(), item assignment and in-place
+    arithmetic run on it, as PyTorch's."""
+    for t in (tl.zeros(0, 4), tl.zeros(3, 0), tl.zeros(0)):
+        t.zero_()
+        t[:] = 1.5
+        t += 2
+        t *= tl.ones(*t.shape)
+        assert t.numel() == 0 and t._version[0] == 4, t.shape
+
 def test_expanded_views_write_through_as_pytorch():
     """expand() gives a writable view, as PyTorch's: where no two elements share memory (the same shape, or size-1
     axes added in front) in-place ops, item assignment and zero_() write through to the base, whose version counter
@@ -2552,9 +2571,9 @@ def test_zero_dim_operands_promote_as_pytorch():
 
 def test_integer_with_float16_rounds_the_integers_first():
     """An integer tensor with a float16 one: the integers are rounded to float16 first, as PyTorch does (2049
-    becomes 2048), then the op runs as float16 with float16; in both orders, 0-d either side, and in place. (But for
-    float16 * or / a 0-d integer tensor, which PyTorch's CPU kernels take unrounded, as they take a 0-d float one: one
-    float16 step apart at most, as test_zero_dim_operands_promote_as_pytorch allows.)"""
+    becomes 2048), then the op runs as float16 with float16; in both orders, 0-d either side, and in place; but a 0-d
+    integer after * or / (PyTorch's CPU scalar) meets the float16 operand unrounded, in float32: bit for bit
+    PyTorch's everywhere."""
     need_torch()
     r = rng('int with float16')
     for int_dtype, int_shape, half_shape in ((np.int32, (9,), (9,)), (np.int64, (9,), ()), (np.int16, (), (9,))):
@@ -2562,8 +2581,6 @@ def test_integer_with_float16_rounds_the_integers_first():
         h = np.asarray(r.uniform(0.5, 7, half_shape)).astype(np.float16)   # products stay below 65504
         for k, f in enumerate((lambda a, b: a + b, lambda a, b: a - b, lambda a, b: a * b, lambda a, b: a / b)):
             for first in (0, 1):
-                if k >= 2 and not first and not int_shape:
-                    continue   # a 0-d integer divisor or factor: PyTorch's scalar path
                 ours = f(*[tl.tensor(h), tl.tensor(i)][::1 - 2 * first])
                 theirs = f(*[torch.tensor(h), torch.tensor(i)][::1 - 2 * first])
                 assert ours.dtype == np.float16 and np.array_equal(ours.numpy(), theirs.numpy()), (int_dtype, k, first)
@@ -2572,7 +2589,7 @@ def test_integer_with_float16_rounds_the_integers_first():
             theirs = getattr(torch, name)(torch.tensor(h), torch.tensor(i))
             assert np.array_equal(ours.numpy(), theirs.numpy()), (int_dtype, name)
         if half_shape:
-            for op in ('iadd', 'isub') + (('imul', 'itruediv') if int_shape else ()):
+            for op in ('iadd', 'isub', 'imul', 'itruediv'):
                 ours, theirs = tl.tensor(h.copy()), torch.tensor(h.copy())
                 getattr(ours, f'__{op}__')(tl.tensor(i))
                 getattr(theirs, f'__{op}__')(torch.tensor(i))
@@ -2643,9 +2660,9 @@ def test_pytorch_conveniences():
     raises(TypeError, lambda: f'{x:.3f}')
 
 def test_pytorch_keyword_names():
-    """PyTorch's keyword names work beside API.md's: dim= for axis= (reductions, softmax, shape ops, cat, stack),
-    dim0=/dim1= in transpose, gradient= in backward, size= in the creation functions; values and gradients against
-    PyTorch's. Giving both names raises TypeError."""
+    """PyTorch's keyword names work beside API.md's: dim= for axis= (reductions, softmax, shape ops, cat, stack; max
+    and min then return PyTorch's (values, indices)), dim0=/dim1= in transpose, gradient= in backward, size= in the
+    creation functions; values and gradients against PyTorch's. Giving both names raises TypeError."""
     need_torch()
     r = rng('keyword names')
     x0, x1 = sample(r, (2, 3, 4)), sample(r, (2, 3, 4))
@@ -2655,8 +2672,7 @@ def test_pytorch_keyword_names():
              lambda m, x, y: m.log_softmax(x, dim=1), lambda m, x, y: x.unsqueeze(dim=1),
              lambda m, x, y: x[:, :1].squeeze(dim=1), lambda m, x, y: m.cat([x, y], dim=2),
              lambda m, x, y: m.stack([x, y], dim=-1), lambda m, x, y: x.transpose(dim0=0, dim1=2),
-             lambda m, x, y: x.max(dim=1) if m is tl else x.amax(dim=1),
-             lambda m, x, y: x.min(dim=2) if m is tl else x.amin(dim=2)]
+             lambda m, x, y: x.max(dim=1).values, lambda m, x, y: x.min(dim=2, keepdim=True).values]
     for k, f in enumerate(cases):
         results = []
         for m in (tl, torch):
@@ -2668,6 +2684,12 @@ def test_pytorch_keyword_names():
             assert_close(ours, theirs, 1e-12, 1e-12, f'case {k}')
     x, p = tl.tensor(x0), torch.tensor(x0)
     assert x.argmax(dim=1).tolist() == p.argmax(dim=1).tolist() and x.size(dim=2) == p.size(dim=2) == 4
+    for name in ('max', 'min'):   # with dim=, PyTorch's (values, indices); API.md's axis= gives the values alone
+        for kw in ({'dim': 1}, {'dim': -1, 'keepdim': True}):
+            (values, indices), theirs = getattr(x, name)(**kw), getattr(p, name)(**kw)
+            assert values.tolist() == theirs.values.tolist() and indices.tolist() == theirs.indices.tolist(), name
+        assert getattr(x, name)(axis=1).shape == getattr(x, name)(1).shape == (2, 4)
+        raises(TypeError, lambda: getattr(x, name)(axis=0, dim=1), 'dim')
     for name in ('zeros', 'ones', 'randn', 'rand'):
         made = getattr(tl, name)(size=(2, 3), dtype=tl.float64)
         assert made.shape == (2, 3) and made.dtype == np.float64, name
@@ -2700,8 +2722,8 @@ def test_error_window_sizes_name_the_argument():
 
 def test_error_conv_padding_strings():
     """conv2d's padding 'valid' and 'same' (see the conv_same_* ops); any other string, or 'same' with a stride
-    other than 1, raises ValueError naming the padding (and the stride), where PyTorch refuses too; nothing is
-    recorded. A window larger than the padded input names the padded size ('same' pads an even window's extra row
+    other than 1, raises ValueError naming the padding (and the stride), where PyTorch refuses too (Conv2d as it is
+    built); nothing is recorded. A window larger than the padded input names the padded size ('same' pads an even window's extra row
     at the bottom first)."""
     need_torch()
     r = rng('conv padding strings')
@@ -2711,7 +2733,8 @@ def test_error_conv_padding_strings():
                                      ('foo', 1, ("'foo'", 'valid', 'same')), ('SAME', 1, ("'SAME'",)), ('', 1, ("''",))):
         raises(ValueError, lambda: tl.conv2d(x, w, stride=stride, padding=padding), 'conv2d', 'padding', *needles)
         raises((RuntimeError, ValueError), lambda: F.conv2d(xt, wt, stride=stride, padding=padding))
-        raises(ValueError, lambda: tl.Conv2d(2, 3, 2, stride=stride, padding=padding).double()(x), 'conv2d', *needles)
+        raises(ValueError, lambda: tl.Conv2d(2, 3, 2, stride=stride, padding=padding), 'conv2d', *needles)   # built
+        raises((RuntimeError, ValueError), lambda: torch.nn.Conv2d(2, 3, 2, stride=stride, padding=padding))
     assert x.grad is None
     short = tl.zeros(1, 2, 0, 5)
     raises(ValueError, lambda: tl.conv2d(short, tl.zeros(3, 2, 2, 2), padding='same'), 'larger', '(1, 6)')
@@ -3386,6 +3409,33 @@ def _backward_of(build, m, x0, y0, b0, **where):
     return [x, y, b]
 
 
+def test_gpu_optimizer_state_on_another_device_changes_nothing():
+    """A state tensor on the CPU for a parameter on the GPU is found before any parameter moves."""
+    need_cuda()
+    a, b = tl.Parameter(tl.ones(3, device='cuda')), tl.Parameter(tl.ones(2, device='cuda'))
+    opt = tl.Adam([a, b], lr=0.1)
+    a.grad, b.grad = tl.ones(3, device='cuda'), tl.ones(2, device='cuda')
+    opt.step()
+    opt.state[b]['exp_avg'] = tl.zeros(2)
+    before = a.numpy().copy()
+    raises(RuntimeError, opt.step, 'parameter 1', 'exp_avg', 'cpu', 'cuda')
+    assert np.array_equal(a.numpy(), before)
+
+
+def test_gpu_expand_shares_its_input_version():
+    """An expanded view on the GPU shares its input's version counter (CuPy's broadcast_to keeps a base): an
+    in-place change through it makes a backward that needs the input raise, as on the CPU."""
+    need_cuda()
+    for device in ('cpu', 'cuda'):
+        x = tl.Tensor(np.ones((3, 1), np.float32), requires_grad=True, device=device)
+        y = x * 1
+        z = y * y
+        e = y.expand(3, 1)
+        with tl.no_grad():
+            e += 1
+        raises(RuntimeError, lambda: z.sum().backward(), 'modified by an inplace operation')
+
+
 def test_gpu_inplace_arithmetic_recorded():
     """The recorded in-place arithmetic and item assignment on the GPU (CuPy arrays: views and saved outputs hold the
     memory as NumPy's do): the CPU's gradients, and the same refusal of a view's memory."""
@@ -3984,6 +4034,8 @@ def test_error_optim_step_bad_state_changes_nothing():
     assert_names_shapes(raises(ValueError, opt.step, 'parameter 1'), (5,), (2,))
     opt.state[b]['exp_avg'] = np.zeros(2)
     raises(TypeError, opt.step, 'parameter 1', 'exp_avg', 'ndarray', 'Tensor')
+    opt.state[b]['exp_avg'] = tl.zeros(2, dtype=tl.float32)   # the parameter's shape, not its dtype
+    raises(ValueError, opt.step, 'parameter 1', 'exp_avg', 'float32', 'float64')
     assert np.array_equal(a.numpy(), before[0])
     assert [opt.state[a]['step'].item(), opt.state[b]['step'].item()] == before[1:]
 

@@ -297,10 +297,12 @@ def _opmath(dtype):
 
 def _number_dtype(value):
     """The dtype PyTorch gives a Python number on its own: bool, int64 or float32; OverflowError, as PyTorch's, for an
-    int it cannot convert (outside [-2**63, 2**64): NumPy makes it an object)."""
+    int it cannot convert (outside [-2**63, 2**64): NumPy makes it an object); TypeError for a complex one."""
     kind = np.asarray(value).dtype.kind
     if kind == 'O':
         raise OverflowError(f"int too big to convert: {value}")
+    if kind == 'c':
+        raise TypeError(f"complex numbers are not supported: {value}")
     return np.dtype({'b': np.bool_, 'i': np.int64, 'u': np.int64}.get(kind, np.float32))
 
 
@@ -767,8 +769,8 @@ def _backward(root, grad, retain_graph):
             sys.getrefcount(g.base) > _BASE_ALONE or not _is_dense(g))
         if g.dtype != t.dtype or shared:
             g = g.astype(t.dtype)
-        if t.grad is None:
-            t.grad = Tensor._wrap(g, t.device)
+        if t.grad is None:   # (not through the .grad setter's checks: g is the leaf's gradient, cast to its dtype)
+            t._grad = Tensor._wrap(g, t.device)
         else:
             t.grad.data = _xp(g).asarray(t.grad.data + g)
     if not retain_graph:
@@ -1110,9 +1112,11 @@ class Expand(Function):
 
     def forward(self, x, shape):
         self.shape = x.shape
+        if _xp(x) is not np:   # CuPy's broadcast_to is writable, and its view keeps x as its base (its as_strided not)
+            return cp.broadcast_to(x, shape)
         lead = len(shape) - x.ndim
         strides = (0,) * lead + tuple(s if n == m else 0 for s, n, m in zip(x.strides, x.shape, shape[lead:]))
-        return _xp(x).lib.stride_tricks.as_strided(x, shape, strides)
+        return np.lib.stride_tricks.as_strided(x, shape, strides)
 
     def backward(self, g):
         return _unbroadcast(g, self.shape)
@@ -2823,6 +2827,9 @@ def _pair(v, what='kernel_size', least=1):
     return tuple(int(i) for i in pair)
 
 
+_ValuesIndices = collections.namedtuple('ValuesIndices', 'values indices')   # PyTorch's max(dim=) and min(dim=)
+
+
 class Tensor:
     """An array (NumPy or CuPy) with the gradient machinery: see API.md."""
     __array_ufunc__ = None   # NumPy defers to Tensor's reflected operators
@@ -3042,8 +3049,10 @@ class Tensor:
         if a.dtype == b.dtype and not (fn is Div and a.dtype.kind != 'f'):
             return fn.apply(a, b, **params)
         common = _result_dtype(a, b, divide=fn is Div)
-        if common == np.float16:   # as PyTorch, an integer or bool operand is rounded to float16 first
-            a, b = (t if t.dtype.kind == 'f' else t.to(common) for t in (a, b))
+        if common == np.float16:   # as PyTorch, an integer or bool operand is rounded to float16 first, but a 0-d
+            # one after * or / (PyTorch's CPU scalar there) meets the float16 operand in float32
+            scalar = fn in (Mul, Div) and b.ndim == 0
+            a, b = (t if t.dtype.kind == 'f' or t is b and scalar else t.to(common) for t in (a, b))
         compute = _opmath(common)   # float16 meets a wider 0-d operand in float32
         return fn.apply(a.to(compute), b.to(compute), **params).to(common)
 
@@ -3111,7 +3120,8 @@ class Tensor:
             getattr(_xp(self.data), ufunc)(self.data, other.data, out=self.data)
         else:   # as PyTorch: both operands in the result's arithmetic dtype, rounded once into the tensor's
             compute = _opmath(result)
-            rounded = other.data if other.dtype.kind == 'f' else other.data.astype(result)   # integers: as in _binary
+            scalar = other.ndim == 0 and ufunc in ('multiply', 'divide')   # integers rounded first as in _binary
+            rounded = other.data if other.dtype.kind == 'f' or scalar else other.data.astype(result)
             operand = compute.type(number) if number is not None else rounded.astype(compute)
             self.data[...] = getattr(_xp(self.data), ufunc)(self.data.astype(compute), operand)
         self._version[0] += 1
@@ -3148,7 +3158,7 @@ class Tensor:
 
     def _refuse_expanded(self, what):
         """As PyTorch: no in-place update of a tensor whose elements share memory (expand()'s views)."""
-        if any(step == 0 and size > 1 for step, size in zip(self.data.strides, self.shape)):
+        if self.data.size > 1 and any(step == 0 and size > 1 for step, size in zip(self.data.strides, self.shape)):
             raise RuntimeError(f"in-place {what}: more than one element of the written-to tensor refers to a single "
                                "memory location (an expanded tensor): clone() it first")
 
@@ -3191,12 +3201,16 @@ class Tensor:
     exp = lambda self: Exp.apply(self._floating())
     log = lambda self: Log.apply(self._floating())
     sqrt = lambda self: Sqrt.apply(self._floating())
-    abs = lambda self: Abs.apply(self)
     neg = lambda self: -self
     pow = lambda self, exponent: self ** exponent
     tanh = lambda self: Tanh.apply(self._floating())
     sigmoid = lambda self: Sigmoid.apply(self._floating())
     relu = lambda self: Relu.apply(self)
+
+    def abs(self):
+        if self.dtype == np.bool_:
+            raise TypeError("abs: not defined for bool tensors (as in PyTorch)")
+        return Abs.apply(self)
 
     def gelu(self, approximate='none'):
         if approximate not in ('none', 'tanh'):
@@ -3237,13 +3251,22 @@ class Tensor:
         count = int(np.prod([self.shape[a] for a in axes]))
         return Sum.apply(self, axes=axes, keepdim=keepdim, scale=1 / count if count else math.nan)
 
-    @_aliases(dim='axis')
-    def max(self, axis=None, keepdim=False):
-        return Max.apply(self, axes=_reduced_axes(axis, self.ndim), keepdim=keepdim)
+    def _extreme(self, least, axis, keepdim, dim):
+        """The maximum (least: minimum) over axis, the values alone (API.md's max and min); with PyTorch's dim= (one
+        int), PyTorch's (values, indices), so that code written for it reads the same."""
+        if dim is None:
+            return Max.apply(self, axes=_reduced_axes(axis, self.ndim), keepdim=keepdim, least=least)
+        if axis is not None or not isinstance(dim, (int, np.integer)):
+            raise TypeError(f"{'min' if least else 'max'}: dim= takes one int (PyTorch's), without axis=; got "
+                            f"axis={axis}, dim={dim}")
+        index = self._index_of('argmin' if least else 'argmax', dim)
+        return _ValuesIndices(self._extreme(least, dim, keepdim, None), index.unsqueeze(dim) if keepdim else index)
 
-    @_aliases(dim='axis')
-    def min(self, axis=None, keepdim=False):
-        return Max.apply(self, axes=_reduced_axes(axis, self.ndim), keepdim=keepdim, least=True)
+    def max(self, axis=None, keepdim=False, *, dim=None):
+        return self._extreme(False, axis, keepdim, dim)
+
+    def min(self, axis=None, keepdim=False, *, dim=None):
+        return self._extreme(True, axis, keepdim, dim)
 
     @_aliases(dim='axis')
     def var(self, axis=None, keepdim=False, correction=1):
@@ -3414,13 +3437,14 @@ class Tensor:
         def arrays(step):   # index tensors as their arrays (copies: a recorded backward keeps them), on this device
             return tuple(_move(i.data if isinstance(i, Tensor) else i, self.device).copy()
                          if isinstance(i, (Tensor, np.ndarray)) else i for i in map(_as_select, step))
-        steps = [arrays(step) for step in self._index_steps(index)]
-        indexed = _written(self.data, steps)[steps[-1]].shape   # (no local keeps a view: see _recorded_update)
-        fitted = _check_broadcast('item assignment (indexed elements, value)', indexed, value.shape)
-        if fitted != (1,) * (len(fitted) - len(indexed)) + indexed:
-            raise ValueError(f"item assignment: a value of shape {value.shape} cannot be broadcast to the indexed "
-                             f"shape {indexed}")
-        extra = value.ndim - len(indexed)   # leading size-1 axes beyond the indexed ones, dropped (masks refuse them)
+        steps, extra = [arrays(step) for step in self._index_steps(index)], 0
+        if value.ndim:   # (a number always fits: no gather of the indexed elements for their shape)
+            indexed = _written(self.data, steps)[steps[-1]].shape   # (no local keeps a view: see _recorded_update)
+            fitted = _check_broadcast('item assignment (indexed elements, value)', indexed, value.shape)
+            if fitted != (1,) * (len(fitted) - len(indexed)) + indexed:
+                raise ValueError(f"item assignment: a value of shape {value.shape} cannot be broadcast to the indexed "
+                                 f"shape {indexed}")
+            extra = value.ndim - len(indexed)   # leading size-1 axes beyond the indexed ones: dropped (masks refuse)
         fit = lambda v: v.reshape(v.shape[extra:]) if extra > 0 else v
         if _GradMode.enabled and (self._requires_grad or value._requires_grad):
             self._recorded_update('item assignment', lambda before: SetItem.apply(
@@ -3602,6 +3626,14 @@ def linear(x, weight, bias=None):
     return y if bias is None else y + bias
 
 
+def _check_padding_string(padding, stride):
+    if padding not in ('valid', 'same'):
+        raise ValueError(f"conv2d: padding must be an int, a pair of ints, 'valid' or 'same'; got {padding!r}")
+    if padding == 'same' and stride != (1, 1):
+        raise ValueError(f"conv2d: padding='same' needs stride 1 (as PyTorch's, which refuses it for strided "
+                         f"convolutions), got stride {stride}")
+
+
 def conv2d(x, weight, bias=None, stride=1, padding=0):
     if x.ndim not in (3, 4) or weight.ndim != 4 or x.shape[-3] != weight.shape[1]:
         raise ValueError(f"conv2d: input {x.shape} ((N,) C, H, W) and weight {weight.shape} (C_out, C_in, kh, kw) "
@@ -3618,11 +3650,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0):
                         f"{None if bias is None else bias.dtype} differ")
     stride = _pair(stride, 'conv2d: stride')
     if isinstance(padding, str):   # PyTorch's 'valid' (none) and 'same' (stride 1: an output of the input's size)
-        if padding not in ('valid', 'same'):
-            raise ValueError(f"conv2d: padding must be an int, a pair of ints, 'valid' or 'same'; got {padding!r}")
-        if padding == 'same' and stride != (1, 1):
-            raise ValueError(f"conv2d: padding='same' needs stride 1 (as PyTorch's, which refuses it for strided "
-                             f"convolutions), got stride {stride}")
+        _check_padding_string(padding, stride)
         total = [k - 1 if padding == 'same' else 0 for k in weight.shape[2:]]
         if total[0] % 2 or total[1] % 2:   # an even window: the odd row / column at the bottom / right, as PyTorch
             x = x.pad((0, total[1] % 2, 0, total[0] % 2))
@@ -4004,6 +4032,8 @@ class Conv2d(Module):
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, *, bias=True):
         super().__init__()
         kh, kw = _pair(kernel_size)
+        if isinstance(padding, str):   # as PyTorch: a bad padding string refused here, not at the first forward
+            _check_padding_string(padding, _pair(stride, 'Conv2d: stride'))
         self.stride, self.padding = stride, padding
         self.weight = _uniform_parameter((out_channels, in_channels, kh, kw), in_channels * kh * kw)
         self.bias = _uniform_parameter((out_channels,), in_channels * kh * kw) if bias else None
@@ -4310,8 +4340,8 @@ class Optimizer:
         return loss
 
     def _check_state(self, i, p, state):
-        """An error naming parameter i unless `state` has every one of state_keys, each a tensor of p's shape (the step
-        count: 0-d)."""
+        """An error naming parameter i unless `state` has every one of state_keys, each a tensor of p's shape, dtype
+        and device (the step count: 0-d, anywhere)."""
         missing = [k for k in self.state_keys if state and k not in state]
         if missing:
             raise ValueError(f"{type(self).__name__}: the state of parameter {i} lacks {missing}")
@@ -4319,9 +4349,13 @@ class Optimizer:
             if not isinstance(v, Tensor):
                 raise TypeError(f"{type(self).__name__}: state '{k}' of parameter {i} is a {type(v).__name__}, "
                                 "not a Tensor")
-            if v.shape != (() if k == 'step' else p.shape):
-                raise ValueError(f"{type(self).__name__}: state '{k}' of parameter {i} has shape {v.shape}, not "
-                                 f"{() if k == 'step' else p.shape}")
+            name = f"{type(self).__name__}: state '{k}' of parameter {i}"
+            if k == 'step' and v.shape != ():
+                raise ValueError(f"{name} has shape {v.shape}, not () (a count)")
+            if k != 'step' and (v.shape, v.dtype) != (p.shape, p.dtype):
+                raise ValueError(f"{name} is {v.dtype} of shape {v.shape}; the parameter {p.dtype} of shape {p.shape}")
+            if k != 'step' and v.device != p.device:
+                raise RuntimeError(f"{name} is on {v.device}, the parameter on {p.device}")
 
     def _params(self):
         return [p for group in self.param_groups for p in group['params']]
@@ -4384,14 +4418,15 @@ def _check_options(group, decoupled):
 
 def _wide(a):
     """a in the dtype torch.optim's ops compute in (_opmath): float16 in float32, each op's result rounded once."""
-    return a.astype(_opmath(a.dtype), copy=False)
+    return a.astype(np.float32) if a.dtype == np.float16 else a
 
 
 def _add(a, b, alpha, out=None):
     """torch's a.add(b, alpha=alpha), into out where given: float16 computes in float32 and rounds once, with alpha
     first rounded to a's dtype as torch does."""
     alpha = alpha.astype(a.dtype) if hasattr(alpha, 'astype') else a.dtype.type(alpha)
-    out = _xp(a).empty_like(a) if out is None else out
+    if out is None and a.dtype == np.float16:   # (rounded once, into float16)
+        out = _xp(a).empty_like(a)
     return _xp(a).add(_wide(a), _wide(alpha) * _wide(b), out=out)
 
 
