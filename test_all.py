@@ -325,6 +325,9 @@ op('div', lambda m, a, b: a / b, (3, 4), (4,), dom=('any', 'pos'))
 op('div_bcast', lambda m, a, b: a / b, (2, 1), (1, 3), dom=('any', 'pos'))
 op('pow', lambda m, a, b: a ** b, (3, 4), (3, 4), dom=('pos', 'any'))
 op('pow_bcast', lambda m, a, b: a ** b, (3, 1), (4,), dom=('pos', 'any'))
+op('remainder', lambda m, a, b: a % b, (3, 4), (4,), dom=('any', 'pos'))
+op('rremainder', lambda m, a, b: 2.5 % b + a % 0.75, (3, 4), (4,), dom=('any', 'pos'),
+   tf=lambda a, b: 2.5 - (2.5 / b).floor() * b + a % 0.75)   # PyTorch has no gradient of number % tensor
 op('maximum', lambda m, a, b: a.maximum(b), (3, 4), (4,))
 op('fn_maximum', lambda m, a, b: m.maximum(a, b), (2, 1, 3), (2, 3))
 op('minimum', lambda m, a, b: a.minimum(b), (3, 4), (4,))
@@ -740,6 +743,27 @@ def test_comparisons_promote_as_pytorch():
         assert (tl.tensor(a) == tl.tensor(b)).numpy().any(), (a.dtype, b.dtype)   # some equal in the common dtype
 
 
+def test_remainder_and_floor_division_as_pytorch():
+    """% (PyTorch's remainder: the divisor's sign) and // (floor division) on tensors and numbers, both orders,
+    integers and floats, broadcasting, against PyTorch's values and dtypes (%'s gradients: the op table); //'s
+    backward refused and an integer divisor of 0 refused, as PyTorch does; a float one gives inf and NaN."""
+    need_torch()
+    r = rng('remainder')
+    a, b = sample(r, (3, 4)) * 5, sample(r, (4,)) * 2
+    ints, int_divisors = r.integers(-20, 20, (3, 4)), np.array([3, -4, 5, -7])
+    for x0, y0 in ((a, b), (ints, int_divisors), (a, int_divisors), (ints, b), (a.astype(np.float16), b)):
+        for op in (lambda x, y: x % y, lambda x, y: x // y, lambda x, y: x % 1.75, lambda x, y: -3.5 // y,
+                   lambda x, y: 7 % y, lambda x, y: x // 3):
+            ours, theirs = op(tl.tensor(x0), tl.tensor(y0)), op(torch.tensor(x0), torch.tensor(y0))
+            assert str(ours.dtype) == str(theirs.dtype).replace('torch.', ''), (ours.dtype, theirs.dtype)
+            assert_close(ours.numpy(), theirs.numpy(), 1e-6, 1e-3 if x0.dtype == np.float16 else 1e-9)
+    floored = tl.tensor(a, requires_grad=True) // 2
+    raises(RuntimeError, lambda: floored.sum().backward(), 'floor_divide')
+    raises(RuntimeError, lambda: tl.tensor(ints) % tl.tensor([1, 0, 2, 3]), 'by zero')
+    raises(RuntimeError, lambda: tl.tensor(ints) // 0, 'by zero')
+    assert (tl.tensor([5.0, -5.0]) // 0).tolist() == (torch.tensor([5.0, -5.0]) // 0).tolist()
+    assert np.isnan((tl.tensor([5.0]) % 0).item()) and np.isnan((torch.tensor([5.0]) % 0).item())
+
 def test_bitwise_abs_and_pos_operators_as_pytorch():
     """&, |, ^ (with reflected forms and Python numbers) and ~ on bool and integer tensors, in PyTorch's result dtype,
     no gradient; a float operand raises TypeError. abs(x) is x.abs() and +x is x (gradients as PyTorch's); +x of a
@@ -805,6 +829,25 @@ def test_inplace_op_refusals_name_the_problem():
         wide_copy += 1.0
         assert np.array_equal(wide_copy.numpy(), np.broadcast_to(a[0], (2, 3)) + 1), device
 
+
+def test_abs_of_bool_and_complex_numbers_refused():
+    """As PyTorch: abs() of a bool tensor raises TypeError; a complex number is refused (TypeError), not made 0."""
+    raises(TypeError, lambda: tl.tensor([True, False]).abs(), 'bool')
+    raises(TypeError, lambda: abs(tl.tensor([True])), 'bool')
+    raises(TypeError, lambda: tl.full((2,), 1j), 'complex')
+    raises(TypeError, lambda: tl.ones(2) * 1j, 'complex')
+    assert abs(tl.tensor([-3, 2])).tolist() == [3, 2]
+
+
+def test_inplace_ops_on_empty_tensors():
+    """An empty tensor (NumPy gives it zero strides) is no expanded one: zero_(), item assignment and in-place
+    arithmetic run on it, as PyTorch's."""
+    for t in (tl.zeros(0, 4), tl.zeros(3, 0), tl.zeros(0)):
+        t.zero_()
+        t[:] = 1.5
+        t += 2
+        t *= tl.ones(*t.shape)
+        assert t.numel() == 0 and t._version[0] == 4, t.shape
 
 def test_expanded_views_write_through_as_pytorch():
     """expand() gives a writable view, as PyTorch's: where no two elements share memory (the same shape, or size-1
@@ -1929,6 +1972,29 @@ def build_shared_net(nn):
     return Net()
 
 
+def test_module_and_tensor_repr_as_pytorch():
+    """print(model) shows PyTorch's tree: each layer's settings, children indented under their names; a tensor shows
+    its values, and its device, dtype, size, grad_fn or requires_grad where they are not the defaults."""
+    need_torch()
+    def build(nn):
+        return nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(), nn.GELU('tanh'), nn.MaxPool2d(2),
+            nn.AvgPool2d(2, 1), nn.Flatten(), nn.Dropout(0.2), nn.Linear(8, 2), nn.Embedding(5, 3),
+            nn.GRU(3, 4, 2, batch_first=True, bias=False), nn.GRU(3, 4), nn.GRUCell(3, 4, bias=False),
+            nn.BatchNorm1d(4, affine=False, momentum=None), nn.Conv2d(3, 8, (3, 2), stride=(2, 1)),
+            nn.Conv2d(2, 2, 3, padding='same'), nn.Sequential(), nn.Sequential(nn.Linear(2, 3), nn.Sequential(nn.ReLU())))
+    ours, theirs = repr(build(tl)), repr(build(torch.nn))
+    assert ours == theirs, f'{ours}\n-- PyTorch --\n{theirs}'
+    a = sample(rng('repr'), (2, 3))
+    x = tl.tensor(a, requires_grad=True)
+    text = repr(x * 2)
+    assert text.startswith('tensor([[') and 'grad_fn=<Mul>' in text and f'{2 * a[0, 0]:.4f}' in text, text
+    assert repr(x).endswith('requires_grad=True)') and repr(tl.tensor(3.0)) == 'tensor(3.)'
+    assert repr(tl.zeros(0, 3)) == 'tensor([], size=(0, 3))' and repr(tl.zeros(0)) == 'tensor([])'
+    assert repr(tl.ones(2, dtype=np.float16)) == 'tensor([1., 1.], dtype=float16)'
+    assert repr(tl.tensor([1, 2], dtype=np.int32)) == 'tensor([1, 2], dtype=int32)' == repr(torch.tensor(
+        [1, 2], dtype=torch.int32)).replace('torch.', '')
+
 def test_module_traversal_as_pytorch():
     """On a model with a shared submodule, as torch.nn.Module: named_parameters / named_buffers with prefix and
     recurse=False, parameters / buffers (recurse=False), named_modules (dotted names, '' or the prefix for the root,
@@ -2541,9 +2607,9 @@ def test_zero_dim_operands_promote_as_pytorch():
 
 def test_integer_with_float16_rounds_the_integers_first():
     """An integer tensor with a float16 one: the integers are rounded to float16 first, as PyTorch does (2049
-    becomes 2048), then the op runs as float16 with float16; in both orders, 0-d either side, and in place. (But for
-    float16 * or / a 0-d integer tensor, which PyTorch's CPU kernels take unrounded, as they take a 0-d float one: one
-    float16 step apart at most, as test_zero_dim_operands_promote_as_pytorch allows.)"""
+    becomes 2048), then the op runs as float16 with float16; in both orders, 0-d either side, and in place; but a 0-d
+    integer after * or / (PyTorch's CPU scalar) meets the float16 operand unrounded, in float32: bit for bit
+    PyTorch's everywhere."""
     need_torch()
     r = rng('int with float16')
     for int_dtype, int_shape, half_shape in ((np.int32, (9,), (9,)), (np.int64, (9,), ()), (np.int16, (), (9,))):
@@ -2551,8 +2617,6 @@ def test_integer_with_float16_rounds_the_integers_first():
         h = np.asarray(r.uniform(0.5, 7, half_shape)).astype(np.float16)   # products stay below 65504
         for k, f in enumerate((lambda a, b: a + b, lambda a, b: a - b, lambda a, b: a * b, lambda a, b: a / b)):
             for first in (0, 1):
-                if k >= 2 and not first and not int_shape:
-                    continue   # a 0-d integer divisor or factor: PyTorch's scalar path
                 ours = f(*[tl.tensor(h), tl.tensor(i)][::1 - 2 * first])
                 theirs = f(*[torch.tensor(h), torch.tensor(i)][::1 - 2 * first])
                 assert ours.dtype == np.float16 and np.array_equal(ours.numpy(), theirs.numpy()), (int_dtype, k, first)
@@ -2561,7 +2625,7 @@ def test_integer_with_float16_rounds_the_integers_first():
             theirs = getattr(torch, name)(torch.tensor(h), torch.tensor(i))
             assert np.array_equal(ours.numpy(), theirs.numpy()), (int_dtype, name)
         if half_shape:
-            for op in ('iadd', 'isub') + (('imul', 'itruediv') if int_shape else ()):
+            for op in ('iadd', 'isub', 'imul', 'itruediv'):
                 ours, theirs = tl.tensor(h.copy()), torch.tensor(h.copy())
                 getattr(ours, f'__{op}__')(tl.tensor(i))
                 getattr(theirs, f'__{op}__')(torch.tensor(i))
@@ -2584,10 +2648,57 @@ def test_reductions_over_no_axes_reduce_every_axis():
         assert_close(tl.tensor(x).sum(axis), x.sum(axis=tuple(np.atleast_1d(axis))), 1e-12, 1e-12, f'sum({axis!r})')
 
 
+def test_pytorch_conveniences():
+    """Methods PyTorch code leans on, against PyTorch's: long/int/bool, contiguous, t, pow, neg, std, argmin, all,
+    any, full_like, Identity, a tensor as an index and in an f-string; values and gradients."""
+    need_torch()
+    r = rng('conveniences')
+    a = sample(r, (3, 4))
+    a[1, 2] = a[0, 1]   # a tie for argmin / argmax
+    cases = [lambda nn, x: x.t(), lambda nn, x: x.t().contiguous() * 2, lambda nn, x: x.pow(3),
+             lambda nn, x: x.neg(), lambda nn, x: x.std(), lambda nn, x: x.std(dim=1, keepdim=True),
+             lambda nn, x: x.std(0, correction=0), lambda nn, x: x[0].t(), lambda nn, x: x.sum().t(),
+             lambda nn, x: nn.Identity(3, bias=True)(x) * 1.5]
+    for k, f in enumerate(cases):
+        results = []
+        for m, nn in ((tl, tl), (torch, torch.nn)):
+            x = m.tensor(a, requires_grad=True)
+            out = f(nn, x)
+            out.backward(m.tensor(upstream(k, tuple(out.shape))))
+            results.append([out.detach().numpy(), x.grad.numpy()])
+        for ours, theirs in zip(*results):
+            assert_close(ours, theirs, 1e-12, 1e-12, f'case {k}')
+    x, p = tl.tensor(a), torch.tensor(a)
+    for axis in (None, 0, 1, -1):
+        for name in ('argmin', 'argmax'):
+            assert getattr(x, name)(axis).tolist() == getattr(p, name)(axis).tolist(), (name, axis)
+    assert x.argmin(dim=0).tolist() == p.argmin(dim=0).tolist()
+    raises(ValueError, lambda: tl.zeros(0, 2).argmin(), 'argmin', '(0, 2)')
+    mask, pmask = x > 0.2, p > 0.2
+    for kw in ({}, {'dim': 1}, {'dim': 0, 'keepdim': True}):
+        for name in ('all', 'any'):
+            ours, theirs = getattr(mask, name)(**kw), getattr(pmask, name)(**kw)
+            assert ours.dtype == np.bool_ and ours.tolist() == theirs.tolist(), (name, kw)
+    assert x.any().item() and not tl.zeros(3).any().item() and tl.ones(2, 0).all(dim=1).tolist() == [True, True]
+    for name, dtype in (('long', np.int64), ('int', np.int32), ('bool', np.bool_)):
+        ours, theirs = getattr(x * 3, name)(), getattr(p * 3, name)()
+        assert ours.dtype == dtype and ours.tolist() == theirs.tolist(), name
+    assert x.contiguous() is x and x.T.contiguous().data.flags.c_contiguous
+    raises(ValueError, lambda: tl.zeros(2, 3, 4).t(), '(2, 3, 4)')
+    full = tl.full_like(x, 2.5)
+    assert full.shape == x.shape and full.dtype == x.dtype and full.tolist() == torch.full_like(p, 2.5).tolist()
+    assert tl.full_like(x.long(), 7).dtype == np.int64
+    items = ['a', 'b', 'c', 'd']
+    assert items[tl.tensor(2)] == 'c' and list(range(tl.tensor([3]))) == [0, 1, 2]
+    raises(TypeError, lambda: items[tl.tensor(1.0)], 'index')
+    raises(TypeError, lambda: items[tl.tensor([1, 2])], 'index')
+    assert f'{x.sum():.3f}' == f'{p.sum():.3f}' and f'{tl.tensor(7):>4}' == '   7'
+    raises(TypeError, lambda: f'{x:.3f}')
+
 def test_pytorch_keyword_names():
-    """PyTorch's keyword names work beside API.md's: dim= for axis= (reductions, softmax, shape ops, cat, stack),
-    dim0=/dim1= in transpose, gradient= in backward, size= in the creation functions; values and gradients against
-    PyTorch's. Giving both names raises TypeError."""
+    """PyTorch's keyword names work beside API.md's: dim= for axis= (reductions, softmax, shape ops, cat, stack; max
+    and min then return PyTorch's (values, indices)), dim0=/dim1= in transpose, gradient= in backward, size= in the
+    creation functions; values and gradients against PyTorch's. Giving both names raises TypeError."""
     need_torch()
     r = rng('keyword names')
     x0, x1 = sample(r, (2, 3, 4)), sample(r, (2, 3, 4))
@@ -2597,8 +2708,7 @@ def test_pytorch_keyword_names():
              lambda m, x, y: m.log_softmax(x, dim=1), lambda m, x, y: x.unsqueeze(dim=1),
              lambda m, x, y: x[:, :1].squeeze(dim=1), lambda m, x, y: m.cat([x, y], dim=2),
              lambda m, x, y: m.stack([x, y], dim=-1), lambda m, x, y: x.transpose(dim0=0, dim1=2),
-             lambda m, x, y: x.max(dim=1) if m is tl else x.amax(dim=1),
-             lambda m, x, y: x.min(dim=2) if m is tl else x.amin(dim=2)]
+             lambda m, x, y: x.max(dim=1).values, lambda m, x, y: x.min(dim=2, keepdim=True).values]
     for k, f in enumerate(cases):
         results = []
         for m in (tl, torch):
@@ -2610,6 +2720,12 @@ def test_pytorch_keyword_names():
             assert_close(ours, theirs, 1e-12, 1e-12, f'case {k}')
     x, p = tl.tensor(x0), torch.tensor(x0)
     assert x.argmax(dim=1).tolist() == p.argmax(dim=1).tolist() and x.size(dim=2) == p.size(dim=2) == 4
+    for name in ('max', 'min'):   # with dim=, PyTorch's (values, indices); API.md's axis= gives the values alone
+        for kw in ({'dim': 1}, {'dim': -1, 'keepdim': True}):
+            (values, indices), theirs = getattr(x, name)(**kw), getattr(p, name)(**kw)
+            assert values.tolist() == theirs.values.tolist() and indices.tolist() == theirs.indices.tolist(), name
+        assert getattr(x, name)(axis=1).shape == getattr(x, name)(1).shape == (2, 4)
+        raises(TypeError, lambda: getattr(x, name)(axis=0, dim=1), 'dim')
     for name in ('zeros', 'ones', 'randn', 'rand'):
         made = getattr(tl, name)(size=(2, 3), dtype=tl.float64)
         assert made.shape == (2, 3) and made.dtype == np.float64, name
@@ -2642,8 +2758,8 @@ def test_error_window_sizes_name_the_argument():
 
 def test_error_conv_padding_strings():
     """conv2d's padding 'valid' and 'same' (see the conv_same_* ops); any other string, or 'same' with a stride
-    other than 1, raises ValueError naming the padding (and the stride), where PyTorch refuses too; nothing is
-    recorded. A window larger than the padded input names the padded size ('same' pads an even window's extra row
+    other than 1, raises ValueError naming the padding (and the stride), where PyTorch refuses too (Conv2d as it is
+    built); nothing is recorded. A window larger than the padded input names the padded size ('same' pads an even window's extra row
     at the bottom first)."""
     need_torch()
     r = rng('conv padding strings')
@@ -2653,7 +2769,8 @@ def test_error_conv_padding_strings():
                                      ('foo', 1, ("'foo'", 'valid', 'same')), ('SAME', 1, ("'SAME'",)), ('', 1, ("''",))):
         raises(ValueError, lambda: tl.conv2d(x, w, stride=stride, padding=padding), 'conv2d', 'padding', *needles)
         raises((RuntimeError, ValueError), lambda: F.conv2d(xt, wt, stride=stride, padding=padding))
-        raises(ValueError, lambda: tl.Conv2d(2, 3, 2, stride=stride, padding=padding).double()(x), 'conv2d', *needles)
+        raises(ValueError, lambda: tl.Conv2d(2, 3, 2, stride=stride, padding=padding), 'conv2d', *needles)   # built
+        raises((RuntimeError, ValueError), lambda: torch.nn.Conv2d(2, 3, 2, stride=stride, padding=padding))
     assert x.grad is None
     short = tl.zeros(1, 2, 0, 5)
     raises(ValueError, lambda: tl.conv2d(short, tl.zeros(3, 2, 2, 2), padding='same'), 'larger', '(1, 6)')
@@ -3328,6 +3445,33 @@ def _backward_of(build, m, x0, y0, b0, **where):
     return [x, y, b]
 
 
+def test_gpu_optimizer_state_on_another_device_changes_nothing():
+    """A state tensor on the CPU for a parameter on the GPU is found before any parameter moves."""
+    need_cuda()
+    a, b = tl.Parameter(tl.ones(3, device='cuda')), tl.Parameter(tl.ones(2, device='cuda'))
+    opt = tl.Adam([a, b], lr=0.1)
+    a.grad, b.grad = tl.ones(3, device='cuda'), tl.ones(2, device='cuda')
+    opt.step()
+    opt.state[b]['exp_avg'] = tl.zeros(2)
+    before = a.numpy().copy()
+    raises(RuntimeError, opt.step, 'parameter 1', 'exp_avg', 'cpu', 'cuda')
+    assert np.array_equal(a.numpy(), before)
+
+
+def test_gpu_expand_shares_its_input_version():
+    """An expanded view on the GPU shares its input's version counter (CuPy's broadcast_to keeps a base): an
+    in-place change through it makes a backward that needs the input raise, as on the CPU."""
+    need_cuda()
+    for device in ('cpu', 'cuda'):
+        x = tl.Tensor(np.ones((3, 1), np.float32), requires_grad=True, device=device)
+        y = x * 1
+        z = y * y
+        e = y.expand(3, 1)
+        with tl.no_grad():
+            e += 1
+        raises(RuntimeError, lambda: z.sum().backward(), 'modified by an inplace operation')
+
+
 def test_gpu_inplace_arithmetic_recorded():
     """The recorded in-place arithmetic and item assignment on the GPU (CuPy arrays: views and saved outputs hold the
     memory as NumPy's do): the CPU's gradients, and the same refusal of a view's memory."""
@@ -3926,6 +4070,8 @@ def test_error_optim_step_bad_state_changes_nothing():
     assert_names_shapes(raises(ValueError, opt.step, 'parameter 1'), (5,), (2,))
     opt.state[b]['exp_avg'] = np.zeros(2)
     raises(TypeError, opt.step, 'parameter 1', 'exp_avg', 'ndarray', 'Tensor')
+    opt.state[b]['exp_avg'] = tl.zeros(2, dtype=tl.float32)   # the parameter's shape, not its dtype
+    raises(ValueError, opt.step, 'parameter 1', 'exp_avg', 'float32', 'float64')
     assert np.array_equal(a.numpy(), before[0])
     assert [opt.state[a]['step'].item(), opt.state[b]['step'].item()] == before[1:]
 

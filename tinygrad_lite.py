@@ -308,10 +308,12 @@ def _opmath(dtype):
 
 def _number_dtype(value):
     """The dtype PyTorch gives a Python number on its own: bool, int64 or float32; OverflowError, as PyTorch's, for an
-    int it cannot convert (outside [-2**63, 2**64): NumPy makes it an object)."""
+    int it cannot convert (outside [-2**63, 2**64): NumPy makes it an object); TypeError for a complex one."""
     kind = np.asarray(value).dtype.kind
     if kind == 'O':
         raise OverflowError(f"int too big to convert: {value}")
+    if kind == 'c':
+        raise TypeError(f"complex numbers are not supported: {value}")
     return np.dtype({'b': np.bool_, 'i': np.int64, 'u': np.int64}.get(kind, np.float32))
 
 
@@ -780,8 +782,8 @@ def _backward(root, grad, retain_graph):
             sys.getrefcount(g.base) > _BASE_ALONE or not _is_dense(g))
         if g.dtype != t.dtype or shared:
             g = g.astype(t.dtype)
-        if t.grad is None:
-            t.grad = Tensor._wrap(g, t.device)
+        if t.grad is None:   # (not through the .grad setter's checks: g is the leaf's gradient, cast to its dtype)
+            t._grad = Tensor._wrap(g, t.device)
         else:
             t.grad.data = _xp(g).asarray(t.grad.data + g)
     if not retain_graph:
@@ -988,6 +990,26 @@ class Pow(Function):
         return da, db
 
 
+class Remainder(Function):
+    """a - floor(a / b) b, with b's sign (Python's % and PyTorch's remainder), or (floor) floor(a / b), Python's //,
+    whose backward PyTorch does not define."""
+    def forward(self, a, b, floor=False):
+        xp, self.a, self.b, self.floor = _xp(a), a, b, floor
+        if a.dtype.kind in 'iu' and (b == 0).any():   # NumPy would give 0 and a warning
+            raise RuntimeError(f"ZeroDivisionError: integer {'//' if floor else '%'} by zero (as in PyTorch)")
+        with np.errstate(divide='ignore', invalid='ignore'):   # float x % 0 and x // 0: NaN and inf, as PyTorch
+            return xp.floor_divide(a, b) if floor else xp.remainder(a, b)
+
+    def backward(self, g):
+        if self.floor:
+            raise RuntimeError("the derivative of floor_divide (//) is not implemented (as in PyTorch)")
+        db = None
+        if self.needs_grad[1]:
+            with np.errstate(divide='ignore', invalid='ignore'):
+                db = _unbroadcast(-g * _xp(g).floor_divide(self.a, self.b), self.b.shape)
+        return _unbroadcast(g, self.a.shape) if self.needs_grad[0] else None, db
+
+
 class Maximum(Function):
     """Elementwise max (min where least); at ties each side gets half the gradient, as in PyTorch."""
     def forward(self, a, b, least=False):
@@ -1103,9 +1125,11 @@ class Expand(Function):
 
     def forward(self, x, shape):
         self.shape = x.shape
+        if _xp(x) is not np:   # CuPy's broadcast_to is writable, and its view keeps x as its base (its as_strided not)
+            return cp.broadcast_to(x, shape)
         lead = len(shape) - x.ndim
         strides = (0,) * lead + tuple(s if n == m else 0 for s, n, m in zip(x.strides, x.shape, shape[lead:]))
-        return _xp(x).lib.stride_tricks.as_strided(x, shape, strides)
+        return np.lib.stride_tricks.as_strided(x, shape, strides)
 
     def backward(self, g):
         return _unbroadcast(g, self.shape)
@@ -2842,6 +2866,9 @@ def _pair(v, what='kernel_size', least=1):
     return tuple(int(i) for i in pair)
 
 
+_ValuesIndices = collections.namedtuple('ValuesIndices', 'values indices')   # PyTorch's max(dim=) and min(dim=)
+
+
 class Tensor:
     """An array (NumPy or CuPy) with the gradient machinery: see API.md."""
     __array_ufunc__ = None   # NumPy defers to Tensor's reflected operators
@@ -2911,6 +2938,11 @@ class Tensor:
     is_leaf = property(lambda self: self._ctx is None)
     T = property(lambda self: self.permute(*reversed(range(self.ndim))))
 
+    def t(self):   # as PyTorch's: the transpose of a matrix; a vector or a number as it is
+        if self.ndim > 2:
+            raise ValueError(f"t() expects a tensor of at most 2 dimensions, got shape {self.shape}")
+        return self.T
+
     def numel(self):
         return int(self.data.size)
 
@@ -2937,12 +2969,27 @@ class Tensor:
     __float__ = lambda self: float(self.item())
     __int__ = lambda self: int(self.item())
 
+    def __index__(self):   # as PyTorch's: range(t), a list indexed by t
+        if self.dtype.kind not in 'iu' or self.numel() != 1:
+            raise TypeError(f"only integer tensors of a single element can be converted to an index, not {self.dtype} "
+                            f"of shape {self.shape}")
+        return int(self.item())
+
+    def __format__(self, spec):   # as PyTorch's: f'{loss:.3f}' formats a 0-d tensor's number
+        return format(self.item(), spec) if self.ndim == 0 else super().__format__(spec)
+
     def __array__(self, dtype=None, copy=None):
         return self.numpy() if dtype is None else self.numpy().astype(dtype)
 
-    def __repr__(self):
-        grad = ', requires_grad=True' if self.requires_grad else ''
-        return f"tensor({self.numpy()!r}, device='{self.device}'{grad})"
+    def __repr__(self):   # as PyTorch's: 4 digits, the device, dtype and size only where they are not the defaults
+        a = self.numpy()
+        notes = [f"size={self.shape}"] if a.size == 0 and a.ndim != 1 else []
+        notes += [f"device='{self.device}'"] if self.device != 'cpu' else []
+        notes += [f"dtype={a.dtype}"] if a.dtype not in (np.float32, np.int64, np.bool_) else []
+        notes += [f"grad_fn=<{type(self._ctx).__name__}>"] if self._ctx is not None else \
+            ['requires_grad=True'] if self.requires_grad else []
+        values = np.array2string(a, separator=', ', prefix='tensor(', precision=4, floatmode='maxprec_equal')
+        return f"tensor({', '.join([values] + notes)})"
 
     # ---- conversion
     def numpy(self):
@@ -2974,6 +3021,12 @@ class Tensor:
     half = lambda self: self.to(np.float16)
     float = lambda self: self.to(np.float32)
     double = lambda self: self.to(np.float64)
+    long = lambda self: self.to(np.int64)
+    int = lambda self: self.to(np.int32)
+    bool = lambda self: self.to(np.bool_)
+
+    def contiguous(self):   # as PyTorch's: itself where its memory is already in row-major order, else a copy
+        return self if self.data.flags.c_contiguous else self.clone()
 
     def detach(self):
         t = Tensor._wrap(self.data, self.device)
@@ -3035,8 +3088,10 @@ class Tensor:
         if a.dtype == b.dtype and not (fn is Div and a.dtype.kind != 'f'):
             return fn.apply(a, b, **params)
         common = _result_dtype(a, b, divide=fn is Div)
-        if common == np.float16:   # as PyTorch, an integer or bool operand is rounded to float16 first
-            a, b = (t if t.dtype.kind == 'f' else t.to(common) for t in (a, b))
+        if common == np.float16:   # as PyTorch, an integer or bool operand is rounded to float16 first, but a 0-d
+            # one after * or / (PyTorch's CPU scalar there) meets the float16 operand in float32
+            scalar = fn in (Mul, Div) and b.ndim == 0
+            a, b = (t if t.dtype.kind == 'f' or t is b and scalar else t.to(common) for t in (a, b))
         compute = _opmath(common)   # float16 meets a wider 0-d operand in float32
         return fn.apply(a.to(compute), b.to(compute), **params).to(common)
 
@@ -3055,6 +3110,10 @@ class Tensor:
         return self._binary(Pow, other)
 
     __rpow__ = lambda self, o: self._binary(Pow, o, True)
+    __mod__ = lambda self, o: self._binary(Remainder, o)
+    __rmod__ = lambda self, o: self._binary(Remainder, o, True)
+    __floordiv__ = lambda self, o: self._binary(Remainder, o, floor=True)
+    __rfloordiv__ = lambda self, o: self._binary(Remainder, o, True, floor=True)
     __neg__ = lambda self: Neg.apply(self)
     __abs__ = lambda self: self.abs()
 
@@ -3100,7 +3159,8 @@ class Tensor:
             getattr(_xp(self.data), ufunc)(self.data, other.data, out=self.data)
         else:   # as PyTorch: both operands in the result's arithmetic dtype, rounded once into the tensor's
             compute = _opmath(result)
-            rounded = other.data if other.dtype.kind == 'f' else other.data.astype(result)   # integers: as in _binary
+            scalar = other.ndim == 0 and ufunc in ('multiply', 'divide')   # integers rounded first as in _binary
+            rounded = other.data if other.dtype.kind == 'f' or scalar else other.data.astype(result)
             operand = compute.type(number) if number is not None else rounded.astype(compute)
             self.data[...] = getattr(_xp(self.data), ufunc)(self.data.astype(compute), operand)
         self._version[0] += 1
@@ -3137,7 +3197,7 @@ class Tensor:
 
     def _refuse_expanded(self, what):
         """As PyTorch: no in-place update of a tensor whose elements share memory (expand()'s views)."""
-        if any(step == 0 and size > 1 for step, size in zip(self.data.strides, self.shape)):
+        if self.data.size > 1 and any(step == 0 and size > 1 for step, size in zip(self.data.strides, self.shape)):
             raise RuntimeError(f"in-place {what}: more than one element of the written-to tensor refers to a single "
                                "memory location (an expanded tensor): clone() it first")
 
@@ -3180,10 +3240,16 @@ class Tensor:
     exp = lambda self: Exp.apply(self._floating())
     log = lambda self: Log.apply(self._floating())
     sqrt = lambda self: Sqrt.apply(self._floating())
-    abs = lambda self: Abs.apply(self)
+    neg = lambda self: -self
+    pow = lambda self, exponent: self ** exponent
     tanh = lambda self: Tanh.apply(self._floating())
     sigmoid = lambda self: Sigmoid.apply(self._floating())
     relu = lambda self: Relu.apply(self)
+
+    def abs(self):
+        if self.dtype == np.bool_:
+            raise TypeError("abs: not defined for bool tensors (as in PyTorch)")
+        return Abs.apply(self)
 
     def gelu(self, approximate='none'):
         if approximate not in ('none', 'tanh'):
@@ -3224,13 +3290,22 @@ class Tensor:
         count = int(np.prod([self.shape[a] for a in axes]))
         return Sum.apply(self, axes=axes, keepdim=keepdim, scale=1 / count if count else math.nan)
 
-    @_aliases(dim='axis')
-    def max(self, axis=None, keepdim=False):
-        return Max.apply(self, axes=_reduced_axes(axis, self.ndim), keepdim=keepdim)
+    def _extreme(self, least, axis, keepdim, dim):
+        """The maximum (least: minimum) over axis, the values alone (API.md's max and min); with PyTorch's dim= (one
+        int), PyTorch's (values, indices), so that code written for it reads the same."""
+        if dim is None:
+            return Max.apply(self, axes=_reduced_axes(axis, self.ndim), keepdim=keepdim, least=least)
+        if axis is not None or not isinstance(dim, (int, np.integer)):
+            raise TypeError(f"{'min' if least else 'max'}: dim= takes one int (PyTorch's), without axis=; got "
+                            f"axis={axis}, dim={dim}")
+        index = self._index_of('argmin' if least else 'argmax', dim)
+        return _ValuesIndices(self._extreme(least, dim, keepdim, None), index.unsqueeze(dim) if keepdim else index)
 
-    @_aliases(dim='axis')
-    def min(self, axis=None, keepdim=False):
-        return Max.apply(self, axes=_reduced_axes(axis, self.ndim), keepdim=keepdim, least=True)
+    def max(self, axis=None, keepdim=False, *, dim=None):
+        return self._extreme(False, axis, keepdim, dim)
+
+    def min(self, axis=None, keepdim=False, *, dim=None):
+        return self._extreme(True, axis, keepdim, dim)
 
     @_aliases(dim='axis')
     def var(self, axis=None, keepdim=False, correction=1):
@@ -3244,11 +3319,37 @@ class Tensor:
         return Sum.apply(centred * centred, axes=axes, keepdim=keepdim, scale=scale)
 
     @_aliases(dim='axis')
-    def argmax(self, axis=None):
+    def std(self, axis=None, keepdim=False, correction=1):
+        return self.var(axis, keepdim, correction).sqrt()
+
+    def _index_of(self, which, axis):
+        """The index (the flat one where axis is None) of the first largest (argmax) or smallest (argmin) element;
+        no gradient."""
         if self.numel() == 0 and (axis is None or self.shape[_dim(axis, self.ndim)] == 0):
-            raise ValueError(f"argmax of an empty tensor of shape {self.shape}")
-        index = self.data.argmax() if axis is None else self.data.argmax(axis=_dim(axis, self.ndim))
+            raise ValueError(f"{which} of an empty tensor of shape {self.shape}")
+        index = getattr(self.data, which)(**({} if axis is None else {'axis': _dim(axis, self.ndim)}))
         return Tensor._wrap(_xp(self.data).asarray(index).astype(np.int64), self.device)
+
+    @_aliases(dim='axis')
+    def argmax(self, axis=None):
+        return self._index_of('argmax', axis)
+
+    @_aliases(dim='axis')
+    def argmin(self, axis=None):
+        return self._index_of('argmin', axis)
+
+    def _truth(self, test, axis, keepdim):
+        """Whether every element (test 'all') or some element ('any') is nonzero, a bool tensor; no gradient."""
+        result = getattr(self.data.astype(bool, copy=False), test)(axis=_reduced_axes(axis, self.ndim), keepdims=keepdim)
+        return Tensor._wrap(_xp(self.data).asarray(result), self.device)
+
+    @_aliases(dim='axis')
+    def all(self, axis=None, keepdim=False):
+        return self._truth('all', axis, keepdim)
+
+    @_aliases(dim='axis')
+    def any(self, axis=None, keepdim=False):
+        return self._truth('any', axis, keepdim)
 
     @_aliases(dim='axis')
     def softmax(self, axis=-1):
@@ -3375,13 +3476,14 @@ class Tensor:
         def arrays(step):   # index tensors as their arrays (copies: a recorded backward keeps them), on this device
             return tuple(_move(i.data if isinstance(i, Tensor) else i, self.device).copy()
                          if isinstance(i, (Tensor, np.ndarray)) else i for i in map(_as_select, step))
-        steps = [arrays(step) for step in self._index_steps(index)]
-        indexed = _written(self.data, steps)[steps[-1]].shape   # (no local keeps a view: see _recorded_update)
-        fitted = _check_broadcast('item assignment (indexed elements, value)', indexed, value.shape)
-        if fitted != (1,) * (len(fitted) - len(indexed)) + indexed:
-            raise ValueError(f"item assignment: a value of shape {value.shape} cannot be broadcast to the indexed "
-                             f"shape {indexed}")
-        extra = value.ndim - len(indexed)   # leading size-1 axes beyond the indexed ones, dropped (masks refuse them)
+        steps, extra = [arrays(step) for step in self._index_steps(index)], 0
+        if value.ndim:   # (a number always fits: no gather of the indexed elements for their shape)
+            indexed = _written(self.data, steps)[steps[-1]].shape   # (no local keeps a view: see _recorded_update)
+            fitted = _check_broadcast('item assignment (indexed elements, value)', indexed, value.shape)
+            if fitted != (1,) * (len(fitted) - len(indexed)) + indexed:
+                raise ValueError(f"item assignment: a value of shape {value.shape} cannot be broadcast to the indexed "
+                                 f"shape {indexed}")
+            extra = value.ndim - len(indexed)   # leading size-1 axes beyond the indexed ones: dropped (masks refuse)
         fit = lambda v: v.reshape(v.shape[extra:]) if extra > 0 else v
         if _GradMode.enabled and (self._requires_grad or value._requires_grad):
             self._recorded_update('item assignment', lambda before: SetItem.apply(
@@ -3463,6 +3565,10 @@ def zeros_like(t, device=None, dtype=None, requires_grad=False):
 
 def ones_like(t, device=None, dtype=None, requires_grad=False):
     return ones(*t.shape, device=device or t.device, dtype=dtype or t.dtype, requires_grad=requires_grad)
+
+
+def full_like(t, fill_value, device=None, dtype=None, requires_grad=False):
+    return full(t.shape, fill_value, device=device or t.device, dtype=dtype or t.dtype, requires_grad=requires_grad)
 
 
 def arange(start, end=None, step=1, device=None, dtype=None, requires_grad=False):
@@ -3559,6 +3665,14 @@ def linear(x, weight, bias=None):
     return y if bias is None else y + bias
 
 
+def _check_padding_string(padding, stride):
+    if padding not in ('valid', 'same'):
+        raise ValueError(f"conv2d: padding must be an int, a pair of ints, 'valid' or 'same'; got {padding!r}")
+    if padding == 'same' and stride != (1, 1):
+        raise ValueError(f"conv2d: padding='same' needs stride 1 (as PyTorch's, which refuses it for strided "
+                         f"convolutions), got stride {stride}")
+
+
 def conv2d(x, weight, bias=None, stride=1, padding=0):
     if x.ndim not in (3, 4) or weight.ndim != 4 or x.shape[-3] != weight.shape[1]:
         raise ValueError(f"conv2d: input {x.shape} ((N,) C, H, W) and weight {weight.shape} (C_out, C_in, kh, kw) "
@@ -3575,11 +3689,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0):
                         f"{None if bias is None else bias.dtype} differ")
     stride = _pair(stride, 'conv2d: stride')
     if isinstance(padding, str):   # PyTorch's 'valid' (none) and 'same' (stride 1: an output of the input's size)
-        if padding not in ('valid', 'same'):
-            raise ValueError(f"conv2d: padding must be an int, a pair of ints, 'valid' or 'same'; got {padding!r}")
-        if padding == 'same' and stride != (1, 1):
-            raise ValueError(f"conv2d: padding='same' needs stride 1 (as PyTorch's, which refuses it for strided "
-                             f"convolutions), got stride {stride}")
+        _check_padding_string(padding, stride)
         total = [k - 1 if padding == 'same' else 0 for k in weight.shape[2:]]
         if total[0] % 2 or total[1] % 2:   # an even window: the odd row / column at the bottom / right, as PyTorch
             x = x.pad((0, total[1] % 2, 0, total[0] % 2))
@@ -3747,6 +3857,17 @@ class Module:
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
+
+    def extra_repr(self):
+        """The module's own settings, shown by repr (PyTorch's hook: a subclass says more)."""
+        return ''
+
+    def __repr__(self):   # as PyTorch's: the settings, then each child under its name, indented
+        extra = self.extra_repr()
+        children = [f"({name}): " + repr(m).replace('\n', '\n  ') for name, m in self._named_submodules()]
+        if not children:
+            return f"{type(self).__name__}({extra})"
+        return f"{type(self).__name__}(" + ''.join(f"\n  {line}" for line in [extra] * bool(extra) + children) + "\n)"
 
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
@@ -3940,18 +4061,30 @@ class Linear(Module):
     def forward(self, x):
         return linear(x, self.weight, self.bias)
 
+    def extra_repr(self):
+        out_features, in_features = self.weight.shape
+        return f"in_features={in_features}, out_features={out_features}, bias={self.bias is not None}"
+
 
 class Conv2d(Module):
     # bias keyword-only: PyTorch's 6th argument is dilation, which a positional bias would silently stand for
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, *, bias=True):
         super().__init__()
         kh, kw = _pair(kernel_size)
+        if isinstance(padding, str):   # as PyTorch: a bad padding string refused here, not at the first forward
+            _check_padding_string(padding, _pair(stride, 'Conv2d: stride'))
         self.stride, self.padding = stride, padding
         self.weight = _uniform_parameter((out_channels, in_channels, kh, kw), in_channels * kh * kw)
         self.bias = _uniform_parameter((out_channels,), in_channels * kh * kw) if bias else None
 
     def forward(self, x):
         return conv2d(x, self.weight, self.bias, self.stride, self.padding)
+
+    def extra_repr(self):
+        padding = self.padding if isinstance(self.padding, str) else _pair(self.padding, least=0)
+        return (f"{self.weight.shape[1]}, {self.weight.shape[0]}, kernel_size={self.weight.shape[2:]}, "
+                f"stride={_pair(self.stride)}" + (f", padding={padding}" if padding != (0, 0) else '') +
+                (", bias=False" if self.bias is None else ''))
 
 
 class _BatchNorm(Module):
@@ -3979,6 +4112,11 @@ class _BatchNorm(Module):
             self.num_batches_tracked.data += 1
         return out
 
+    def extra_repr(self):   # (PyTorch 2.13's, whose bias follows affine here)
+        affine = self.weight is not None
+        return (f"{self.running_mean.shape[0]}, eps={self.eps}, momentum={self.momentum}, affine={affine}, "
+                f"bias={affine}, track_running_stats=True")
+
 
 class BatchNorm1d(_BatchNorm):
     input_dims = (2, 3)
@@ -3992,6 +4130,14 @@ class ReLU(Module):
     forward = staticmethod(relu)
 
 
+class Identity(Module):
+    """Its input, as it is (a placeholder where a layer is taken out)."""
+    def __init__(self, *args, **kwargs):   # as PyTorch's: any arguments, ignored
+        super().__init__()
+
+    forward = staticmethod(lambda x: x)
+
+
 class GELU(Module):
     def __init__(self, approximate='none'):
         super().__init__()
@@ -3999,6 +4145,9 @@ class GELU(Module):
 
     def forward(self, x):
         return x.gelu(self.approximate)
+
+    def extra_repr(self):
+        return f"approximate={self.approximate!r}"
 
 
 class MaxPool2d(Module):
@@ -4008,6 +4157,11 @@ class MaxPool2d(Module):
 
     def forward(self, x):
         return max_pool2d(x, self.kernel_size, self.stride)
+
+    def extra_repr(self):   # (no padding, dilation or ceil_mode here: PyTorch's defaults)
+        stride = self.kernel_size if self.stride is None else self.stride
+        return f"kernel_size={self.kernel_size}, stride={stride}, padding=0" + (
+            ", dilation=1, ceil_mode=False" if type(self) is MaxPool2d else '')
 
 
 class AvgPool2d(MaxPool2d):
@@ -4023,6 +4177,9 @@ class Flatten(Module):
     def forward(self, x):
         return x.flatten(self.start_dim, self.end_dim)
 
+    def extra_repr(self):
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
 
 class Dropout(Module):
     def __init__(self, p=0.5):
@@ -4033,6 +4190,9 @@ class Dropout(Module):
 
     def forward(self, x):
         return dropout(x, self.p, self.training)
+
+    def extra_repr(self):
+        return f"p={self.p}, inplace=False"
 
 
 class Embedding(Module):
@@ -4052,6 +4212,9 @@ class Embedding(Module):
                 raise IndexError(f"Embedding: index {lo if lo < 0 else hi} out of range for {n} embeddings "
                                  f"(valid 0 to {n - 1})")
         return self.weight[index]
+
+    def extra_repr(self):
+        return f"{self.weight.shape[0]}, {self.weight.shape[1]}"
 
 
 class Sequential(Module):
@@ -4089,7 +4252,17 @@ def _gru_parameters(module, suffix, input_size, hidden_size, bias):
     setattr(module, f'bias_hh{suffix}', _uniform_parameter((3 * hidden_size,), hidden_size) if bias else None)
 
 
+def _gru_repr(m):
+    """A GRU's or GRUCell's extra_repr, as PyTorch's: the sizes, then the settings that are not the defaults."""
+    bias = getattr(m, 'bias_ih', getattr(m, 'bias_ih_l0', None)) is not None
+    layers = getattr(m, 'num_layers', 1)
+    return (f"{m.input_size}, {m.hidden_size}" + (f", num_layers={layers}" if layers != 1 else '') +
+            ('' if bias else ', bias=False') + (', batch_first=True' if getattr(m, 'batch_first', False) else ''))
+
+
 class GRUCell(Module):
+    extra_repr = _gru_repr
+
     def __init__(self, input_size, hidden_size, bias=True):
         super().__init__()
         self.input_size, self.hidden_size = input_size, hidden_size
@@ -4108,6 +4281,8 @@ class GRUCell(Module):
 
 
 class GRU(Module):
+    extra_repr = _gru_repr
+
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False):
         super().__init__()
         if hidden_size <= 0:
@@ -4204,8 +4379,8 @@ class Optimizer:
         return loss
 
     def _check_state(self, i, p, state):
-        """An error naming parameter i unless `state` has every one of state_keys, each a tensor of p's shape (the step
-        count: 0-d)."""
+        """An error naming parameter i unless `state` has every one of state_keys, each a tensor of p's shape, dtype
+        and device (the step count: 0-d, anywhere)."""
         missing = [k for k in self.state_keys if state and k not in state]
         if missing:
             raise ValueError(f"{type(self).__name__}: the state of parameter {i} lacks {missing}")
@@ -4213,9 +4388,13 @@ class Optimizer:
             if not isinstance(v, Tensor):
                 raise TypeError(f"{type(self).__name__}: state '{k}' of parameter {i} is a {type(v).__name__}, "
                                 "not a Tensor")
-            if v.shape != (() if k == 'step' else p.shape):
-                raise ValueError(f"{type(self).__name__}: state '{k}' of parameter {i} has shape {v.shape}, not "
-                                 f"{() if k == 'step' else p.shape}")
+            name = f"{type(self).__name__}: state '{k}' of parameter {i}"
+            if k == 'step' and v.shape != ():
+                raise ValueError(f"{name} has shape {v.shape}, not () (a count)")
+            if k != 'step' and (v.shape, v.dtype) != (p.shape, p.dtype):
+                raise ValueError(f"{name} is {v.dtype} of shape {v.shape}; the parameter {p.dtype} of shape {p.shape}")
+            if k != 'step' and v.device != p.device:
+                raise RuntimeError(f"{name} is on {v.device}, the parameter on {p.device}")
 
     def _params(self):
         return [p for group in self.param_groups for p in group['params']]
@@ -4278,14 +4457,15 @@ def _check_options(group, decoupled):
 
 def _wide(a):
     """a in the dtype torch.optim's ops compute in (_opmath): float16 in float32, each op's result rounded once."""
-    return a.astype(_opmath(a.dtype), copy=False)
+    return a.astype(np.float32) if a.dtype == np.float16 else a
 
 
 def _add(a, b, alpha, out=None):
     """torch's a.add(b, alpha=alpha), into out where given: float16 computes in float32 and rounds once, with alpha
     first rounded to a's dtype as torch does."""
     alpha = alpha.astype(a.dtype) if hasattr(alpha, 'astype') else a.dtype.type(alpha)
-    out = _xp(a).empty_like(a) if out is None else out
+    if out is None and a.dtype == np.float16:   # (rounded once, into float16)
+        out = _xp(a).empty_like(a)
     return _xp(a).add(_wide(a), _wide(alpha) * _wide(b), out=out)
 
 
