@@ -3301,7 +3301,8 @@ class Tensor:
 
     def _truth(self, test, axis, keepdim):
         """Whether every element (test 'all') or some element ('any') is nonzero, a bool tensor; no gradient."""
-        result = getattr(self.data.astype(bool, copy=False), test)(axis=_reduced_axes(axis, self.ndim), keepdims=keepdim)
+        truth = self.data.astype(bool, copy=False)
+        result = getattr(truth, test)(axis=_reduced_axes(axis, self.ndim), keepdims=keepdim)
         return Tensor._wrap(_xp(self.data).asarray(result), self.device)
 
     @_aliases(dim='axis')
