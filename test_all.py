@@ -756,6 +756,11 @@ def test_remainder_and_floor_division_as_pytorch():
             ours, theirs = op(tl.tensor(x0), tl.tensor(y0)), op(torch.tensor(x0), torch.tensor(y0))
             assert str(ours.dtype) == str(theirs.dtype).replace('torch.', ''), (ours.dtype, theirs.dtype)
             assert_close(ours.numpy(), theirs.numpy(), 1e-6, 1e-3 if x0.dtype == np.float16 else 1e-9)
+    half = (np.abs(a) + 0.1).astype(np.float16).ravel()   # PyTorch rounds the number to float16 first for % and //
+    for op in (lambda x: x % 0.3, lambda x: 0.3 % x, lambda x: x // 0.3, lambda x: x % x.new_tensor(0.3)
+               if isinstance(x, torch.Tensor) else x % tl.tensor(np.float32(0.3))):
+        assert np.array_equal(op(tl.tensor(half)).numpy(), op(torch.tensor(half)).numpy())
+    raises(TypeError, lambda: tl.tensor([True, False]) % tl.tensor([True, True]), 'bool')
     floored = tl.tensor(a, requires_grad=True) // 2
     raises(RuntimeError, lambda: floored.sum().backward(), 'floor_divide')
     raises(RuntimeError, lambda: tl.tensor(ints) % tl.tensor([1, 0, 2, 3]), 'by zero')
@@ -851,8 +856,9 @@ def test_inplace_ops_on_empty_tensors():
 def test_expanded_views_write_through_as_pytorch():
     """expand() gives a writable view, as PyTorch's: where no two elements share memory (the same shape, or size-1
     axes added in front) in-place ops, item assignment and zero_() write through to the base, whose version counter
-    they advance (a backward that saved the base raises); a slice of a real broadcast writes through too. Where
-    elements do share memory, item assignment and zero_() are refused as in-place arithmetic is, changing nothing."""
+    they advance (a backward that saved the base raises); a slice of a real broadcast writes through too, as do a
+    row of one and zero_(). Where the written elements share memory, item assignment is refused as in-place
+    arithmetic is, changing nothing."""
     need_torch()
     r = rng('expand views')
     b0, v0 = sample(r, (2, 3)), sample(r, (3,))
@@ -882,12 +888,20 @@ def test_expanded_views_write_through_as_pytorch():
         row = b.expand(3, 3)[1]
         row += m.tensor(v0)
         assert np.array_equal(b.numpy(), b0[:1] + v0), m.__name__
-    b = tl.tensor(b0[:1].copy())
-    wide = b.expand(2, 3)
-    for what, write in (('single memory location', lambda: wide.__setitem__(0, 1.25)),
-                        ('single memory location', wide.zero_), ('single memory location', lambda: wide.__iadd__(1.0))):
-        raises(RuntimeError, write, what, 'clone()')
-        assert np.array_equal(b.numpy(), b0[:1]) and wide.shape == (2, 3)
+    for m in (tl, torch):   # a real broadcast: one row of it, and zero_() (a fill), write through
+        b = m.tensor(b0[:1].copy())
+        wide = b.expand(2, 3)
+        wide[0] = 1.25
+        assert np.array_equal(b.numpy(), np.full((1, 3), 1.25)), m.__name__
+        wide.zero_()
+        assert not b.numpy().any(), m.__name__
+    for write in (lambda w: w.__setitem__(slice(None), 1.25), lambda w: w.__setitem__((slice(None), 0), 4.0),
+                  lambda w: w.__iadd__(1.0)):   # writes whose own elements share memory: refused, as PyTorch's
+        for m in (tl, torch):
+            b = m.tensor(b0[:1].copy())
+            wide = b.expand(2, 3)
+            raises(RuntimeError, lambda: write(wide), *(('single memory location', 'clone()') if m is tl else ()))
+            assert np.array_equal(b.numpy(), b0[:1]) and wide.shape == (2, 3)
 
 
 def test_zero_and_requires_grad_():
@@ -1956,6 +1970,10 @@ def test_module_and_tensor_repr_as_pytorch():
     assert repr(x).endswith('requires_grad=True)') and repr(tl.tensor(3.0)) == 'tensor(3.)'
     assert repr(tl.zeros(0, 3)) == 'tensor([], size=(0, 3))' and repr(tl.zeros(0)) == 'tensor([])'
     assert repr(tl.ones(2, dtype=np.float16)) == 'tensor([1., 1.], dtype=float16)'
+    for value in ([0.5, 0.25], 3.5, [1e-5, 1.0], [True, True], [True, False], [float('nan'), 1.5], 3.0,
+                  [[1.2345, -2.5], [3.0, 4.0]], np.zeros(0, np.int64), np.zeros((0, 3), np.int32),
+                  np.arange(3, dtype=np.int8), np.float16([1.5, 2.25]), sample(rng('repr values'), (3, 2))):
+        assert repr(tl.tensor(value)) == repr(torch.tensor(value)).replace('torch.', ''), value
     assert repr(tl.tensor([1, 2], dtype=np.int32)) == 'tensor([1, 2], dtype=int32)' == repr(torch.tensor(
         [1, 2], dtype=torch.int32)).replace('torch.', '')
 
@@ -2575,11 +2593,12 @@ def test_zero_dim_operands_promote_as_pytorch():
 def test_integer_with_float16_rounds_the_integers_first():
     """An integer tensor with a float16 one: the integers are rounded to float16 first, as PyTorch does (2049
     becomes 2048), then the op runs as float16 with float16; in both orders, 0-d either side, and in place; but a 0-d
-    integer after * or / (PyTorch's CPU scalar) meets the float16 operand unrounded, in float32: bit for bit
-    PyTorch's everywhere."""
+    integer, or one of one element, after * or / (PyTorch's CPU scalar) meets the float16 operand unrounded, in
+    float32: bit for bit PyTorch's everywhere."""
     need_torch()
     r = rng('int with float16')
-    for int_dtype, int_shape, half_shape in ((np.int32, (9,), (9,)), (np.int64, (9,), ()), (np.int16, (), (9,))):
+    for int_dtype, int_shape, half_shape in ((np.int32, (9,), (9,)), (np.int64, (9,), ()), (np.int16, (), (9,)),
+                                             (np.int32, (1,), (9,)), (np.int64, (1, 1), (3, 9))):
         i = np.asarray(r.integers(1025, 8192, int_shape)).astype(int_dtype)
         h = np.asarray(r.uniform(0.5, 7, half_shape)).astype(np.float16)   # products stay below 65504
         for k, f in enumerate((lambda a, b: a + b, lambda a, b: a - b, lambda a, b: a * b, lambda a, b: a / b)):
@@ -2661,6 +2680,22 @@ def test_pytorch_conveniences():
     raises(TypeError, lambda: items[tl.tensor([1, 2])], 'index')
     assert f'{x.sum():.3f}' == f'{p.sum():.3f}' and f'{tl.tensor(7):>4}' == '   7'
     raises(TypeError, lambda: f'{x:.3f}')
+    assert x.argmax(1, keepdim=True).tolist() == p.argmax(1, keepdim=True).tolist()
+    raises(TypeError, lambda: (x > 0).argmax(), 'bool')
+    assert (x == None) is False and (x != None) is True   # noqa: E711 (PyTorch's answer)
+    u = tl.tensor(np.array([[1, 0], [2, 3]], np.uint8))
+    assert u.any().dtype == u.all(dim=1).dtype == np.uint8 and u.all(dim=1).tolist() == [0, 1]
+    ties, pties = tl.tensor([[1.0, 3.0, 3.0], [2.0, 2.0, -1.0]], requires_grad=True), torch.tensor(
+        [[1.0, 3.0, 3.0], [2.0, 2.0, -1.0]], requires_grad=True)   # the gradient to the index found alone
+    for t, name in ((ties, 'max'), (pties, 'max')):
+        getattr(t, name)(dim=1).values.sum().backward()
+    assert ties.grad.tolist() == pties.grad.tolist() == [[0, 1, 0], [1, 0, 0]]
+    flat, pflat = tl.tensor([2.0, 2.0, 2.0], requires_grad=True), torch.tensor([2.0, 2.0, 2.0], requires_grad=True)
+    flat.std().backward()
+    pflat.std().backward()
+    assert flat.grad.tolist() == pflat.grad.tolist() == [0, 0, 0]   # not NaN (0 * inf through the square root)
+    base, exponent = [0, 1, -1, -1, 2, -2, 3, -3], [-1, -3, -3, -2, -1, -1, 0, 3]
+    assert (tl.tensor(base) ** tl.tensor(exponent)).tolist() == (torch.tensor(base) ** torch.tensor(exponent)).tolist()
 
 def test_pytorch_keyword_names():
     """PyTorch's keyword names work beside API.md's: dim= for axis= (reductions, softmax, shape ops, cat, stack; max
