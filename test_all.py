@@ -5745,7 +5745,7 @@ def test_cifar_load_official_layout():
     with tempfile.TemporaryDirectory() as root:
         _write_batches(os.path.join(root, 'cifar-10-batches-py'), *data)
         for where in (root, os.path.join(root, 'cifar-10-batches-py')):   # the parent or the batches folder
-            loaded = tc.load_cifar(where, download=False)
+            loaded = (*tc.load_cifar(where, 'train', download=False), *tc.load_cifar(where, 'test', download=False))
             for got, want in zip(loaded, data):
                 assert got.shape == want.shape and np.array_equal(got, want), (got.shape, want.shape)
             assert loaded[0].dtype == np.uint8 and loaded[1].dtype == np.int64
@@ -5762,7 +5762,7 @@ def test_cifar_corrupt_file_is_named():
             f.write(head)
         def expect_error(word, what):
             try:
-                tc.load_cifar(root, download=False)
+                tc.load_cifar(root, 'train', download=False)
             except tc.DataError as e:
                 assert 'data_batch_3' in str(e) and word in str(e), str(e)
             else:
@@ -5788,13 +5788,13 @@ def test_cifar_download_md5_and_unpack():
         target = os.path.join(root, 'data')
         with mock.patch.object(urllib.request, 'urlopen', urlopen):
             try:   # the real MD5 does not match the fake archive
-                tc.load_cifar(target)
+                tc.load_cifar(target, 'train')
             except tc.DataError as e:
                 assert 'MD5' in str(e), str(e)
             else:
                 raise AssertionError('an archive with the wrong MD5 was accepted')
             with mock.patch.object(tc, 'MD5', hashlib.md5(archive).hexdigest()):
-                loaded = tc.load_cifar(target)
+                loaded = (*tc.load_cifar(target, 'train'), *tc.load_cifar(target, 'test', download=False))
         assert all(np.array_equal(a, b) for a, b in zip(loaded, data))
         assert os.path.exists(os.path.join(target, 'cifar-10-python.tar.gz'))
 
@@ -5804,7 +5804,7 @@ def test_cifar_no_network_says_how_to_point_data():
         raise urllib.error.URLError('Temporary failure in name resolution')
     with tempfile.TemporaryDirectory() as root, mock.patch.object(urllib.request, 'urlopen', offline):
         try:
-            tc.load_cifar(root)
+            tc.load_cifar(root, 'train')
         except tc.DataError as e:
             msg = str(e)
             assert 'no network' in msg and '--data' in msg and 'cifar_jpeg_to_batches' in msg, msg
@@ -5867,6 +5867,7 @@ def test_cifar_resume_equals_uninterrupted():
         whole = _train(_args(root, '--epochs', '2.5', '--seed', '3'))
         first = _train(_args(root, '--epochs', '2.5', '--seed', '3', '--save', ck, '--stop-after', '1'))
         assert first['steps'] == 4 and os.path.exists(ck) and not os.path.exists(ck + '.tmp')
+        assert first['test_acc'] is None and first['eval_time'] is None   # stopped early: not tested
         rest = _train(_args(root, '--epochs', '2.5', '--seed', '3', '--resume', ck, '--log', log))
         assert rest['steps'] == whole['steps'] == 10, (rest['steps'], whole['steps'])
         a, b = whole['model'].state_dict(), rest['model'].state_dict()
@@ -5874,14 +5875,73 @@ def test_cifar_resume_equals_uninterrupted():
             assert np.array_equal(a[k], b[k]), f'{k} differs after resuming'
         assert rest['test_acc'] == whole['test_acc']
         assert [r['train_loss'] for r in rest['epochs']] == [r['train_loss'] for r in whole['epochs'][1:]]
-        with open(log) as f:
-            assert [json.loads(line)['epoch'] for line in f] == [2, 3]
+        with open(log) as f:   # a line per epoch, then the final evaluation's
+            records = [json.loads(line) for line in f]
+        assert [r.get('epoch') for r in records] == [2, 3, None] and 'test_acc' not in records[0], records
+        assert records[-1]['test_acc_tta'] == rest['test_acc'] and records[-1]['steps'] == 10, records[-1]
         try:   # other settings than the checkpoint's are refused
             _train(_args(root, '--epochs', '3', '--seed', '3', '--resume', ck))
         except ValueError as e:
             assert 'same settings' in str(e), str(e)
         else:
             raise AssertionError('resumed with different settings')
+
+
+def test_cifar_test_batch_read_only_after_training():
+    """The held-back split (test_batch) is read and evaluated once, after the last training step; a --stop-after
+    run that ends before the schedule does not read it at all (it trains with test_batch unreadable), and a
+    full run checks before training that test_batch is there."""
+    with tempfile.TemporaryDirectory() as root:
+        folder = os.path.join(root, 'cifar-10-batches-py')
+        _write_batches(folder, *_tiny_cifar(n_train=60, n_test=20))
+        events, read_batch, train_step, evaluate = [], tc.read_batch, tc.train_step, tc.evaluate
+        def read(path):
+            events.append(os.path.basename(path))
+            return read_batch(path)
+        def step(*a):
+            events.append('step')
+            return train_step(*a)
+        def test(*a):
+            events.append('evaluate')
+            return evaluate(*a)
+        log = os.path.join(root, 'log.jsonl')
+        with mock.patch.object(tc, 'read_batch', read), mock.patch.object(tc, 'train_step', step), \
+                mock.patch.object(tc, 'evaluate', test):
+            result = _train(_args(root, '--epochs', '2', '--log', log))
+        last_step = max(i for i, e in enumerate(events) if e == 'step')
+        assert events.count('test_batch') == 1 and events.index('test_batch') > last_step, events
+        assert events.count('evaluate') == 1 and events.index('evaluate') > last_step, events
+        assert result['test_acc'] is not None and all('test_acc' not in r for r in result['epochs']), result
+        with open(log) as f:
+            assert [json.loads(line).get('test_acc') is None for line in f] == [True, True, False]
+        with open(os.path.join(folder, 'test_batch'), 'wb') as f:   # unreadable: reading it raises DataError
+            f.write(b'not a batch')
+        ck = os.path.join(root, 'ck.npz')
+        first = _train(_args(root, '--epochs', '2', '--stop-after', '1', '--save', ck))
+        assert first['steps'] == 3 and first['test_acc'] is None, first
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            tc.main(['--data', root, '--device', 'cpu', '--widths', '8,16,16', '--batch-size', '20', '--epochs', '2',
+                     '--stop-after', '1'])
+        assert 'no test evaluation' in out.getvalue() and 'test accuracy' not in out.getvalue(), out.getvalue()
+        with mock.patch.object(tc, 'train_step', step):   # the rest trains, then the final evaluation fails
+            events.clear()
+            raises(tc.DataError, lambda: _train(_args(root, '--epochs', '2', '--resume', ck)), 'test_batch')
+            assert events == ['step'] * 3, events
+            os.remove(os.path.join(folder, 'test_batch'))   # missing: a full run stops before it trains
+            events.clear()
+            raises(tc.DataError, lambda: _train(_args(root, '--epochs', '2')), 'test_batch')
+            assert events == [], events
+            assert _train(_args(root, '--epochs', '2', '--stop-after', '1'))['steps'] == 3
+    assert 'does not evaluate on the test set' in _help(), 'the --help text does not say so'
+
+
+def _help():
+    """train_cifar.py's --help text, its whitespace runs as single spaces."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+        tc.parse_args(['--help'])
+    return ' '.join(out.getvalue().split())
 
 
 def test_cifar_net_and_optimizer_match_pytorch():
