@@ -5807,7 +5807,7 @@ def test_cifar_no_network_says_how_to_point_data():
             tc.load_cifar(root, 'train')
         except tc.DataError as e:
             msg = str(e)
-            assert 'no network' in msg and '--data' in msg and 'cifar_jpeg_to_batches' in msg, msg
+            assert 'no network' in msg and '--data' in msg and 'shared/tools/cifar_jpeg_to_batches.py' in msg, msg
         else:
             raise AssertionError('no error without network')
         try:
@@ -5816,6 +5816,22 @@ def test_cifar_no_network_says_how_to_point_data():
             assert e.code not in (0, None) and 'no network' in str(e.code), e.code
         else:
             raise AssertionError('main() did not exit')
+
+
+def test_cifar_missing_batches_named_not_downloaded():
+    """A batches folder lacking some files is an error naming them: the archive is downloaded (and unpacked over
+    the folder) only where the folder is absent."""
+    def urlopen(*a, **k):
+        raise AssertionError('downloaded although the batches folder exists')
+    with tempfile.TemporaryDirectory() as root, mock.patch.object(urllib.request, 'urlopen', urlopen):
+        for folder in (os.path.join(root, 'a', 'cifar-10-batches-py'), os.path.join(root, 'b')):   # both layouts
+            _write_batches(folder, *_tiny_cifar())
+            for name in ('data_batch_1', 'data_batch_4'):
+                os.remove(os.path.join(folder, name))
+            where = os.path.dirname(folder) if folder.endswith('py') else folder
+            msg = raises(tc.DataError, lambda: tc.load_cifar(where, 'train'), folder, 'data_batch_1, data_batch_4')
+            assert 'data_batch_2' not in msg and 'test_batch' not in msg, msg
+            assert len(tc.load_cifar(where, 'test')[0]) == 20   # the test split is all there
 
 
 def test_cifar_augment_matches_numpy_and_is_seeded():

@@ -107,7 +107,7 @@ def download_cifar(root):
                 f"Copy the data set in by hand: unpack cifar-10-python.tar.gz so that {root}/cifar-10-batches-py/ "
                 "holds data_batch_1..5 and test_batch, or point --data at a folder that holds "
                 "cifar-10-batches-py/ (or at that folder itself). The layout written by "
-                "tools/cifar_jpeg_to_batches.py OUT_DIR works: --data OUT_DIR. "
+                "shared/tools/cifar_jpeg_to_batches.py OUT_DIR works: --data OUT_DIR. "
                 "For a timing run without data use --synthetic.") from None
         got = _md5(part)
         if got != MD5:
@@ -142,14 +142,19 @@ SPLITS = {'train': [f'data_batch_{i}' for i in range(1, 6)], 'test': ['test_batc
 
 def cifar_folder(root, splits=('train', 'test'), download=True):
     """The folder holding the batches of `splits`: root/cifar-10-batches-py/, or root itself where it holds
-    them; the official archive is downloaded first where files are missing."""
-    names = [n for s in splits for n in SPLITS[s]]
-    folder = root if os.path.exists(os.path.join(root, 'data_batch_1')) else os.path.join(root, 'cifar-10-batches-py')
-    if not all(os.path.exists(os.path.join(folder, n)) for n in names):
+    batches. Only where that folder is absent is the official archive downloaded (and unpacked into root);
+    where it lacks some batches, a DataError names them and nothing is unpacked over it."""
+    every = SPLITS['train'] + SPLITS['test']
+    holds = any(os.path.exists(os.path.join(root, n)) for n in every)
+    folder = root if holds else os.path.join(root, 'cifar-10-batches-py')
+    if not os.path.isdir(folder):
         if not download:
-            raise DataError(f"{folder}: CIFAR-10 batches missing ({', '.join(names)} expected)")
+            raise DataError(f"{folder}: no such folder (CIFAR-10's {', '.join(every)} expected there)")
         download_cifar(root)
-        folder = os.path.join(root, 'cifar-10-batches-py')
+    missing = [n for s in splits for n in SPLITS[s] if not os.path.isfile(os.path.join(folder, n))]
+    if missing:
+        raise DataError(f"{folder}: CIFAR-10 batches missing: {', '.join(missing)}; copy them in, or point --data "
+                        "at a complete folder (delete this one to download the data set again)")
     return folder
 
 
