@@ -5834,6 +5834,22 @@ def test_cifar_missing_batches_named_not_downloaded():
             assert len(tc.load_cifar(where, 'test')[0]) == 20   # the test split is all there
 
 
+def test_cifar_empty_batches_refused():
+    """Batches without images are a DataError naming them, not a ZeroDivisionError (training) or "0.00%" (testing)."""
+    def empty(folder, name):
+        with open(os.path.join(folder, name), 'wb') as f:
+            pickle.dump({b'labels': [], b'data': np.zeros((0, 3072), np.uint8)}, f)
+    with tempfile.TemporaryDirectory() as root:
+        folder = os.path.join(root, 'cifar-10-batches-py')
+        _write_batches(folder, *_tiny_cifar(n_train=40, n_test=20))
+        empty(folder, 'test_batch')
+        raises(tc.DataError, lambda: tc.load_cifar(root, 'test'), 'test_batch', 'no images')
+        raises(tc.DataError, lambda: _train(_args(root, '--epochs', '1')), 'test_batch', 'no images')   # after training
+        for k in range(1, 6):
+            empty(folder, f'data_batch_{k}')
+        raises(tc.DataError, lambda: _train(_args(root, '--epochs', '1')), 'data_batch_1', 'data_batch_5', 'no images')
+
+
 def test_cifar_augment_matches_numpy_and_is_seeded():
     x = np.random.default_rng(0).integers(0, 256, (6, 3, 32, 32), dtype=np.uint8)
     images = tc.DeviceImages(x, 'cpu', np.dtype(np.float32))

@@ -160,9 +160,11 @@ def cifar_folder(root, splits=('train', 'test'), download=True):
 
 def load_cifar(root, split, download=True):
     """(images, labels) of CIFAR-10's split 'train' (data_batch_1..5) or 'test' (test_batch) under root
-    (cifar_folder's)."""
+    (cifar_folder's); a DataError where they hold no images."""
     folder = cifar_folder(root, [split], download)
     parts = [read_batch(os.path.join(folder, n)) for n in SPLITS[split]]
+    if not sum(len(x) for x, _ in parts):
+        raise DataError(f"{folder}: {', '.join(SPLITS[split])} hold no images")
     return np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts])
 
 
