@@ -5850,6 +5850,44 @@ def test_cifar_empty_batches_refused():
         raises(tc.DataError, lambda: _train(_args(root, '--epochs', '1')), 'data_batch_1', 'data_batch_5', 'no images')
 
 
+def _cli_error(*argv):
+    """The argparse error (exit status 2) that train_cifar.py prints for argv."""
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            tc.parse_args(list(argv))
+    except SystemExit as e:
+        assert e.code == 2, e.code
+        return err.getvalue()
+    raise AssertionError(f'{argv} accepted')
+
+
+def test_cifar_cli_refuses_bad_values():
+    """Each bad value is an argparse error naming the option (and the user's path), before any data is read."""
+    with tempfile.TemporaryDirectory() as d:
+        a_file, missing = os.path.join(d, 'file'), os.path.join(d, 'nope', 'out')
+        open(a_file, 'w').close()
+        cases = [(['--train-limit', '-5'], '--train-limit'), (['--train-limit', '0'], '--train-limit'),
+                 (['--stop-after', '0'], '--stop-after'), (['--seed', '-1'], '--seed'),
+                 (['--batch-size', '0'], '--batch-size'), (['--weight-decay', 'nan'], '--weight-decay'),
+                 *[(['--epochs', v], '--epochs') for v in ('nan', 'inf', '0', '-1')],
+                 *[(['--lr', v], '--lr') for v in ('nan', '-inf', '0')],
+                 *[(['--widths', v], f"'{v}'", 'three positive integers') for v in ('8,8', '8,8,8,8', '8,0,8', '8,-2,8',
+                                                                                    'a,b,c', '8,,8', '')],
+                 (['--data', a_file], a_file), (['--save', missing], missing, 'does not exist'),
+                 (['--log', missing], missing, 'does not exist'), (['--save', d], d, 'folder'),
+                 *[(['--device', v], v, "'cpu', 'cuda' or 'cuda:N'") for v in ('gpu', 'cuda:x', 'cuda1', 'CPU')]]
+        if not tl.cuda_is_available():
+            cases.append((['--device', 'cuda:0'], 'needs CuPy'))
+        for argv, *needles in cases:
+            msg = _cli_error('--device', 'cpu', *argv)
+            for needle in needles:
+                assert needle in msg, (argv, needle, msg)
+        args = tc.parse_args(['--device', 'cpu', '--widths', '8,16,16', '--weight-decay', '0', '--seed', '0',
+                              '--save', os.path.join(d, 'ck.npz'), '--log', 'log.jsonl', '--data', missing])
+        assert args.widths == (8, 16, 16) and tc.parse_args([]).widths == tc.WIDTHS, args.widths
+
+
 def test_cifar_augment_matches_numpy_and_is_seeded():
     x = np.random.default_rng(0).integers(0, 256, (6, 3, 32, 32), dtype=np.uint8)
     images = tc.DeviceImages(x, 'cpu', np.dtype(np.float32))

@@ -45,6 +45,7 @@ import json
 import math
 import os
 import pickle
+import re
 import sys
 import tarfile
 import time
@@ -424,7 +425,7 @@ def train(args):
     per-epoch records, as logged), steps (done in all), model."""
     device = args.device or ('cuda' if tl.cuda_is_available() else 'cpu')
     dtype = np.dtype(args.dtype or ('float16' if device.startswith('cuda') else 'float32'))
-    widths = tuple(int(w) for w in args.widths.split(','))
+    widths = args.widths
     if args.synthetic:
         # a test set an eighth the size of the training set keeps quick CPU runs quick
         n_train = min(args.train_limit or 50000, 50000)
@@ -545,6 +546,17 @@ def train(args):
                 warmup_time=warmup_time, epochs=records, steps=step, model=model)
 
 
+def _widths(text):
+    """--widths's type: three positive integers, comma-separated."""
+    try:
+        widths = tuple(int(w) for w in text.split(','))
+    except ValueError:
+        widths = ()
+    if len(widths) != 3 or min(widths) < 1:
+        raise argparse.ArgumentTypeError(f'{text!r}: expected three positive integers, such as 64,256,256')
+    return widths
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], epilog=__doc__.split('\n\n', 2)[2],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -561,8 +573,7 @@ def parse_args(argv=None):
     p.add_argument('--train-limit', type=int, default=None, metavar='N', help='train on the first N images only')
     p.add_argument('--dtype', choices=['float16', 'float32', 'float64'], default=None,
                    help='activation dtype (default float16 on the GPU, float32 on the CPU)')
-    p.add_argument('--widths', default=','.join(map(str, WIDTHS)),
-                   help="the three blocks' widths (default 64,256,256)")
+    p.add_argument('--widths', type=_widths, default=WIDTHS, help="the three blocks' widths (default 64,256,256)")
     p.add_argument('--tta', choices=['on', 'flip', 'off'], default='on',
                    help='test-time augmentation: mirror and 1-pixel shifts (on), mirror only (flip), none (off)')
     p.add_argument('--save', metavar='PATH', help='write a checkpoint after every epoch (atomically)')
@@ -575,11 +586,32 @@ def parse_args(argv=None):
     p.add_argument('--cuda-graph', choices=['on', 'off'], default='on',
                    help='on the GPU, record the training step into a CUDA graph and replay it (default on)')
     args = p.parse_args(argv)
-    if args.epochs <= 0 or args.batch_size <= 0:
-        p.error('--epochs and --batch-size must be positive')
-    if args.device not in (None, 'cpu') and not tl.cuda_is_available():
-        p.error(f"--device {args.device} needs CuPy and an NVIDIA GPU (pip install cupy-cuda12x, or cupy-cuda13x "
-                "for CUDA 13); --device cpu runs without")
+    for name, value in (('--epochs', args.epochs), ('--lr', args.lr)):
+        if not (math.isfinite(value) and value > 0):
+            p.error(f'{name} must be a finite number > 0, not {value}')
+    if not (math.isfinite(args.weight_decay) and args.weight_decay >= 0):
+        p.error(f'--weight-decay must be a finite number >= 0, not {args.weight_decay}')
+    for name, value, least in (('--batch-size', args.batch_size, 1), ('--train-limit', args.train_limit, 1),
+                               ('--stop-after', args.stop_after, 1), ('--seed', args.seed, 0)):
+        if value is not None and value < least:
+            p.error(f'{name} must be at least {least}, not {value}')
+    if not args.synthetic and os.path.exists(args.data) and not os.path.isdir(args.data):
+        p.error(f'--data {args.data}: a file; give the folder holding cifar-10-batches-py/ (or the batches)')
+    for name, path in (('--save', args.save), ('--log', args.log)):   # checked now, not after an epoch
+        if path is not None and os.path.isdir(path):
+            p.error(f'{name} {path}: a folder; give a file path')
+        if path is not None and not os.path.isdir(os.path.dirname(path) or '.'):
+            p.error(f'{name} {path}: its folder {os.path.dirname(path)} does not exist')
+    if args.device is not None and not re.fullmatch(r'cpu|cuda(:\d+)?', args.device):
+        p.error(f"--device {args.device}: unknown device; expected 'cpu', 'cuda' or 'cuda:N'")
+    if args.device not in (None, 'cpu'):
+        if not tl.cuda_is_available():
+            p.error(f"--device {args.device} needs CuPy and an NVIDIA GPU (pip install cupy-cuda12x, or cupy-cuda13x "
+                    "for CUDA 13); --device cpu runs without")
+        try:
+            tl.zeros(1, device=args.device)   # a GPU of that index exists
+        except RuntimeError as e:
+            p.error(f'--device {args.device}: {e}')
     return args
 
 
