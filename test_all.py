@@ -6014,6 +6014,40 @@ def _help():
     return ' '.join(out.getvalue().split())
 
 
+def test_cifar_resume_errors_name_the_checkpoint():
+    """--resume of a missing, truncated or foreign file, or of a folder, is a ResumeError naming the path (main()
+    prints it and exits with 1); a checkpoint made with another weight decay or dtype is refused as other settings."""
+    with tempfile.TemporaryDirectory() as root:
+        _write_batches(os.path.join(root, 'cifar-10-batches-py'), *_tiny_cifar(n_train=40, n_test=20))
+        ck = os.path.join(root, 'ck.npz')
+        _train(_args(root, '--epochs', '2', '--stop-after', '1', '--save', ck))
+        with open(ck, 'rb') as f:
+            whole = f.read()
+        bad = {name: os.path.join(root, name) for name in ('truncated.npz', 'text.npz', 'other.npz')}
+        with open(bad['truncated.npz'], 'wb') as f:
+            f.write(whole[:len(whole) // 2])
+        with open(bad['text.npz'], 'w') as f:
+            f.write('not a checkpoint')
+        tl.save({'model': {}}, bad['other.npz'])
+        cases = [(os.path.join(root, 'missing.npz'), 'FileNotFoundError'), (root, 'cannot read'),
+                 (bad['truncated.npz'], 'cannot read'), (bad['text.npz'], 'cannot read'),
+                 (bad['other.npz'], 'not a checkpoint')]
+        for path, needle in cases:
+            raises(tc.ResumeError, lambda: _train(_args(root, '--epochs', '2', '--resume', path)), f'--resume {path}:',
+                   needle)
+        try:
+            tc.main(['--data', root, '--device', 'cpu', '--widths', '8,16,16', '--batch-size', '20', '--epochs', '2',
+                     '--resume', bad['truncated.npz']])
+        except SystemExit as e:
+            assert str(e.code).startswith(f"error: --resume {bad['truncated.npz']}:"), e.code
+        else:
+            raise AssertionError('main() did not exit')
+        for extra, setting in ((['--weight-decay', '0.01'], "'weight_decay': 0.01"), (['--dtype', 'float64'], 'float64')):
+            raises(tc.ResumeError, lambda: _train(_args(root, '--epochs', '2', '--resume', ck, *extra)), 'same settings',
+                   setting)
+        assert _train(_args(root, '--epochs', '2', '--resume', ck))['steps'] == 4
+
+
 def test_cifar_net_and_optimizer_match_pytorch():
     """The same net written in PyTorch, loaded with our initial weights, gives the same logits and the
     same weights after three steps of the same optimizer settings (need_torch, torch, F: test_all.py's)."""

@@ -78,7 +78,8 @@ class DataError(RuntimeError):
 
 
 class ResumeError(ValueError):
-    """A checkpoint made with other settings than this run's; main() prints it and exits with 1."""
+    """A --resume checkpoint unreadable, or made with other settings than this run's; main() prints it and exits
+    with 1."""
 
 
 def _md5(path):
@@ -417,6 +418,23 @@ def save_checkpoint(path, model, opt, lookahead, rng, flip0, epoch, step, train_
              'flip0': flip0, 'epoch': epoch, 'step': step, 'train_time': train_time, 'config': config}, path)
 
 
+def load_checkpoint(path, config):
+    """save_checkpoint's dict from `path`; a ResumeError naming path where it is unreadable, not a checkpoint,
+    or made with another `config` (every setting that changes the arithmetic) than this run's."""
+    try:
+        ck = tl.load(path)
+    except Exception as e:   # missing, a folder, truncated, not an .npz of tl.save's
+        raise ResumeError(f"--resume {path}: cannot read it as a checkpoint ({type(e).__name__}: {e})") from None
+    keys = ('model', 'optimizer', 'lookahead', 'rng', 'flip0', 'epoch', 'step', 'train_time', 'config')
+    if not (isinstance(ck, dict) and all(k in ck for k in keys)):
+        raise ResumeError(f"--resume {path}: not a checkpoint of train_cifar.py --save (a dict of {', '.join(keys)} "
+                          "expected)")
+    if ck['config'] != config:
+        raise ResumeError(f"--resume {path}: the checkpoint was made with {ck['config']}, this run has {config}; "
+                          "resume with the same settings")
+    return ck
+
+
 def train(args):
     """Train and evaluate as args (parse_args's namespace) say. The held-back split (test_batch) is read and
     evaluated only once training has reached the end of the schedule; a run that --stop-after ends before it
@@ -442,8 +460,9 @@ def train(args):
     last_epoch = min(n_epochs, args.stop_after or n_epochs)
     if last_epoch == n_epochs and not args.synthetic:   # test_batch is read after training; there it must be now
         cifar_folder(args.data, ['test'])
-    config = dict(epochs=args.epochs, batch_size=batch, lr=args.lr, seed=args.seed, n_train=len(x_train),
-                  widths=list(widths), synthetic=bool(args.synthetic))
+    config = dict(epochs=args.epochs, batch_size=batch, lr=args.lr, weight_decay=args.weight_decay, seed=args.seed,
+                  n_train=len(x_train), widths=list(widths), synthetic=bool(args.synthetic), dtype=dtype.name,
+                  device=device.split(':')[0])   # what resuming must match: what changes the arithmetic
 
     train_images = DeviceImages(x_train, device, dtype)
     warmup_time = 0.0
@@ -461,10 +480,7 @@ def train(args):
     lookahead = Lookahead(model)
     start_epoch, step, train_time = 0, 0, time.perf_counter() - t0   # the whitening counts, as in airbench
     if args.resume:
-        ck = tl.load(args.resume)
-        if ck['config'] != config:
-            raise ResumeError(f"--resume {args.resume}: the checkpoint was made with {ck['config']}, this run has "
-                             f"{config}; resume with the same settings")
+        ck = load_checkpoint(args.resume, config)
         model.load_state_dict(ck['model'])
         opt.load_state_dict(ck['optimizer'])
         lookahead.average = [tl.Tensor(a, device=device) for a in ck['lookahead']]
