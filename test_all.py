@@ -2101,6 +2101,32 @@ def test_error_save_object_array_writes_nothing():
         assert_close(tl.load(path)['w'], np.ones(2), 0, 0, 'the earlier file was overwritten')
 
 
+def test_save_file_mode_fsync_and_tensor_keys():
+    """tl.save: the file gets the mode a new file gets under the umask (not mkstemp's 0600), it is fsynced before it is
+    renamed into place, and a dict keyed by a Tensor (load() would read an array, unhashable) is refused when saving."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, 'model.npz')
+        old = os.umask(0o022)
+        try:
+            for umask, mode in ((0o022, 0o644), (0o077, 0o600), (0o002, 0o664)):
+                os.umask(umask)
+                tl.save({'w': np.ones(2)}, path)
+                assert os.stat(path).st_mode & 0o777 == mode, (oct(umask), oct(os.stat(path).st_mode))
+        finally:
+            os.umask(old)
+        calls, replace = [], os.replace
+        def renamed(src, dst):
+            calls.append('replace')
+            replace(src, dst)
+        with mock.patch.object(os, 'fsync', lambda fd: calls.append('fsync')), mock.patch.object(os, 'replace', renamed):
+            tl.save({'w': np.zeros(3)}, path)
+        assert calls == ['fsync', 'replace'], calls
+        t = tl.Tensor([1.0])
+        raises(TypeError, lambda: tl.save({t: 1}, path), 'a key of obj', 'Tensor')
+        raises(TypeError, lambda: tl.save({'a': {(1, t): 2}}, path), "a key of obj['a']", 'Tensor')
+        assert os.listdir(d) == ['model.npz'] and np.array_equal(tl.load(path)['w'], np.zeros(3)), os.listdir(d)
+
+
 def test_module_to_dtype():
     net = build_net(tl)
     assert net.double() is net

@@ -4587,8 +4587,12 @@ class CUDAGraph:
 
 # ================================================================ save and load
 
-def _encode(obj, arrays, where='obj'):
-    """A JSON-able tree of `obj` with every array replaced by its index in `arrays`; `where` names obj in errors."""
+def _encode(obj, arrays, where='obj', key=False):
+    """A JSON-able tree of `obj` with every array replaced by its index in `arrays`; `where` names obj in errors;
+    `key`: obj is (in) a dict key, which cannot be a Tensor (load() would read an array, which it cannot hash)."""
+    if key and isinstance(obj, Tensor):
+        raise TypeError(f"save: {where} is a {type(obj).__name__}, which load() could not use as a key "
+                        "(numbers, strings and tuples of them only)")
     if isinstance(obj, Tensor):
         obj = obj.numpy()
     if cp is not None and isinstance(obj, cp.ndarray):
@@ -4602,10 +4606,10 @@ def _encode(obj, arrays, where='obj'):
     if isinstance(obj, np.generic):   # a 0-d array, read back as the NumPy scalar it was
         return {'scalar': _encode(np.asarray(obj), arrays, where)['array']}
     if isinstance(obj, dict):
-        return {'dict': [[_encode(k, arrays, f'a key of {where}'), _encode(v, arrays, f'{where}[{k!r}]')]
+        return {'dict': [[_encode(k, arrays, f'a key of {where}', True), _encode(v, arrays, f'{where}[{k!r}]')]
                          for k, v in obj.items()]}
     if isinstance(obj, (list, tuple)):   # a namedtuple or other subclass as a plain tuple or list (no code is stored)
-        items = [_encode(v, arrays, f'{where}[{i}]') for i, v in enumerate(obj)]
+        items = [_encode(v, arrays, f'{where}[{i}]', key) for i, v in enumerate(obj)]
         return {'tuple' if isinstance(obj, tuple) else 'list': items}
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
@@ -4629,14 +4633,19 @@ def _decode(node, arrays, device):
 
 def save(obj, path):
     """Write a state dict (nested dicts and lists of arrays and numbers) to an .npz file atomically:
-    a temporary file beside `path`, renamed over it once complete."""
+    a temporary file beside `path`, on disk (fsync) before it is renamed over `path`."""
     arrays = []
     tree = json.dumps(_encode(obj, arrays))
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=folder, suffix='.tmp')
     try:
         with os.fdopen(fd, 'wb') as f:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(f.fileno(), 0o666 & ~umask)   # mkstemp's 0600 -> the mode open() gives a new file
             np.savez(f, tree=np.array(tree), **{f'a{i}': a for i, a in enumerate(arrays)})
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
