@@ -6145,6 +6145,27 @@ def test_cifar_gpu_matches_cpu():
     assert np.all(np.isfinite(half)) and half[-1] < half[0], half
 
 
+# ===== bench.py =====
+
+def test_bench_out_folder_checked_before_timing():
+    """bench.py --out in a missing folder (or naming a folder) is an argparse error before any table is timed."""
+    import bench
+    def timed():
+        raise AssertionError('a table was timed before --out was checked')
+    with tempfile.TemporaryDirectory() as d:
+        for out, needle in ((os.path.join(d, 'nope', 'tables.md'), 'does not exist'), (d, 'a folder')):
+            err = io.StringIO()
+            with mock.patch.object(sys, 'argv', ['bench.py', '--only', 'cpu', '--out', out]), \
+                    mock.patch.object(bench, 'bench_cpu', timed), contextlib.redirect_stderr(err), \
+                    contextlib.redirect_stdout(io.StringIO()):
+                try:
+                    bench.main()
+                except SystemExit as e:
+                    assert e.code == 2 and f'--out {out}' in err.getvalue() and needle in err.getvalue(), err.getvalue()
+                else:
+                    raise AssertionError(f'--out {out} accepted')
+
+
 # ===== runner =====
 
 def main(argv):
