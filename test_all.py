@@ -2118,7 +2118,8 @@ def test_save_file_mode_fsync_and_tensor_keys():
         def renamed(src, dst):
             calls.append('replace')
             replace(src, dst)
-        with mock.patch.object(os, 'fsync', lambda fd: calls.append('fsync')), mock.patch.object(os, 'replace', renamed):
+        with mock.patch.object(os, 'fsync', lambda fd: calls.append('fsync')), \
+                mock.patch.object(os, 'replace', renamed):
             tl.save({'w': np.zeros(3)}, path)
         assert calls == ['fsync', 'replace'], calls
         t = tl.Tensor([1.0])
@@ -6068,9 +6069,10 @@ def test_cifar_resume_errors_name_the_checkpoint():
             assert str(e.code).startswith(f"error: --resume {bad['truncated.npz']}:"), e.code
         else:
             raise AssertionError('main() did not exit')
-        for extra, setting in ((['--weight-decay', '0.01'], "'weight_decay': 0.01"), (['--dtype', 'float64'], 'float64')):
-            raises(tc.ResumeError, lambda: _train(_args(root, '--epochs', '2', '--resume', ck, *extra)), 'same settings',
-                   setting)
+        for extra, setting in ((['--weight-decay', '0.01'], "'weight_decay': 0.01"),
+                               (['--dtype', 'float64'], "'dtype': 'float64'")):
+            raises(tc.ResumeError, lambda: _train(_args(root, '--epochs', '2', '--resume', ck, *extra)),
+                   'same settings', setting)
         assert _train(_args(root, '--epochs', '2', '--resume', ck))['steps'] == 4
 
 
