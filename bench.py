@@ -853,6 +853,10 @@ def main():
     parser.add_argument('--out', help='also write the markdown tables to this file')
     parser.add_argument('--cifar', metavar='DIR', help="CIFAR-10 for train_step's time-to-accuracy run")
     args = parser.parse_args()
+    if args.out is not None and os.path.isdir(args.out):   # checked now, not after all the timing
+        parser.error(f'--out {args.out}: a folder; give a file path')
+    if args.out is not None and not os.path.isdir(os.path.dirname(args.out) or '.'):
+        parser.error(f'--out {args.out}: its folder {os.path.dirname(args.out)} does not exist')
     global CIFAR_DATA
     CIFAR_DATA = args.cifar
     out_dir = os.environ.get('OUT')

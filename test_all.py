@@ -757,6 +757,11 @@ def test_remainder_and_floor_division_as_pytorch():
             ours, theirs = op(tl.tensor(x0), tl.tensor(y0)), op(torch.tensor(x0), torch.tensor(y0))
             assert str(ours.dtype) == str(theirs.dtype).replace('torch.', ''), (ours.dtype, theirs.dtype)
             assert_close(ours.numpy(), theirs.numpy(), 1e-6, 1e-3 if x0.dtype == np.float16 else 1e-9)
+    half = (np.abs(a) + 0.1).astype(np.float16).ravel()   # PyTorch rounds the number to float16 first for % and //
+    for op in (lambda x: x % 0.3, lambda x: 0.3 % x, lambda x: x // 0.3, lambda x: x % x.new_tensor(0.3)
+               if isinstance(x, torch.Tensor) else x % tl.tensor(np.float32(0.3))):
+        assert np.array_equal(op(tl.tensor(half)).numpy(), op(torch.tensor(half)).numpy())
+    raises(TypeError, lambda: tl.tensor([True, False]) % tl.tensor([True, True]), 'bool')
     floored = tl.tensor(a, requires_grad=True) // 2
     raises(RuntimeError, lambda: floored.sum().backward(), 'floor_divide')
     raises(RuntimeError, lambda: tl.tensor(ints) % tl.tensor([1, 0, 2, 3]), 'by zero')
@@ -852,8 +857,9 @@ def test_inplace_ops_on_empty_tensors():
 def test_expanded_views_write_through_as_pytorch():
     """expand() gives a writable view, as PyTorch's: where no two elements share memory (the same shape, or size-1
     axes added in front) in-place ops, item assignment and zero_() write through to the base, whose version counter
-    they advance (a backward that saved the base raises); a slice of a real broadcast writes through too. Where
-    elements do share memory, item assignment and zero_() are refused as in-place arithmetic is, changing nothing."""
+    they advance (a backward that saved the base raises); a slice of a real broadcast writes through too, as do a
+    row of one and zero_(). Where the written elements share memory, item assignment is refused as in-place
+    arithmetic is, changing nothing."""
     need_torch()
     r = rng('expand views')
     b0, v0 = sample(r, (2, 3)), sample(r, (3,))
@@ -883,12 +889,20 @@ def test_expanded_views_write_through_as_pytorch():
         row = b.expand(3, 3)[1]
         row += m.tensor(v0)
         assert np.array_equal(b.numpy(), b0[:1] + v0), m.__name__
-    b = tl.tensor(b0[:1].copy())
-    wide = b.expand(2, 3)
-    for what, write in (('single memory location', lambda: wide.__setitem__(0, 1.25)),
-                        ('single memory location', wide.zero_), ('single memory location', lambda: wide.__iadd__(1.0))):
-        raises(RuntimeError, write, what, 'clone()')
-        assert np.array_equal(b.numpy(), b0[:1]) and wide.shape == (2, 3)
+    for m in (tl, torch):   # a real broadcast: one row of it, and zero_() (a fill), write through
+        b = m.tensor(b0[:1].copy())
+        wide = b.expand(2, 3)
+        wide[0] = 1.25
+        assert np.array_equal(b.numpy(), np.full((1, 3), 1.25)), m.__name__
+        wide.zero_()
+        assert not b.numpy().any(), m.__name__
+    for write in (lambda w: w.__setitem__(slice(None), 1.25), lambda w: w.__setitem__((slice(None), 0), 4.0),
+                  lambda w: w.__iadd__(1.0)):   # writes whose own elements share memory: refused, as PyTorch's
+        for m in (tl, torch):
+            b = m.tensor(b0[:1].copy())
+            wide = b.expand(2, 3)
+            raises(RuntimeError, lambda: write(wide), *(('single memory location', 'clone()') if m is tl else ()))
+            assert np.array_equal(b.numpy(), b0[:1]) and wide.shape == (2, 3)
 
 
 def test_zero_and_requires_grad_():
@@ -1992,6 +2006,10 @@ def test_module_and_tensor_repr_as_pytorch():
     assert repr(x).endswith('requires_grad=True)') and repr(tl.tensor(3.0)) == 'tensor(3.)'
     assert repr(tl.zeros(0, 3)) == 'tensor([], size=(0, 3))' and repr(tl.zeros(0)) == 'tensor([])'
     assert repr(tl.ones(2, dtype=np.float16)) == 'tensor([1., 1.], dtype=float16)'
+    for value in ([0.5, 0.25], 3.5, [1e-5, 1.0], [True, True], [True, False], [float('nan'), 1.5], 3.0,
+                  [[1.2345, -2.5], [3.0, 4.0]], np.zeros(0, np.int64), np.zeros((0, 3), np.int32),
+                  np.arange(3, dtype=np.int8), np.float16([1.5, 2.25]), sample(rng('repr values'), (3, 2))):
+        assert repr(tl.tensor(value)) == repr(torch.tensor(value)).replace('torch.', ''), value
     assert repr(tl.tensor([1, 2], dtype=np.int32)) == 'tensor([1, 2], dtype=int32)' == repr(torch.tensor(
         [1, 2], dtype=torch.int32)).replace('torch.', '')
 
@@ -2117,6 +2135,33 @@ def test_error_save_object_array_writes_nothing():
         raises(TypeError, lambda: tl.save(bad, path), "['model']['meta']", 'object')
         assert os.listdir(d) == ['model.npz'], os.listdir(d)
         assert_close(tl.load(path)['w'], np.ones(2), 0, 0, 'the earlier file was overwritten')
+
+
+def test_save_file_mode_fsync_and_tensor_keys():
+    """tl.save: the file gets the mode a new file gets under the umask (not mkstemp's 0600), it is fsynced before it is
+    renamed into place, and a dict keyed by a Tensor (load() would read an array, unhashable) is refused when saving."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, 'model.npz')
+        old = os.umask(0o022)
+        try:
+            for umask, mode in ((0o022, 0o644), (0o077, 0o600), (0o002, 0o664)):
+                os.umask(umask)
+                tl.save({'w': np.ones(2)}, path)
+                assert os.stat(path).st_mode & 0o777 == mode, (oct(umask), oct(os.stat(path).st_mode))
+        finally:
+            os.umask(old)
+        calls, replace = [], os.replace
+        def renamed(src, dst):
+            calls.append('replace')
+            replace(src, dst)
+        with mock.patch.object(os, 'fsync', lambda fd: calls.append('fsync')), \
+                mock.patch.object(os, 'replace', renamed):
+            tl.save({'w': np.zeros(3)}, path)
+        assert calls == ['fsync', 'replace'], calls
+        t = tl.Tensor([1.0])
+        raises(TypeError, lambda: tl.save({t: 1}, path), 'a key of obj', 'Tensor')
+        raises(TypeError, lambda: tl.save({'a': {(1, t): 2}}, path), "a key of obj['a']", 'Tensor')
+        assert os.listdir(d) == ['model.npz'] and np.array_equal(tl.load(path)['w'], np.zeros(3)), os.listdir(d)
 
 
 def test_module_to_dtype():
@@ -2611,11 +2656,12 @@ def test_zero_dim_operands_promote_as_pytorch():
 def test_integer_with_float16_rounds_the_integers_first():
     """An integer tensor with a float16 one: the integers are rounded to float16 first, as PyTorch does (2049
     becomes 2048), then the op runs as float16 with float16; in both orders, 0-d either side, and in place; but a 0-d
-    integer after * or / (PyTorch's CPU scalar) meets the float16 operand unrounded, in float32: bit for bit
-    PyTorch's everywhere."""
+    integer, or one of one element, after * or / (PyTorch's CPU scalar) meets the float16 operand unrounded, in
+    float32: bit for bit PyTorch's everywhere."""
     need_torch()
     r = rng('int with float16')
-    for int_dtype, int_shape, half_shape in ((np.int32, (9,), (9,)), (np.int64, (9,), ()), (np.int16, (), (9,))):
+    for int_dtype, int_shape, half_shape in ((np.int32, (9,), (9,)), (np.int64, (9,), ()), (np.int16, (), (9,)),
+                                             (np.int32, (1,), (9,)), (np.int64, (1, 1), (3, 9))):
         i = np.asarray(r.integers(1025, 8192, int_shape)).astype(int_dtype)
         h = np.asarray(r.uniform(0.5, 7, half_shape)).astype(np.float16)   # products stay below 65504
         for k, f in enumerate((lambda a, b: a + b, lambda a, b: a - b, lambda a, b: a * b, lambda a, b: a / b)):
@@ -2697,6 +2743,22 @@ def test_pytorch_conveniences():
     raises(TypeError, lambda: items[tl.tensor([1, 2])], 'index')
     assert f'{x.sum():.3f}' == f'{p.sum():.3f}' and f'{tl.tensor(7):>4}' == '   7'
     raises(TypeError, lambda: f'{x:.3f}')
+    assert x.argmax(1, keepdim=True).tolist() == p.argmax(1, keepdim=True).tolist()
+    raises(TypeError, lambda: (x > 0).argmax(), 'bool')
+    assert (x == None) is False and (x != None) is True   # noqa: E711 (PyTorch's answer)
+    u = tl.tensor(np.array([[1, 0], [2, 3]], np.uint8))
+    assert u.any().dtype == u.all(dim=1).dtype == np.uint8 and u.all(dim=1).tolist() == [0, 1]
+    ties, pties = tl.tensor([[1.0, 3.0, 3.0], [2.0, 2.0, -1.0]], requires_grad=True), torch.tensor(
+        [[1.0, 3.0, 3.0], [2.0, 2.0, -1.0]], requires_grad=True)   # the gradient to the index found alone
+    for t, name in ((ties, 'max'), (pties, 'max')):
+        getattr(t, name)(dim=1).values.sum().backward()
+    assert ties.grad.tolist() == pties.grad.tolist() == [[0, 1, 0], [1, 0, 0]]
+    flat, pflat = tl.tensor([2.0, 2.0, 2.0], requires_grad=True), torch.tensor([2.0, 2.0, 2.0], requires_grad=True)
+    flat.std().backward()
+    pflat.std().backward()
+    assert flat.grad.tolist() == pflat.grad.tolist() == [0, 0, 0]   # not NaN (0 * inf through the square root)
+    base, exponent = [0, 1, -1, -1, 2, -2, 3, -3], [-1, -3, -3, -2, -1, -1, 0, 3]
+    assert (tl.tensor(base) ** tl.tensor(exponent)).tolist() == (torch.tensor(base) ** torch.tensor(exponent)).tolist()
 
 def test_pytorch_keyword_names():
     """PyTorch's keyword names work beside API.md's: dim= for axis= (reductions, softmax, shape ops, cat, stack; max
@@ -5801,7 +5863,7 @@ def test_cifar_load_official_layout():
     with tempfile.TemporaryDirectory() as root:
         _write_batches(os.path.join(root, 'cifar-10-batches-py'), *data)
         for where in (root, os.path.join(root, 'cifar-10-batches-py')):   # the parent or the batches folder
-            loaded = tc.load_cifar(where, download=False)
+            loaded = (*tc.load_cifar(where, 'train', download=False), *tc.load_cifar(where, 'test', download=False))
             for got, want in zip(loaded, data):
                 assert got.shape == want.shape and np.array_equal(got, want), (got.shape, want.shape)
             assert loaded[0].dtype == np.uint8 and loaded[1].dtype == np.int64
@@ -5818,7 +5880,7 @@ def test_cifar_corrupt_file_is_named():
             f.write(head)
         def expect_error(word, what):
             try:
-                tc.load_cifar(root, download=False)
+                tc.load_cifar(root, 'train', download=False)
             except tc.DataError as e:
                 assert 'data_batch_3' in str(e) and word in str(e), str(e)
             else:
@@ -5844,13 +5906,13 @@ def test_cifar_download_md5_and_unpack():
         target = os.path.join(root, 'data')
         with mock.patch.object(urllib.request, 'urlopen', urlopen):
             try:   # the real MD5 does not match the fake archive
-                tc.load_cifar(target)
+                tc.load_cifar(target, 'train')
             except tc.DataError as e:
                 assert 'MD5' in str(e), str(e)
             else:
                 raise AssertionError('an archive with the wrong MD5 was accepted')
             with mock.patch.object(tc, 'MD5', hashlib.md5(archive).hexdigest()):
-                loaded = tc.load_cifar(target)
+                loaded = (*tc.load_cifar(target, 'train'), *tc.load_cifar(target, 'test', download=False))
         assert all(np.array_equal(a, b) for a, b in zip(loaded, data))
         assert os.path.exists(os.path.join(target, 'cifar-10-python.tar.gz'))
 
@@ -5860,10 +5922,10 @@ def test_cifar_no_network_says_how_to_point_data():
         raise urllib.error.URLError('Temporary failure in name resolution')
     with tempfile.TemporaryDirectory() as root, mock.patch.object(urllib.request, 'urlopen', offline):
         try:
-            tc.load_cifar(root)
+            tc.load_cifar(root, 'train')
         except tc.DataError as e:
             msg = str(e)
-            assert 'no network' in msg and '--data' in msg and 'cifar_jpeg_to_batches' in msg, msg
+            assert 'no network' in msg and '--data' in msg and 'shared/tools/cifar_jpeg_to_batches.py' in msg, msg
         else:
             raise AssertionError('no error without network')
         try:
@@ -5872,6 +5934,76 @@ def test_cifar_no_network_says_how_to_point_data():
             assert e.code not in (0, None) and 'no network' in str(e.code), e.code
         else:
             raise AssertionError('main() did not exit')
+
+
+def test_cifar_missing_batches_named_not_downloaded():
+    """A batches folder lacking some files is an error naming them: the archive is downloaded (and unpacked over
+    the folder) only where the folder is absent."""
+    def urlopen(*a, **k):
+        raise AssertionError('downloaded although the batches folder exists')
+    with tempfile.TemporaryDirectory() as root, mock.patch.object(urllib.request, 'urlopen', urlopen):
+        for folder in (os.path.join(root, 'a', 'cifar-10-batches-py'), os.path.join(root, 'b')):   # both layouts
+            _write_batches(folder, *_tiny_cifar())
+            for name in ('data_batch_1', 'data_batch_4'):
+                os.remove(os.path.join(folder, name))
+            where = os.path.dirname(folder) if folder.endswith('py') else folder
+            msg = raises(tc.DataError, lambda: tc.load_cifar(where, 'train'), folder, 'data_batch_1, data_batch_4')
+            assert 'data_batch_2' not in msg and 'test_batch' not in msg, msg
+            assert len(tc.load_cifar(where, 'test')[0]) == 20   # the test split is all there
+
+
+def test_cifar_empty_batches_refused():
+    """Batches without images are a DataError naming them, not a ZeroDivisionError (training) or "0.00%" (testing)."""
+    def empty(folder, name):
+        with open(os.path.join(folder, name), 'wb') as f:
+            pickle.dump({b'labels': [], b'data': np.zeros((0, 3072), np.uint8)}, f)
+    with tempfile.TemporaryDirectory() as root:
+        folder = os.path.join(root, 'cifar-10-batches-py')
+        _write_batches(folder, *_tiny_cifar(n_train=40, n_test=20))
+        empty(folder, 'test_batch')
+        raises(tc.DataError, lambda: tc.load_cifar(root, 'test'), 'test_batch', 'no images')
+        raises(tc.DataError, lambda: _train(_args(root, '--epochs', '1')), 'test_batch', 'no images')   # after training
+        for k in range(1, 6):
+            empty(folder, f'data_batch_{k}')
+        raises(tc.DataError, lambda: _train(_args(root, '--epochs', '1')), 'data_batch_1', 'data_batch_5', 'no images')
+
+
+def _cli_error(*argv):
+    """The argparse error (exit status 2) that train_cifar.py prints for argv."""
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            tc.parse_args(list(argv))
+    except SystemExit as e:
+        assert e.code == 2, e.code
+        return err.getvalue()
+    raise AssertionError(f'{argv} accepted')
+
+
+def test_cifar_cli_refuses_bad_values():
+    """Each bad value is an argparse error naming the option (and the user's path), before any data is read."""
+    with tempfile.TemporaryDirectory() as d:
+        a_file, missing = os.path.join(d, 'file'), os.path.join(d, 'nope', 'out')
+        open(a_file, 'w').close()
+        cases = [(['--train-limit', '-5'], '--train-limit'), (['--train-limit', '0'], '--train-limit'),
+                 (['--stop-after', '0'], '--stop-after'), (['--seed', '-1'], '--seed'),
+                 (['--batch-size', '0'], '--batch-size'), (['--weight-decay', 'nan'], '--weight-decay'),
+                 *[(['--epochs', v], '--epochs') for v in ('nan', 'inf', '0', '-1')],
+                 *[(['--lr', v], '--lr') for v in ('nan', '-inf', '0')],
+                 *[(['--widths', v], f"'{v}'", 'three positive integers') for v in ('8,8', '8,8,8,8', '8,0,8', '8,-2,8',
+                                                                                    'a,b,c', '8,,8', '')],
+                 (['--data', a_file], a_file), (['--save', missing], missing, 'does not exist'),
+                 (['--log', missing], missing, 'does not exist'), (['--save', d], d, 'folder'),
+                 *[(['--device', v], v, "'cpu', 'cuda' or 'cuda:N'") for v in ('gpu', 'cuda:x', 'cuda1', 'CPU')]]
+        if not tl.cuda_is_available():
+            cases.append((['--device', 'cuda:0'], 'needs CuPy'))
+        for argv, *needles in cases:
+            msg = _cli_error('--device', 'cpu', *argv)
+            for needle in needles:
+                assert needle in msg, (argv, needle, msg)
+        args = tc.parse_args(['--device', 'cpu', '--widths', '8,16,16', '--weight-decay', '0', '--seed', '0',
+                              '--save', os.path.join(d, 'ck.npz'), '--log', 'log.jsonl', '--data', missing])
+        assert args.widths == (8, 16, 16) and tc.parse_args([]).widths == tc.WIDTHS, args.widths
 
 
 def test_cifar_augment_matches_numpy_and_is_seeded():
@@ -5923,6 +6055,7 @@ def test_cifar_resume_equals_uninterrupted():
         whole = _train(_args(root, '--epochs', '2.5', '--seed', '3'))
         first = _train(_args(root, '--epochs', '2.5', '--seed', '3', '--save', ck, '--stop-after', '1'))
         assert first['steps'] == 4 and os.path.exists(ck) and not os.path.exists(ck + '.tmp')
+        assert first['test_acc'] is None and first['eval_time'] is None   # stopped early: not tested
         rest = _train(_args(root, '--epochs', '2.5', '--seed', '3', '--resume', ck, '--log', log))
         assert rest['steps'] == whole['steps'] == 10, (rest['steps'], whole['steps'])
         a, b = whole['model'].state_dict(), rest['model'].state_dict()
@@ -5930,14 +6063,108 @@ def test_cifar_resume_equals_uninterrupted():
             assert np.array_equal(a[k], b[k]), f'{k} differs after resuming'
         assert rest['test_acc'] == whole['test_acc']
         assert [r['train_loss'] for r in rest['epochs']] == [r['train_loss'] for r in whole['epochs'][1:]]
-        with open(log) as f:
-            assert [json.loads(line)['epoch'] for line in f] == [2, 3]
+        with open(log) as f:   # a line per epoch, then the final evaluation's
+            records = [json.loads(line) for line in f]
+        assert [r.get('epoch') for r in records] == [2, 3, None] and 'test_acc' not in records[0], records
+        assert records[-1]['test_acc_tta'] == rest['test_acc'] and records[-1]['steps'] == 10, records[-1]
         try:   # other settings than the checkpoint's are refused
             _train(_args(root, '--epochs', '3', '--seed', '3', '--resume', ck))
         except ValueError as e:
             assert 'same settings' in str(e), str(e)
         else:
             raise AssertionError('resumed with different settings')
+
+
+def test_cifar_test_batch_read_only_after_training():
+    """The held-back split (test_batch) is read and evaluated once, after the last training step; a --stop-after
+    run that ends before the schedule does not read it at all (it trains with test_batch unreadable), and a
+    full run checks before training that test_batch is there."""
+    with tempfile.TemporaryDirectory() as root:
+        folder = os.path.join(root, 'cifar-10-batches-py')
+        _write_batches(folder, *_tiny_cifar(n_train=60, n_test=20))
+        events, read_batch, train_step, evaluate = [], tc.read_batch, tc.train_step, tc.evaluate
+        def read(path):
+            events.append(os.path.basename(path))
+            return read_batch(path)
+        def step(*a):
+            events.append('step')
+            return train_step(*a)
+        def test(*a):
+            events.append('evaluate')
+            return evaluate(*a)
+        log = os.path.join(root, 'log.jsonl')
+        with mock.patch.object(tc, 'read_batch', read), mock.patch.object(tc, 'train_step', step), \
+                mock.patch.object(tc, 'evaluate', test):
+            result = _train(_args(root, '--epochs', '2', '--log', log))
+        last_step = max(i for i, e in enumerate(events) if e == 'step')
+        assert events.count('test_batch') == 1 and events.index('test_batch') > last_step, events
+        assert events.count('evaluate') == 1 and events.index('evaluate') > last_step, events
+        assert result['test_acc'] is not None and all('test_acc' not in r for r in result['epochs']), result
+        with open(log) as f:
+            assert [json.loads(line).get('test_acc') is None for line in f] == [True, True, False]
+        with open(os.path.join(folder, 'test_batch'), 'wb') as f:   # unreadable: reading it raises DataError
+            f.write(b'not a batch')
+        ck = os.path.join(root, 'ck.npz')
+        first = _train(_args(root, '--epochs', '2', '--stop-after', '1', '--save', ck))
+        assert first['steps'] == 3 and first['test_acc'] is None, first
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            tc.main(['--data', root, '--device', 'cpu', '--widths', '8,16,16', '--batch-size', '20', '--epochs', '2',
+                     '--stop-after', '1'])
+        assert 'no test evaluation' in out.getvalue() and 'test accuracy' not in out.getvalue(), out.getvalue()
+        with mock.patch.object(tc, 'train_step', step):   # the rest trains, then the final evaluation fails
+            events.clear()
+            raises(tc.DataError, lambda: _train(_args(root, '--epochs', '2', '--resume', ck)), 'test_batch')
+            assert events == ['step'] * 3, events
+            os.remove(os.path.join(folder, 'test_batch'))   # missing: a full run stops before it trains
+            events.clear()
+            raises(tc.DataError, lambda: _train(_args(root, '--epochs', '2')), 'test_batch')
+            assert events == [], events
+            assert _train(_args(root, '--epochs', '2', '--stop-after', '1'))['steps'] == 3
+    assert 'does not evaluate on the test set' in _help(), 'the --help text does not say so'
+
+
+def _help():
+    """train_cifar.py's --help text, its whitespace runs as single spaces."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+        tc.parse_args(['--help'])
+    return ' '.join(out.getvalue().split())
+
+
+def test_cifar_resume_errors_name_the_checkpoint():
+    """--resume of a missing, truncated or foreign file, or of a folder, is a ResumeError naming the path (main()
+    prints it and exits with 1); a checkpoint made with another weight decay or dtype is refused as other settings."""
+    with tempfile.TemporaryDirectory() as root:
+        _write_batches(os.path.join(root, 'cifar-10-batches-py'), *_tiny_cifar(n_train=40, n_test=20))
+        ck = os.path.join(root, 'ck.npz')
+        _train(_args(root, '--epochs', '2', '--stop-after', '1', '--save', ck))
+        with open(ck, 'rb') as f:
+            whole = f.read()
+        bad = {name: os.path.join(root, name) for name in ('truncated.npz', 'text.npz', 'other.npz')}
+        with open(bad['truncated.npz'], 'wb') as f:
+            f.write(whole[:len(whole) // 2])
+        with open(bad['text.npz'], 'w') as f:
+            f.write('not a checkpoint')
+        tl.save({'model': {}}, bad['other.npz'])
+        cases = [(os.path.join(root, 'missing.npz'), 'FileNotFoundError'), (root, 'cannot read'),
+                 (bad['truncated.npz'], 'cannot read'), (bad['text.npz'], 'cannot read'),
+                 (bad['other.npz'], 'not a checkpoint')]
+        for path, needle in cases:
+            raises(tc.ResumeError, lambda: _train(_args(root, '--epochs', '2', '--resume', path)), f'--resume {path}:',
+                   needle)
+        try:
+            tc.main(['--data', root, '--device', 'cpu', '--widths', '8,16,16', '--batch-size', '20', '--epochs', '2',
+                     '--resume', bad['truncated.npz']])
+        except SystemExit as e:
+            assert str(e.code).startswith(f"error: --resume {bad['truncated.npz']}:"), e.code
+        else:
+            raise AssertionError('main() did not exit')
+        for extra, setting in ((['--weight-decay', '0.01'], "'weight_decay': 0.01"),
+                               (['--dtype', 'float64'], "'dtype': 'float64'")):
+            raises(tc.ResumeError, lambda: _train(_args(root, '--epochs', '2', '--resume', ck, *extra)),
+                   'same settings', setting)
+        assert _train(_args(root, '--epochs', '2', '--resume', ck))['steps'] == 4
 
 
 def test_cifar_net_and_optimizer_match_pytorch():
@@ -6009,6 +6236,27 @@ def test_cifar_gpu_matches_cpu():
     # the first epoch must agree closely, the second within the growth seen on the H200 (3e-3)
     assert np.allclose(cpu[0], gpu[0], rtol=2e-4) and np.allclose(cpu[1], gpu[1], rtol=1e-2), (cpu, gpu)
     assert np.all(np.isfinite(half)) and half[-1] < half[0], half
+
+
+# ===== bench.py =====
+
+def test_bench_out_folder_checked_before_timing():
+    """bench.py --out in a missing folder (or naming a folder) is an argparse error before any table is timed."""
+    import bench
+    def timed():
+        raise AssertionError('a table was timed before --out was checked')
+    with tempfile.TemporaryDirectory() as d:
+        for out, needle in ((os.path.join(d, 'nope', 'tables.md'), 'does not exist'), (d, 'a folder')):
+            err = io.StringIO()
+            with mock.patch.object(sys, 'argv', ['bench.py', '--only', 'cpu', '--out', out]), \
+                    mock.patch.object(bench, 'bench_cpu', timed), contextlib.redirect_stderr(err), \
+                    contextlib.redirect_stdout(io.StringIO()):
+                try:
+                    bench.main()
+                except SystemExit as e:
+                    assert e.code == 2 and f'--out {out}' in err.getvalue() and needle in err.getvalue(), err.getvalue()
+                else:
+                    raise AssertionError(f'--out {out} accepted')
 
 
 # ===== runner =====

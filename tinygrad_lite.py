@@ -972,8 +972,12 @@ class Div(Function):
 
 class Pow(Function):
     def forward(self, a, b):
-        self.a, self.b = a, b
-        self.out = a ** b
+        xp, self.a, self.b = _xp(a), a, b
+        if a.dtype.kind == 'i' and (b < 0).any():   # as PyTorch: 1 / a^|b| truncated (NumPy refuses negative powers)
+            reciprocal = xp.where(a == 1, 1, xp.where(a == -1, 1 - 2 * (xp.abs(b) % 2), 0))
+            self.out = xp.where(b >= 0, a ** xp.abs(b), reciprocal).astype(a.dtype)
+        else:
+            self.out = a ** b
         self.saves_output = self.needs_grad[1]   # the exponent's gradient reads the output
         return self.out
 
@@ -995,6 +999,8 @@ class Remainder(Function):
     whose backward PyTorch does not define."""
     def forward(self, a, b, floor=False):
         xp, self.a, self.b, self.floor = _xp(a), a, b, floor
+        if a.dtype == np.bool_:
+            raise TypeError(f"{'//' if floor else '%'}: not defined for bool tensors (as in PyTorch)")
         if a.dtype.kind in 'iu' and (b == 0).any():   # NumPy would give 0 and a warning
             raise RuntimeError(f"ZeroDivisionError: integer {'//' if floor else '%'} by zero (as in PyTorch)")
         with np.errstate(divide='ignore', invalid='ignore'):   # float x % 0 and x // 0: NaN and inf, as PyTorch
@@ -2981,14 +2987,19 @@ class Tensor:
     def __array__(self, dtype=None, copy=None):
         return self.numpy() if dtype is None else self.numpy().astype(dtype)
 
-    def __repr__(self):   # as PyTorch's: 4 digits, the device, dtype and size only where they are not the defaults
-        a = self.numpy()
+    def __repr__(self):   # as PyTorch's: 4 decimals (none for whole numbers), the size, device and dtype only
+        a = self.numpy()    # where they are not the defaults
         notes = [f"size={self.shape}"] if a.size == 0 and a.ndim != 1 else []
         notes += [f"device='{self.device}'"] if self.device != 'cpu' else []
-        notes += [f"dtype={a.dtype}"] if a.dtype not in (np.float32, np.int64, np.bool_) else []
+        default = (np.float32,) if a.size == 0 else (np.float32, np.int64, np.bool_)
+        notes += [f"dtype={a.dtype}"] if a.dtype not in default else []
         notes += [f"grad_fn=<{type(self._ctx).__name__}>"] if self._ctx is not None else \
             ['requires_grad=True'] if self.requires_grad else []
-        values = np.array2string(a, separator=', ', prefix='tensor(', precision=4, floatmode='maxprec_equal')
+        finite = a[np.isfinite(a)] if a.dtype.kind == 'f' else a
+        whole = a.dtype.kind != 'f' or np.all(finite == np.round(finite))
+        width = 5 if a.dtype == np.bool_ and not a.all() else 4   # PyTorch pads True only beside a False
+        values = np.array2string(a, separator=', ', prefix='tensor(', precision=4, floatmode='maxprec' if whole else
+                                 'fixed', formatter={'bool': lambda v: f"{v!s:>{width}}"})
         return f"tensor({', '.join([values] + notes)})"
 
     # ---- conversion
@@ -3058,8 +3069,7 @@ class Tensor:
     def zero_(self):
         if self.requires_grad and _GradMode.enabled:
             raise RuntimeError("zero_() on a tensor that requires grad: wrap it in tl.no_grad()")
-        self._refuse_expanded('zero_()')
-        self.data[...] = 0
+        self.data[...] = 0   # (as PyTorch's fill, even where elements share memory)
         self._version[0] += 1
         return self
 
@@ -3077,9 +3087,11 @@ class Tensor:
         return Tensor(other, device=self.device)
 
     def _binary(self, fn, other, reflected=False, **params):
-        if isinstance(other, _NUMBERS) and (self.dtype == np.float16 or fn is Div and self.dtype.kind != 'f'):
-            # as PyTorch: float16 meets a Python number in float32 and rounds the result once, and an integer
-            # tensor is divided by one in float32 (not by the number cast to the tensor's dtype)
+        if isinstance(other, _NUMBERS) and (self.dtype == np.float16 and fn is not Remainder or
+                                            fn is Div and self.dtype.kind != 'f'):
+            # as PyTorch: float16 meets a Python number in float32 and rounds the result once (but for %, which
+            # rounds the number to float16 first), and an integer tensor is divided by one in float32 (not by the
+            # number cast to the tensor's dtype)
             out = self.float()._binary(fn, other, reflected, **params)
             return out.half() if self.dtype == np.float16 else out
         other = self._operand(other)
@@ -3088,10 +3100,11 @@ class Tensor:
         if a.dtype == b.dtype and not (fn is Div and a.dtype.kind != 'f'):
             return fn.apply(a, b, **params)
         common = _result_dtype(a, b, divide=fn is Div)
-        if common == np.float16:   # as PyTorch, an integer or bool operand is rounded to float16 first, but a 0-d
-            # one after * or / (PyTorch's CPU scalar there) meets the float16 operand in float32
-            scalar = fn in (Mul, Div) and b.ndim == 0
-            a, b = (t if t.dtype.kind == 'f' or t is b and scalar else t.to(common) for t in (a, b))
+        if common == np.float16:   # as PyTorch, an integer or bool operand (any one of %) is rounded to float16
+            # first, but a one-element one after * or / (PyTorch's CPU scalar there) meets it in float32
+            scalar = fn in (Mul, Div) and b.numel() == 1
+            keep = lambda t: t.dtype == common or t is b and scalar or t.dtype.kind == 'f' and fn is not Remainder
+            a, b = (t if keep(t) else t.to(common) for t in (a, b))
         compute = _opmath(common)   # float16 meets a wider 0-d operand in float32
         return fn.apply(a.to(compute), b.to(compute), **params).to(common)
 
@@ -3159,7 +3172,7 @@ class Tensor:
             getattr(_xp(self.data), ufunc)(self.data, other.data, out=self.data)
         else:   # as PyTorch: both operands in the result's arithmetic dtype, rounded once into the tensor's
             compute = _opmath(result)
-            scalar = other.ndim == 0 and ufunc in ('multiply', 'divide')   # integers rounded first as in _binary
+            scalar = other.numel() == 1 and ufunc in ('multiply', 'divide')   # integers rounded first as in _binary
             rounded = other.data if other.dtype.kind == 'f' or scalar else other.data.astype(result)
             operand = compute.type(number) if number is not None else rounded.astype(compute)
             self.data[...] = getattr(_xp(self.data), ufunc)(self.data.astype(compute), operand)
@@ -3195,9 +3208,11 @@ class Tensor:
         self.data, self._ctx, self._requires_grad, self._version = out.data, out._ctx, out._requires_grad, out._version
         return self
 
-    def _refuse_expanded(self, what):
-        """As PyTorch: no in-place update of a tensor whose elements share memory (expand()'s views)."""
-        if self.data.size > 1 and any(step == 0 and size > 1 for step, size in zip(self.data.strides, self.shape)):
+    def _refuse_expanded(self, what, written=None):
+        """As PyTorch: no in-place update of a tensor (or of its `written` view) whose elements share memory
+        (expand()'s views)."""
+        a = self.data if written is None else written
+        if a.size > 1 and any(step == 0 and size > 1 for step, size in zip(a.strides, a.shape)):
             raise RuntimeError(f"in-place {what}: more than one element of the written-to tensor refers to a single "
                                "memory location (an expanded tensor): clone() it first")
 
@@ -3223,8 +3238,9 @@ class Tensor:
     __ge__ = lambda self, o: self._untracked('comparison', lambda a, b: a >= b, o)
     __lt__ = lambda self, o: self._untracked('comparison', lambda a, b: a < b, o)
     __le__ = lambda self, o: self._untracked('comparison', lambda a, b: a <= b, o)
-    __eq__ = lambda self, o: self._untracked('comparison', lambda a, b: a == b, o)
-    __ne__ = lambda self, o: self._untracked('comparison', lambda a, b: a != b, o)
+    # (t == None is False, as PyTorch's: NotImplemented lets Python compare identities)
+    __eq__ = lambda self, o: NotImplemented if o is None else self._untracked('comparison', lambda a, b: a == b, o)
+    __ne__ = lambda self, o: NotImplemented if o is None else self._untracked('comparison', lambda a, b: a != b, o)
     __hash__ = object.__hash__
     __and__ = __rand__ = lambda self, o: self._untracked('&', lambda a, b: a & b, o, integral=True)
     __or__ = __ror__ = lambda self, o: self._untracked('|', lambda a, b: a | b, o, integral=True)
@@ -3298,8 +3314,12 @@ class Tensor:
         if axis is not None or not isinstance(dim, (int, np.integer)):
             raise TypeError(f"{'min' if least else 'max'}: dim= takes one int (PyTorch's), without axis=; got "
                             f"axis={axis}, dim={dim}")
-        index = self._index_of('argmin' if least else 'argmax', dim)
-        return _ValuesIndices(self._extreme(least, dim, keepdim, None), index.unsqueeze(dim) if keepdim else index)
+        if self.ndim == 0:   # as PyTorch: dim 0 or -1 of a number is itself, at index 0
+            _dim(dim, 1)
+            return _ValuesIndices(self.clone(), Tensor._wrap(_xp(self.data).zeros((), np.int64), self.device))
+        index = self._index_of('argmin' if least else 'argmax', dim, keepdim=True)
+        values = self._take_along(dim, index)   # as PyTorch's: the gradient to that element alone, ties or not
+        return _ValuesIndices(values, index) if keepdim else _ValuesIndices(values.squeeze(dim), index.squeeze(dim))
 
     def max(self, axis=None, keepdim=False, *, dim=None):
         return self._extreme(False, axis, keepdim, dim)
@@ -3320,28 +3340,44 @@ class Tensor:
 
     @_aliases(dim='axis')
     def std(self, axis=None, keepdim=False, correction=1):
-        return self.var(axis, keepdim, correction).sqrt()
+        variance = self.var(axis, keepdim, correction)
+        nonzero = variance != 0   # as PyTorch: 0, not NaN (0 * inf from sqrt), the gradient where the variance is 0
+        return where(nonzero, where(nonzero, variance, 1).sqrt(), 0)
 
-    def _index_of(self, which, axis):
+    def _index_of(self, which, axis, keepdim=False):
         """The index (the flat one where axis is None) of the first largest (argmax) or smallest (argmin) element;
         no gradient."""
+        if self.dtype == np.bool_:
+            raise TypeError(f"{which}: not defined for bool tensors (as in PyTorch)")
         if self.numel() == 0 and (axis is None or self.shape[_dim(axis, self.ndim)] == 0):
             raise ValueError(f"{which} of an empty tensor of shape {self.shape}")
-        index = getattr(self.data, which)(**({} if axis is None else {'axis': _dim(axis, self.ndim)}))
-        return Tensor._wrap(_xp(self.data).asarray(index).astype(np.int64), self.device)
+        where = {} if axis is None else {'axis': _dim(axis, self.ndim), 'keepdims': keepdim}
+        return Tensor._wrap(_xp(self.data).asarray(getattr(self.data, which)(**where)).astype(np.int64), self.device)
+
+    def _take_along(self, axis, index):
+        """self's elements at `index` (integers, of self's shape but along axis) on axis, as NumPy's
+        take_along_axis; the gradient goes back to them alone."""
+        axis = _dim(axis, self.ndim)
+        grids = [np.arange(n).reshape([-1 if k == i else 1 for k in range(self.ndim)])
+                 for i, n in enumerate(index.shape)]
+        grids[axis] = index
+        return self[tuple(grids)]
 
     @_aliases(dim='axis')
-    def argmax(self, axis=None):
-        return self._index_of('argmax', axis)
+    def argmax(self, axis=None, keepdim=False):
+        return self._index_of('argmax', axis, keepdim)
 
     @_aliases(dim='axis')
-    def argmin(self, axis=None):
-        return self._index_of('argmin', axis)
+    def argmin(self, axis=None, keepdim=False):
+        return self._index_of('argmin', axis, keepdim)
 
     def _truth(self, test, axis, keepdim):
-        """Whether every element (test 'all') or some element ('any') is nonzero, a bool tensor; no gradient."""
-        result = getattr(self.data.astype(bool, copy=False), test)(axis=_reduced_axes(axis, self.ndim), keepdims=keepdim)
-        return Tensor._wrap(_xp(self.data).asarray(result), self.device)
+        """Whether every element (test 'all') or some element ('any') is nonzero, a bool tensor (uint8 for uint8, as
+        PyTorch's); no gradient."""
+        truth = self.data.astype(bool, copy=False)
+        result = getattr(truth, test)(axis=_reduced_axes(axis, self.ndim), keepdims=keepdim)
+        dtype = np.uint8 if self.dtype == np.uint8 else np.bool_
+        return Tensor._wrap(_xp(self.data).asarray(result).astype(dtype), self.device)
 
     @_aliases(dim='axis')
     def all(self, axis=None, keepdim=False):
@@ -3489,8 +3525,11 @@ class Tensor:
             self._recorded_update('item assignment', lambda before: SetItem.apply(
                 before, fit(before if value is self else value), steps=steps))
             return
-        self._refuse_expanded('item assignment')
-        _written(self.data, steps)[steps[-1]] = fit(value).data.astype(self.dtype, copy=False)
+        target = _written(self.data, steps)
+        # as PyTorch: a slice's elements must not share memory (e[0] of an expand may be written), an index array's
+        # tensor's not at all
+        self._refuse_expanded('item assignment', target[steps[-1]] if _is_basic_index(steps[-1]) else None)
+        target[steps[-1]] = fit(value).data.astype(self.dtype, copy=False)
         self._version[0] += 1
 
 
@@ -4587,8 +4626,12 @@ class CUDAGraph:
 
 # ================================================================ save and load
 
-def _encode(obj, arrays, where='obj'):
-    """A JSON-able tree of `obj` with every array replaced by its index in `arrays`; `where` names obj in errors."""
+def _encode(obj, arrays, where='obj', key=False):
+    """A JSON-able tree of `obj` with every array replaced by its index in `arrays`; `where` names obj in errors;
+    `key`: obj is (in) a dict key, which cannot be a Tensor (load() would read an array, which it cannot hash)."""
+    if key and isinstance(obj, Tensor):
+        raise TypeError(f"save: {where} is a {type(obj).__name__}, which load() could not use as a key "
+                        "(numbers, strings and tuples of them only)")
     if isinstance(obj, Tensor):
         obj = obj.numpy()
     if cp is not None and isinstance(obj, cp.ndarray):
@@ -4602,10 +4645,10 @@ def _encode(obj, arrays, where='obj'):
     if isinstance(obj, np.generic):   # a 0-d array, read back as the NumPy scalar it was
         return {'scalar': _encode(np.asarray(obj), arrays, where)['array']}
     if isinstance(obj, dict):
-        return {'dict': [[_encode(k, arrays, f'a key of {where}'), _encode(v, arrays, f'{where}[{k!r}]')]
+        return {'dict': [[_encode(k, arrays, f'a key of {where}', True), _encode(v, arrays, f'{where}[{k!r}]')]
                          for k, v in obj.items()]}
     if isinstance(obj, (list, tuple)):   # a namedtuple or other subclass as a plain tuple or list (no code is stored)
-        items = [_encode(v, arrays, f'{where}[{i}]') for i, v in enumerate(obj)]
+        items = [_encode(v, arrays, f'{where}[{i}]', key) for i, v in enumerate(obj)]
         return {'tuple' if isinstance(obj, tuple) else 'list': items}
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
@@ -4629,14 +4672,19 @@ def _decode(node, arrays, device):
 
 def save(obj, path):
     """Write a state dict (nested dicts and lists of arrays and numbers) to an .npz file atomically:
-    a temporary file beside `path`, renamed over it once complete."""
+    a temporary file beside `path`, on disk (fsync) before it is renamed over `path`."""
     arrays = []
     tree = json.dumps(_encode(obj, arrays))
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=folder, suffix='.tmp')
     try:
         with os.fdopen(fd, 'wb') as f:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(f.fileno(), 0o666 & ~umask)   # mkstemp's 0600 -> the mode open() gives a new file
             np.savez(f, tree=np.array(tree), **{f'a{i}': a for i, a in enumerate(arrays)})
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)

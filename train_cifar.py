@@ -27,6 +27,10 @@ The recipe is airbench94's (K. Jordan, arXiv 2404.00498), written here with tiny
   over both of those shifted one pixel up-left and down-right (weight 1/2), as airbench's level 2.
 Not kept: channels-last memory layout (tinygrad_lite is NCHW only).
 
+Each epoch reports the training loss and accuracy (on the augmented batches it trained on). The held-back
+split (test_batch) is read only once training has ended, for the final evaluation: a run that --stop-after
+ends before the end of the schedule does not test (--resume its checkpoint to finish and test).
+
 Float16 activations on the GPU with float32 master weights (each weight is cast to float16 as the forward
 pass reads it; BatchNorm statistics and the loss are computed in float32). All randomness of training
 (order, translations, flips) comes from one seeded NumPy generator saved in checkpoints, so --resume
@@ -41,6 +45,7 @@ import json
 import math
 import os
 import pickle
+import re
 import sys
 import tarfile
 import time
@@ -73,7 +78,8 @@ class DataError(RuntimeError):
 
 
 class ResumeError(ValueError):
-    """A checkpoint made with other settings than this run's; main() prints it and exits with 1."""
+    """A --resume checkpoint unreadable, or made with other settings than this run's; main() prints it and exits
+    with 1."""
 
 
 def _md5(path):
@@ -103,7 +109,7 @@ def download_cifar(root):
                 f"Copy the data set in by hand: unpack cifar-10-python.tar.gz so that {root}/cifar-10-batches-py/ "
                 "holds data_batch_1..5 and test_batch, or point --data at a folder that holds "
                 "cifar-10-batches-py/ (or at that folder itself). The layout written by "
-                "tools/cifar_jpeg_to_batches.py OUT_DIR works: --data OUT_DIR. "
+                "shared/tools/cifar_jpeg_to_batches.py OUT_DIR works: --data OUT_DIR. "
                 "For a timing run without data use --synthetic.") from None
         got = _md5(part)
         if got != MD5:
@@ -133,19 +139,35 @@ def read_batch(path):
     return x.reshape(-1, 3, 32, 32), y
 
 
-def load_cifar(root, download=True):
-    """(train images, train labels, test images, test labels) from root/cifar-10-batches-py/ (or root itself
-    holding the batches), downloading the archive first where files are missing."""
-    names = [f'data_batch_{i}' for i in range(1, 6)] + ['test_batch']
-    folder = root if os.path.exists(os.path.join(root, 'data_batch_1')) else os.path.join(root, 'cifar-10-batches-py')
-    if not all(os.path.exists(os.path.join(folder, n)) for n in names):
+SPLITS = {'train': [f'data_batch_{i}' for i in range(1, 6)], 'test': ['test_batch']}   # test: the held-back split
+
+
+def cifar_folder(root, splits=('train', 'test'), download=True):
+    """The folder holding the batches of `splits`: root/cifar-10-batches-py/, or root itself where it holds
+    batches. Only where that folder is absent is the official archive downloaded (and unpacked into root);
+    where it lacks some batches, a DataError names them and nothing is unpacked over it."""
+    every = SPLITS['train'] + SPLITS['test']
+    holds = any(os.path.exists(os.path.join(root, n)) for n in every)
+    folder = root if holds else os.path.join(root, 'cifar-10-batches-py')
+    if not os.path.isdir(folder):
         if not download:
-            raise DataError(f"{folder}: CIFAR-10 batches missing ({', '.join(names)} expected)")
+            raise DataError(f"{folder}: no such folder (CIFAR-10's {', '.join(every)} expected there)")
         download_cifar(root)
-        folder = os.path.join(root, 'cifar-10-batches-py')
-    train = [read_batch(os.path.join(folder, n)) for n in names[:5]]
-    return (np.concatenate([x for x, _ in train]), np.concatenate([y for _, y in train]),
-            *read_batch(os.path.join(folder, 'test_batch')))
+    missing = [n for s in splits for n in SPLITS[s] if not os.path.isfile(os.path.join(folder, n))]
+    if missing:
+        raise DataError(f"{folder}: CIFAR-10 batches missing: {', '.join(missing)}; copy them in, or point --data "
+                        "at a complete folder (delete this one to download the data set again)")
+    return folder
+
+
+def load_cifar(root, split, download=True):
+    """(images, labels) of CIFAR-10's split 'train' (data_batch_1..5) or 'test' (test_batch) under root
+    (cifar_folder's); a DataError where they hold no images."""
+    folder = cifar_folder(root, [split], download)
+    parts = [read_batch(os.path.join(folder, n)) for n in SPLITS[split]]
+    if not sum(len(x) for x, _ in parts):
+        raise DataError(f"{folder}: {', '.join(SPLITS[split])} hold no images")
+    return np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts])
 
 
 def synthetic_cifar(n_train=50000, n_test=10000, seed=0):
@@ -396,31 +418,53 @@ def save_checkpoint(path, model, opt, lookahead, rng, flip0, epoch, step, train_
              'flip0': flip0, 'epoch': epoch, 'step': step, 'train_time': train_time, 'config': config}, path)
 
 
+def load_checkpoint(path, config):
+    """save_checkpoint's dict from `path`; a ResumeError naming path where it is unreadable, not a checkpoint,
+    or made with another `config` (every setting that changes the arithmetic) than this run's."""
+    try:
+        ck = tl.load(path)
+    except Exception as e:   # missing, a folder, truncated, not an .npz of tl.save's
+        raise ResumeError(f"--resume {path}: cannot read it as a checkpoint ({type(e).__name__}: {e})") from None
+    keys = ('model', 'optimizer', 'lookahead', 'rng', 'flip0', 'epoch', 'step', 'train_time', 'config')
+    if not (isinstance(ck, dict) and all(k in ck for k in keys)):
+        raise ResumeError(f"--resume {path}: not a checkpoint of train_cifar.py --save (a dict of {', '.join(keys)} "
+                          "expected)")
+    if ck['config'] != config:
+        raise ResumeError(f"--resume {path}: the checkpoint was made with {ck['config']}, this run has {config}; "
+                          "resume with the same settings")
+    return ck
+
+
 def train(args):
-    """Train and evaluate as args (parse_args's namespace) say. Returns a dict: test_acc (with TTA),
-    test_acc_no_tta, train_time, eval_time (the final evaluation's), warmup_time (seconds), epochs (this
-    run's per-epoch records, as logged), steps (done in all), model."""
+    """Train and evaluate as args (parse_args's namespace) say. The held-back split (test_batch) is read and
+    evaluated only once training has reached the end of the schedule; a run that --stop-after ends before it
+    does not test. Returns a dict: test_acc (with TTA), test_acc_no_tta, eval_time (the final evaluation's;
+    these three None where the run did not test), train_time, warmup_time (seconds), epochs (this run's
+    per-epoch records, as logged), steps (done in all), model."""
     device = args.device or ('cuda' if tl.cuda_is_available() else 'cpu')
     dtype = np.dtype(args.dtype or ('float16' if device.startswith('cuda') else 'float32'))
-    widths = tuple(int(w) for w in args.widths.split(','))
+    widths = args.widths
     if args.synthetic:
         # a test set an eighth the size of the training set keeps quick CPU runs quick
         n_train = min(args.train_limit or 50000, 50000)
-        x_train, y_train, x_test, y_test = synthetic_cifar(n_train, min(10000, max(1, n_train // 8)), args.seed)
+        x_train, y_train, *test_set = synthetic_cifar(n_train, min(10000, max(1, n_train // 8)), args.seed)
         print('synthetic data: random images and labels, for timing only (accuracies mean nothing)', flush=True)
     else:
-        x_train, y_train, x_test, y_test = load_cifar(args.data)
+        x_train, y_train = load_cifar(args.data, 'train')
     if args.train_limit:
         x_train, y_train = x_train[:args.train_limit], y_train[:args.train_limit]
     batch = min(args.batch_size, len(x_train))
     steps_per_epoch = len(x_train) // batch
     total_steps = max(1, math.ceil(steps_per_epoch * args.epochs))
     n_epochs = math.ceil(total_steps / steps_per_epoch)
-    config = dict(epochs=args.epochs, batch_size=batch, lr=args.lr, seed=args.seed, n_train=len(x_train),
-                  widths=list(widths), synthetic=bool(args.synthetic))
+    last_epoch = min(n_epochs, args.stop_after or n_epochs)
+    if last_epoch == n_epochs and not args.synthetic:   # test_batch is read after training; there it must be now
+        cifar_folder(args.data, ['test'])
+    config = dict(epochs=args.epochs, batch_size=batch, lr=args.lr, weight_decay=args.weight_decay, seed=args.seed,
+                  n_train=len(x_train), widths=list(widths), synthetic=bool(args.synthetic), dtype=dtype.name,
+                  device=device.split(':')[0])   # what resuming must match: what changes the arithmetic
 
     train_images = DeviceImages(x_train, device, dtype)
-    test_images = DeviceImages(x_test, device, dtype)   # read by evaluate() only
     warmup_time = 0.0
     if device != 'cpu':
         t0 = time.perf_counter()
@@ -436,10 +480,7 @@ def train(args):
     lookahead = Lookahead(model)
     start_epoch, step, train_time = 0, 0, time.perf_counter() - t0   # the whitening counts, as in airbench
     if args.resume:
-        ck = tl.load(args.resume)
-        if ck['config'] != config:
-            raise ResumeError(f"--resume {args.resume}: the checkpoint was made with {ck['config']}, this run has "
-                             f"{config}; resume with the same settings")
+        ck = load_checkpoint(args.resume, config)
         model.load_state_dict(ck['model'])
         opt.load_state_dict(ck['optimizer'])
         lookahead.average = [tl.Tensor(a, device=device) for a in ck['lookahead']]
@@ -449,12 +490,10 @@ def train(args):
     captured = CapturedStep(model, opt, device) if device != 'cpu' and args.cuda_graph == 'on' else None
     schedule = lr_schedule(total_steps)
     decay = 0.95 ** 5 * (np.arange(total_steps + 1) / total_steps) ** 3
-    print(f'{len(x_train)} training images, {test_images.n} test; {device} {dtype.name}; batch {batch}, '
+    print(f'{len(x_train)} training images; {device} {dtype.name}; batch {batch}, '
           f'{total_steps} steps ({args.epochs:g} epochs); warm-up {warmup_time:.2f} s', flush=True)
-    print(f"{'epoch':>5} {'train_loss':>10} {'train_acc':>9} {'test_acc':>8} {'train_time':>10}", flush=True)
+    print(f"{'epoch':>5} {'train_loss':>10} {'train_acc':>9} {'train_time':>10}", flush=True)
     records, log = [], open(args.log, 'a' if args.resume else 'w') if args.log else None
-    last_epoch = min(n_epochs, args.stop_after or n_epochs)
-    test_acc = tta_acc = None
     for epoch in range(start_epoch, last_epoch):
         steps = min(steps_per_epoch, total_steps - step)
         index, shifts, flips = epoch_plan(rng, len(x_train), flip0, epoch)
@@ -491,33 +530,47 @@ def train(args):
         loss_sum, correct = loss_sum.item(), correct.item()   # waits for the device to finish the epoch
         train_time += time.perf_counter() - t0
         bar.close()
-        # the last epoch's evaluation is the final one, with test-time augmentation
-        t0 = time.perf_counter()
-        test_acc, tta_acc = evaluate(model, test_images, y_test, args.tta if epoch + 1 == last_epoch else 'off')
-        eval_time = time.perf_counter() - t0
         record = dict(epoch=epoch + 1, train_loss=loss_sum / (steps * batch), train_acc=correct / (steps * batch),
-                      test_acc=test_acc, train_time=train_time)
-        if epoch + 1 == last_epoch:
-            record.update(test_acc_tta=tta_acc, tta=args.tta, eval_time=eval_time, warmup_time=warmup_time,
-                          device=device, dtype=dtype.name)
-        print(f"{epoch + 1:>5} {record['train_loss']:>10.4f} {record['train_acc']:>9.2%} {test_acc:>8.2%} "
-              f"{train_time:>8.2f} s", flush=True)
+                      train_time=train_time)
+        print(f"{epoch + 1:>5} {record['train_loss']:>10.4f} {record['train_acc']:>9.2%} {train_time:>8.2f} s",
+              flush=True)
         if args.save:
             save_checkpoint(args.save, model, opt, lookahead, rng, flip0, epoch + 1, step, train_time, config)
         if log:
             log.write(json.dumps(record) + '\n')
             log.flush()
         records.append(record)
+    test_acc = tta_acc = eval_time = None
+    if last_epoch < n_epochs:
+        print(f'stopped after epoch {max(start_epoch, last_epoch)} of {n_epochs} (--stop-after): no test evaluation '
+              f'| training time {train_time:.2f} s | warm-up/compile {warmup_time:.2f} s', flush=True)
+    else:   # training has ended: only now is the held-back split read, for the final evaluation
+        x_test, y_test = test_set if args.synthetic else load_cifar(args.data, 'test')
+        t0 = time.perf_counter()
+        test_acc, tta_acc = evaluate(model, DeviceImages(x_test, device, dtype), y_test, args.tta)
+        eval_time = time.perf_counter() - t0
+        print(f'final test accuracy {tta_acc:.2%} (tta {args.tta}; {test_acc:.2%} without) on {len(x_test)} images '
+              f'| training time {train_time:.2f} s | final evaluation {eval_time:.2f} s | warm-up/compile '
+              f'{warmup_time:.2f} s', flush=True)
+        if log:
+            log.write(json.dumps(dict(test_acc=test_acc, test_acc_tta=tta_acc, tta=args.tta, train_time=train_time,
+                                      eval_time=eval_time, warmup_time=warmup_time, steps=step, device=device,
+                                      dtype=dtype.name)) + '\n')
     if log:
         log.close()
-    if tta_acc is None:   # nothing left to train (a finished checkpoint was resumed)
-        t0 = time.perf_counter()
-        test_acc, tta_acc = evaluate(model, test_images, y_test, args.tta)
-        eval_time = time.perf_counter() - t0
-    print(f'final test accuracy {tta_acc:.2%} (tta {args.tta}; {test_acc:.2%} without) | training time '
-          f'{train_time:.2f} s | final evaluation {eval_time:.2f} s | warm-up/compile {warmup_time:.2f} s', flush=True)
     return dict(test_acc=tta_acc, test_acc_no_tta=test_acc, train_time=train_time, eval_time=eval_time,
                 warmup_time=warmup_time, epochs=records, steps=step, model=model)
+
+
+def _widths(text):
+    """--widths's type: three positive integers, comma-separated."""
+    try:
+        widths = tuple(int(w) for w in text.split(','))
+    except ValueError:
+        widths = ()
+    if len(widths) != 3 or min(widths) < 1:
+        raise argparse.ArgumentTypeError(f'{text!r}: expected three positive integers, such as 64,256,256')
+    return widths
 
 
 def parse_args(argv=None):
@@ -536,23 +589,45 @@ def parse_args(argv=None):
     p.add_argument('--train-limit', type=int, default=None, metavar='N', help='train on the first N images only')
     p.add_argument('--dtype', choices=['float16', 'float32', 'float64'], default=None,
                    help='activation dtype (default float16 on the GPU, float32 on the CPU)')
-    p.add_argument('--widths', default=','.join(map(str, WIDTHS)),
-                   help="the three blocks' widths (default 64,256,256)")
+    p.add_argument('--widths', type=_widths, default=WIDTHS, help="the three blocks' widths (default 64,256,256)")
     p.add_argument('--tta', choices=['on', 'flip', 'off'], default='on',
                    help='test-time augmentation: mirror and 1-pixel shifts (on), mirror only (flip), none (off)')
     p.add_argument('--save', metavar='PATH', help='write a checkpoint after every epoch (atomically)')
     p.add_argument('--resume', metavar='PATH', help='continue from a --save checkpoint, same settings')
     p.add_argument('--stop-after', type=int, default=None, metavar='E',
-                   help='stop after epoch E (the schedule still spans --epochs): with --save, --resume later')
-    p.add_argument('--log', metavar='PATH', help='write one JSON line per epoch')
+                   help='stop after epoch E (the schedule still spans --epochs): with --save, --resume later; '
+                        'a run stopped before the end of the schedule does not evaluate on the test set')
+    p.add_argument('--log', metavar='PATH',
+                   help='write one JSON line per epoch (training loss and accuracy), then one of the final evaluation')
     p.add_argument('--cuda-graph', choices=['on', 'off'], default='on',
                    help='on the GPU, record the training step into a CUDA graph and replay it (default on)')
     args = p.parse_args(argv)
-    if args.epochs <= 0 or args.batch_size <= 0:
-        p.error('--epochs and --batch-size must be positive')
-    if args.device not in (None, 'cpu') and not tl.cuda_is_available():
-        p.error(f"--device {args.device} needs CuPy and an NVIDIA GPU (pip install cupy-cuda12x, or cupy-cuda13x "
-                "for CUDA 13); --device cpu runs without")
+    for name, value in (('--epochs', args.epochs), ('--lr', args.lr)):
+        if not (math.isfinite(value) and value > 0):
+            p.error(f'{name} must be a finite number > 0, not {value}')
+    if not (math.isfinite(args.weight_decay) and args.weight_decay >= 0):
+        p.error(f'--weight-decay must be a finite number >= 0, not {args.weight_decay}')
+    for name, value, least in (('--batch-size', args.batch_size, 1), ('--train-limit', args.train_limit, 1),
+                               ('--stop-after', args.stop_after, 1), ('--seed', args.seed, 0)):
+        if value is not None and value < least:
+            p.error(f'{name} must be at least {least}, not {value}')
+    if not args.synthetic and os.path.exists(args.data) and not os.path.isdir(args.data):
+        p.error(f'--data {args.data}: a file; give the folder holding cifar-10-batches-py/ (or the batches)')
+    for name, path in (('--save', args.save), ('--log', args.log)):   # checked now, not after an epoch
+        if path is not None and os.path.isdir(path):
+            p.error(f'{name} {path}: a folder; give a file path')
+        if path is not None and not os.path.isdir(os.path.dirname(path) or '.'):
+            p.error(f'{name} {path}: its folder {os.path.dirname(path)} does not exist')
+    if args.device is not None and not re.fullmatch(r'cpu|cuda(:\d+)?', args.device):
+        p.error(f"--device {args.device}: unknown device; expected 'cpu', 'cuda' or 'cuda:N'")
+    if args.device not in (None, 'cpu'):
+        if not tl.cuda_is_available():
+            p.error(f"--device {args.device} needs CuPy and an NVIDIA GPU (pip install cupy-cuda12x, or cupy-cuda13x "
+                    "for CUDA 13); --device cpu runs without")
+        try:
+            tl.zeros(1, device=args.device)   # a GPU of that index exists
+        except RuntimeError as e:
+            p.error(f'--device {args.device}: {e}')
     return args
 
 
