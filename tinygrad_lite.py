@@ -238,7 +238,10 @@ def _aliases(**names):
                     if ours in kwargs or ours == star and args:
                         raise TypeError(f"{fn.__name__}() got both {ours} and {theirs}= (PyTorch's name for it)")
                     value = kwargs.pop(theirs)
-                    args, kwargs = ((value,), kwargs) if ours == star else (args, {**kwargs, ours: value})
+                    if ours == star:
+                        args = (value,)
+                    else:
+                        kwargs[ours] = value
             return fn(*args, **kwargs)
         return call
     return decorate
@@ -567,7 +570,6 @@ class _GradSwitch(contextlib.ContextDecorator):
     """Grad mode `enabled` inside: `with ...:` or as a decorator, called (`@tl.no_grad()`) or bare (`@tl.no_grad`).
     Re-entrant: one instance may be entered again before it exits; a decorated function enters a fresh one per
     call, so that threads calling it at once keep their own modes."""
-    enabled = False
 
     def __new__(cls, func=None):
         self = super().__new__(cls)
@@ -582,8 +584,9 @@ class _GradSwitch(contextlib.ContextDecorator):
             return super().__call__(func)
 
         @functools.wraps(func)
-        def generator(*args, **kwargs):   # as PyTorch's: the mode holds each time the generator runs, not around
-            inner, sent, thrown = func(*args, **kwargs), None, None   # where its caller resumes it
+        def generator(*args, **kwargs):
+            """As PyTorch's: the mode holds each time the generator runs, not around where its caller resumes it."""
+            inner, sent, thrown = func(*args, **kwargs), None, None
             while True:
                 try:
                     with type(self)():
@@ -1147,11 +1150,16 @@ def _index_array(items, xp):
     return array.astype(np.int64) if array.size == 0 else array
 
 
+def _is_int(v):
+    """Whether v is a Python or NumPy integer, not a bool (which PyTorch refuses where it wants an int)."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
 def _is_select(i):
     """Whether index entry i is an integer (a Python or NumPy one, or a 0-d integer array or tensor)."""
     if isinstance(i, Tensor):
         i = i.data
-    return (isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_)) or
+    return (_is_int(i) or
             getattr(i, 'ndim', None) == 0 and i.dtype.kind in 'iu')
 
 
@@ -2861,22 +2869,11 @@ class CrossEntropy(Function):
 
 # ================================================================ the Tensor
 
-def _pair(v, what='kernel_size', least=1):
-    """(a, b) from an int or a pair of ints, each at least `least`: a clear error naming `what` otherwise (TypeError
-    for what is not ints, bools and floats included, as PyTorch's)."""
-    pair = tuple(v) if isinstance(v, (tuple, list)) else (v, v)
-    if not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in pair):
-        raise TypeError(f"{what} must be an int or a pair of ints, got {v!r}")
-    if len(pair) != 2 or min(pair) < least:
-        raise ValueError(f"{what} must be an int or a pair of ints, each at least {least}; got {v!r}")
-    return tuple(int(i) for i in pair)
-
-
 _ValuesIndices = collections.namedtuple('ValuesIndices', 'values indices')   # PyTorch's max(dim=) and min(dim=)
 
 
 class Tensor:
-    """An array (NumPy or CuPy) with the gradient machinery: see API.md."""
+    """An array (NumPy or CuPy) with the gradient machinery: see README.md's API in brief."""
     __array_ufunc__ = None   # NumPy defers to Tensor's reflected operators
 
     def __init__(self, data, requires_grad=False, device=None, dtype=None):
@@ -2987,14 +2984,18 @@ class Tensor:
     def __array__(self, dtype=None, copy=None):
         return self.numpy() if dtype is None else self.numpy().astype(dtype)
 
-    def __repr__(self):   # as PyTorch's: 4 decimals (none for whole numbers), the size, device and dtype only
-        a = self.numpy()    # where they are not the defaults
+    def __repr__(self):
+        """As PyTorch's: 4 decimals (none for whole numbers); the size, device and dtype only where they are not
+        the defaults."""
+        a = self.numpy()
         notes = [f"size={self.shape}"] if a.size == 0 and a.ndim != 1 else []
         notes += [f"device='{self.device}'"] if self.device != 'cpu' else []
         default = (np.float32,) if a.size == 0 else (np.float32, np.int64, np.bool_)
         notes += [f"dtype={a.dtype}"] if a.dtype not in default else []
-        notes += [f"grad_fn=<{type(self._ctx).__name__}>"] if self._ctx is not None else \
-            ['requires_grad=True'] if self.requires_grad else []
+        if self._ctx is not None:
+            notes.append(f"grad_fn=<{type(self._ctx).__name__}>")
+        elif self.requires_grad:
+            notes.append('requires_grad=True')
         finite = a[np.isfinite(a)] if a.dtype.kind == 'f' else a
         whole = a.dtype.kind != 'f' or np.all(finite == np.round(finite))
         width = 5 if a.dtype == np.bool_ and not a.all() else 4   # PyTorch pads True only beside a False
@@ -3089,8 +3090,8 @@ class Tensor:
     def _binary(self, fn, other, reflected=False, **params):
         if isinstance(other, _NUMBERS) and (self.dtype == np.float16 and fn is not Remainder or
                                             fn is Div and self.dtype.kind != 'f'):
-            # as PyTorch: float16 meets a Python number in float32 and rounds the result once (but for %, which
-            # rounds the number to float16 first), and an integer tensor is divided by one in float32 (not by the
+            # as PyTorch: float16 meets a Python number in float32 and rounds the result once (but for % and //,
+            # which round the number to float16 first), and an integer tensor is divided by one in float32 (not by the
             # number cast to the tensor's dtype)
             out = self.float()._binary(fn, other, reflected, **params)
             return out.half() if self.dtype == np.float16 else out
@@ -3100,8 +3101,8 @@ class Tensor:
         if a.dtype == b.dtype and not (fn is Div and a.dtype.kind != 'f'):
             return fn.apply(a, b, **params)
         common = _result_dtype(a, b, divide=fn is Div)
-        if common == np.float16:   # as PyTorch, an integer or bool operand (any one of %) is rounded to float16
-            # first, but a one-element one after * or / (PyTorch's CPU scalar there) meets it in float32
+        if common == np.float16:   # as PyTorch, an integer or bool operand (any one of % and //) is rounded to
+            # float16 first, but a one-element one after * or / (PyTorch's CPU scalar there) meets it in float32
             scalar = fn in (Mul, Div) and b.numel() == 1
             keep = lambda t: t.dtype == common or t is b and scalar or t.dtype.kind == 'f' and fn is not Remainder
             a, b = (t if keep(t) else t.to(common) for t in (a, b))
@@ -3132,7 +3133,7 @@ class Tensor:
 
     def __pos__(self):
         if self.dtype == np.bool_:
-            raise TypeError("unary + of a bool tensor (as in PyTorch)")
+            raise TypeError("+: not defined for bool tensors (as in PyTorch)")
         return self
 
     def __matmul__(self, other):
@@ -3303,12 +3304,12 @@ class Tensor:
     def mean(self, axis=None, keepdim=False):
         _need_float(self, 'mean')   # as PyTorch: no mean (nor var) of integers or bools
         axes = _reduced_axes(axis, self.ndim)
-        count = int(np.prod([self.shape[a] for a in axes]))
+        count = math.prod(self.shape[a] for a in axes)
         return Sum.apply(self, axes=axes, keepdim=keepdim, scale=1 / count if count else math.nan)
 
     def _extreme(self, least, axis, keepdim, dim):
-        """The maximum (least: minimum) over axis, the values alone (API.md's max and min); with PyTorch's dim= (one
-        int), PyTorch's (values, indices), so that code written for it reads the same."""
+        """The maximum (least: minimum) over axis, the values alone (the interface's max and min, README.md); with
+        PyTorch's dim= (one int), PyTorch's (values, indices), so that code written for it reads the same."""
         if dim is None:
             return Max.apply(self, axes=_reduced_axes(axis, self.ndim), keepdim=keepdim, least=least)
         if axis is not None or not isinstance(dim, (int, np.integer)):
@@ -3319,7 +3320,9 @@ class Tensor:
             return _ValuesIndices(self.clone(), Tensor._wrap(_xp(self.data).zeros((), np.int64), self.device))
         index = self._index_of('argmin' if least else 'argmax', dim, keepdim=True)
         values = self._take_along(dim, index)   # as PyTorch's: the gradient to that element alone, ties or not
-        return _ValuesIndices(values, index) if keepdim else _ValuesIndices(values.squeeze(dim), index.squeeze(dim))
+        if not keepdim:
+            values, index = values.squeeze(dim), index.squeeze(dim)
+        return _ValuesIndices(values, index)
 
     def max(self, axis=None, keepdim=False, *, dim=None):
         return self._extreme(False, axis, keepdim, dim)
@@ -3333,7 +3336,7 @@ class Tensor:
         if self.dtype == np.float16:   # in float32, as PyTorch: the squares overflow float16 long before the variance
             return self.float().var(axis, keepdim, correction).half()
         axes = _reduced_axes(axis, self.ndim)
-        count = int(np.prod([self.shape[a] for a in axes]))
+        count = math.prod(self.shape[a] for a in axes)
         centred = self - self.mean(axes, keepdim=True)
         scale = 1 / (count - correction) if count > correction else math.inf if count else math.nan
         return Sum.apply(centred * centred, axes=axes, keepdim=keepdim, scale=scale)
@@ -3351,8 +3354,8 @@ class Tensor:
             raise TypeError(f"{which}: not defined for bool tensors (as in PyTorch)")
         if self.numel() == 0 and (axis is None or self.shape[_dim(axis, self.ndim)] == 0):
             raise ValueError(f"{which} of an empty tensor of shape {self.shape}")
-        where = {} if axis is None else {'axis': _dim(axis, self.ndim), 'keepdims': keepdim}
-        return Tensor._wrap(_xp(self.data).asarray(getattr(self.data, which)(**where)).astype(np.int64), self.device)
+        along = {} if axis is None else {'axis': _dim(axis, self.ndim), 'keepdims': keepdim}
+        return Tensor._wrap(_xp(self.data).asarray(getattr(self.data, which)(**along)).astype(np.int64), self.device)
 
     def _take_along(self, axis, index):
         """self's elements at `index` (integers, of self's shape but along axis) on axis, as NumPy's
@@ -3459,7 +3462,7 @@ class Tensor:
                                                          for (lo, hi), n in zip(pairs, reversed(self.shape))):
             raise ValueError(f"pad: {tuple(pad)} must hold (left, right) pairs for at most {self.ndim} axes of shape "
                              f"{self.shape}, negative ones (crops) taking no more than an axis has")
-        if not all(isinstance(p, (int, np.integer)) and not isinstance(p, (bool, np.bool_)) for p in pad):
+        if not all(map(_is_int, pad)):
             raise TypeError(f"pad: widths must be ints, got {tuple(pad)}")
         return Pad.apply(self, pad=tuple(int(p) for p in pad), value=value) if pad else self.clone()
 
@@ -3512,7 +3515,8 @@ class Tensor:
         def arrays(step):   # index tensors as their arrays (copies: a recorded backward keeps them), on this device
             return tuple(_move(i.data if isinstance(i, Tensor) else i, self.device).copy()
                          if isinstance(i, (Tensor, np.ndarray)) else i for i in map(_as_select, step))
-        steps, extra = [arrays(step) for step in self._index_steps(index)], 0
+        steps = [arrays(step) for step in self._index_steps(index)]
+        extra = 0
         if value.ndim:   # (a number always fits: no gather of the indexed elements for their shape)
             indexed = _written(self.data, steps)[steps[-1]].shape   # (no local keeps a view: see _recorded_update)
             fitted = _check_broadcast('item assignment (indexed elements, value)', indexed, value.shape)
@@ -3565,10 +3569,14 @@ def _check_fits(value, dtype, what):
     """As PyTorch's fills: a number that an integer dtype cannot hold (out of range, NaN, inf) raises, not wraps, and
     a finite one beyond a float dtype's range (1e10 in float16) raises, not overflows to inf."""
     kind = np.dtype(dtype).kind
-    if isinstance(value, _NUMBERS) and not isinstance(value, (bool, np.bool_)) and (kind in 'iu' and (
-            isinstance(value, (float, np.floating)) and not math.isfinite(value)
-            or not np.iinfo(dtype).min <= value <= np.iinfo(dtype).max)
-            or kind == 'f' and math.isfinite(value) and abs(value) > float(np.finfo(dtype).max)):
+    if not isinstance(value, _NUMBERS) or isinstance(value, (bool, np.bool_)):
+        return
+    if kind in 'iu':   # (inf tested apart: NumPy compares a float16 one with the bounds rounded to float16, inf)
+        inf_or_nan = isinstance(value, (float, np.floating)) and not math.isfinite(value)
+        overflows = inf_or_nan or not np.iinfo(dtype).min <= value <= np.iinfo(dtype).max
+    else:
+        overflows = kind == 'f' and math.isfinite(value) and abs(value) > float(np.finfo(dtype).max)
+    if overflows:
         raise RuntimeError(f"{what}: {value} cannot be converted to {np.dtype(dtype)} without overflow")
 
 
@@ -3704,6 +3712,17 @@ def linear(x, weight, bias=None):
     return y if bias is None else y + bias
 
 
+def _pair(v, what='kernel_size', least=1):
+    """(a, b) from an int or a pair of ints, each at least `least`: a clear error naming `what` otherwise (TypeError
+    for what is not ints, bools and floats included, as PyTorch's)."""
+    pair = tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+    if not all(map(_is_int, pair)):
+        raise TypeError(f"{what} must be an int or a pair of ints, got {v!r}")
+    if len(pair) != 2 or min(pair) < least:
+        raise ValueError(f"{what} must be an int or a pair of ints, each at least {least}; got {v!r}")
+    return tuple(int(i) for i in pair)
+
+
 def _check_padding_string(padding, stride):
     if padding not in ('valid', 'same'):
         raise ValueError(f"conv2d: padding must be an int, a pair of ints, 'valid' or 'same'; got {padding!r}")
@@ -3792,8 +3811,7 @@ def cross_entropy(logits, target, label_smoothing=0.0, reduction='mean', ignore_
         raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
     if not 0 <= label_smoothing <= 1:
         raise ValueError(f"cross_entropy: label_smoothing must lie in [0, 1], got {label_smoothing}")
-    if not isinstance(ignore_index, (int, np.integer)) or isinstance(ignore_index, bool) or \
-            not -2 ** 63 <= ignore_index < 2 ** 63:
+    if not _is_int(ignore_index) or not -2 ** 63 <= ignore_index < 2 ** 63:
         raise TypeError(f"cross_entropy: ignore_index must be an int64 class index, got {ignore_index!r}")
     target = target if isinstance(target, Tensor) else Tensor(np.asarray(target), device=logits.device)
     # as PyTorch: logits (C,) with a 0-d target, (N, C) with (N,), or (N, C, d1, ...) with (N, d1, ...)
@@ -3887,10 +3905,10 @@ class Module:
             if isinstance(value, (Parameter, Module)):
                 buffers.remove(name)
             elif value is not None and not isinstance(value, Tensor):
-                raise TypeError(f"cannot assign {type(value).__name__} as buffer '{name}' of {type(self).__name__} "
+                raise TypeError(f"cannot assign '{type(value).__name__}' as buffer '{name}' of {type(self).__name__} "
                                 "(a tl.Tensor or None expected, as in PyTorch)")
         elif isinstance(self.__dict__.get(name), Parameter) and value is not None and not isinstance(value, Parameter):
-            raise TypeError(f"cannot assign {type(value).__name__} as parameter '{name}' of {type(self).__name__} "
+            raise TypeError(f"cannot assign '{type(value).__name__}' as parameter '{name}' of {type(self).__name__} "
                             "(a tl.Parameter or None expected, as in PyTorch)")
         object.__setattr__(self, name, value)
 
@@ -3906,7 +3924,8 @@ class Module:
         children = [f"({name}): " + repr(m).replace('\n', '\n  ') for name, m in self._named_submodules()]
         if not children:
             return f"{type(self).__name__}({extra})"
-        return f"{type(self).__name__}(" + ''.join(f"\n  {line}" for line in [extra] * bool(extra) + children) + "\n)"
+        lines = ([extra] if extra else []) + children
+        return f"{type(self).__name__}(\n  " + '\n  '.join(lines) + "\n)"
 
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
@@ -4109,21 +4128,22 @@ class Conv2d(Module):
     # bias keyword-only: PyTorch's 6th argument is dilation, which a positional bias would silently stand for
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, *, bias=True):
         super().__init__()
-        kh, kw = _pair(kernel_size)
+        kh, kw = _pair(kernel_size, 'Conv2d: kernel_size')
         if isinstance(padding, str):   # as PyTorch: a bad padding string refused here, not at the first forward
             _check_padding_string(padding, _pair(stride, 'Conv2d: stride'))
         self.stride, self.padding = stride, padding
-        self.weight = _uniform_parameter((out_channels, in_channels, kh, kw), in_channels * kh * kw)
-        self.bias = _uniform_parameter((out_channels,), in_channels * kh * kw) if bias else None
+        fan = in_channels * kh * kw
+        self.weight = _uniform_parameter((out_channels, in_channels, kh, kw), fan)
+        self.bias = _uniform_parameter((out_channels,), fan) if bias else None
 
     def forward(self, x):
         return conv2d(x, self.weight, self.bias, self.stride, self.padding)
 
-    def extra_repr(self):
-        padding = self.padding if isinstance(self.padding, str) else _pair(self.padding, least=0)
-        return (f"{self.weight.shape[1]}, {self.weight.shape[0]}, kernel_size={self.weight.shape[2:]}, "
-                f"stride={_pair(self.stride)}" + (f", padding={padding}" if padding != (0, 0) else '') +
-                (", bias=False" if self.bias is None else ''))
+    def extra_repr(self):   # (as given, unchecked: as PyTorch, a bad stride or padding fails in forward, not here)
+        pair = lambda v: v if isinstance(v, str) else tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+        padding, stride = pair(self.padding), pair(self.stride)
+        return (f"{self.weight.shape[1]}, {self.weight.shape[0]}, kernel_size={self.weight.shape[2:]}, stride={stride}"
+                + (f", padding={padding}" if padding != (0, 0) else '') + (", bias=False" if self.bias is None else ''))
 
 
 class _BatchNorm(Module):
@@ -4424,15 +4444,15 @@ class Optimizer:
         if missing:
             raise ValueError(f"{type(self).__name__}: the state of parameter {i} lacks {missing}")
         for k, v in state.items():
-            if not isinstance(v, Tensor):
-                raise TypeError(f"{type(self).__name__}: state '{k}' of parameter {i} is a {type(v).__name__}, "
-                                "not a Tensor")
             name = f"{type(self).__name__}: state '{k}' of parameter {i}"
-            if k == 'step' and v.shape != ():
-                raise ValueError(f"{name} has shape {v.shape}, not () (a count)")
-            if k != 'step' and (v.shape, v.dtype) != (p.shape, p.dtype):
+            if not isinstance(v, Tensor):
+                raise TypeError(f"{name} is a {type(v).__name__}, not a Tensor")
+            if k == 'step':
+                if v.shape != ():
+                    raise ValueError(f"{name} has shape {v.shape}, not () (a count)")
+            elif (v.shape, v.dtype) != (p.shape, p.dtype):
                 raise ValueError(f"{name} is {v.dtype} of shape {v.shape}; the parameter {p.dtype} of shape {p.shape}")
-            if k != 'step' and v.device != p.device:
+            elif v.device != p.device:
                 raise RuntimeError(f"{name} is on {v.device}, the parameter on {p.device}")
 
     def _params(self):
