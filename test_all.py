@@ -757,9 +757,11 @@ def test_remainder_and_floor_division_as_pytorch():
             ours, theirs = op(tl.tensor(x0), tl.tensor(y0)), op(torch.tensor(x0), torch.tensor(y0))
             assert str(ours.dtype) == str(theirs.dtype).replace('torch.', ''), (ours.dtype, theirs.dtype)
             assert_close(ours.numpy(), theirs.numpy(), 1e-6, 1e-3 if x0.dtype == np.float16 else 1e-9)
-    half = (np.abs(a) + 0.1).astype(np.float16).ravel()   # PyTorch rounds the number to float16 first for % and //
-    for op in (lambda x: x % 0.3, lambda x: 0.3 % x, lambda x: x // 0.3, lambda x: x % x.new_tensor(0.3)
-               if isinstance(x, torch.Tensor) else x % tl.tensor(np.float32(0.3))):
+    # PyTorch rounds a number to float16 first for %, not for // (2048 // 2049 is 0, not 1)
+    half = np.concatenate([(np.abs(r.standard_normal(2000)) * 30 + 0.1), [2048.0]]).astype(np.float16)
+    point = lambda x, v: x.new_tensor(v) if isinstance(x, torch.Tensor) else tl.tensor(np.float32(v))   # 0-d float32
+    for op in (lambda x: x % 0.3, lambda x: 0.3 % x, lambda x: x // 0.1, lambda x: x // 2049,
+               lambda x: x % point(x, 0.3), lambda x: x // point(x, 0.1)):   # (a 0-d tensor: rounded for both)
         assert np.array_equal(op(tl.tensor(half)).numpy(), op(torch.tensor(half)).numpy())
     raises(TypeError, lambda: tl.tensor([True, False]) % tl.tensor([True, True]), 'bool')
     floored = tl.tensor(a, requires_grad=True) // 2
@@ -2745,6 +2747,11 @@ def test_pytorch_conveniences():
     raises(TypeError, lambda: f'{x:.3f}')
     assert x.argmax(1, keepdim=True).tolist() == p.argmax(1, keepdim=True).tolist()
     raises(TypeError, lambda: (x > 0).argmax(), 'bool')
+    assert x.argmax(keepdim=True).shape == tuple(p.argmax(keepdim=True).shape) == (1, 1)
+    flags, pflags = x > 0.1, p > 0.1   # max of bools is PyTorch's, argmax of them is not
+    assert [v.tolist() for v in flags.max(dim=1)] == [v.tolist() for v in pflags.max(dim=1)]
+    assert (tl.tensor(np.int8([2, -1, 1])) ** tl.tensor(np.int8([-128, -128, -127]))).tolist() == \
+        (torch.tensor(np.int8([2, -1, 1])) ** torch.tensor(np.int8([-128, -128, -127]))).tolist()
     assert (x == None) is False and (x != None) is True   # noqa: E711 (PyTorch's answer)
     u = tl.tensor(np.array([[1, 0], [2, 3]], np.uint8))
     assert u.any().dtype == u.all(dim=1).dtype == np.uint8 and u.all(dim=1).tolist() == [0, 1]
@@ -6123,6 +6130,17 @@ def test_cifar_test_batch_read_only_after_training():
             assert _train(_args(root, '--epochs', '2', '--stop-after', '1'))['steps'] == 3
     assert 'does not evaluate on the test set' in _help(), 'the --help text does not say so'
 
+
+def test_cifar_finished_checkpoint_resumed_with_stop_after_tests():
+    """A checkpoint at the end of the schedule, resumed with a --stop-after below its epoch, trains no more and
+    runs the final evaluation (it said 'stopped after epoch 2 of 2: no test evaluation')."""
+    with tempfile.TemporaryDirectory() as root:
+        _write_batches(os.path.join(root, 'cifar-10-batches-py'), *_tiny_cifar(n_train=60, n_test=20))
+        ck = os.path.join(root, 'ck.npz')
+        done = _train(_args(root, '--epochs', '2', '--save', ck))
+        again = _train(_args(root, '--epochs', '2', '--resume', ck, '--stop-after', '1'))
+        assert again['steps'] == done['steps'] and again['epochs'] == [], again
+        assert again['test_acc'] == done['test_acc'] is not None, (again, done)
 
 def _help():
     """train_cifar.py's --help text, its whitespace runs as single spaces."""

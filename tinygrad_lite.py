@@ -12,7 +12,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 import threading
 import types
 import warnings
@@ -977,8 +976,8 @@ class Pow(Function):
     def forward(self, a, b):
         xp, self.a, self.b = _xp(a), a, b
         if a.dtype.kind == 'i' and (b < 0).any():   # as PyTorch: 1 / a^|b| truncated (NumPy refuses negative powers)
-            reciprocal = xp.where(a == 1, 1, xp.where(a == -1, 1 - 2 * (xp.abs(b) % 2), 0))
-            self.out = xp.where(b >= 0, a ** xp.abs(b), reciprocal).astype(a.dtype)
+            reciprocal = xp.where(a == 1, 1, xp.where(a == -1, 1 - 2 * (b % 2 != 0), 0))
+            self.out = xp.where(b >= 0, a ** xp.where(b >= 0, b, 0), reciprocal).astype(a.dtype)
         else:
             self.out = a ** b
         self.saves_output = self.needs_grad[1]   # the exponent's gradient reads the output
@@ -3088,10 +3087,11 @@ class Tensor:
         return Tensor(other, device=self.device)
 
     def _binary(self, fn, other, reflected=False, **params):
-        if isinstance(other, _NUMBERS) and (self.dtype == np.float16 and fn is not Remainder or
+        remainder = fn is Remainder and not params.get('floor')
+        if isinstance(other, _NUMBERS) and (self.dtype == np.float16 and not remainder or
                                             fn is Div and self.dtype.kind != 'f'):
-            # as PyTorch: float16 meets a Python number in float32 and rounds the result once (but for % and //,
-            # which round the number to float16 first), and an integer tensor is divided by one in float32 (not by the
+            # as PyTorch: float16 meets a Python number in float32 and rounds the result once (but for %, which
+            # rounds the number to float16 first), and an integer tensor is divided by one in float32 (not by the
             # number cast to the tensor's dtype)
             out = self.float()._binary(fn, other, reflected, **params)
             return out.half() if self.dtype == np.float16 else out
@@ -3312,13 +3312,14 @@ class Tensor:
         PyTorch's dim= (one int), PyTorch's (values, indices), so that code written for it reads the same."""
         if dim is None:
             return Max.apply(self, axes=_reduced_axes(axis, self.ndim), keepdim=keepdim, least=least)
-        if axis is not None or not isinstance(dim, (int, np.integer)):
+        if axis is not None or not _is_int(dim):
             raise TypeError(f"{'min' if least else 'max'}: dim= takes one int (PyTorch's), without axis=; got "
                             f"axis={axis}, dim={dim}")
         if self.ndim == 0:   # as PyTorch: dim 0 or -1 of a number is itself, at index 0
             _dim(dim, 1)
             return _ValuesIndices(self.clone(), Tensor._wrap(_xp(self.data).zeros((), np.int64), self.device))
-        index = self._index_of('argmin' if least else 'argmax', dim, keepdim=True)
+        counted = self.to(np.uint8) if self.dtype == np.bool_ else self   # (max of bools: PyTorch's, argmax's not)
+        index = counted._index_of('argmin' if least else 'argmax', dim, keepdim=True)
         values = self._take_along(dim, index)   # as PyTorch's: the gradient to that element alone, ties or not
         if not keepdim:
             values, index = values.squeeze(dim), index.squeeze(dim)
@@ -3355,7 +3356,10 @@ class Tensor:
         if self.numel() == 0 and (axis is None or self.shape[_dim(axis, self.ndim)] == 0):
             raise ValueError(f"{which} of an empty tensor of shape {self.shape}")
         along = {} if axis is None else {'axis': _dim(axis, self.ndim), 'keepdims': keepdim}
-        return Tensor._wrap(_xp(self.data).asarray(getattr(self.data, which)(**along)).astype(np.int64), self.device)
+        index = _xp(self.data).asarray(getattr(self.data, which)(**along)).astype(np.int64)
+        if axis is None and keepdim:   # as PyTorch: the flat index with every axis kept, of size 1
+            index = index.reshape((1,) * self.ndim)
+        return Tensor._wrap(index, self.device)
 
     def _take_along(self, axis, index):
         """self's elements at `index` (integers, of self's shape but along axis) on axis, as NumPy's
@@ -3530,8 +3534,8 @@ class Tensor:
                 before, fit(before if value is self else value), steps=steps))
             return
         target = _written(self.data, steps)
-        # as PyTorch: a slice's elements must not share memory (e[0] of an expand may be written), an index array's
-        # tensor's not at all
+        # as PyTorch: a slice's elements must not share memory (e[0] of an expand may be written); an index array's
+        # tensor's not at all (PyTorch deprecates such writes)
         self._refuse_expanded('item assignment', target[steps[-1]] if _is_basic_index(steps[-1]) else None)
         target[steps[-1]] = fit(value).data.astype(self.dtype, copy=False)
         self._version[0] += 1
@@ -4695,13 +4699,11 @@ def save(obj, path):
     a temporary file beside `path`, on disk (fsync) before it is renamed over `path`."""
     arrays = []
     tree = json.dumps(_encode(obj, arrays))
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix='.tmp')
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f'.{os.path.basename(path)}.{os.urandom(6).hex()}.tmp')
+    # a new file, as open() makes one (mode 0666 less the umask; tempfile.mkstemp's would be 0600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, 'wb') as f:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.fchmod(f.fileno(), 0o666 & ~umask)   # mkstemp's 0600 -> the mode open() gives a new file
             np.savez(f, tree=np.array(tree), **{f'a{i}': a for i, a in enumerate(arrays)})
             f.flush()
             os.fsync(f.fileno())

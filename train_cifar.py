@@ -458,8 +458,6 @@ def train(args):
     total_steps = max(1, math.ceil(steps_per_epoch * args.epochs))
     n_epochs = math.ceil(total_steps / steps_per_epoch)
     last_epoch = min(n_epochs, args.stop_after or n_epochs)
-    if last_epoch == n_epochs and not args.synthetic:   # test_batch is read after training; there it must be now
-        cifar_folder(args.data, ['test'])
     config = dict(epochs=args.epochs, batch_size=batch, lr=args.lr, weight_decay=args.weight_decay, seed=args.seed,
                   n_train=len(x_train), widths=list(widths), synthetic=bool(args.synthetic), dtype=dtype.name,
                   device=device.split(':')[0])   # what resuming must match: what changes the arithmetic
@@ -487,6 +485,9 @@ def train(args):
         rng.bit_generator.state, flip0 = ck['rng'], ck['flip0']
         start_epoch, step, train_time = ck['epoch'], ck['step'], ck['train_time']
         print(f'resumed from {args.resume} after epoch {start_epoch} (step {step} of {total_steps})', flush=True)
+    last_epoch = max(start_epoch, last_epoch)   # (a finished checkpoint resumed with --stop-after: to the test)
+    if last_epoch == n_epochs and not args.synthetic:   # test_batch is read after training; there it must be now
+        cifar_folder(args.data, ['test'])
     captured = CapturedStep(model, opt, device) if device != 'cpu' and args.cuda_graph == 'on' else None
     schedule = lr_schedule(total_steps)
     decay = 0.95 ** 5 * (np.arange(total_steps + 1) / total_steps) ** 3
@@ -542,7 +543,7 @@ def train(args):
         records.append(record)
     test_acc = tta_acc = eval_time = None
     if last_epoch < n_epochs:
-        print(f'stopped after epoch {max(start_epoch, last_epoch)} of {n_epochs} (--stop-after): no test evaluation '
+        print(f'stopped after epoch {last_epoch} of {n_epochs} (--stop-after): no test evaluation '
               f'| training time {train_time:.2f} s | warm-up/compile {warmup_time:.2f} s', flush=True)
     else:   # training has ended: only now is the held-back split read, for the final evaluation
         x_test, y_test = test_set if args.synthetic else load_cifar(args.data, 'test')
