@@ -419,6 +419,10 @@ op('squeeze_neg', lambda m, x: x.squeeze(-4), (1, 3, 1, 2))
 op('squeeze_not_size1', lambda m, x: x.squeeze(1), (1, 3, 1, 2))
 op('expand', lambda m, x: x.expand(2, 3, 4), (3, 1))
 op('expand_keep', lambda m, x: x.expand(4, -1, 3), (1, 2, 1))
+op('flip_0', lambda m, x: x.flip(0), S)
+op('flip_two_neg', lambda m, x: x.flip((-1, 0)), S)
+op('flip_all_list', lambda m, x: x.flip([1, 2, 0]), S)
+op('fn_flip', lambda m, x: m.flip(x, (1,)), S)
 op('pad_last', lambda m, x: x.pad((1, 2)), S, tf=lambda x: F.pad(x, (1, 2)))
 op('pad_two', lambda m, x: x.pad((1, 0, 2, 1)), S, tf=lambda x: F.pad(x, (1, 0, 2, 1)))
 op('clone', lambda m, x: x.clone(), U)
@@ -1002,6 +1006,43 @@ def test_float16_scalars_keep_float16():
     (x * 2.5).sum().backward()
     assert x.grad.dtype == np.float16 and np.all(x.grad.numpy() == 2.5)
 
+
+
+def test_flip_as_pytorch():
+    """Tensor.flip and tl.flip as torch.flip in float64: values and gradients for dims as an int, several ints, a tuple
+    or a list, negative ones, none and a 0-d tensor's; the result is a copy (writing it leaves x as it was); a dim out
+    of range raises IndexError, a dim named twice (as -1 and its positive twin too) ValueError (PyTorch:
+    RuntimeError), a float or bool dim TypeError, each message naming the dims."""
+    need_torch()
+    r = rng('flip')
+    x0 = r.standard_normal((2, 3, 4))
+    for dims in (0, 2, -1, (0, 2), [-3, -1], (1, 0, 2), (-2,), ()):
+        listed = [dims] if isinstance(dims, int) else dims   # torch.flip takes no int (Tensor.flip does)
+        for flip, flip_t in ((lambda t: t.flip(dims), lambda t: t.flip(dims)),
+                             (lambda t: tl.flip(t, dims), lambda t: torch.flip(t, listed))):
+            x, x_t = tl.tensor(x0, requires_grad=True), torch.tensor(x0, requires_grad=True)
+            y, y_t = flip(x), flip_t(x_t)
+            assert_close(y, y_t, 0, 0, f'flip {dims}')
+            w = upstream(0, y.shape)
+            (y * tl.tensor(w)).sum().backward()
+            (y_t * torch.tensor(w)).sum().backward()
+            assert_close(x.grad, x_t.grad, 0, 0, f'flip {dims} gradient')
+    x = tl.tensor(x0)
+    assert_close(x.flip(0, 2), torch.tensor(x0).flip(0, 2), 0, 0, 'flip(0, 2)')
+    y = x.flip(())
+    y[0, 0, 0] = 99.0
+    assert x[0, 0, 0].item() == x0[0, 0, 0], 'flip(()) wrote through to its input'
+    for dims in (0, -1):
+        assert tl.tensor(2.5).flip(dims).item() == torch.tensor(2.5).flip(dims).item() == 2.5
+    for dims in ((3,), (-4,), (0, 5)):
+        raises(IndexError, lambda: torch.tensor(x0).flip(dims))
+        raises(IndexError, lambda: x.flip(dims), str(max(dims, key=abs)))
+    for dims in ((0, 0), (2, -1), (1, 0, -2)):
+        raises(RuntimeError, lambda: torch.tensor(x0).flip(dims), 'multiple times')
+        assert str(dims) in raises(ValueError, lambda: x.flip(dims), 'more than once')
+    for dims in ((1.0,), (True,), 0.5):
+        raises(TypeError, lambda: torch.tensor(x0).flip(dims))
+        raises(TypeError, lambda: x.flip(dims), 'flip', 'ints')
 
 # ===== autograd core =====
 

@@ -1113,6 +1113,17 @@ class Permute(Function):
         return g.transpose(np.argsort(self.dims))
 
 
+class Flip(Function):
+    saves = ()
+
+    def forward(self, x, dims):
+        self.dims = dims
+        return _xp(x).flip(x, dims).copy()   # a copy, as PyTorch's (NumPy's flip is a view)
+
+    def backward(self, g):
+        return _xp(g).flip(g, self.dims)
+
+
 class Expand(Function):
     """A view of x with its size-1 axes repeated and axes added in front (stride 0): writable, as PyTorch's (NumPy's
     broadcast_to is read-only); in-place ops refuse it where elements share memory (Tensor._refuse_expanded)."""
@@ -3403,6 +3414,13 @@ class Tensor:
             dims[a], dims[b] = dims[b], dims[a]
         return self.permute(*dims)
 
+    def flip(self, dims, *more):
+        """A copy with the elements in reverse order along dims (an int, ints, or a tuple or list of ints), as PyTorch's."""
+        dims = (dims, *more) if more or not isinstance(dims, (tuple, list)) else tuple(dims)
+        if not all(map(_is_int, dims)):
+            raise TypeError(f"flip: dims must be ints, got {dims}")
+        return Flip.apply(self, dims=_axes(dims, self.ndim))
+
     @_aliases(dim='axis')
     def unsqueeze(self, axis):
         axis = _dim(axis, self.ndim, new=True)
@@ -3658,6 +3676,7 @@ gelu = lambda x, approximate='none': x.gelu(approximate)
 maximum = lambda a, b: a.maximum(b)
 minimum = lambda a, b: a.minimum(b)
 pad = lambda x, pad, value=0.0: x.pad(pad, value)
+flip = lambda x, dims: x.flip(dims)
 
 
 @_aliases(dim='axis')
