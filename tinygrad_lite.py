@@ -1114,14 +1114,16 @@ class Permute(Function):
 
 
 class Flip(Function):
+    """x reversed along dims, a copy as PyTorch's; the gradient is g reversed along them. (Slices, not xp.flip: CuPy's
+    refuses a 0-d array; the Ellipsis keeps NumPy's 0-d result an array.)"""
     saves = ()
 
     def forward(self, x, dims):
-        self.dims = dims
-        return _xp(x).flip(x, dims).copy()   # a copy, as PyTorch's (NumPy's flip is a view)
+        self.index = tuple(slice(None, None, -1 if i in dims else 1) for i in range(x.ndim)) + (Ellipsis,)
+        return x[self.index].copy()
 
     def backward(self, g):
-        return _xp(g).flip(g, self.dims)
+        return g[self.index]
 
 
 class Expand(Function):
