@@ -1421,6 +1421,12 @@ LAYERS = [
     Layer('gru_2layers_h0', lambda nn: nn.GRU(3, 4, num_layers=2), shapes_in((3, 2, 3), (2, 2, 4))),
     Layer('gru_batch_first_h0', lambda nn: nn.GRU(3, 4, 2, batch_first=True), shapes_in((2, 3, 3), (2, 2, 4))),
     Layer('gru_nobias', lambda nn: nn.GRU(2, 3, bias=False), shapes_in((4, 1, 2))),
+    Layer('gru_bidir', lambda nn: nn.GRU(3, 4, bidirectional=True), shapes_in((5, 2, 3))),
+    Layer('gru_bidir_2layers_batch_first_h0', lambda nn: nn.GRU(3, 4, 2, batch_first=True, bidirectional=True),
+          shapes_in((2, 3, 3), (4, 2, 4))),
+    Layer('gru_bidir_2layers_dropout_eval_nobias', lambda nn: nn.GRU(3, 4, 2, bias=False, dropout=0.5,
+                                                                     bidirectional=True), shapes_in((3, 2, 3)),
+          eval_mode=True),
 ]
 
 
@@ -1807,6 +1813,161 @@ def test_gru_unbatched_input_as_pytorch():
     assert_names_shapes(msg, (3,))
 
 
+def gru_against_torch(ours, theirs, x, h0=None, tol=1e-9):
+    """ours and theirs (weights copied) on float64 x [and h0]: the same output and h_n, and the same gradients of x, h0
+    and every parameter for a loss weighting both."""
+    args = [tl.Tensor(a, requires_grad=True) for a in (x, h0) if a is not None]
+    args_t = [torch.tensor(a, requires_grad=True) for a in (x, h0) if a is not None]
+    (out, h_n), (out_t, h_n_t) = ours(*args), theirs(*args_t)
+    assert (out.shape, h_n.shape) == (tuple(out_t.shape), tuple(h_n_t.shape)), (out.shape, h_n.shape)
+    assert_close(out, out_t, tol, tol, 'output')
+    assert_close(h_n, h_n_t, tol, tol, 'h_n')
+    w, wh = upstream(0, out.shape), upstream(1, h_n.shape)
+    ((out * tl.Tensor(w)).sum() + (h_n * tl.Tensor(wh)).sum()).backward()
+    ((out_t * torch.tensor(w)).sum() + (h_n_t * torch.tensor(wh)).sum()).backward()
+    names = ['x', 'h0'][:len(args)] + [n for n, _ in ours.named_parameters()]
+    for a, b, name in zip(args + ours.parameters(), args_t + list(theirs.parameters()), names, strict=True):
+        assert_close(a.grad, b.grad, tol, tol, f'grad of {name}')
+    return out
+
+
+def test_gru_bidirectional_as_pytorch():
+    """Bidirectional GRUs (and a one-way one with dropout) against torch.nn.GRU, weights copied, float64: output
+    (T, B, 2H), h_n (2 * num_layers, B, H) and the gradients of x, h0 and every parameter, for 1 to 3 layers,
+    batch_first or not, with and without bias and h0, hidden sizes not a multiple of 32, batch 1, T = 1, unbatched
+    (T, in) inputs, and dropout > 0 in eval mode (off, as PyTorch's)."""
+    need_torch()
+    r = rng('gru bidirectional')
+    for layers, batch_first, bias, with_h0, shape, hidden, p, bidir in (
+            (1, False, True, True, (5, 3, 4), 33, 0.0, True), (2, True, True, True, (3, 6, 4), 33, 0.0, True),
+            (2, False, False, False, (6, 2, 4), 7, 0.0, True), (1, True, False, True, (1, 1, 4), 5, 0.0, True),
+            (2, False, True, True, (1, 1, 4), 33, 0.0, True), (2, True, True, True, (4, 4), 6, 0.0, True),
+            (1, False, True, False, (5, 4), 6, 0.0, True), (3, True, True, True, (2, 5, 4), 9, 0.5, True),
+            (2, False, False, True, (4, 3, 4), 5, 0.3, False)):
+        kw = dict(num_layers=layers, bias=bias, batch_first=batch_first, dropout=p, bidirectional=bidir)
+        ours, theirs = tl.GRU(4, hidden, **kw).double(), torch.nn.GRU(4, hidden, **kw).double()
+        assert param_shapes(ours) == param_shapes(theirs), (param_shapes(ours), param_shapes(theirs))
+        perturb_torch(theirs, r)
+        ours.load_state_dict(theirs.state_dict())
+        if p:
+            ours.eval(), theirs.eval()
+        batch = () if len(shape) == 2 else (shape[0 if batch_first else 1],)
+        h0 = sample(r, ((1 + bidir) * layers, *batch, hidden)) if with_h0 else None
+        out = gru_against_torch(ours, theirs, sample(r, shape), h0)
+        assert out.shape == shape[:-1] + ((1 + bidir) * hidden,), (kw, out.shape)
+
+
+def test_gru_dropout_in_training_between_layers():
+    """In training, a 3-layer bidirectional GRU with dropout 0.4 gives exactly the output, h_n and gradients (of x, h0
+    and every parameter) of its layers run one by one as 1-layer GRUs with tl.dropout(0.4) on the output of each but
+    the last, from the same seed; its output differs from the eval-mode one and from another seed's. One layer with
+    dropout 0.9 in training (no layer after it to drop for) gives torch's training-mode results."""
+    need_torch()
+    r = rng('gru dropout training')
+    gru = tl.GRU(3, 5, num_layers=3, batch_first=True, dropout=0.4, bidirectional=True).double()
+    layers = [tl.GRU(3 if k == 0 else 10, 5, bidirectional=True).double() for k in range(3)]
+
+    def own_parameter(name):   # gru's parameter `name` (weight_ih_l1_reverse, ...) in its layer's 1-layer GRU
+        k = int(name.rsplit('_l', 1)[1].split('_')[0])
+        return getattr(layers[k], name.replace(f'_l{k}', '_l0'))
+
+    for n, p in gru.named_parameters():
+        own_parameter(n).data[...] = p.data
+    x, h0 = sample(r, (2, 4, 3)), sample(r, (6, 2, 5))
+
+    def by_hand(x, h0):
+        y, finals = x.transpose(0, 1), []
+        for k, layer in enumerate(layers):
+            y, h = layer(tl.dropout(y, 0.4) if k else y, h0[2 * k:2 * k + 2])
+            finals.append(h)
+        return y.transpose(0, 1), tl.cat(finals)
+
+    results = []
+    for run, seed in ((gru, 5), (by_hand, 5), (gru, 6)):
+        tl.manual_seed(seed)
+        gru.zero_grad()
+        xs = [tl.Tensor(x, requires_grad=True), tl.Tensor(h0, requires_grad=True)]
+        out, h_n = run(*xs)
+        ((out * tl.Tensor(upstream(0, out.shape))).sum() + (h_n * tl.Tensor(upstream(1, h_n.shape))).sum()).backward()
+        grads = [(p if run is gru else own_parameter(n)).grad for n, p in gru.named_parameters()]
+        results.append([out, h_n] + [t.grad for t in xs] + grads)
+    for k, (a, b) in enumerate(zip(*results[:2])):
+        assert_close(a, b, 0, 0, f'result {k}')
+    with tl.no_grad():
+        evaluated = gru.eval()(tl.Tensor(x), tl.Tensor(h0))[0].numpy()
+    assert np.abs(evaluated - results[0][0].numpy()).max() > 0.01, 'dropout did nothing in training'
+    assert np.abs(results[2][0].numpy() - results[0][0].numpy()).max() > 0.01, 'the mask did not change with the seed'
+    with warnings.catch_warnings():   # dropout with one layer: PyTorch's warning
+        warnings.simplefilter('ignore')
+        ours, theirs = (nn.GRU(3, 5, dropout=0.9, bidirectional=True).double() for nn in (tl, torch.nn))
+    ours.load_state_dict(theirs.state_dict())
+    gru_against_torch(ours, theirs, sample(r, (4, 2, 3)), sample(r, (2, 2, 5)))
+
+
+def test_gru_dropout_one_in_training_as_pytorch():
+    """dropout=1.0 in training zeroes every layer's input but the first's, as PyTorch's: a 2-layer bidirectional GRU
+    (and a 3-layer one-way one, batch_first) give torch's training-mode output, h_n and every gradient (layer 0's
+    parameters through h_n alone)."""
+    need_torch()
+    r = rng('gru dropout 1')
+    for kw, shape, h0_shape in ((dict(num_layers=2, bidirectional=True), (4, 3, 3), (4, 3, 6)),
+                                (dict(num_layers=3, batch_first=True), (2, 5, 3), (3, 2, 6))):
+        ours, theirs = tl.GRU(3, 6, dropout=1.0, **kw).double(), torch.nn.GRU(3, 6, dropout=1.0, **kw).double()
+        perturb_torch(theirs, r)
+        ours.load_state_dict(theirs.state_dict())
+        assert ours.training and theirs.training
+        gru_against_torch(ours, theirs, sample(r, shape), sample(r, h0_shape))
+
+
+def test_gru_dropout_bidirectional_arguments_as_pytorch():
+    """GRU's dropout and bidirectional as torch.nn.GRU's: parameters in PyTorch's order and shapes; a torch state dict
+    loads (and ours loads into torch) with the same results; repr as PyTorch's; flatten_parameters() a no-op returning
+    None; a dropout that is not a number in [0, 1] raises ValueError naming it; dropout > 0 with one layer warns
+    PyTorch's UserWarning (and nothing else warns); h0 of a one-way shape for a bidirectional GRU raises ValueError
+    naming both shapes; a one-way state dict into a bidirectional GRU raises naming the missing keys."""
+    need_torch()
+    for args, kw in (((3, 5), dict(num_layers=2, bias=False, batch_first=True, dropout=0.2, bidirectional=True)),
+                     ((3, 5), dict(bidirectional=True)), ((3, 5, 2), dict(dropout=1)), ((3, 5), dict(dropout=0.0)),
+                     ((4, 2, 3), dict(dropout=np.float32(0.25), bidirectional=True))):
+        ours, theirs = tl.GRU(*args, **kw), torch.nn.GRU(*args, **kw)
+        assert repr(ours) == repr(theirs), (repr(ours), repr(theirs))
+        assert param_shapes(ours) == param_shapes(theirs), (param_shapes(ours), param_shapes(theirs))
+        assert ours.flatten_parameters() is None and theirs.flatten_parameters() is None
+    r = rng('gru bidirectional state')
+    theirs = torch.nn.GRU(3, 4, num_layers=2, dropout=0.5, bidirectional=True).double()
+    perturb_torch(theirs, r)
+    ours = tl.GRU(3, 4, num_layers=2, dropout=0.5, bidirectional=True).double()
+    ours.load_state_dict(theirs.state_dict())
+    want = torch_state(theirs)
+    assert list(ours.state_dict()) == list(want)
+    for k, v in ours.state_dict().items():
+        assert_close(v, want[k], 0, 0, k)
+    fresh, back = (nn.GRU(3, 4, 2, dropout=0.5, bidirectional=True) for nn in (tl, torch.nn))
+    back.load_state_dict({k: torch.from_numpy(v) for k, v in fresh.state_dict().items()})
+    x = sample(r, (5, 2, 3)).astype(np.float32)
+    with tl.no_grad(), torch.no_grad():
+        fresh.eval(), back.eval()
+        for got, want in zip(fresh(tl.Tensor(x)), back(torch.tensor(x))):
+            assert_close(got, want, 1e-5, 1e-6, 'our weights in torch')
+    for bad in (-0.1, 1.5, float('nan'), '0.2', True, None):
+        raises(ValueError, lambda: tl.GRU(3, 4, 2, dropout=bad), 'dropout', repr(bad))
+        raises(TypeError if bad is None else ValueError, lambda: torch.nn.GRU(3, 4, 2, dropout=bad))   # float(None)
+    for layers, p in ((1, 0.2), (1, 1), (2, 0.2), (1, 0.0), (2, 1.0)):
+        caught = []
+        for nn in (tl, torch.nn):
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter('always')
+                nn.GRU(3, 4, layers, dropout=p, bidirectional=True)
+            caught.append([(x.category, str(x.message)) for x in w])
+        assert caught[0] == caught[1], caught
+        assert len(caught[0]) == (layers == 1 and p > 0) and all(c is UserWarning for c, _ in caught[0]), caught
+    gru, gru_t = tl.GRU(3, 4, 2, bidirectional=True).double(), torch.nn.GRU(3, 4, 2, bidirectional=True).double()
+    raises(RuntimeError, lambda: gru_t(torch.zeros(5, 2, 3).double(), torch.zeros(2, 2, 4).double()), 'hidden size')
+    msg = raises(ValueError, lambda: gru(tl.Tensor(np.zeros((5, 2, 3))), tl.Tensor(np.zeros((2, 2, 4)))), 'h0')
+    assert_names_shapes(msg, (2, 2, 4), (4, 2, 4))
+    raises(RuntimeError, lambda: gru.load_state_dict(tl.GRU(3, 4, 2).state_dict()), 'weight_ih_l0_reverse')
+
+
 def check_gru_empty_batch(device):
     """GRU and GRUCell over a batch of 0 on `device`: empty outputs and h_n, every gradient there with its shape and
     zero (PyTorch's result); a GRU input of sequence length 0 is refused naming its shape (PyTorch refuses it)."""
@@ -1846,7 +2007,8 @@ def test_gpu_gru_empty_batch():
 
 INITS = [('linear', lambda nn: nn.Linear(256, 512)), ('conv2d', lambda nn: nn.Conv2d(16, 256, 3)),
          ('embedding', lambda nn: nn.Embedding(100, 32)), ('batchnorm2d', lambda nn: nn.BatchNorm2d(300)),
-         ('grucell', lambda nn: nn.GRUCell(16, 128)), ('gru', lambda nn: nn.GRU(16, 128, num_layers=2))]
+         ('grucell', lambda nn: nn.GRUCell(16, 128)), ('gru', lambda nn: nn.GRU(16, 128, num_layers=2)),
+         ('gru_bidir', lambda nn: nn.GRU(16, 128, num_layers=2, bidirectional=True))]
 
 
 def check_init(make):
@@ -5421,7 +5583,9 @@ GRU_CASES = [   # name, module, input shapes (x[, h]), dtypes
     ('b40_h72', lambda: tl.GRU(16, 72), [(4, 40, 16), (1, 40, 72)], (np.float16,)),
     ('2layers_batch_first_h512', lambda: tl.GRU(128, 512, 2, batch_first=True), [(64, 10, 128), (2, 64, 512)],
      (np.float16, np.float32)),
-    ('cell_no_h_b3_h64', lambda: tl.GRUCell(16, 64), [(3, 16)], (np.float16,))]
+    ('cell_no_h_b3_h64', lambda: tl.GRUCell(16, 64), [(3, 16)], (np.float16,)),
+    ('bidir_2layers_dropout_eval_h50', lambda: tl.GRU(7, 50, 2, dropout=0.3, bidirectional=True).eval(),
+     [(4, 6, 7), (4, 6, 50)], (np.float32,))]
 GRU_RAN = {'persistent': {'_gru_forward_fused', 'gru_fwd_persistent', 'gru_bwd_persistent'},
            'fallback': {'_gru_forward_fused'}, 'composed': {'_gru_forward_loop'}}   # what each path calls
 GRU_CLUSTER_KERNELS = ('gru_fwd_cluster', 'gru_bwd_cluster')

@@ -4300,9 +4300,11 @@ def _gru_parameters(module, suffix, input_size, hidden_size, bias):
 def _gru_repr(m):
     """A GRU's or GRUCell's extra_repr, as PyTorch's: the sizes, then the settings that are not the defaults."""
     bias = getattr(m, 'bias_ih', getattr(m, 'bias_ih_l0', None)) is not None
-    layers = getattr(m, 'num_layers', 1)
+    layers, dropout = getattr(m, 'num_layers', 1), getattr(m, 'dropout', 0.0)
     return (f"{m.input_size}, {m.hidden_size}" + (f", num_layers={layers}" if layers != 1 else '') +
-            ('' if bias else ', bias=False') + (', batch_first=True' if getattr(m, 'batch_first', False) else ''))
+            ('' if bias else ', bias=False') + (', batch_first=True' if getattr(m, 'batch_first', False) else '') +
+            (f', dropout={dropout}' if dropout else '') +
+            (', bidirectional=True' if getattr(m, 'bidirectional', False) else ''))
 
 
 class GRUCell(Module):
@@ -4326,20 +4328,43 @@ class GRUCell(Module):
 
 
 class GRU(Module):
+    """As torch.nn.GRU. dropout: applied (in training) to each layer's output but the last's. bidirectional: each layer
+    also runs over the steps in reverse order (parameters suffixed '_reverse'), its output concatenated after the
+    forward one's; h0 and h_n hold layer 0 forward, layer 0 reverse, layer 1 forward, ..."""
     extra_repr = _gru_repr
 
-    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False):
+    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
+                 bidirectional=False):
         super().__init__()
         if hidden_size <= 0:
             raise ValueError(f"GRU: hidden_size must be greater than zero, got {hidden_size}")
         if num_layers < 1:
             raise ValueError(f"GRU: num_layers must be at least 1, got {num_layers}")
+        if not (isinstance(dropout, (int, float, np.integer, np.floating)) and not isinstance(dropout, bool)
+                and 0 <= dropout <= 1):
+            raise ValueError(f"GRU: dropout must be a number in [0, 1] (the probability of an element being zeroed), "
+                             f"got {dropout!r}")
+        if dropout > 0 and num_layers == 1:   # PyTorch's warning, word for word
+            warnings.warn("dropout option adds dropout after all but last recurrent layer, so non-zero dropout expects "
+                          f"num_layers greater than 1, but got dropout={dropout} and num_layers={num_layers}",
+                          stacklevel=2)
         self.input_size, self.hidden_size, self.num_layers, self.batch_first = input_size, hidden_size, num_layers, batch_first
+        self.dropout, self.bidirectional = float(dropout), bidirectional
         for k in range(num_layers):
-            _gru_parameters(self, f'_l{k}', input_size if k == 0 else hidden_size, hidden_size, bias)
+            for suffix in self._suffixes():   # PyTorch's order: layer by layer, forward before reverse
+                size = input_size if k == 0 else hidden_size * len(self._suffixes())
+                _gru_parameters(self, f'_l{k}{suffix}', size, hidden_size, bias)
+
+    def _suffixes(self):
+        """The directions' parameter name suffixes."""
+        return ('', '_reverse') if self.bidirectional else ('',)
+
+    def flatten_parameters(self):
+        """A no-op, for code written for PyTorch (where it packs the weights for cuDNN): ours are used as they are."""
 
     def forward(self, x, h0=None):
-        """x (T, B, in), (B, T, in) with batch_first, or unbatched (T, in) with h0 (num_layers, H), as PyTorch."""
+        """x (T, B, in), (B, T, in) with batch_first, or unbatched (T, in) with h0 (D * num_layers, H), as PyTorch;
+        D = 2 where bidirectional, else 1. Returns output (T, B, D * H) and h_n (D * num_layers, B, H)."""
         if x.ndim not in (2, 3) or x.shape[-1] != self.input_size:
             steps = 'B, T' if self.batch_first else 'T, B'
             raise ValueError(f"GRU: expected input of shape ({steps}, {self.input_size}) or unbatched "
@@ -4349,18 +4374,26 @@ class GRU(Module):
             raise ValueError(f"GRU: input of shape {x.shape} has a sequence length of 0")
         if self.batch_first and batched:
             x = x.transpose(0, 1)
-        expected = (self.num_layers, *x.shape[1:-1], self.hidden_size)
+        suffixes = self._suffixes()
+        directions = len(suffixes)
+        expected = (directions * self.num_layers, *x.shape[1:-1], self.hidden_size)
         if h0 is not None and h0.shape != expected:
             raise ValueError(f"GRU: h0 of shape {h0.shape}, expected {expected}")
         if not batched:   # a batch of one, removed from the results
             x, h0 = x.unsqueeze(1), None if h0 is None else h0.unsqueeze(1)
         finals = []
         for k in range(self.num_layers):
-            params = (getattr(self, f'{n}_l{k}') for n in ('weight_ih', 'weight_hh', 'bias_ih', 'bias_hh'))
-            x = _gru_layer(x, *params, None if h0 is None else h0[k])
-            finals.append(x[-1:])
-        # one layer: h_n is a view of the output's last step (as a slice of a tensor is), not a copy
-        h_n = finals[0] if self.num_layers == 1 else cat(finals)
+            if k:   # on the output of every layer but the last
+                x = dropout(x, self.dropout, self.training)
+            outs = []
+            for d, suffix in enumerate(suffixes):   # the reverse direction: the same layer over x flipped in time
+                params = (getattr(self, f'{n}_l{k}{suffix}') for n in ('weight_ih', 'weight_hh', 'bias_ih', 'bias_hh'))
+                out = _gru_layer(x.flip(0) if d else x, *params, None if h0 is None else h0[directions * k + d])
+                finals.append(out[-1:])
+                outs.append(out.flip(0) if d else out)
+            x = outs[0] if directions == 1 else cat(outs, -1)
+        # one layer and direction: h_n is a view of the output's last step (as a slice of a tensor is), not a copy
+        h_n = finals[0] if len(finals) == 1 else cat(finals)
         if not batched:
             return x.squeeze(1), h_n.squeeze(1)
         return (x.transpose(0, 1) if self.batch_first else x), h_n
