@@ -4471,6 +4471,41 @@ for _name, _cls, _kw, _groups in OPTIMS:
                  lambda c=_cls, kw=_kw, g=_groups: check_optim_gpu(c, kw, g, np.float16))
 
 
+def test_gpu_clip_grad_matches_cpu():
+    """clip_grad_norm_ (norm types 1, 2, 3.5, inf; clipping and not), get_total_norm and clip_grad_value_ on the GPU
+    against the CPU (float64, float32, float16, mixed): the norm a 0-d tensor on the GPU in the CPU's dtype, norms and
+    gradients within a reduction's rounding. Gradients on the CPU and on the GPU together: the norm on the first
+    one's device, the CPU's numbers, each gradient clipped where it is."""
+    need_cuda()
+    rtols = {np.float64: 1e-12, np.float32: 2e-6, np.float16: 1e-3}
+    for name, dtypes in CLIP_DTYPES.items():
+        rtol = rtols[min(dtypes, key=lambda d: np.dtype(d).itemsize)]
+        for norm_type in (1, 2.0, 3.5, math.inf):
+            arrays = clip_arrays(('clip_gpu', name, norm_type), dtypes)
+            for max_norm in (0.3, 1e3):
+                msg = f'{name} norm {norm_type} max_norm {max_norm}'
+                cpu, gpu = clip_params(arrays), clip_params(arrays, 'cuda')
+                want, total = tl.clip_grad_norm_(cpu, max_norm, norm_type), tl.clip_grad_norm_(gpu, max_norm, norm_type)
+                assert total.device == 'cuda:0' and total.shape == () and total.dtype == want.dtype, msg
+                assert_close(total, want, rtol, 0, msg)
+                assert all(p.grad is None or p.grad.device == 'cuda:0' for p in gpu), msg
+                assert_grads_equal(gpu, cpu, msg, 2 * rtol)
+                got = tl.get_total_norm([p.grad for p in gpu[:-1]], norm_type)
+                assert_close(got, tl.get_total_norm([p.grad for p in cpu[:-1]], norm_type), rtol, 0, msg)
+            cpu, gpu = clip_params(arrays), clip_params(arrays, 'cuda')
+            for params in (cpu, gpu):
+                tl.clip_grad_value_(params, 0.5)
+            assert_grads_equal(gpu, cpu, f'{name} clip_grad_value_')
+    arrays = clip_arrays('clip_two_devices', [np.float32] * 4)
+    for first in ('cpu', 'cuda:0'):
+        second = 'cuda:0' if first == 'cpu' else 'cpu'
+        cpu = clip_params(arrays)
+        mixed = clip_params(arrays[:2], first) + clip_params(arrays[2:], second)
+        want, total = tl.clip_grad_norm_(cpu, 0.3), tl.clip_grad_norm_(mixed, 0.3)
+        assert total.device == first and [p.grad.device for p in mixed[:-1]] == [first] * 2 + [second] * 2, first
+        assert_close(total, want, 2e-6, 0, first)
+        assert_grads_equal(mixed, cpu, f'first on {first}', 4e-6)
+
 
 def test_gpu_device_attributes():
     need_cuda()
@@ -5973,6 +6008,54 @@ def test_gpu_cuda_graph_replays_batchnorm_training():
             for what, a, b in zip(('y', 'dx', 'dweight', 'dbias', 'running_mean', 'running_var'), got, want):
                 assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f'{layout} {"replayed" if captured else "eager"} step {step}: {what}')
 
+
+def test_gpu_cuda_graph_replays_clip_grad_norm():
+    """clip_grad_norm_ between backward and step, captured once in a CUDA graph (nothing in it waits for the GPU)
+    and replayed with new batches and a new loss scale each step (so some steps clip and some do not), gives the
+    norms, losses and parameters of eager steps, for the 2-norm and the inf norm."""
+    need_cuda()
+    rs = np.random.RandomState(12)
+    batches = [(rs.randn(16, 3, 8, 8).astype(np.float32), rs.randint(0, 10, 16)) for _ in range(5)]
+    scales, max_norm = [1.0, 30.0, 1e-3, 50.0, 0.01], 1.0
+
+    def run(captured, norm_type):
+        np.random.seed(6)
+        model = tl.Sequential(tl.Conv2d(3, 8, 3, padding=1), tl.BatchNorm2d(8), tl.GELU(), tl.MaxPool2d(2),
+                              tl.Flatten(), tl.Linear(8 * 4 * 4, 10)).cuda()
+        opt = tl.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        x, y = tl.Tensor(batches[0][0], device='cuda'), tl.Tensor(batches[0][1], device='cuda')
+        scale = tl.Tensor(np.float32(scales[0]), device='cuda')
+
+        def step():
+            loss = tl.cross_entropy(model(x), y) * scale
+            opt.zero_grad()
+            loss.backward()
+            norm = tl.clip_grad_norm_(model.parameters(), max_norm, norm_type)
+            opt.step()
+            return loss, norm
+        loss, norm = step()   # eager: the kernels compile, the momentum buffers appear
+        results, graph = [(loss.item(), norm.item())], None
+        for (bx, by), s in zip(batches[1:], scales[1:]):
+            x.data[...], y.data[...] = tl.cp.asarray(bx), tl.cp.asarray(by)
+            scale.data.fill(s)
+            if not captured:
+                loss, norm = step()
+            else:
+                if graph is None:
+                    graph = tl.CUDAGraph()
+                    with graph.capture():
+                        loss, norm = step()
+                graph.replay()
+            assert norm.device == 'cuda:0' and norm.shape == ()
+            results.append((loss.item(), norm.item()))
+        return np.array(results), [p.numpy() for p in model.parameters()]
+    for norm_type in (2.0, math.inf):
+        (eager, eager_params), (replayed, replayed_params) = run(False, norm_type), run(True, norm_type)
+        norms = eager[:, 1]
+        assert (norms > max_norm).any() and (norms < max_norm).any(), (norm_type, norms)
+        assert_close(replayed, eager, rtol=1e-5, atol=1e-6, msg=f'norm {norm_type}: losses and norms')
+        for a, b in zip(replayed_params, eager_params):
+            assert_close(a, b, rtol=1e-5, atol=1e-6, msg=f'norm {norm_type}: parameters')
 
 
 # ===== train_cifar.py: data, augmentation, model, resume =====
