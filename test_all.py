@@ -2652,6 +2652,239 @@ def test_error_optim_param_in_two_groups():
     raises(ValueError, lambda: tl.Adam([{'params': [p]}, {'params': [tl.Parameter(np.ones(1)), p]}]), want)
 
 
+# ===== gradient clipping: against torch.nn.utils =====
+
+CLIP_SHAPES = [(16, 8), (8,), (3, 5, 7), (1,), (4, 4)]   # the last parameter gets no gradient
+CLIP_NORMS = [1, 2.0, 3.5, math.inf, 'inf', 0, -math.inf]
+CLIP_DTYPES = {'float64': [np.float64] * 5, 'float32': [np.float32] * 5, 'float16': [np.float16] * 5,
+               'float16_float32': [np.float16, np.float32] * 2 + [np.float16],
+               'float32_float64': [np.float32, np.float64] * 3}
+
+
+def clip_params(arrays, device=None):
+    """Parameters whose gradients are copies of `arrays` (None: a parameter without gradient)."""
+    params = [tl.Parameter(tl.zeros(*(a.shape if a is not None else (1,)), dtype=a.dtype if a is not None else None,
+                                    device=device)) for a in arrays]
+    for a, p in zip(arrays, params):
+        if a is not None:
+            p.grad = tl.Tensor(a.copy(), device=device)
+    return params
+
+
+def clip_pair(arrays):
+    """clip_params(arrays) and torch's parameters with the same gradients."""
+    theirs = [torch.nn.Parameter(torch.zeros(1 if a is None else a.shape, dtype=getattr(torch, (a.dtype if a is not None
+              else np.dtype(np.float32)).name))) for a in arrays]
+    for a, q in zip(arrays, theirs):
+        if a is not None:
+            q.grad = torch.tensor(a.copy())
+    return clip_params(arrays), theirs
+
+
+def unchanged(arrays):
+    """Stand-ins for parameters whose gradients are `arrays` as given, for assert_grads_equal."""
+    return [collections.namedtuple('P', 'grad')(None if a is None else tl.Tensor(a)) for a in arrays]
+
+
+def clip_arrays(key, dtypes, scale=1.0):
+    r = rng(key)
+    return [(r.standard_normal(s) * scale).astype(d) for s, d in zip(CLIP_SHAPES[:-1], dtypes)] + [None]
+
+
+def assert_grads_equal(ours, theirs, msg, rtol=0.0):
+    """Every gradient as the other's, torch's or tinygrad_lite's (None where it is None): bit for bit (NaN where the
+    other's is NaN), or within rtol."""
+    for k, (p, q) in enumerate(zip(ours, theirs)):
+        assert (p.grad is None) == (q.grad is None), f'{msg}: grad {k} is {p.grad}, the other {q.grad}'
+        if p.grad is not None:
+            a, b = p.grad.numpy(), q.grad.numpy()
+            assert same_dtype(p.grad, q.grad) and a.shape == b.shape, f'{msg}: grad {k} {a.dtype} {a.shape}'
+            if rtol:
+                assert_close(a, b, rtol, 0, f'{msg}: grad {k}')
+            else:
+                assert np.array_equal(a, b, equal_nan=True), f'{msg}: grad {k} {a} != {b}'
+
+
+def test_clip_grad_norm_as_pytorch():
+    """clip_grad_norm_, get_total_norm and clip_grads_with_norm_ on identical random gradients (float64, float32,
+    float16, and mixed float16/float32, float32/float64: the norm's dtype promoted as torch's), norm types 1, 2, 3.5,
+    inf ('inf' too), 0, -inf, with max_norm 0.3 times the norm (clipped to max_norm) and four times it (gradients
+    unchanged, bit for bit), a parameter without gradient: the returned norm (a 0-d tensor on the CPU, torch's dtype,
+    no grad) as torch's within a reduction's rounding, and the gradients; torch's own norm given to
+    clip_grads_with_norm_ scales the gradients bit for bit as torch's clip_grad_norm_."""
+    need_torch()
+    rtols = {np.float64: 1e-12, np.float32: 2e-6, np.float16: 1e-3}
+    for name, dtypes in CLIP_DTYPES.items():
+        for norm_type in CLIP_NORMS:
+            arrays = clip_arrays(('clip_norm', name, str(norm_type)), dtypes)
+            ref = torch.nn.utils.get_total_norm([torch.tensor(a) for a in arrays if a is not None], norm_type)
+            rtol = rtols[min(dtypes, key=lambda d: np.dtype(d).itemsize)]   # the narrowest gradient's
+            for factor in (0.3, 4.0):
+                msg = f'{name} norm {norm_type} max_norm {factor} x the norm'
+                max_norm = factor * ref.item()
+                ours, theirs = clip_pair(arrays)
+                total, want = tl.clip_grad_norm_(ours, max_norm, norm_type), torch.nn.utils.clip_grad_norm_(
+                    theirs, max_norm, norm_type)
+                assert isinstance(total, tl.Tensor) and total.shape == () and total.device == 'cpu', msg
+                assert same_dtype(total, want) and not total.requires_grad, (msg, total.dtype, want.dtype)
+                assert_close(total, want, rtol, 0, msg)
+                assert_grads_equal(ours, theirs, msg, 2 * rtol)
+                if factor > 1:
+                    assert_grads_equal(ours, unchanged(arrays), f'{msg}: not clipped')
+                elif norm_type != 0:   # (the count of nonzero elements does not scale)
+                    clipped = max_norm * ref.item() / (ref.item() + 1e-6)   # (the coefficient's 1e-6)
+                    assert_close(tl.get_total_norm([p.grad for p in ours[:-1]], norm_type), clipped, 2 * rtol, 0, msg)
+                got = tl.get_total_norm([tl.Tensor(a) for a in arrays if a is not None], norm_type)
+                assert same_dtype(got, ref) and got.shape == (), msg
+                assert_close(got, ref, rtol, 0, f'{msg}: get_total_norm')
+                ours, theirs = clip_pair(arrays)
+                torch.nn.utils.clip_grad_norm_(theirs, max_norm, norm_type)
+                assert tl.clip_grads_with_norm_(ours, max_norm, tl.Tensor(ref.numpy())) is None
+                assert_grads_equal(ours, theirs, f'{msg}: clip_grads_with_norm_ given torch\'s norm')
+
+
+def test_clip_grad_norm_arguments_as_pytorch():
+    """parameters as one tensor, a generator (read once), a list without gradients (a float32 0, as torch's), an empty
+    generator (torch's warning); each clipped gradient's version counter moves, as torch's: a backward that saved it
+    raises in both."""
+    need_torch()
+    arrays = clip_arrays('clip_args', [np.float32] * 4)
+    ours, theirs = clip_pair(arrays)
+    total, want = tl.clip_grad_norm_(ours[0], 0.5), torch.nn.utils.clip_grad_norm_(theirs[0], 0.5)
+    assert_close(total, want, 1e-6, 0, 'one tensor')
+    assert_grads_equal(ours[:1], theirs[:1], 'one tensor', 1e-6)
+    assert_grads_equal(ours[1:], unchanged(arrays[1:]), 'the other tensors')
+    ours, theirs = clip_pair(arrays)
+    total = tl.clip_grad_norm_((p for p in ours), 1.0, 'inf')
+    want = torch.nn.utils.clip_grad_norm_((q for q in theirs), 1.0, 'inf')
+    assert_close(total, want, 1e-6, 0, 'a generator')
+    assert_grads_equal(ours, theirs, 'a generator', 1e-6)
+    for params in ([], [tl.Parameter(np.ones(3))], ours[-1]):
+        total = tl.clip_grad_norm_(params, 1.0)
+        assert total.dtype == np.float32 and total.shape == () and total.item() == 0 and total.device == 'cpu'
+    for lib in (tl, torch.nn.utils):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            lib.clip_grad_norm_((p for p in []), 1.0)
+        assert [str(w.message) for w in caught] == ['`parameters` is an empty generator, no gradient clipping will '
+                                                    'occur.'], (lib, [str(w.message) for w in caught])
+    for lib, fn in ((tl, lambda ps: tl.clip_grad_norm_(ps, 0.1)), (tl, lambda ps: tl.clip_grad_value_(ps, 0.1)),
+                    (torch, lambda ps: torch.nn.utils.clip_grad_norm_(ps, 0.1)),
+                    (torch, lambda ps: torch.nn.utils.clip_grad_value_(ps, 0.1))):
+        ours, theirs = clip_pair(arrays)
+        p = ours[0] if lib is tl else theirs[0]
+        x = (tl.Tensor if lib is tl else torch.tensor)(np.ones(arrays[0].shape, np.float32), requires_grad=True)
+        version = lambda: p.grad._version[0] if lib is tl else p.grad._version
+        saved, before = x * p.grad, version()
+        fn([p])
+        assert version() > before, lib
+        raises(RuntimeError, lambda: saved.sum().backward(), 'modified by an inplace operation'
+               if lib is torch else 'modified by an in-place operation')
+
+
+def test_clip_grad_norm_nonfinite_as_pytorch():
+    """Gradients holding inf or NaN: the norm inf or NaN and the gradients scaled by its coefficient (NaN where inf
+    times 0, all NaN for a NaN norm), as torch's bit for bit; error_if_nonfinite=True raises torch's RuntimeError
+    and changes no gradient and no version; finite gradients pass it."""
+    need_torch()
+    for norm_type in (2.0, 1, math.inf):
+        for bad in (math.inf, -math.inf, math.nan):
+            for dtype in (np.float32, np.float16):
+                arrays = clip_arrays(('clip_nonfinite', norm_type, dtype), [dtype] * 4)
+                arrays[2].flat[5] = bad
+                msg = f'{bad} in a {dtype.__name__} gradient, norm {norm_type}'
+                ours, theirs = clip_pair(arrays)
+                total = tl.clip_grad_norm_(ours, 1.0, norm_type)
+                want = torch.nn.utils.clip_grad_norm_(theirs, 1.0, norm_type)
+                assert np.array_equal(total.numpy(), want.numpy(), equal_nan=True) and not np.isfinite(total.item()), \
+                    (msg, total, want)
+                assert_grads_equal(ours, theirs, msg)
+                ours, theirs = clip_pair(arrays)
+                versions = [p.grad._version[0] for p in ours[:-1]]
+                want = raises(RuntimeError, lambda: torch.nn.utils.clip_grad_norm_(theirs, 1.0, norm_type,
+                                                                                   error_if_nonfinite=True))
+                got = raises(RuntimeError, lambda: tl.clip_grad_norm_(ours, 1.0, norm_type, error_if_nonfinite=True))
+                assert got == want, (got, want)
+                assert_grads_equal(ours, theirs, f'{msg}: refused')
+                assert_grads_equal(ours, unchanged(arrays), f'{msg}: refused, unchanged')
+                assert [p.grad._version[0] for p in ours[:-1]] == versions, msg
+    ours, theirs = clip_pair(clip_arrays('clip_finite', [np.float64] * 4))
+    total = tl.clip_grad_norm_(ours, 1.0, error_if_nonfinite=True)
+    assert_close(total, torch.nn.utils.clip_grad_norm_(theirs, 1.0, error_if_nonfinite=True), 1e-12, 0)
+    assert_grads_equal(ours, theirs, 'finite, error_if_nonfinite', 1e-12)
+
+
+def test_clip_grad_value_as_pytorch():
+    """clip_grad_value_ clamps each gradient to [-clip_value, clip_value] in place, bit for bit as torch's (float64,
+    float32, float16; NaN stays NaN, inf clamped; nothing changes where every element is inside), returns None;
+    one tensor and a generator as parameters. A clip_value beyond float16's range raises for float16 gradients, as
+    torch's, before any gradient changes."""
+    need_torch()
+    for dtype in (np.float64, np.float32, np.float16):
+        arrays = clip_arrays(('clip_value', dtype), [dtype] * 4, scale=3.0)
+        arrays[1][:3] = [math.nan, math.inf, -math.inf]
+        for clip_value in (0.5, 1, 6e4):
+            ours, theirs = clip_pair(arrays)
+            assert tl.clip_grad_value_(ours, clip_value) is None
+            torch.nn.utils.clip_grad_value_(theirs, clip_value)
+            assert_grads_equal(ours, theirs, f'{dtype.__name__} clip_value {clip_value}')
+            ours, theirs = clip_pair(arrays)
+            tl.clip_grad_value_((p for p in ours), clip_value)
+            torch.nn.utils.clip_grad_value_(theirs[0], clip_value)
+            torch.nn.utils.clip_grad_value_(theirs[1], clip_value)
+            tl.clip_grad_value_(tl.Parameter(np.ones(2)), clip_value)   # no gradient: nothing to do
+            assert_grads_equal(ours[:2], theirs[:2], f'{dtype.__name__} clip_value {clip_value}: a generator')
+    ours, theirs = clip_pair(clip_arrays('clip_value_float16', [np.float32, np.float16] * 2))
+    raises(RuntimeError, lambda: torch.nn.utils.clip_grad_value_(theirs, 1e6), 'without overflow')
+    raises(RuntimeError, lambda: tl.clip_grad_value_(ours, 1e6), 'float16', 'without overflow')
+    assert_grads_equal(ours, unchanged(clip_arrays('clip_value_float16', [np.float32, np.float16] * 2)),
+                       'clip_value 1e6 refused')
+    ours, _ = clip_pair(clip_arrays('clip_value_inside', [np.float32] * 4, scale=0.1))
+    before = [p.grad.numpy().copy() for p in ours[:-1]]
+    tl.clip_grad_value_(ours, 1.0)
+    assert all(np.array_equal(p.grad.numpy(), b) for p, b in zip(ours, before))
+
+
+def test_error_clip_grad_bad_input_changes_nothing():
+    """A negative or NaN max_norm or clip_value (torch takes a negative one and flips the gradients), a NaN norm type,
+    'fro' (a ValueError, as torch's), a non-tensor among the parameters, an integer tensor for get_total_norm, a
+    total_norm that is no tensor (a TypeError, as torch's), the inf norm of an empty gradient (a RuntimeError, as
+    torch's) and an expanded gradient: a clear error, before any gradient or version changes."""
+    need_torch()
+    arrays = clip_arrays('clip_errors', [np.float32] * 4)
+    ours, theirs = clip_pair(arrays)
+    empty = tl.Parameter(np.ones(0, np.float32))
+    empty.grad = tl.zeros(0)
+    expanded = tl.Parameter(np.ones((2, 3), np.float32))
+    expanded.grad = tl.Tensor(np.arange(3, dtype=np.float32)).expand(2, 3)
+    cases = [(ValueError, lambda: tl.clip_grad_norm_(ours, -1.0), 'max_norm', '-1'),
+             (ValueError, lambda: tl.clip_grad_norm_(ours, math.nan), 'max_norm', 'nan'),
+             (ValueError, lambda: tl.clip_grads_with_norm_(ours, -0.5, tl.tensor(2.0)), 'max_norm'),
+             (ValueError, lambda: tl.clip_grad_value_(ours, -0.1), 'clip_value'),
+             (ValueError, lambda: tl.clip_grad_value_(ours, math.nan), 'clip_value'),
+             (ValueError, lambda: tl.clip_grad_norm_(ours, 1.0, math.nan), 'norm_type'),
+             (ValueError, lambda: tl.clip_grad_norm_(ours, 1.0, 'fro'), "'fro'"),
+             (TypeError, lambda: tl.clip_grad_norm_(ours + [3], 1.0), 'tensor', 'int'),
+             (TypeError, lambda: tl.clip_grad_norm_(2.0, 1.0), 'tensor', 'float'),
+             (TypeError, lambda: tl.clip_grad_value_([ours[0], None], 1.0), 'tensor', 'NoneType'),
+             (TypeError, lambda: tl.get_total_norm([tl.tensor([1, 2])]), 'floating-point', 'int64'),
+             (TypeError, lambda: tl.clip_grads_with_norm_(ours, 1.0, 3.0), 'total_norm'),
+             (RuntimeError, lambda: tl.clip_grad_norm_(ours + [empty], 1.0, math.inf), 'empty'),
+             (RuntimeError, lambda: tl.clip_grad_norm_(ours + [expanded], 0.1), 'expanded'),
+             (RuntimeError, lambda: tl.clip_grad_value_(ours + [expanded], 0.1), 'expanded')]
+    for exc, fn, *needles in cases:
+        versions = [p.grad._version[0] for p in ours[:-1]]
+        raises(exc, fn, *needles)
+        assert_grads_equal(ours, unchanged(arrays), needles[0])
+        assert [p.grad._version[0] for p in ours[:-1]] == versions and expanded.grad.numpy()[1, 2] == 2, needles[0]
+    raises(ValueError, lambda: torch.nn.utils.clip_grad_norm_(theirs, 1.0, 'fro'), "'fro'")
+    raises(TypeError, lambda: torch.nn.utils.clip_grads_with_norm_(theirs, 1.0, 3.0))
+    tempty = torch.nn.Parameter(torch.ones(0))
+    tempty.grad = torch.zeros(0)
+    raises(RuntimeError, lambda: torch.nn.utils.clip_grad_norm_(theirs + [tempty], 1.0, math.inf), 'empty')
+    assert_close(tl.clip_grad_norm_(empty, 1.0), torch.nn.utils.clip_grad_norm_(tempty, 1.0), 0, 0)
+
+
 # ===== errors: clear exceptions, nothing changed =====
 
 def test_error_broadcast_names_both_shapes():
@@ -4442,6 +4675,42 @@ for _name, _cls, _kw, _groups in OPTIMS:
                  lambda c=_cls, kw=_kw, g=_groups: check_optim_gpu(c, kw, g, np.float16))
 
 
+def test_gpu_clip_grad_matches_cpu():
+    """clip_grad_norm_ (norm types 1, 2, 3.5, inf; clipping and not), get_total_norm and clip_grad_value_ on the GPU
+    against the CPU (float64, float32, float16, mixed): the norm a 0-d tensor on the GPU in the CPU's dtype, norms and
+    gradients within a reduction's rounding. Gradients on the CPU and on the GPU together: the norm on the first
+    one's device, the CPU's numbers, each gradient clipped where it is."""
+    need_cuda()
+    rtols = {np.float64: 1e-12, np.float32: 2e-6, np.float16: 1e-3}
+    for name, dtypes in CLIP_DTYPES.items():
+        rtol = rtols[min(dtypes, key=lambda d: np.dtype(d).itemsize)]
+        for norm_type in (1, 2.0, 3.5, math.inf):
+            arrays = clip_arrays(('clip_gpu', name, norm_type), dtypes)
+            for max_norm in (0.3, 1e3):
+                msg = f'{name} norm {norm_type} max_norm {max_norm}'
+                cpu, gpu = clip_params(arrays), clip_params(arrays, 'cuda')
+                want, total = tl.clip_grad_norm_(cpu, max_norm, norm_type), tl.clip_grad_norm_(gpu, max_norm, norm_type)
+                assert total.device == 'cuda:0' and total.shape == () and total.dtype == want.dtype, msg
+                assert_close(total, want, rtol, 0, msg)
+                assert all(p.grad is None or p.grad.device == 'cuda:0' for p in gpu), msg
+                assert_grads_equal(gpu, cpu, msg, 2 * rtol)
+                got = tl.get_total_norm([p.grad for p in gpu[:-1]], norm_type)
+                assert_close(got, tl.get_total_norm([p.grad for p in cpu[:-1]], norm_type), rtol, 0, msg)
+            cpu, gpu = clip_params(arrays), clip_params(arrays, 'cuda')
+            for params in (cpu, gpu):
+                tl.clip_grad_value_(params, 0.5)
+            assert_grads_equal(gpu, cpu, f'{name} clip_grad_value_')
+    arrays = clip_arrays('clip_two_devices', [np.float32] * 4)
+    for first in ('cpu', 'cuda:0'):
+        second = 'cuda:0' if first == 'cpu' else 'cpu'
+        cpu = clip_params(arrays)
+        mixed = clip_params(arrays[:2], first) + clip_params(arrays[2:], second)
+        want, total = tl.clip_grad_norm_(cpu, 0.3), tl.clip_grad_norm_(mixed, 0.3)
+        assert total.device == first and [p.grad.device for p in mixed[:-1]] == [first] * 2 + [second] * 2, first
+        assert_close(total, want, 2e-6, 0, first)
+        assert_grads_equal(mixed, cpu, f'first on {first}', 4e-6)
+
+
 def test_gpu_device_attributes():
     need_cuda()
     a = sample(rng('g1'), (2, 3)).astype(np.float32)
@@ -5944,6 +6213,55 @@ def test_gpu_cuda_graph_replays_batchnorm_training():
         for step, (got, want) in enumerate(zip(results, runs['contiguous', False])):
             for what, a, b in zip(('y', 'dx', 'dweight', 'dbias', 'running_mean', 'running_var'), got, want):
                 assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f'{layout} {"replayed" if captured else "eager"} step {step}: {what}')
+
+
+def test_gpu_cuda_graph_replays_clip_grad_norm():
+    """clip_grad_norm_ between backward and step, captured once in a CUDA graph (nothing in it waits for the GPU)
+    and replayed with new batches and a new loss scale each step (so some steps clip and some do not), gives the
+    norms, losses and parameters of eager steps, for the 2-norm and the inf norm."""
+    need_cuda()
+    rs = np.random.RandomState(12)
+    batches = [(rs.randn(16, 3, 8, 8).astype(np.float32), rs.randint(0, 10, 16)) for _ in range(5)]
+    scales, max_norm = [1.0, 30.0, 1e-3, 50.0, 0.01], 1.0
+
+    def run(captured, norm_type):
+        np.random.seed(6)
+        model = tl.Sequential(tl.Conv2d(3, 8, 3, padding=1), tl.BatchNorm2d(8), tl.GELU(), tl.MaxPool2d(2),
+                              tl.Flatten(), tl.Linear(8 * 4 * 4, 10)).cuda()
+        opt = tl.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        x, y = tl.Tensor(batches[0][0], device='cuda'), tl.Tensor(batches[0][1], device='cuda')
+        scale = tl.Tensor(np.float32(scales[0]), device='cuda')
+
+        def step():
+            loss = tl.cross_entropy(model(x), y) * scale
+            opt.zero_grad()
+            loss.backward()
+            norm = tl.clip_grad_norm_(model.parameters(), max_norm, norm_type)
+            opt.step()
+            return loss, norm
+        loss, norm = step()   # eager: the kernels compile, the momentum buffers appear
+        results, graph = [(loss.item(), norm.item())], None
+        for (bx, by), s in zip(batches[1:], scales[1:]):
+            x.data[...], y.data[...] = tl.cp.asarray(bx), tl.cp.asarray(by)
+            scale.data.fill(s)
+            if not captured:
+                loss, norm = step()
+            else:
+                if graph is None:
+                    graph = tl.CUDAGraph()
+                    with graph.capture():
+                        loss, norm = step()
+                graph.replay()
+            assert norm.device == 'cuda:0' and norm.shape == ()
+            results.append((loss.item(), norm.item()))
+        return np.array(results), [p.numpy() for p in model.parameters()]
+    for norm_type in (2.0, math.inf):
+        (eager, eager_params), (replayed, replayed_params) = run(False, norm_type), run(True, norm_type)
+        norms = eager[:, 1]
+        assert (norms > max_norm).any() and (norms < max_norm).any(), (norm_type, norms)
+        assert_close(replayed, eager, rtol=1e-5, atol=1e-6, msg=f'norm {norm_type}: losses and norms')
+        for a, b in zip(replayed_params, eager_params):
+            assert_close(a, b, rtol=1e-5, atol=1e-6, msg=f'norm {norm_type}: parameters')
 
 
 # ===== train_cifar.py: data, augmentation, model, resume =====

@@ -4624,6 +4624,120 @@ class AdamW(Adam):
         super().__init__(params, lr, betas, eps, weight_decay)
 
 
+# Gradient clipping, as torch.nn.utils': in place on the gradients, between backward() and step(). Nothing here
+# waits for the GPU (the norm stays a device array; only error_if_nonfinite reads it, and gradients on several
+# devices move their norms), so a CUDA graph can capture it. `foreach` is taken for PyTorch's signature: one path
+# serves all, with foreach's results.
+
+def _tensor_list(tensors, what):
+    """A tensor or an iterable of tensors (a generator read once) as a list; TypeError naming anything else."""
+    items = list(tensors) if hasattr(tensors, '__iter__') and not isinstance(tensors, Tensor) else [tensors]
+    for t in items:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{what} takes a tensor or an iterable of tensors, got {type(t).__name__}")
+    return items
+
+
+def _nonnegative(value, what):
+    """value as a float; ValueError unless it is >= 0 (PyTorch takes a negative one and flips the gradients)."""
+    value = float(value)
+    if not value >= 0:
+        raise ValueError(f"{what} must be >= 0, got {value}")
+    return value
+
+
+def _vector_norm(a, p):
+    """torch.linalg.vector_norm(a, p) of a float array: computed in _opmath (float32 for float16), rounded to a's
+    dtype, a 0-d array on a's device."""
+    xp, x = _xp(a), _wide(a)
+    if x.size == 0 and (p < 0 or p == math.inf):
+        raise RuntimeError(f"linalg.vector_norm cannot compute the {p} norm on an empty tensor because the operation "
+                           "does not have an identity")
+    if p == 2:
+        norm = xp.sqrt((x * x).sum())
+    elif p == 1:
+        norm = xp.abs(x).sum()
+    elif p == math.inf:
+        norm = xp.abs(x).max()
+    elif p == -math.inf:
+        norm = xp.abs(x).min()
+    elif p == 0:
+        norm = (x != 0).sum(dtype=x.dtype)
+    else:
+        norm = (xp.abs(x) ** x.dtype.type(p)).sum() ** x.dtype.type(1 / p)
+    return xp.asarray(norm).astype(a.dtype, copy=False)
+
+
+@np.errstate(all='ignore')   # inf and NaN norms are results, as PyTorch's (error_if_nonfinite refuses them)
+def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=None):
+    """torch.nn.utils.get_total_norm: the norm of the tensors' norms, as if they were one vector; a 0-d tensor on the
+    first tensor's device, of their dtypes promoted (float16 alone stays float16), float32 0 for no tensors."""
+    tensors, p = _tensor_list(tensors, 'get_total_norm'), float(norm_type)
+    if math.isnan(p):
+        raise ValueError("norm_type must be a number or 'inf', got nan")
+    for t in tensors:
+        _need_float(t, 'get_total_norm')
+    if not tensors:
+        return Tensor(np.float32(0))
+    device = tensors[0].device
+    norms = [_move(_vector_norm(t.data, p), device) for t in tensors]   # (on the device of each, as PyTorch)
+    dtype = _promote(*(n.dtype for n in norms))
+    total = _vector_norm(_xp(norms[0]).stack([n.astype(dtype) for n in norms]), p)
+    if error_if_nonfinite and not bool(_xp(total).isfinite(total)):   # (this reads the GPU's result)
+        raise RuntimeError(f"The total norm of order {p} for gradients from `parameters` is non-finite, so it cannot "
+                           "be clipped. To disable this error and scale the gradients by the non-finite norm anyway, "
+                           "set `error_if_nonfinite=False`")
+    return Tensor._wrap(total, device)
+
+
+@np.errstate(all='ignore')   # as PyTorch: a gradient of inf times 0 is NaN, silently
+def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
+    """torch.nn.utils.clip_grads_with_norm_: each gradient times min(max_norm / (total_norm + 1e-6), 1), in place
+    (even by 1, as PyTorch: no comparison that would wait for the GPU)."""
+    grads = [p.grad for p in _tensor_list(parameters, 'clip_grads_with_norm_') if p.grad is not None]
+    max_norm = _nonnegative(max_norm, 'max_norm')
+    if not isinstance(total_norm, Tensor) or total_norm.numel() != 1 or total_norm.dtype not in _FLOATS:
+        raise TypeError("total_norm must be a one-element float tensor (as get_total_norm returns)")
+    for g in grads:
+        g._refuse_expanded('gradient clipping')
+    total, dtype = total_norm.data.reshape(()), total_norm.dtype
+    xp, f = _xp(total), _opmath(dtype).type   # torch's ops on the norm: each computes in f and rounds to dtype
+    rounded = lambda a: xp.asarray(a).astype(dtype, copy=False)
+    shifted = rounded(_wide(total) + f(1e-6))
+    coef = rounded(_wide(rounded(xp.reciprocal(_wide(shifted)))) * f(max_norm))   # max_norm / x: 1 / x * max_norm
+    coef = xp.minimum(coef, dtype.type(1))   # (NaN stays NaN)
+    for g in grads:   # g * coef: float16 times the coefficient in float32, rounded once, as PyTorch
+        c = _move(coef, g.device).astype(_opmath(g.dtype))
+        _xp(g.data).multiply(_wide(g.data), c, out=g.data)
+        g._version[0] += 1
+
+
+def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):
+    """torch.nn.utils.clip_grad_norm_: scales the gradients of `parameters` (those without one skipped) so that their
+    total norm (get_total_norm) is at most max_norm, in place; returns the total norm before clipping."""
+    params = _tensor_list(parameters, 'clip_grad_norm_')
+    if isinstance(parameters, types.GeneratorType) and not params:
+        warnings.warn("`parameters` is an empty generator, no gradient clipping will occur.", stacklevel=2)
+    _nonnegative(max_norm, 'max_norm')   # (before an error_if_nonfinite wait)
+    total = get_total_norm([p.grad for p in params if p.grad is not None], norm_type, error_if_nonfinite)
+    clip_grads_with_norm_(params, max_norm, total)
+    return total
+
+
+def clip_grad_value_(parameters, clip_value, foreach=None):
+    """torch.nn.utils.clip_grad_value_: each gradient of `parameters` clamped to [-clip_value, clip_value] in place
+    (NaN stays NaN)."""
+    grads = [p.grad for p in _tensor_list(parameters, 'clip_grad_value_') if p.grad is not None]
+    clip_value = _nonnegative(clip_value, 'clip_value')
+    for g in grads:
+        g._refuse_expanded('gradient clipping')
+        _check_fits(clip_value, g.dtype, 'clip_grad_value_')   # (1e6 for float16 raises, as PyTorch)
+    for g in grads:
+        bound = g.dtype.type(clip_value)
+        _xp(g.data).clip(g.data, -bound, bound, out=g.data)
+        g._version[0] += 1
+
+
 # ================================================================ CUDA graphs
 
 class CUDAGraph:
