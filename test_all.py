@@ -28,6 +28,7 @@ import warnings
 import weakref
 import time
 import traceback
+import types
 import urllib.error
 import urllib.request
 import warnings
@@ -1743,7 +1744,7 @@ def test_layer_constructors_and_grucell_input_as_pytorch():
     (out * tl.Tensor(w)).sum().backward()
     (out_t * torch.tensor(w)).sum().backward()
     names = ['x', 'h'] + [n for n, _ in ours.named_parameters()]
-    for a, b, name in zip(args + ours.parameters(), args_t + list(theirs.parameters()), names, strict=True):
+    for a, b, name in zip(args + list(ours.parameters()), args_t + list(theirs.parameters()), names, strict=True):
         assert_close(a.grad, b.grad, 1e-12, 1e-12, name)
     for shape in ((), (2, 2, 3)):
         raises(ValueError, lambda: theirs(torch.zeros(shape, dtype=torch.float64)), '1D or 2D')
@@ -1803,7 +1804,7 @@ def test_gru_unbatched_input_as_pytorch():
         ((out * tl.Tensor(w)).sum() + (h_n * tl.Tensor(wh)).sum()).backward()
         ((out_t * torch.tensor(w)).sum() + (h_n_t * torch.tensor(wh)).sum()).backward()
         names = ['x', 'h0'][:len(args)] + [n for n, _ in ours.named_parameters()]
-        for a, b, name in zip(args + ours.parameters(), args_t + list(theirs.parameters()), names, strict=True):
+        for a, b, name in zip(args + list(ours.parameters()), args_t + list(theirs.parameters()), names, strict=True):
             assert_close(a.grad, b.grad, 1e-12, 1e-12, name)
     gru, gru_t = tl.GRU(3, 4).double(), torch.nn.GRU(3, 4).double()
     raises(RuntimeError, lambda: gru_t(torch.zeros(5, 3).double(), torch.zeros(1, 1, 4).double()), 'unbatched')
@@ -2199,9 +2200,9 @@ def test_module_traversal_as_pytorch():
         assert names(ours.named_parameters(**kw)) == names(theirs.named_parameters(**kw)), kw
         assert names(ours.block.named_buffers(**kw)) == names(theirs.block.named_buffers(**kw)), kw
         assert names(ours.named_buffers(**kw)) == names(theirs.named_buffers(**kw)), kw
-    assert len(ours.parameters(recurse=False)) == len(list(theirs.parameters(recurse=False))) == 1
-    assert len(ours.block.buffers(recurse=False)) == len(list(theirs.block.buffers(recurse=False))) == 1
-    assert len(ours.buffers()) == len(list(theirs.buffers())) == 4
+    assert len(list(ours.parameters(recurse=False))) == len(list(theirs.parameters(recurse=False))) == 1
+    assert len(list(ours.block.buffers(recurse=False))) == len(list(theirs.block.buffers(recurse=False))) == 1
+    assert len(list(ours.buffers())) == len(list(theirs.buffers())) == 4
     for kw in ({}, dict(prefix='net')):
         assert names(ours.named_modules(**kw)) == names(theirs.named_modules(**kw)), kw
     assert [type(m).__name__ for m in ours.modules()] == [type(m).__name__ for m in theirs.modules()]
@@ -2221,6 +2222,21 @@ def test_module_traversal_as_pytorch():
     x = sample(rng('traversal x'), (5, 3)).astype(np.float32)
     assert_close(ours(tl.Tensor(x)), theirs(torch.tensor(x)), 1e-5, 1e-6)
 
+
+def test_module_iterators_are_generators_as_pytorch():
+    """parameters, buffers, children, modules and their named_* versions are generators, as torch.nn.Module's:
+    next() takes the first item (PyTorch's), each call starts afresh, and an optimizer takes one."""
+    need_torch()
+    ours, theirs = build_shared_net(tl), build_shared_net(torch.nn)
+    for name in ('parameters', 'buffers', 'children', 'modules', 'named_parameters', 'named_buffers',
+                 'named_children', 'named_modules'):
+        got, want = getattr(ours, name)(), getattr(theirs, name)()
+        assert isinstance(got, types.GeneratorType) and isinstance(want, types.GeneratorType), name
+        assert len(list(got)) == len(list(want)) and not list(got), name   # used up, as PyTorch's
+    assert next(ours.parameters()) is ours.gain and next(ours.buffers()) is ours.block.scale
+    assert next(ours.children()) is ours.block and next(ours.modules()) is ours
+    opt = tl.SGD(ours.parameters(), lr=0.1)
+    assert len(opt.param_groups[0]['params']) == len(list(theirs.parameters())) == 9
 
 def test_module_train_eval():
     net = build_net(tl)
@@ -3099,7 +3115,7 @@ def test_module_lists_shared_buffers_once_and_groups_take_one_tensor():
     bn, bn_t = tl.BatchNorm1d(3), torch.nn.BatchNorm1d(3)
     ours, theirs = tl.Sequential(bn, bn), torch.nn.Sequential(bn_t, bn_t)
     assert [n for n, _ in ours.named_buffers()] == [n for n, _ in theirs.named_buffers()]
-    assert len(ours.buffers()) == len(list(theirs.buffers())) == 3
+    assert len(list(ours.buffers())) == len(list(theirs.buffers())) == 3
     p = tl.Parameter(tl.tensor(sample(rng('one tensor group'), (2,))))
     opt = tl.SGD([{'params': p}], lr=0.1)
     assert opt.param_groups[0]['params'] == [p]

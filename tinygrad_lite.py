@@ -3953,8 +3953,8 @@ class Module:
                 seen.add(id(m))
                 yield name, m
 
-    def children(self):
-        return [m for _, m in self.named_children()]
+    def children(self):   # generators, as PyTorch's (here and below)
+        return (m for _, m in self.named_children())
 
     def named_modules(self, memo=None, prefix='', remove_duplicate=True):
         """(dotted name, module) of this module (named prefix) and every module within it, parents first, each once
@@ -3969,7 +3969,7 @@ class Module:
             yield from child.named_modules(memo, _dotted(prefix, name), remove_duplicate)
 
     def modules(self):
-        return [m for _, m in self.named_modules()]
+        return (m for _, m in self.named_modules())
 
     def apply(self, fn):
         """fn applied to every module within (each child's apply), then to this one, as PyTorch; returns the module."""
@@ -4003,13 +4003,13 @@ class Module:
         return self._named(False, prefix, recurse)
 
     def parameters(self, recurse=True):
-        return [p for _, p in self.named_parameters(recurse=recurse)]
+        return (p for _, p in self.named_parameters(recurse=recurse))
 
     def named_buffers(self, prefix='', recurse=True):
         return self._named(True, prefix, recurse)
 
     def buffers(self, recurse=True):
-        return [t for _, t in self.named_buffers(recurse=recurse)]
+        return (t for _, t in self.named_buffers(recurse=recurse))
 
     def train(self, mode=True):
         if not isinstance(mode, bool):   # as PyTorch: train('eval') or train(0) is a mistake, not a mode
