@@ -4136,6 +4136,49 @@ def test_module_register_buffer_checks_as_pytorch():
     assert_close(ours.block.scale.grad, theirs.block.scale.grad, 1e-5, 1e-6)
 
 
+def test_module_non_persistent_buffers_as_pytorch():
+    """register_buffer(persistent=False) as torch.nn.Module's: the buffer is in buffers()/named_buffers() (in order)
+    and moves and casts with .to(dtype)/.half()/.double(), but is not in state_dict(); load_state_dict (strict) does
+    not expect it and calls it unexpected if given, changing nothing; registered again persistent, it is back in the
+    state dict. A model using it gives PyTorch's output once the state dict is copied over."""
+    need_torch()
+    r = rng('non-persistent')
+    mask, shift = (sample(r, (3,)).astype(np.float32) for _ in range(2))
+    def build(nn):
+        m = tl if nn is tl else TH
+        net = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3))
+        net[0].register_buffer('mask', make(m, mask), persistent=False)
+        net.register_buffer('shift', make(m, shift), persistent=False)
+        net.register_buffer('kept', make(m, shift))
+        return net
+    ours, theirs = build(tl), build(torch.nn)
+    names = lambda pairs: [n for n, _ in pairs]
+    assert names(ours.named_buffers()) == names(theirs.named_buffers()) == [
+        'shift', 'kept', '0.mask', '1.running_mean', '1.running_var', '1.num_batches_tracked']
+    assert len(list(ours.buffers())) == 6
+    assert list(ours.state_dict()) == list(theirs.state_dict()) == [
+        'kept', '0.weight', '0.bias', '1.weight', '1.bias', '1.running_mean', '1.running_var', '1.num_batches_tracked']
+    perturb_torch(theirs, rng('non-persistent weights'))
+    assert ours.load_state_dict(theirs.state_dict()) == ([], [])
+    x = sample(r, (4, 3)).astype(np.float32)
+    out = ours.eval()(tl.Tensor(x)) * ours[0].mask + ours.shift
+    out_t = theirs.eval()(torch.tensor(x)) * theirs[0].mask + theirs.shift
+    assert_close(out, out_t, 1e-5, 1e-6)
+    extra = dict(theirs.state_dict(), **{'0.mask': torch.zeros(3)})
+    raises(RuntimeError, lambda: theirs.load_state_dict(extra), '0.mask')
+    raises(RuntimeError, lambda: ours.load_state_dict(extra), 'unexpected', '0.mask')
+    assert np.array_equal(ours[0].mask.numpy(), mask), 'a failed load changed the buffer'
+    keys, keys_t = ours.load_state_dict(extra, strict=False), theirs.load_state_dict(extra, strict=False)
+    assert keys == keys_t == ([], ['0.mask']) and np.array_equal(ours[0].mask.numpy(), mask), keys
+    for cast, dtype in (('double', np.float64), ('half', np.float16)):
+        getattr(ours, cast)(), getattr(theirs, cast)()
+        assert ours[0].mask.dtype == ours.shift.dtype == dtype == theirs[0].mask.numpy().dtype, cast
+    assert ours.to(np.float32) is ours and ours[0].mask.dtype == np.float32
+    assert_close(ours[0].mask, mask.astype(np.float16), 0, 0)
+    ours[0].register_buffer('mask', tl.tensor(mask))
+    theirs[0].register_buffer('mask', torch.tensor(mask))
+    assert list(ours.state_dict()) == list(theirs.state_dict()) and '0.mask' in ours.state_dict()
+
 def test_dropout_module_checks_p_at_construction():
     """As PyTorch: Dropout(p) outside [0, 1] raises ValueError when made (it raised only at a training forward)."""
     need_torch()

@@ -3884,6 +3884,7 @@ class Module:
     def __init__(self):
         self.training = True
         self._buffer_names = []
+        self._non_persistent = set()   # buffers left out of the state dict
 
     def __setattr__(self, name, value):
         buffers = self.__dict__.get('_buffer_names', [])
@@ -3926,7 +3927,8 @@ class Module:
         if hasattr(self, name) and not replaces:
             raise KeyError(f"attribute '{name}' already exists")
 
-    def register_buffer(self, name, tensor):
+    def register_buffer(self, name, tensor, persistent=True):
+        """As PyTorch's: a non-persistent buffer moves and casts with the module but is not in its state dict."""
         buffers = self.__dict__.setdefault('_buffer_names', [])
         self._check_new_name('buffer', name, replaces=name in buffers)
         if tensor is not None and not isinstance(tensor, Tensor):
@@ -3934,6 +3936,8 @@ class Module:
                             "(a tl.Tensor or None required, as in PyTorch)")
         if name not in buffers:
             buffers.append(name)
+        non_persistent = self.__dict__.setdefault('_non_persistent', set())
+        (non_persistent.discard if persistent else non_persistent.add)(name)
         object.__setattr__(self, name, tensor)   # a buffer even if a Parameter (setattr would make it a parameter)
 
     def _named_submodules(self):
@@ -3978,17 +3982,19 @@ class Module:
         fn(self)
         return self
 
-    def _named_tensors(self, prefix='', recurse=True):
+    def _named_tensors(self, prefix='', recurse=True, state=False):
         """(name, tensor, is_buffer) in PyTorch's order: module by module, parents first, its parameters then its
-        buffers; a module held twice under each of its names, as state_dict lists it."""
+        buffers; a module held twice under each of its names, as state_dict lists it; with `state`, only what the state
+        dict holds (no non-persistent buffer)."""
         modules = self.named_modules(prefix=prefix, remove_duplicate=False) if recurse else [(prefix, self)]
         for module_name, m in modules:
             buffers = m.__dict__.get('_buffer_names', [])
+            left_out = m.__dict__.get('_non_persistent', ()) if state else ()
             for name, value in vars(m).items():
                 if isinstance(value, Parameter) and name not in buffers:
                     yield _dotted(module_name, name), value, False
             for name in buffers:
-                if getattr(m, name) is not None:
+                if getattr(m, name) is not None and name not in left_out:
                     yield _dotted(module_name, name), getattr(m, name), True
 
     def _named(self, buffers, prefix, recurse):
@@ -4047,11 +4053,11 @@ class Module:
     double = lambda self: self.to(np.float64)
 
     def state_dict(self):
-        return {name: t.numpy().copy() for name, t, _ in self._named_tensors()}
+        return {name: t.numpy().copy() for name, t, _ in self._named_tensors(state=True)}
 
     def load_state_dict(self, state_dict, strict=True):
         """Copy values in place; every key, shape and value is checked and converted before anything changes."""
-        own = {name: t for name, t, _ in self._named_tensors()}
+        own = {name: t for name, t, _ in self._named_tensors(state=True)}
         values = {k: _as_array(v) for k, v in state_dict.items()}
         optional = {_dotted(prefix, name) for prefix, m in self.named_modules(remove_duplicate=False)
                     for name in m._optional_buffers}
