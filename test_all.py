@@ -1827,7 +1827,7 @@ def gru_against_torch(ours, theirs, x, h0=None, tol=1e-9):
     ((out * tl.Tensor(w)).sum() + (h_n * tl.Tensor(wh)).sum()).backward()
     ((out_t * torch.tensor(w)).sum() + (h_n_t * torch.tensor(wh)).sum()).backward()
     names = ['x', 'h0'][:len(args)] + [n for n, _ in ours.named_parameters()]
-    for a, b, name in zip(args + ours.parameters(), args_t + list(theirs.parameters()), names, strict=True):
+    for a, b, name in zip(args + list(ours.parameters()), args_t + list(theirs.parameters()), names, strict=True):
         assert_close(a.grad, b.grad, tol, tol, f'grad of {name}')
     return out
 
