@@ -28,6 +28,7 @@ import warnings
 import weakref
 import time
 import traceback
+import types
 import urllib.error
 import urllib.request
 import warnings
@@ -1743,7 +1744,7 @@ def test_layer_constructors_and_grucell_input_as_pytorch():
     (out * tl.Tensor(w)).sum().backward()
     (out_t * torch.tensor(w)).sum().backward()
     names = ['x', 'h'] + [n for n, _ in ours.named_parameters()]
-    for a, b, name in zip(args + ours.parameters(), args_t + list(theirs.parameters()), names, strict=True):
+    for a, b, name in zip(args + list(ours.parameters()), args_t + list(theirs.parameters()), names, strict=True):
         assert_close(a.grad, b.grad, 1e-12, 1e-12, name)
     for shape in ((), (2, 2, 3)):
         raises(ValueError, lambda: theirs(torch.zeros(shape, dtype=torch.float64)), '1D or 2D')
@@ -1803,7 +1804,7 @@ def test_gru_unbatched_input_as_pytorch():
         ((out * tl.Tensor(w)).sum() + (h_n * tl.Tensor(wh)).sum()).backward()
         ((out_t * torch.tensor(w)).sum() + (h_n_t * torch.tensor(wh)).sum()).backward()
         names = ['x', 'h0'][:len(args)] + [n for n, _ in ours.named_parameters()]
-        for a, b, name in zip(args + ours.parameters(), args_t + list(theirs.parameters()), names, strict=True):
+        for a, b, name in zip(args + list(ours.parameters()), args_t + list(theirs.parameters()), names, strict=True):
             assert_close(a.grad, b.grad, 1e-12, 1e-12, name)
     gru, gru_t = tl.GRU(3, 4).double(), torch.nn.GRU(3, 4).double()
     raises(RuntimeError, lambda: gru_t(torch.zeros(5, 3).double(), torch.zeros(1, 1, 4).double()), 'unbatched')
@@ -1826,7 +1827,7 @@ def gru_against_torch(ours, theirs, x, h0=None, tol=1e-9):
     ((out * tl.Tensor(w)).sum() + (h_n * tl.Tensor(wh)).sum()).backward()
     ((out_t * torch.tensor(w)).sum() + (h_n_t * torch.tensor(wh)).sum()).backward()
     names = ['x', 'h0'][:len(args)] + [n for n, _ in ours.named_parameters()]
-    for a, b, name in zip(args + ours.parameters(), args_t + list(theirs.parameters()), names, strict=True):
+    for a, b, name in zip(args + list(ours.parameters()), args_t + list(theirs.parameters()), names, strict=True):
         assert_close(a.grad, b.grad, tol, tol, f'grad of {name}')
     return out
 
@@ -2128,6 +2129,218 @@ def test_sequential_takes_modules_or_an_ordered_dict_as_pytorch():
         raises(exc, lambda: tl.Sequential(collections.OrderedDict([(key, tl.ReLU())])), needle)
 
 
+def check_same_structure(ours, theirs, what):
+    """ours (tl) and theirs (torch) hold the same tree: parameter and module names, state dict keys, len and repr."""
+    names = lambda pairs: [n for n, _ in pairs]
+    assert names(ours.named_parameters()) == names(theirs.named_parameters()), what
+    assert names(ours.named_modules()) == names(theirs.named_modules()), what
+    assert list(ours.state_dict()) == list(theirs.state_dict()), what
+    assert len(ours) == len(theirs), what
+    assert repr(ours) == repr(theirs), f'{what}:\n{ours!r}\n-- PyTorch --\n{theirs!r}'
+
+
+def test_module_list_as_pytorch():
+    """tl.ModuleList as torch.nn.ModuleList, the same operations on both (and on a plain list, for which modules):
+    indexing (negative too), slices (a ModuleList), iteration, append, extend, insert, +=, +, item assignment, pop and
+    deletion of items and slices (the rest renumbered '0', '1', ...) give the same parameter names, state dict keys,
+    len and repr (a run of equal children shown once, '(0-2): 3 x Linear(...)'). A model holding a plain list of the
+    same modules has the same parameter names and state dict."""
+    need_torch()
+    sizes = [(2, 3), (3, 3), (3, 3), (3, 3), (3, 4), (4, 1), (1, 2), (2, 5)]
+    ours_layers, their_layers = [tl.Linear(*s) for s in sizes], [torch.nn.Linear(*s) for s in sizes]
+    ours, theirs = tl.ModuleList(ours_layers[:5]), torch.nn.ModuleList(their_layers[:5])
+    plain = ours_layers[:5]
+    check_same_structure(ours, theirs, 'built')
+    assert '(1-3): 3 x Linear(in_features=3, out_features=3, bias=True)' in repr(ours), repr(ours)
+    assert ours[0] is ours_layers[0] and ours[-1] is ours_layers[4] and ours[-5] is ours[0]
+    assert list(ours) == plain and [m for m in ours] == plain
+    for sl in (slice(1, 3), slice(None, None, -2), slice(4, 1), slice(-2, None)):
+        part, part_t = ours[sl], theirs[sl]
+        assert type(part) is tl.ModuleList and list(part) == plain[sl], sl
+        check_same_structure(part, part_t, f'slice {sl}')
+    steps = [('append', lambda m, ls: m.append(ls[5]), lambda ls: plain.append(ls[5])),
+             ('extend', lambda m, ls: m.extend(ls[6:7]), lambda ls: plain.extend(ls[6:7])),
+             ('insert', lambda m, ls: m.insert(2, ls[7]), lambda ls: plain.insert(2, ls[7])),
+             ('insert at the end', lambda m, ls: m.insert(len(m), ls[0]), lambda ls: plain.append(ls[0])),
+             ('+=', lambda m, ls: m.__iadd__([ls[1], ls[2]]), lambda ls: plain.extend([ls[1], ls[2]])),
+             ('setitem', lambda m, ls: m.__setitem__(-3, ls[5]), lambda ls: plain.__setitem__(-3, ls[5])),
+             ('del', lambda m, ls: m.__delitem__(1), lambda ls: plain.__delitem__(1)),
+             ('del negative', lambda m, ls: m.__delitem__(-2), lambda ls: plain.__delitem__(-2)),
+             ('del slice', lambda m, ls: m.__delitem__(slice(1, 6, 2)), lambda ls: plain.__delitem__(slice(1, 6, 2))),
+             ('pop', lambda m, ls: m.pop(0), lambda ls: plain.pop(0))]
+    for what, step, on_plain in steps:
+        got, want = step(ours, ours_layers), step(theirs, their_layers)
+        on_plain(ours_layers)
+        assert (got is ours) == (want is theirs), what
+        assert list(ours) == plain, what
+        check_same_structure(ours, theirs, what)
+    total, total_t = ours + [ours_layers[3]], theirs + [their_layers[3]]
+    assert type(total) is tl.ModuleList and list(total) == plain + [ours_layers[3]] and list(ours) == plain
+    check_same_structure(total, total_t, '+')
+    check_same_structure(tl.ModuleList(), torch.nn.ModuleList(), 'empty')
+
+    def holder(nn, layers):
+        net = nn.Module()
+        net.layers, net.head = layers, nn.Linear(2, 2)
+        return net
+    nets = holder(tl, tl.ModuleList(plain)), holder(tl, list(plain)), holder(torch.nn, torch.nn.ModuleList(theirs))
+    assert len({tuple(n for n, _ in net.named_parameters()) for net in nets}) == 1
+    assert len({tuple(net.state_dict()) for net in nets}) == 1 and 'layers.0.weight' in nets[0].state_dict()
+
+def test_module_list_errors_change_nothing():
+    """Bad input to a tl.ModuleList raises what torch.nn.ModuleList raises and changes nothing: a non-Module (TypeError
+    naming its type and position; all of an extend or += checked before any is added, where PyTorch adds those
+    before), a non-iterable to extend (TypeError), an index out of range (IndexError) or not an int (TypeError).
+    Calling a ModuleList raises NotImplementedError (no forward). Differences kept: None is refused (PyTorch holds it
+    as a child); insert refuses a non-Module (PyTorch stores it) and an index beyond either end (PyTorch stores it
+    under that number, or fails half-done on a negative one, which here counts from the end as a list's)."""
+    need_torch()
+    a, b = tl.Linear(2, 2), tl.ReLU()
+    ours, fresh = tl.ModuleList([a, b]), lambda: torch.nn.ModuleList([torch.nn.Linear(2, 2), torch.nn.ReLU()])
+    state = ours.state_dict()
+    cases = [(TypeError, lambda m: m.append(3), ('int', "'2'")),
+             (TypeError, lambda m: m.extend([m[1], tl.relu]), ('function', "'3'")),
+             (TypeError, lambda m: m.extend(3), ('iterable', 'int')),
+             (TypeError, lambda m: m.__setitem__(0, np.ones(2)), ('ndarray', "'0'")),
+             (TypeError, lambda m: m + [3], ('int',)),
+             (IndexError, lambda m: m[2], ('index 2', 'out of range')),
+             (IndexError, lambda m: m[-3], ('index -3',)),
+             (IndexError, lambda m: m.__setitem__(5, m[0]), ('index 5',)),
+             (IndexError, lambda m: m.__delitem__(-3), ('index -3',)),
+             (IndexError, lambda m: m.pop(2), ('index 2',)),
+             (TypeError, lambda m: m['0'], ('str',)),
+             (TypeError, lambda m: m[1.0], ('float',)),
+             (TypeError, lambda m: type(m)(5), ('iterable', 'int')),
+             (NotImplementedError, lambda m: m(tl.ones(2)), ('ModuleList', 'forward'))]
+    for exc, call, needles in cases:
+        raises(exc, lambda: call(fresh()))
+        raises(exc, lambda: call(ours), *needles)
+        assert list(ours) == [a, b] and list(ours.state_dict()) == list(state), needles
+    theirs = fresh()
+    theirs += [None]   # PyTorch takes None (and shows it in the list); tinygrad_lite refuses it, as Sequential does
+    assert len(theirs) == 3
+    raises(TypeError, lambda: ours.__iadd__([b, None]), 'NoneType', "'3'")
+    for index in (3, -4):
+        raises(IndexError, lambda: ours.insert(index, tl.ReLU()), 'insert', str(index))
+    raises(TypeError, lambda: ours.insert(0, 'relu'), 'str')
+    assert list(ours) == [a, b] and list(ours.state_dict()) == list(state)
+    ours.insert(-1, a)   # a negative index counts from the end, as a list's
+    assert list(ours) == [a, a, b]
+
+def test_module_dict_as_pytorch():
+    """tl.ModuleDict as torch.nn.ModuleDict, the same operations on both: built from a dict, a list of pairs or
+    nothing; item access, assignment (a new key last, a replaced one in its place), deletion, len, iteration over
+    the keys, `in`, keys/values/items, update from a dict, a ModuleDict or pairs, pop and clear give the same keys,
+    values, parameter names, state dict keys and repr."""
+    need_torch()
+    sizes = {'enc': (2, 3), 'mid': (3, 3), 'dec': (3, 2), 'aux': (2, 1), 'x-1': (1, 4)}
+    ol, tl_ = {k: tl.Linear(*v) for k, v in sizes.items()}, {k: torch.nn.Linear(*v) for k, v in sizes.items()}
+    for ours, theirs in ((tl.ModuleDict({k: ol[k] for k in ('enc', 'mid')}),
+                          torch.nn.ModuleDict({k: tl_[k] for k in ('enc', 'mid')})),
+                         (tl.ModuleDict([('enc', ol['enc']), ('mid', ol['mid'])]),
+                          torch.nn.ModuleDict([('enc', tl_['enc']), ('mid', tl_['mid'])]))):
+        check_same_structure(ours, theirs, 'built')
+        assert ours['enc'] is ol['enc'] and ours.mid is ol['mid'] and list(ours) == ['enc', 'mid']
+    check_same_structure(tl.ModuleDict(), torch.nn.ModuleDict(), 'empty')
+    steps = [('setitem', lambda d, ls: d.__setitem__('dec', ls['dec'])),
+             ('replace', lambda d, ls: d.__setitem__('enc', ls['aux'])),
+             ('update dict', lambda d, ls: d.update({'x-1': ls['x-1'], 'mid': ls['enc']})),
+             ('update pairs', lambda d, ls: d.update([['aux', ls['mid']], ('0', ls['dec'])])),
+             ('delitem', lambda d, ls: d.__delitem__('mid')),
+             ('pop', lambda d, ls: d.pop('enc')),
+             ('set again', lambda d, ls: d.__setitem__('enc', ls['enc'])),
+             ('update ModuleDict', lambda d, ls: d.update(type(d)({'mid': ls['mid'], 'aux': ls['aux']})))]
+    key_of, key_of_t = {id(m): k for k, m in ol.items()}, {id(m): k for k, m in tl_.items()}
+    for what, step in steps:
+        got, want = step(ours, ol), step(theirs, tl_)
+        assert key_of.get(id(got)) == key_of_t.get(id(want)), what   # pop's module, or None
+        check_same_structure(ours, theirs, what)
+        assert list(ours) == list(theirs) == list(ours.keys()) == list(theirs.keys()), what
+        assert [key_of[id(m)] for m in ours.values()] == [key_of_t[id(m)] for m in theirs.values()], what
+        assert all(ours[k] is v for k, v in ours.items()) and all(k in ours for k in theirs), what
+    assert 'nothing' not in ours and 'training' not in ours and 'keys' not in ours
+    ours.clear(), theirs.clear()
+    check_same_structure(ours, theirs, 'clear')
+    assert list(ours) == [] and len(ours) == 0
+
+
+def test_module_dict_errors_change_nothing():
+    """Bad input to a tl.ModuleDict raises what torch.nn.ModuleDict raises and changes nothing: a key that is not a
+    string (TypeError), empty or with '.' or an attribute's name (KeyError, as add_module); a value that is not a
+    Module (TypeError naming its type); update of a non-iterable or of elements that are not pairs (TypeError, or
+    ValueError for a wrong length), checked in full before anything is added (PyTorch adds the good ones before);
+    a missing key to [], del or pop (KeyError). Calling a ModuleDict raises NotImplementedError (no forward)."""
+    need_torch()
+    a = tl.Linear(2, 2)
+    ours, fresh = tl.ModuleDict({'a': a}), lambda: torch.nn.ModuleDict({'a': torch.nn.Linear(2, 2)})
+    for key, exc, needle in (('a.b', KeyError, 'a.b'), ('forward', KeyError, 'forward'), ('keys', KeyError, 'keys'),
+                             ('training', KeyError, 'training'), ('', KeyError, 'empty'), (1, TypeError, 'string')):
+        raises(exc, lambda: fresh().__setitem__(key, torch.nn.ReLU()))
+        raises(exc, lambda: ours.__setitem__(key, tl.ReLU()), needle)
+        raises(exc, lambda: tl.ModuleDict({key: tl.ReLU()}), needle)
+    cases = [(TypeError, lambda d: d.__setitem__('b', 3), ('int', "'b'")),
+             (TypeError, lambda d: d.__setitem__('a', tl.relu), ('function', "'a'")),
+             (TypeError, lambda d: d.update(3), ('iterable', 'int')),
+             (TypeError, lambda d: d.update([('b', d['a']), 3]), ('#1', 'int')),
+             (ValueError, lambda d: d.update([('b', d['a']), ('c', d['a'], 1)]), ('#1', 'length 3')),
+             (TypeError, lambda d: d.update({'b': d['a'], 'c': np.ones(2)}), ('ndarray', "'c'")),
+             (KeyError, lambda d: d['b'], ('b',)),
+             (KeyError, lambda d: d.__delitem__('training'), ('training',)),
+             (KeyError, lambda d: d.pop('b'), ('b',)),
+             (NotImplementedError, lambda d: d(tl.ones(2)), ('ModuleDict', 'forward'))]
+    for exc, call, needles in cases:
+        raises(exc, lambda: call(fresh()))
+        raises(exc, lambda: call(ours), *needles)
+        assert list(ours.items()) == [('a', a)] and list(ours.state_dict()) == ['a.weight', 'a.bias'], needles
+    assert ours.training and hasattr(ours, 'keys')
+
+def build_container_net(nn):
+    """A model for tl and torch whose layers sit in a ModuleList (one of them twice) and a ModuleDict, with a
+    non-persistent buffer."""
+    m = tl if nn is tl else TH
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([nn.Linear(3, 5), nn.Linear(5, 5)])
+            self.layers.append(self.layers[1]).insert(1, nn.GELU())
+            self.heads = nn.ModuleDict({'score': nn.Linear(5, 1), 'logits': nn.Linear(5, 4)})
+            self.register_buffer('scale', make(m, np.array([0.5, 1.0, 2.0, -1.0], np.float32)), persistent=False)
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x).tanh()
+            return self.heads['logits'](x) * self.scale + self.heads['score'](x)
+    return Net()
+
+
+def test_module_containers_model_trains_as_pytorch():
+    """A model built on ModuleList and ModuleDict, weights copied from PyTorch's (float64): the same output, the same
+    gradient of every parameter (a layer held twice gathers both uses), and after five SGD steps (momentum) the same
+    parameters and losses."""
+    need_torch()
+    ours, theirs = build_container_net(tl).double(), build_container_net(torch.nn).double()
+    check_same_structure(ours.layers, theirs.layers, 'layers')
+    assert [n for n, _ in ours.named_parameters()] == [n for n, _ in theirs.named_parameters()]
+    perturb_torch(theirs, rng('container net'))
+    ours.load_state_dict(theirs.state_dict())
+    r = rng('container net data')
+    x, y = sample(r, (8, 3)), r.integers(0, 4, 8)
+    opt, opt_t = tl.SGD(ours.parameters(), lr=0.1, momentum=0.9), torch.optim.SGD(theirs.parameters(), lr=0.1,
+                                                                                   momentum=0.9)
+    for step in range(5):
+        opt.zero_grad(), opt_t.zero_grad()
+        out, out_t = ours(tl.Tensor(x)), theirs(torch.tensor(x))
+        assert_close(out, out_t, 1e-12, 1e-12, f'step {step}')
+        loss, loss_t = tl.cross_entropy(out, tl.Tensor(y)), F.cross_entropy(out_t, torch.tensor(y))
+        loss.backward(), loss_t.backward()
+        for (n, p), p_t in zip(ours.named_parameters(), theirs.parameters(), strict=True):
+            assert_close(p.grad, p_t.grad, 1e-12, 1e-12, f'step {step}: gradient of {n}')
+        opt.step(), opt_t.step()
+    for (n, p), p_t in zip(ours.named_parameters(), theirs.parameters(), strict=True):
+        assert_close(p, p_t, 1e-12, 1e-12, n)
+    assert abs(loss.item() - loss_t.item()) < 1e-12 and ours.scale.dtype == np.float64
+
 def build_shared_net(nn):
     """A nested model for tl and torch with a buffer of its own, a bare Parameter and a submodule held twice (as
     `block` and inside `body`), no lists (PyTorch's ModuleList would be a module of its own)."""
@@ -2199,9 +2412,9 @@ def test_module_traversal_as_pytorch():
         assert names(ours.named_parameters(**kw)) == names(theirs.named_parameters(**kw)), kw
         assert names(ours.block.named_buffers(**kw)) == names(theirs.block.named_buffers(**kw)), kw
         assert names(ours.named_buffers(**kw)) == names(theirs.named_buffers(**kw)), kw
-    assert len(ours.parameters(recurse=False)) == len(list(theirs.parameters(recurse=False))) == 1
-    assert len(ours.block.buffers(recurse=False)) == len(list(theirs.block.buffers(recurse=False))) == 1
-    assert len(ours.buffers()) == len(list(theirs.buffers())) == 4
+    assert len(list(ours.parameters(recurse=False))) == len(list(theirs.parameters(recurse=False))) == 1
+    assert len(list(ours.block.buffers(recurse=False))) == len(list(theirs.block.buffers(recurse=False))) == 1
+    assert len(list(ours.buffers())) == len(list(theirs.buffers())) == 4
     for kw in ({}, dict(prefix='net')):
         assert names(ours.named_modules(**kw)) == names(theirs.named_modules(**kw)), kw
     assert [type(m).__name__ for m in ours.modules()] == [type(m).__name__ for m in theirs.modules()]
@@ -2221,6 +2434,21 @@ def test_module_traversal_as_pytorch():
     x = sample(rng('traversal x'), (5, 3)).astype(np.float32)
     assert_close(ours(tl.Tensor(x)), theirs(torch.tensor(x)), 1e-5, 1e-6)
 
+
+def test_module_iterators_are_generators_as_pytorch():
+    """parameters, buffers, children, modules and their named_* versions are generators, as torch.nn.Module's:
+    next() takes the first item (PyTorch's), each call starts afresh, and an optimizer takes one."""
+    need_torch()
+    ours, theirs = build_shared_net(tl), build_shared_net(torch.nn)
+    for name in ('parameters', 'buffers', 'children', 'modules', 'named_parameters', 'named_buffers',
+                 'named_children', 'named_modules'):
+        got, want = getattr(ours, name)(), getattr(theirs, name)()
+        assert isinstance(got, types.GeneratorType) and isinstance(want, types.GeneratorType), name
+        assert len(list(got)) == len(list(want)) and not list(got), name   # used up, as PyTorch's
+    assert next(ours.parameters()) is ours.gain and next(ours.buffers()) is ours.block.scale
+    assert next(ours.children()) is ours.block and next(ours.modules()) is ours
+    opt = tl.SGD(ours.parameters(), lr=0.1)
+    assert len(opt.param_groups[0]['params']) == len(list(theirs.parameters())) == 9
 
 def test_module_train_eval():
     net = build_net(tl)
@@ -3332,7 +3560,7 @@ def test_module_lists_shared_buffers_once_and_groups_take_one_tensor():
     bn, bn_t = tl.BatchNorm1d(3), torch.nn.BatchNorm1d(3)
     ours, theirs = tl.Sequential(bn, bn), torch.nn.Sequential(bn_t, bn_t)
     assert [n for n, _ in ours.named_buffers()] == [n for n, _ in theirs.named_buffers()]
-    assert len(ours.buffers()) == len(list(theirs.buffers())) == 3
+    assert len(list(ours.buffers())) == len(list(theirs.buffers())) == 3
     p = tl.Parameter(tl.tensor(sample(rng('one tensor group'), (2,))))
     opt = tl.SGD([{'params': p}], lr=0.1)
     assert opt.param_groups[0]['params'] == [p]
@@ -4353,6 +4581,49 @@ def test_module_register_buffer_checks_as_pytorch():
     assert_close(ours.block.scale.grad, theirs.block.scale.grad, 1e-5, 1e-6)
 
 
+def test_module_non_persistent_buffers_as_pytorch():
+    """register_buffer(persistent=False) as torch.nn.Module's: the buffer is in buffers()/named_buffers() (in order)
+    and moves and casts with .to(dtype)/.half()/.double(), but is not in state_dict(); load_state_dict (strict) does
+    not expect it and calls it unexpected if given, changing nothing; registered again persistent, it is back in the
+    state dict. A model using it gives PyTorch's output once the state dict is copied over."""
+    need_torch()
+    r = rng('non-persistent')
+    mask, shift = (sample(r, (3,)).astype(np.float32) for _ in range(2))
+    def build(nn):
+        m = tl if nn is tl else TH
+        net = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3))
+        net[0].register_buffer('mask', make(m, mask), persistent=False)
+        net.register_buffer('shift', make(m, shift), persistent=False)
+        net.register_buffer('kept', make(m, shift))
+        return net
+    ours, theirs = build(tl), build(torch.nn)
+    names = lambda pairs: [n for n, _ in pairs]
+    assert names(ours.named_buffers()) == names(theirs.named_buffers()) == [
+        'shift', 'kept', '0.mask', '1.running_mean', '1.running_var', '1.num_batches_tracked']
+    assert len(list(ours.buffers())) == 6
+    assert list(ours.state_dict()) == list(theirs.state_dict()) == [
+        'kept', '0.weight', '0.bias', '1.weight', '1.bias', '1.running_mean', '1.running_var', '1.num_batches_tracked']
+    perturb_torch(theirs, rng('non-persistent weights'))
+    assert ours.load_state_dict(theirs.state_dict()) == ([], [])
+    x = sample(r, (4, 3)).astype(np.float32)
+    out = ours.eval()(tl.Tensor(x)) * ours[0].mask + ours.shift
+    out_t = theirs.eval()(torch.tensor(x)) * theirs[0].mask + theirs.shift
+    assert_close(out, out_t, 1e-5, 1e-6)
+    extra = dict(theirs.state_dict(), **{'0.mask': torch.zeros(3)})
+    raises(RuntimeError, lambda: theirs.load_state_dict(extra), '0.mask')
+    raises(RuntimeError, lambda: ours.load_state_dict(extra), 'unexpected', '0.mask')
+    assert np.array_equal(ours[0].mask.numpy(), mask), 'a failed load changed the buffer'
+    keys, keys_t = ours.load_state_dict(extra, strict=False), theirs.load_state_dict(extra, strict=False)
+    assert keys == keys_t == ([], ['0.mask']) and np.array_equal(ours[0].mask.numpy(), mask), keys
+    for cast, dtype in (('double', np.float64), ('half', np.float16)):
+        getattr(ours, cast)(), getattr(theirs, cast)()
+        assert ours[0].mask.dtype == ours.shift.dtype == dtype == theirs[0].mask.numpy().dtype, cast
+    assert ours.to(np.float32) is ours and ours[0].mask.dtype == np.float32
+    assert_close(ours[0].mask, mask.astype(np.float16), 0, 0)
+    ours[0].register_buffer('mask', tl.tensor(mask))
+    theirs[0].register_buffer('mask', torch.tensor(mask))
+    assert list(ours.state_dict()) == list(theirs.state_dict()) and '0.mask' in ours.state_dict()
+
 def test_dropout_module_checks_p_at_construction():
     """As PyTorch: Dropout(p) outside [0, 1] raises ValueError when made (it raised only at a training forward)."""
     need_torch()
@@ -4769,6 +5040,29 @@ def test_gpu_save_load():
     x = tl.Tensor(net_input(), device='cuda')
     assert_close(back(x), net(x), 1e-6, 1e-6)
 
+
+def test_gpu_module_containers_cuda():
+    """.cuda() moves the children of a ModuleList and a ModuleDict and a non-persistent buffer (and .cpu() back); the
+    model gives the CPU's output and gradients there, and its state dict still leaves the buffer out."""
+    need_cuda()
+    tl.manual_seed(0)
+    net, cpu = build_container_net(tl), build_container_net(tl)
+    cpu.load_state_dict(net.state_dict())
+    assert net.cuda() is net
+    tensors = list(net.parameters()) + list(net.buffers())
+    assert len(tensors) == 9 and all(t.device == 'cuda:0' for t in tensors), [t.device for t in tensors]
+    assert net.layers[3] is net.layers[2] and net.heads['logits'].weight.device == net.scale.device == 'cuda:0'
+    x = sample(rng('gpu containers'), (8, 3)).astype(np.float32)
+    out, out_c = net(tl.Tensor(x, device='cuda')), cpu(tl.Tensor(x))
+    assert out.device == 'cuda:0'
+    assert_close(out, out_c, 1e-5, 1e-6)
+    out.sum().backward(), out_c.sum().backward()
+    for (n, p), p_c in zip(net.named_parameters(), cpu.parameters(), strict=True):
+        assert p.grad.device == 'cuda:0'
+        assert_close(p.grad, p_c.grad, 1e-5, 1e-6, n)
+    assert 'scale' not in net.state_dict() and list(net.state_dict()) == list(cpu.state_dict())
+    assert net.half().scale.dtype == np.float16 and net.cpu().scale.device == 'cpu'
+    assert all(t.device == 'cpu' for t in net.parameters())
 
 def test_gpu_dropout():
     need_cuda()

@@ -4,12 +4,15 @@ NumPy on the CPU, CuPy on the GPU (optional), fused GPU kernels from kernels.cu 
 The public interface follows PyTorch's names and semantics: see README.md.
 """
 import collections
+import collections.abc
 import contextlib
 import ctypes
 import functools
 import inspect
+import itertools
 import json
 import math
+import operator
 import os
 import sys
 import threading
@@ -3884,6 +3887,7 @@ class Module:
     def __init__(self):
         self.training = True
         self._buffer_names = []
+        self._non_persistent = set()   # buffers left out of the state dict
 
     def __setattr__(self, name, value):
         buffers = self.__dict__.get('_buffer_names', [])
@@ -3905,9 +3909,12 @@ class Module:
         """The module's own settings, shown by repr (PyTorch's hook: a subclass says more)."""
         return ''
 
+    def _child_reprs(self):
+        return [f"({name}): " + repr(m).replace('\n', '\n  ') for name, m in self._named_submodules()]
+
     def __repr__(self):   # as PyTorch's: the settings, then each child under its name, indented
         extra = self.extra_repr()
-        children = [f"({name}): " + repr(m).replace('\n', '\n  ') for name, m in self._named_submodules()]
+        children = self._child_reprs()
         if not children:
             return f"{type(self).__name__}({extra})"
         lines = ([extra] if extra else []) + children
@@ -3916,24 +3923,27 @@ class Module:
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
 
-    def _check_new_name(self, kind, name, replaces=False):
+    def _check_new_name(self, kind, name, existing=()):
         """As PyTorch's register_buffer and add_module: a non-empty string without '.', not yet an attribute unless
-        `replaces` (a buffer registered again)."""
+        one of `existing` (a buffer registered again, a ModuleDict's key given a new module)."""
         if not isinstance(name, str):
             raise TypeError(f"{kind} name should be a string, got {type(name).__name__}")
         if not name or '.' in name:
             raise KeyError(f"{kind} name can't be empty or contain '.', got {name!r}")
-        if hasattr(self, name) and not replaces:
+        if hasattr(self, name) and name not in existing:
             raise KeyError(f"attribute '{name}' already exists")
 
-    def register_buffer(self, name, tensor):
+    def register_buffer(self, name, tensor, persistent=True):
+        """As PyTorch's: a non-persistent buffer moves and casts with the module but is not in its state dict."""
         buffers = self.__dict__.setdefault('_buffer_names', [])
-        self._check_new_name('buffer', name, replaces=name in buffers)
+        self._check_new_name('buffer', name, existing=buffers)
         if tensor is not None and not isinstance(tensor, Tensor):
             raise TypeError(f"cannot assign '{type(tensor).__name__}' object to buffer '{name}' "
                             "(a tl.Tensor or None required, as in PyTorch)")
         if name not in buffers:
             buffers.append(name)
+        non_persistent = self.__dict__.setdefault('_non_persistent', set())
+        (non_persistent.discard if persistent else non_persistent.add)(name)
         object.__setattr__(self, name, tensor)   # a buffer even if a Parameter (setattr would make it a parameter)
 
     def _named_submodules(self):
@@ -3953,8 +3963,8 @@ class Module:
                 seen.add(id(m))
                 yield name, m
 
-    def children(self):
-        return [m for _, m in self.named_children()]
+    def children(self):   # generators, as PyTorch's (here and below)
+        return (m for _, m in self.named_children())
 
     def named_modules(self, memo=None, prefix='', remove_duplicate=True):
         """(dotted name, module) of this module (named prefix) and every module within it, parents first, each once
@@ -3969,7 +3979,7 @@ class Module:
             yield from child.named_modules(memo, _dotted(prefix, name), remove_duplicate)
 
     def modules(self):
-        return [m for _, m in self.named_modules()]
+        return (m for _, m in self.named_modules())
 
     def apply(self, fn):
         """fn applied to every module within (each child's apply), then to this one, as PyTorch; returns the module."""
@@ -3978,17 +3988,19 @@ class Module:
         fn(self)
         return self
 
-    def _named_tensors(self, prefix='', recurse=True):
+    def _named_tensors(self, prefix='', recurse=True, state=False):
         """(name, tensor, is_buffer) in PyTorch's order: module by module, parents first, its parameters then its
-        buffers; a module held twice under each of its names, as state_dict lists it."""
+        buffers; a module held twice under each of its names, as state_dict lists it; with `state`, only what the state
+        dict holds (no non-persistent buffer)."""
         modules = self.named_modules(prefix=prefix, remove_duplicate=False) if recurse else [(prefix, self)]
         for module_name, m in modules:
             buffers = m.__dict__.get('_buffer_names', [])
+            left_out = m.__dict__.get('_non_persistent', ()) if state else ()
             for name, value in vars(m).items():
                 if isinstance(value, Parameter) and name not in buffers:
                     yield _dotted(module_name, name), value, False
             for name in buffers:
-                if getattr(m, name) is not None:
+                if getattr(m, name) is not None and name not in left_out:
                     yield _dotted(module_name, name), getattr(m, name), True
 
     def _named(self, buffers, prefix, recurse):
@@ -4003,13 +4015,13 @@ class Module:
         return self._named(False, prefix, recurse)
 
     def parameters(self, recurse=True):
-        return [p for _, p in self.named_parameters(recurse=recurse)]
+        return (p for _, p in self.named_parameters(recurse=recurse))
 
     def named_buffers(self, prefix='', recurse=True):
         return self._named(True, prefix, recurse)
 
     def buffers(self, recurse=True):
-        return [t for _, t in self.named_buffers(recurse=recurse)]
+        return (t for _, t in self.named_buffers(recurse=recurse))
 
     def train(self, mode=True):
         if not isinstance(mode, bool):   # as PyTorch: train('eval') or train(0) is a mistake, not a mode
@@ -4047,11 +4059,11 @@ class Module:
     double = lambda self: self.to(np.float64)
 
     def state_dict(self):
-        return {name: t.numpy().copy() for name, t, _ in self._named_tensors()}
+        return {name: t.numpy().copy() for name, t, _ in self._named_tensors(state=True)}
 
     def load_state_dict(self, state_dict, strict=True):
         """Copy values in place; every key, shape and value is checked and converted before anything changes."""
-        own = {name: t for name, t, _ in self._named_tensors()}
+        own = {name: t for name, t, _ in self._named_tensors(state=True)}
         values = {k: _as_array(v) for k, v in state_dict.items()}
         optional = {_dotted(prefix, name) for prefix, m in self.named_modules(remove_duplicate=False)
                     for name in m._optional_buffers}
@@ -4262,32 +4274,176 @@ class Embedding(Module):
         return f"{self.weight.shape[0]}, {self.weight.shape[1]}"
 
 
-class Sequential(Module):
+class _Container(Module):
+    """Sequential's, ModuleList's and ModuleDict's: the children are the module attributes, in order, named by their
+    keys (as any module's), so named_parameters, state_dict and repr treat them as any submodules."""
+    def _items(self):
+        return [(name, m) for name, m in vars(self).items() if isinstance(m, Module)]
+
+    def _set_items(self, items):
+        """Make (name, module) pairs, their names already checked, the children in this order; nothing changes unless
+        each is a Module."""
+        items = list(items)
+        for name, m in items:
+            if not isinstance(m, Module):   # as PyTorch: a function needs a Module around it
+                raise TypeError(f"{type(self).__name__}: module {name!r} is a {type(m).__name__}, "
+                                "not a Module subclass")
+        for name, _ in self._items():
+            del self.__dict__[name]
+        self.__dict__.update(items)
+
+    def _position(self, i):
+        """PyTorch's check of an index into the children: an int in -len..len-1, made non-negative."""
+        i, n = operator.index(i), len(self)
+        if not -n <= i < n:
+            raise IndexError(f"index {i} is out of range")
+        return i % n
+
+    def __len__(self):
+        return len(self._items())
+
+    def __iter__(self):
+        return iter([m for _, m in self._items()])
+
+
+class Sequential(_Container):
     """Submodules named '0', '1', ..., or by the names of one OrderedDict of modules, as in PyTorch."""
     def __init__(self, *modules):
         super().__init__()
         ordered = len(modules) == 1 and isinstance(modules[0], collections.OrderedDict)
-        for name, m in modules[0].items() if ordered else ((str(i), m) for i, m in enumerate(modules)):
+        items = list(modules[0].items() if ordered else ((str(i), m) for i, m in enumerate(modules)))
+        for name, _ in items:
             self._check_new_name('module', name)
-            if not isinstance(m, Module):   # as PyTorch: a function needs a Module around it
-                raise TypeError(f"Sequential: module {name!r} is a {type(m).__name__}, not a Module subclass")
-            setattr(self, name, m)
+        self._set_items(items)
 
     def __getitem__(self, i):
-        if not isinstance(i, slice):
-            return [m for _, m in self._named_submodules()][i]
-        part = Sequential()
-        for name, m in list(self._named_submodules())[i]:   # their names kept, as PyTorch's
-            setattr(part, name, m)
-        return part
-
-    def __len__(self):
-        return len(list(self._named_submodules()))
+        if isinstance(i, slice):   # their names kept, as PyTorch's
+            return type(self)(collections.OrderedDict(self._items()[i]))
+        return self._items()[self._position(i)][1]
 
     def forward(self, x):
-        for _, m in self._named_submodules():
+        for m in self:
             x = m(x)
         return x
+
+
+class ModuleList(_Container):
+    """A list of modules named '0', '1', ... (renumbered after an insertion or a deletion), as PyTorch's; no forward."""
+    def __init__(self, modules=None):
+        super().__init__()
+        if modules is not None:
+            self.extend(modules)
+
+    def _renumber(self, modules):
+        self._set_items((str(i), m) for i, m in enumerate(modules))
+
+    def __getitem__(self, i):
+        return type(self)(list(self)[i]) if isinstance(i, slice) else list(self)[self._position(i)]
+
+    def __setitem__(self, i, module):
+        modules = list(self)
+        modules[self._position(i)] = module
+        self._renumber(modules)
+
+    def __delitem__(self, i):
+        modules = list(self)
+        del modules[i if isinstance(i, slice) else self._position(i)]
+        self._renumber(modules)
+
+    def insert(self, index, module):
+        """Before position index (a negative one counts from the end, as a list's; beyond the ends is an error)."""
+        modules, index = list(self), operator.index(index)
+        if not -len(modules) <= index <= len(modules):
+            raise IndexError(f"ModuleList.insert: index {index} is out of range for {len(modules)} modules")
+        modules.insert(index, module)
+        self._renumber(modules)
+
+    def append(self, module):
+        return self.extend([module])
+
+    def extend(self, modules):
+        if not isinstance(modules, collections.abc.Iterable):
+            raise TypeError(f"ModuleList.extend should be called with an iterable, but got {type(modules).__name__}")
+        self._renumber(list(self) + list(modules))
+        return self
+
+    __iadd__ = extend
+
+    def __add__(self, other):
+        return ModuleList(list(self) + list(other))
+
+    def pop(self, i):
+        module = self[i]
+        del self[i]
+        return module
+
+    def _child_reprs(self):   # as PyTorch's: a run of equal children shown once, as '(i-j): n x child'
+        lines, i = [], 0
+        for text, run in itertools.groupby(repr(m).replace('\n', '\n  ') for m in self):
+            n = len(list(run))
+            lines.append((f"({i}): " if n == 1 else f"({i}-{i + n - 1}): {n} x ") + text)
+            i += n
+        return lines
+
+
+class ModuleDict(_Container):
+    """Modules by name (each key checked as PyTorch's add_module checks it), in the order added; no forward. keys(),
+    values() and items() show the modules as they are when called (PyTorch's views follow later changes)."""
+    def __init__(self, modules=None):
+        super().__init__()
+        if modules is not None:
+            self.update(modules)
+
+    def __getitem__(self, key):
+        return dict(self._items())[key]
+
+    def __setitem__(self, key, module):
+        self.update([(key, module)])
+
+    def __delitem__(self, key):
+        items = dict(self._items())
+        del items[key]
+        self._set_items(items.items())
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def __contains__(self, key):
+        return key in self.keys()
+
+    def keys(self):
+        return dict(self._items()).keys()
+
+    def values(self):
+        return dict(self._items()).values()
+
+    def items(self):
+        return dict(self._items()).items()
+
+    def pop(self, key):
+        module = self[key]
+        del self[key]
+        return module
+
+    def clear(self):
+        self._set_items([])
+
+    def update(self, modules):
+        """From a mapping, a ModuleDict or an iterable of (key, module) pairs; a key already here keeps its place."""
+        if not isinstance(modules, collections.abc.Iterable):
+            raise TypeError(f"ModuleDict.update should be called with an iterable of key/value pairs, "
+                            f"but got {type(modules).__name__}")
+        mapping = isinstance(modules, (collections.abc.Mapping, ModuleDict))
+        items = dict(self._items())
+        for j, pair in enumerate(modules.items() if mapping else modules):
+            if not isinstance(pair, collections.abc.Iterable):
+                raise TypeError(f"ModuleDict.update: sequence element #{j} should be a (key, module) pair, "
+                                f"got {type(pair).__name__}")
+            if len(pair := tuple(pair)) != 2:
+                raise ValueError(f"ModuleDict.update: sequence element #{j} has length {len(pair)}; 2 is required")
+            self._check_new_name('module', pair[0], existing=items)
+            items[pair[0]] = pair[1]
+        self._set_items(items.items())
 
 
 def _gru_parameters(module, suffix, input_size, hidden_size, bias):
