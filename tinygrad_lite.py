@@ -18,6 +18,7 @@ import sys
 import threading
 import types
 import warnings
+import weakref
 
 from concurrent.futures import ThreadPoolExecutor, wait
 
@@ -4892,6 +4893,377 @@ def clip_grad_value_(parameters, clip_value, foreach=None):
         bound = g.dtype.type(clip_value)
         _xp(g.data).clip(g.data, -bound, bound, out=g.data)
         g._version[0] += 1
+
+
+# Learning-rate schedulers, as torch.optim.lr_scheduler's: each step() computes the groups' rates with torch's own
+# expressions, in torch's order (its recursive forms where its step() uses them), so the rates are torch's to the last
+# bit. A rate is written to group['lr'], into a one-element tensor in place where the group holds one (which a CUDA
+# graph reads anew each replay). Call step() after optimizer.step(), once per epoch (OneCycleLR: once per batch).
+
+def _is_optimizer(optimizer):
+    if not isinstance(optimizer, Optimizer):
+        raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+    return optimizer
+
+
+def _copied(value):
+    """value, a tensor copied (a rate kept apart from the group's, as torch's)."""
+    return value.clone() if isinstance(value, Tensor) else value
+
+
+def _group_values(optimizer, key):
+    return [_copied(group[key]) for group in optimizer.param_groups]
+
+
+def _set_group_value(group, key, value):
+    if isinstance(group[key], Tensor):
+        group[key].data[...] = value.data if isinstance(value, Tensor) else value
+    else:
+        group[key] = value
+
+
+def _per_group(name, optimizer, value):
+    """A list or tuple of one value per group, or one value for every group (torch's _format_param)."""
+    n = len(optimizer.param_groups)
+    if isinstance(value, (list, tuple)) and len(value) != n:
+        raise ValueError(f"{name} must have the same length as optimizer.param_groups. {name} has {len(value)} values, "
+                         f"param_groups has {n}.")
+    return [_copied(v) for v in (value if isinstance(value, (list, tuple)) else [value] * n)]
+
+
+def _note_optimizer_steps(optimizer):
+    """Wrap optimizer.step, once, on the instance (as torch does) to note that it ran: LRScheduler.step warns if not."""
+    if hasattr(optimizer.step, '_wrapped_by_lr_sched'):
+        return
+    owner, step = weakref.ref(optimizer), optimizer.step.__func__   # (a weak reference: no cycle keeps it alive)
+
+    @functools.wraps(step)
+    def wrapper(*args, **kwargs):
+        opt = owner()
+        opt._opt_called = True
+        return step(opt, *args, **kwargs)
+    wrapper._wrapped_by_lr_sched = True
+    optimizer.step = wrapper
+
+
+class LRScheduler:
+    """torch.optim.lr_scheduler.LRScheduler: a subclass's get_lr() gives the groups' rates at last_epoch, called by
+    step() once last_epoch has moved on (and by the constructor, with _is_initial set: the rates it starts from).
+    last_epoch=-1 starts the schedule (each group's 'initial_lr' set to its lr unless there); another value resumes it
+    from groups that hold 'initial_lr' (an optimizer's loaded state)."""
+
+    def __init__(self, optimizer, last_epoch=-1):
+        self.optimizer = _is_optimizer(optimizer)
+        for i, group in enumerate(optimizer.param_groups):
+            if last_epoch == -1:
+                group.setdefault('initial_lr', _copied(group['lr']))
+            elif 'initial_lr' not in group:
+                raise KeyError(f"param 'initial_lr' is not specified in param_groups[{i}] when resuming scheduler with "
+                               "last_epoch >= 0 (load the optimizer's state first, or start with last_epoch=-1)")
+        self.base_lrs = _group_values(optimizer, 'initial_lr')
+        self.last_epoch = last_epoch
+        _note_optimizer_steps(optimizer)
+        self._step_count, self._is_initial = 0, True
+        try:
+            self.step()
+        finally:
+            self._is_initial = False
+
+    def get_lr(self):
+        raise NotImplementedError
+
+    def _scaled(self, factor):
+        """Each group's lr as it is now times factor (1: unchanged, exactly)."""
+        return [group['lr'] * factor for group in self.optimizer.param_groups]
+
+    def step(self):
+        if self._step_count == 1 and not getattr(self.optimizer, '_opt_called', False):
+            warnings.warn("Detected call of `lr_scheduler.step()` before `optimizer.step()`: call `optimizer.step()` "
+                          "first, or the first value of the learning rate schedule is skipped"
+                          if hasattr(self.optimizer.step, '_wrapped_by_lr_sched') else
+                          "Seems like `optimizer.step()` has been overridden after learning rate scheduler "
+                          "initialization. Please, make sure to call `optimizer.step()` before `lr_scheduler.step()`",
+                          UserWarning, stacklevel=2)
+        counts = self._step_count, self.last_epoch
+        self._step_count, self.last_epoch = self._step_count + 1, self.last_epoch + 1
+        try:
+            values = self.get_lr()
+        except BaseException:   # (torch leaves the counts moved on)
+            self._step_count, self.last_epoch = counts
+            raise
+        for group, value in zip(self.optimizer.param_groups, values):
+            _set_group_value(group, 'lr', value)
+        self._last_lr = _group_values(self.optimizer, 'lr')
+
+    def get_last_lr(self):
+        """The groups' rates as the last step() left them."""
+        return self._last_lr
+
+    def state_dict(self):
+        """As torch's: every attribute but the optimizer (not copied)."""
+        return {k: v for k, v in self.__dict__.items() if k != 'optimizer'}
+
+    def load_state_dict(self, state_dict):
+        n = len(self.optimizer.param_groups)
+        for key in ('base_lrs', '_last_lr', 'lr_lambdas'):
+            if key in state_dict and len(state_dict[key]) != n:
+                raise ValueError(f"{type(self).__name__}.load_state_dict: {key} has {len(state_dict[key])} values "
+                                 f"for an optimizer with {n} param_groups")
+        self.__dict__.update(state_dict)
+
+
+class LambdaLR(LRScheduler):
+    """Each group's initial lr times lr_lambda(last_epoch): one function, or a list of one per group."""
+
+    def __init__(self, optimizer, lr_lambda, last_epoch=-1):
+        n = len(_is_optimizer(optimizer).param_groups)
+        if isinstance(lr_lambda, (list, tuple)) and len(lr_lambda) != n:
+            raise ValueError(f"Expected {n} lr_lambdas, but got {len(lr_lambda)}")
+        self.lr_lambdas = list(lr_lambda) if isinstance(lr_lambda, (list, tuple)) else [lr_lambda] * n
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        return [base_lr * f(self.last_epoch) for f, base_lr in zip(self.lr_lambdas, self.base_lrs)]
+
+    def state_dict(self):
+        """As torch's: in place of a function (or lambda) None, of a callable object its attributes."""
+        return {**super().state_dict(), 'lr_lambdas': [None if isinstance(f, types.FunctionType) else
+                                                       f.__dict__.copy() for f in self.lr_lambdas]}
+
+    def load_state_dict(self, state_dict):
+        super().load_state_dict({k: v for k, v in state_dict.items() if k != 'lr_lambdas'})
+        for f, saved in zip(self.lr_lambdas, state_dict['lr_lambdas']):
+            if saved is not None:
+                f.__dict__.update(saved)
+
+
+class StepLR(LRScheduler):
+    """The lr times gamma every step_size epochs."""
+
+    def __init__(self, optimizer, step_size, gamma=0.1, last_epoch=-1):
+        if not step_size > 0:   # (torch divides by zero at the first step)
+            raise ValueError(f"step_size must be positive, got {step_size}")
+        self.step_size, self.gamma = step_size, gamma
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        return self._scaled(self.gamma if self.last_epoch != 0 and self.last_epoch % self.step_size == 0 else 1)
+
+
+class MultiStepLR(LRScheduler):
+    """The lr times gamma at each milestone (times gamma ** k at one given k times)."""
+
+    def __init__(self, optimizer, milestones, gamma=0.1, last_epoch=-1):
+        self.milestones, self.gamma = collections.Counter(milestones), gamma
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):   # (.get: a loaded state dict may hold a plain dict)
+        return self._scaled(self.gamma ** self.milestones.get(self.last_epoch, 0))
+
+
+class ExponentialLR(LRScheduler):
+    """The lr times gamma every epoch."""
+
+    def __init__(self, optimizer, gamma, last_epoch=-1):
+        self.gamma = gamma
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        return self._scaled(1 if self._is_initial else self.gamma)
+
+
+class CosineAnnealingLR(LRScheduler):
+    """eta_min + (initial lr - eta_min) (1 + cos(pi last_epoch / T_max)) / 2 in torch's recursive form, which runs on
+    past T_max: back up to the initial lr at 2 T_max, and so on."""
+
+    def __init__(self, optimizer, T_max, eta_min=0.0, last_epoch=-1):
+        if not T_max > 0:   # (torch divides by zero at the first step)
+            raise ValueError(f"T_max must be positive, got {T_max}")
+        self.T_max, self.eta_min = T_max, eta_min
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        groups, e, T, eta_min = self.optimizer.param_groups, self.last_epoch, self.T_max, self.eta_min
+        if self._is_initial:
+            return _group_values(self.optimizer, 'lr')
+        if (e - 1 - T) % (2 * T) == 0:   # the step up from eta_min, where the ratio below would divide by 0
+            return [group['lr'] + (base_lr - eta_min) * (1 - math.cos(math.pi / T)) / 2
+                    for base_lr, group in zip(self.base_lrs, groups)]
+        ratio = (1 + math.cos(math.pi * e / T)) / (1 + math.cos(math.pi * (e - 1) / T))
+        return [ratio * (group['lr'] - eta_min) + eta_min for group in groups]
+
+
+class LinearLR(LRScheduler):
+    """The lr times a factor going linearly from start_factor to end_factor over total_iters epochs, then kept."""
+
+    def __init__(self, optimizer, start_factor=1.0 / 3, end_factor=1.0, total_iters=5, last_epoch=-1):
+        if not 0 < start_factor <= 1:
+            raise ValueError("Starting multiplicative factor expected to be greater than 0 and less or equal to 1, "
+                             f"got {start_factor}")
+        if not 0 <= end_factor <= 1:
+            raise ValueError(f"Ending multiplicative factor expected to be between 0 and 1, got {end_factor}")
+        self.start_factor, self.end_factor, self.total_iters = start_factor, end_factor, total_iters
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        e, start, end = self.last_epoch, self.start_factor, self.end_factor
+        if e == 0:
+            return self._scaled(start)
+        if self._is_initial or e > self.total_iters:
+            return self._scaled(1)
+        return self._scaled(1.0 + (end - start) / (self.total_iters * start + (e - 1) * (end - start)))
+
+
+def _anneal(strategy, start, end, pct):
+    """From start (pct 0) to end (pct 1): 'cos' or 'linear', as torch's OneCycleLR."""
+    if strategy == 'cos':
+        return end + (start - end) / 2.0 * (math.cos(math.pi * pct) + 1)
+    return (end - start) * pct + start
+
+
+class OneCycleLR(LRScheduler):
+    """The 1cycle policy, stepped once per batch: from max_lr / div_factor up to max_lr over the first pct_start of
+    total_steps, then down to that / final_div_factor (three_phase: down to the start first, symmetrically, then on
+    down); the momentum (SGD's momentum, Adam's betas[0]) the other way, between max_momentum and base_momentum.
+    max_lr, base_momentum and max_momentum: one value, or a list of one per group. The groups keep 'initial_lr',
+    'max_lr', 'min_lr', 'max_momentum' and 'base_momentum', as torch's."""
+
+    def __init__(self, optimizer, max_lr, total_steps=None, epochs=None, steps_per_epoch=None, pct_start=0.3,
+                 anneal_strategy='cos', cycle_momentum=True, base_momentum=0.85, max_momentum=0.95, div_factor=25.0,
+                 final_div_factor=1e4, three_phase=False, last_epoch=-1):
+        _is_optimizer(optimizer)   # every argument is checked before a group changes
+        if total_steps is not None:
+            if not isinstance(total_steps, int) or total_steps <= 0:
+                raise ValueError(f"Expected positive integer total_steps, but got {total_steps}")
+        elif epochs is not None and steps_per_epoch is not None:
+            for name, value in (('epochs', epochs), ('steps_per_epoch', steps_per_epoch)):
+                if not isinstance(value, int) or value <= 0:
+                    raise ValueError(f"Expected positive integer {name}, but got {value}")
+            total_steps = epochs * steps_per_epoch
+        else:
+            raise ValueError("You must define either total_steps OR (epochs AND steps_per_epoch)")
+        if not isinstance(pct_start, float) or not 0 <= pct_start <= 1:
+            raise ValueError(f"Expected float between 0 and 1 pct_start, but got {pct_start}")
+        if anneal_strategy not in ('cos', 'linear'):
+            raise ValueError(f"anneal_strategy must be one of 'cos' or 'linear', instead got {anneal_strategy}")
+        max_lrs = _per_group('max_lr', optimizer, max_lr)
+        max_momenta = base_momenta = None
+        if cycle_momentum:
+            if 'momentum' not in optimizer.defaults and 'betas' not in optimizer.defaults:
+                raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
+            max_momenta = _per_group('max_momentum', optimizer, max_momentum)
+            base_momenta = _per_group('base_momentum', optimizer, base_momentum)
+            self.use_beta1 = 'betas' in optimizer.defaults
+        self.total_steps, self._anneal_func_type, self.cycle_momentum = total_steps, anneal_strategy, cycle_momentum
+        # each phase runs from the previous one's end_step to its own, from the groups' [start_*] to their [end_*]
+        phase = lambda end_step, keys: dict(end_step=end_step, **dict(zip(
+            ('start_lr', 'end_lr', 'start_momentum', 'end_momentum'), keys.split())))
+        up = phase(float(pct_start * total_steps) - 1, 'initial_lr max_lr max_momentum base_momentum')
+        self._schedule_phases = [
+            up, phase(float(2 * pct_start * total_steps) - 2, 'max_lr initial_lr base_momentum max_momentum'),
+            phase(total_steps - 1, 'initial_lr min_lr max_momentum max_momentum')] if three_phase else [
+            up, phase(total_steps - 1, 'max_lr min_lr base_momentum max_momentum')]
+        if last_epoch == -1:
+            for i, group in enumerate(optimizer.param_groups):
+                group['initial_lr'] = max_lrs[i] / div_factor
+                group['max_lr'] = max_lrs[i]
+                group['min_lr'] = group['initial_lr'] / final_div_factor
+                if cycle_momentum:
+                    self._set_momentum(group, max_momenta[i])
+                    group['max_momentum'], group['base_momentum'] = max_momenta[i], base_momenta[i]
+        super().__init__(optimizer, last_epoch)
+
+    def _set_momentum(self, group, value):
+        if self.use_beta1:
+            group['betas'] = (value, *group['betas'][1:])
+        else:
+            group['momentum'] = value
+
+    def get_lr(self):
+        step = self.last_epoch
+        if step > self.total_steps:
+            raise ValueError(f"Tried to step {step} times. The specified number of total steps is {self.total_steps}")
+        start_step = 0.0
+        for i, phase in enumerate(self._schedule_phases):
+            if step <= phase['end_step'] or i == len(self._schedule_phases) - 1:
+                pct = (step - start_step) / (phase['end_step'] - start_step)
+                break
+            start_step = phase['end_step']
+        lrs = []
+        for group in self.optimizer.param_groups:
+            lrs.append(_anneal(self._anneal_func_type, group[phase['start_lr']], group[phase['end_lr']], pct))
+            if self.cycle_momentum:
+                self._set_momentum(group, _anneal(self._anneal_func_type, group[phase['start_momentum']],
+                                                  group[phase['end_momentum']], pct))
+        return lrs
+
+
+class ReduceLROnPlateau(LRScheduler):
+    """step(metrics) once per epoch: the lr times factor (not below min_lr, one value or a list of one per group, and
+    only by more than eps) once the metric has not improved on its best (by threshold, relative or absolute) for more
+    than patience epochs; then cooldown epochs in which bad epochs are not counted. mode 'min': lower is better."""
+
+    def __init__(self, optimizer, mode='min', factor=0.1, patience=10, threshold=1e-4, threshold_mode='rel', cooldown=0,
+                 min_lr=0, eps=1e-8):
+        if not factor < 1.0:
+            raise ValueError(f"Factor should be < 1.0, got {factor}")
+        self.factor, self.optimizer = factor, _is_optimizer(optimizer)
+        n = len(optimizer.param_groups)
+        if isinstance(min_lr, (list, tuple)) and len(min_lr) != n:
+            raise ValueError(f"expected {n} min_lrs, got {len(min_lr)}")
+        self.default_min_lr = None if isinstance(min_lr, (list, tuple)) else min_lr
+        self.min_lrs = list(min_lr) if isinstance(min_lr, (list, tuple)) else [min_lr] * n
+        self.patience, self.cooldown, self.eps, self.last_epoch = patience, cooldown, eps, 0
+        self._last_lr = _group_values(optimizer, 'lr')
+        self._init_is_better(mode, threshold, threshold_mode)
+        self.best, self.cooldown_counter, self.num_bad_epochs = self.mode_worse, 0, 0
+
+    def _init_is_better(self, mode, threshold, threshold_mode):
+        if mode not in ('min', 'max'):
+            raise ValueError(f"mode {mode} is unknown!")
+        if threshold_mode not in ('rel', 'abs'):
+            raise ValueError(f"threshold mode {threshold_mode} is unknown!")
+        self.mode_worse = math.inf if mode == 'min' else -math.inf
+        self.mode, self.threshold, self.threshold_mode = mode, threshold, threshold_mode
+
+    @property
+    def in_cooldown(self):
+        return self.cooldown_counter > 0
+
+    def _is_better(self, a, best):
+        if self.mode == 'min':
+            return a < best * (1.0 - self.threshold) if self.threshold_mode == 'rel' else a < best - self.threshold
+        return a > best * (self.threshold + 1.0) if self.threshold_mode == 'rel' else a > best + self.threshold
+
+    def step(self, metrics):
+        current, groups = float(metrics), self.optimizer.param_groups
+        if len(groups) != len(self.min_lrs):   # groups added since (checked here, before anything changes)
+            if self.default_min_lr is None:
+                raise RuntimeError(f"The number of param groups in the `optimizer` ({len(groups)}) differs from when "
+                                   f"`ReduceLROnPlateau` was initialized ({len(self.min_lrs)}), usually due to a new "
+                                   "param group being added to the optimizer. Please modify the `min_lrs` field to "
+                                   "match the length of the `optimizer` param groups.")
+            self.min_lrs = [self.default_min_lr] * len(groups)
+        self.last_epoch += 1
+        if self._is_better(current, self.best):
+            self.best, self.num_bad_epochs = current, 0
+        else:
+            self.num_bad_epochs += 1
+        if self.in_cooldown:   # bad epochs in cooldown are not counted
+            self.cooldown_counter -= 1
+            self.num_bad_epochs = 0
+        if self.num_bad_epochs > self.patience:
+            for group, min_lr in zip(groups, self.min_lrs):
+                old_lr = float(group['lr'])
+                new_lr = max(old_lr * self.factor, min_lr)
+                if old_lr - new_lr > self.eps:
+                    _set_group_value(group, 'lr', new_lr)
+            self.cooldown_counter, self.num_bad_epochs = self.cooldown, 0
+        self._last_lr = _group_values(self.optimizer, 'lr')
+
+    def load_state_dict(self, state_dict):
+        super().load_state_dict(state_dict)
+        self._init_is_better(self.mode, self.threshold, self.threshold_mode)
 
 
 # ================================================================ CUDA graphs
