@@ -4977,13 +4977,13 @@ class LRScheduler:
         return [group['lr'] * factor for group in self.optimizer.param_groups]
 
     def step(self):
-        if self._step_count == 1 and not getattr(self.optimizer, '_opt_called', False):
-            warnings.warn("Detected call of `lr_scheduler.step()` before `optimizer.step()`: call `optimizer.step()` "
-                          "first, or the first value of the learning rate schedule is skipped"
-                          if hasattr(self.optimizer.step, '_wrapped_by_lr_sched') else
-                          "Seems like `optimizer.step()` has been overridden after learning rate scheduler "
+        if self._step_count == 1 and not hasattr(self.optimizer.step, '_wrapped_by_lr_sched'):
+            warnings.warn("Seems like `optimizer.step()` has been overridden after learning rate scheduler "
                           "initialization. Please, make sure to call `optimizer.step()` before `lr_scheduler.step()`",
                           UserWarning, stacklevel=2)
+        elif self._step_count == 1 and not getattr(self.optimizer, '_opt_called', False):
+            warnings.warn("Detected call of `lr_scheduler.step()` before `optimizer.step()`: call `optimizer.step()` "
+                          "first, or the first value of the learning rate schedule is skipped", UserWarning, stacklevel=2)
         counts = self._step_count, self.last_epoch
         self._step_count, self.last_epoch = self._step_count + 1, self.last_epoch + 1
         try:
