@@ -3113,6 +3113,390 @@ def test_error_clip_grad_bad_input_changes_nothing():
     assert_close(tl.clip_grad_norm_(empty, 1.0), torch.nn.utils.clip_grad_norm_(tempty, 1.0), 0, 0)
 
 
+# ===== learning-rate schedulers: against torch.optim.lr_scheduler =====
+
+def sched_optimizers(name='SGD', lrs=(0.1, 0.05, 0.3), **kw):
+    """Our optimizer `name` and torch's, one group per lr, each over one float64 parameter (equal in both)."""
+    arrays = [rng(('sched', i)).standard_normal(i + 2) for i in range(len(lrs))]
+    groups = lambda param: [{'params': [param(a.copy())], 'lr': lr} for a, lr in zip(arrays, lrs)]
+    return (getattr(tl, name)(groups(tl.Parameter), **kw),
+            getattr(torch.optim, name)(groups(lambda a: torch.nn.Parameter(torch.tensor(a))), **kw))
+
+
+class WarmUp:
+    """A callable object as an lr_lambda: LambdaLR's state dict keeps its attributes."""
+    def __init__(self, n):
+        self.n = n
+
+    def __call__(self, epoch):
+        return min(1.0, (epoch + 1) / self.n)
+
+
+SCHED_KEYS = ('lr', 'initial_lr', 'max_lr', 'min_lr', 'momentum', 'betas', 'max_momentum', 'base_momentum')
+
+
+def sched_snapshot(opt, sched):
+    """What a scheduler sets: its last_epoch, get_last_lr(), and the keys of SCHED_KEYS each group holds."""
+    groups = [{k: np.array(g[k], float) for k in SCHED_KEYS if k in g} for g in opt.param_groups]
+    return sched.last_epoch, np.array([float(lr) for lr in sched.get_last_lr()]), groups
+
+
+def assert_snapshots_close(got, want, msg):
+    """Two sched_snapshots agree: last_epoch equal, the same keys in every group, the rates within 1e-12."""
+    assert got[0] == want[0], f'{msg}: last_epoch {got[0]} != {want[0]}'
+    assert_close(got[1], want[1], 1e-12, 0, f'{msg}: get_last_lr()')
+    assert len(got[2]) == len(want[2]), msg
+    for i, (g, w) in enumerate(zip(got[2], want[2])):
+        assert g.keys() == w.keys(), f'{msg}: group {i} holds {sorted(g)}, torch\'s {sorted(w)}'
+        for k in g:
+            assert_close(g[k], w[k], 1e-12, 0, f'{msg}: group {i} {k}')
+
+
+def assert_sched_state_dicts_equal(ours, theirs, msg):
+    """Our state dict has torch's keys (less its flag of the get_lr() warning, not kept here) and values (rates within
+    1e-12, the rest equal)."""
+    theirs = {k: v for k, v in theirs.items() if k != '_get_lr_called_within_step'}
+    assert ours.keys() == theirs.keys(), f'{msg}: keys {sorted(ours)} != {sorted(theirs)}'
+    for k, v in ours.items():
+        if k in ('base_lrs', '_last_lr'):
+            assert_close(np.array(v, float), np.array(theirs[k], float), 1e-12, 0, f'{msg}: {k}')
+        else:
+            assert v == theirs[k], f'{msg}: {k} {v!r} != {theirs[k]!r}'
+
+
+SCHEDULERS = [   # (test name, class, arguments, optimizer, its options, steps)
+    ('lambda', 'LambdaLR', dict(lr_lambda=lambda e: 0.95 ** e), 'SGD', {}, 12),
+    ('lambda_per_group', 'LambdaLR', dict(lr_lambda=[lambda e: 1 / (e + 1), WarmUp(4), lambda e: e % 3]), 'SGD', {},
+     12),
+    ('step', 'StepLR', dict(step_size=3, gamma=0.5), 'SGD', {}, 13),
+    ('step_adam', 'StepLR', dict(step_size=4), 'Adam', {}, 13),
+    ('multistep', 'MultiStepLR', dict(milestones=[9, 2, 5, 5], gamma=0.3), 'SGD', {}, 12),   # 5 twice: gamma ** 2
+    ('exponential', 'ExponentialLR', dict(gamma=0.9), 'SGD', {}, 10),
+    ('cosine', 'CosineAnnealingLR', dict(T_max=7), 'SGD', {}, 36),   # past T_max: up again at 2 T_max, down at 3
+    ('cosine_eta_min', 'CosineAnnealingLR', dict(T_max=5, eta_min=0.01), 'AdamW', {}, 26),
+    ('linear', 'LinearLR', {}, 'SGD', {}, 8),
+    ('linear_down', 'LinearLR', dict(start_factor=1.0, end_factor=0.1, total_iters=8), 'SGD', {}, 11),
+    ('onecycle', 'OneCycleLR', dict(max_lr=[1.0, 0.5, 2.0], total_steps=20), 'SGD', dict(momentum=0.9), 20),
+    ('onecycle_three_phase', 'OneCycleLR', dict(max_lr=0.8, total_steps=25, pct_start=0.25, three_phase=True), 'SGD',
+     dict(momentum=0.9, nesterov=True), 25),
+    ('onecycle_linear', 'OneCycleLR', dict(max_lr=0.8, epochs=3, steps_per_epoch=7, anneal_strategy='linear'), 'SGD',
+     dict(momentum=0.5), 21),
+    ('onecycle_linear_three_phase', 'OneCycleLR', dict(max_lr=(0.3, 0.6, 0.9), total_steps=17, anneal_strategy='linear',
+     three_phase=True, div_factor=10.0, final_div_factor=100.0), 'SGD', dict(momentum=0.9), 17),
+    ('onecycle_adam', 'OneCycleLR', dict(max_lr=0.01, total_steps=15, base_momentum=[0.8, 0.85, 0.9],
+     max_momentum=(0.95, 0.96, 0.97)), 'Adam', dict(betas=(0.9, 0.99)), 15),
+    ('onecycle_adamw_three_phase', 'OneCycleLR', dict(max_lr=0.02, total_steps=12, three_phase=True), 'AdamW', {}, 12),
+    ('onecycle_no_momentum', 'OneCycleLR', dict(max_lr=0.5, total_steps=10, cycle_momentum=False), 'SGD', {}, 10),
+]
+
+
+def check_scheduler(cls, kw, opt_name, opt_kw, steps):
+    """Our scheduler and torch's over equal optimizers (three groups, different lrs), stepped after optimizer.step()
+    through every phase: last_epoch, get_last_lr(), each group's lr, initial_lr (and OneCycleLR's keys, momentum or
+    betas) after construction and after every step, within 1e-12; the state dict torch's. Saved halfway (optimizer and
+    scheduler, through tl.save) and loaded into a fresh optimizer and scheduler, or torch's scheduler state dict loaded
+    into ours, the rest of the schedule is torch's. A scheduler made with last_epoch=k on groups holding initial_lr
+    resumes as torch's. OneCycleLR past total_steps: torch's ValueError, and nothing changes."""
+    need_torch()
+    opt, topt = sched_optimizers(opt_name, **opt_kw)
+    sched, tsched = getattr(tl, cls)(opt, **kw), getattr(torch.optim.lr_scheduler, cls)(topt, **kw)
+    assert isinstance(sched, tl.LRScheduler)
+    assert_close(np.array(sched.base_lrs), np.array(tsched.base_lrs), 1e-12, 0, 'base_lrs')
+    want = [sched_snapshot(topt, tsched)]
+    assert_snapshots_close(sched_snapshot(opt, sched), want[0], 'constructed')
+    half = steps // 2
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, 'checkpoint.npz')
+        for step in range(1, steps + 1):
+            for stepper in (opt, topt, sched, tsched):
+                stepper.step()
+            want.append(sched_snapshot(topt, tsched))
+            assert_snapshots_close(sched_snapshot(opt, sched), want[-1], f'step {step}')
+            if step == half:
+                tl.save({'optimizer': opt.state_dict(), 'scheduler': sched.state_dict()}, path)
+                theirs_half = dict(tsched.state_dict())
+                assert_sched_state_dicts_equal(sched.state_dict(), theirs_half, f'state dict at step {step}')
+        saved = tl.load(path)
+    if cls == 'OneCycleLR':
+        message = raises(ValueError, tsched.step)
+        assert raises(ValueError, sched.step, str(steps + 1), str(kw.get('total_steps', steps))) == message
+        assert_snapshots_close(sched_snapshot(opt, sched), want[-1], 'a step past total_steps refused')
+    for source, which in ((saved['scheduler'], 'ours through tl.save'), (theirs_half, "torch's")):
+        again, _ = sched_optimizers(opt_name, **opt_kw)
+        resumed = getattr(tl, cls)(again, **kw)   # (made before the optimizer's state is loaded, as torch advises)
+        again.load_state_dict(saved['optimizer'])
+        resumed.load_state_dict(source)
+        assert_snapshots_close(sched_snapshot(again, resumed), want[half], f'{which} state dict loaded')
+        for step in range(half + 1, steps + 1):
+            again.step()
+            resumed.step()
+            assert_snapshots_close(sched_snapshot(again, resumed), want[step], f'{which} state dict, step {step}')
+    pair = sched_optimizers(opt_name, **opt_kw)
+    scheds = [getattr(lib, cls)(o, **kw) for lib, o in zip((tl, torch.optim.lr_scheduler), pair)]
+    for _ in range(3):
+        for stepper in (*pair, *scheds):
+            stepper.step()
+    scheds = [getattr(lib, cls)(o, **kw, last_epoch=3) for lib, o in zip((tl, torch.optim.lr_scheduler), pair)]
+    for step in range(5):
+        assert_snapshots_close(*(sched_snapshot(o, s) for o, s in zip(pair, scheds)), f'last_epoch=3, step {step}')
+        for stepper in (*pair, *scheds):
+            stepper.step()
+
+
+for _name, _cls, _kw, _opt, _opt_kw, _steps in SCHEDULERS:
+    register(f'test_lr_scheduler_{_name}_as_pytorch',
+             lambda c=_cls, kw=_kw, o=_opt, okw=_opt_kw, n=_steps: check_scheduler(c, kw, o, okw, n))
+
+
+def test_lr_scheduler_lambda_state_dict_as_pytorch():
+    """LambdaLR's state dict holds None in place of a function or lambda (not saved, as torch's) and a callable
+    object's attributes, which load_state_dict puts back into the loading scheduler's object."""
+    need_torch()
+    got = []
+    for lib, opt in zip((tl, torch.optim.lr_scheduler), sched_optimizers()):
+        sched = lib.LambdaLR(opt, [lambda e: 0.5, WarmUp(3), WarmUp(5)])
+        state = sched.state_dict()
+        assert state['lr_lambdas'] == [None, {'n': 3}, {'n': 5}], state['lr_lambdas']
+        fresh = lib.LambdaLR(opt, [lambda e: 0.5, WarmUp(7), WarmUp(8)])
+        fresh.load_state_dict(state)
+        assert [f.n for f in fresh.lr_lambdas[1:]] == [3, 5] and 'lr_lambdas' in state
+        opt.step()
+        fresh.step()
+        got.append(fresh.get_last_lr())
+    assert_close(np.array(got[0]), np.array(got[1]), 1e-12, 0)
+
+
+def test_lr_scheduler_tensor_lr_as_pytorch():
+    """A group's lr held in a one-element float64 tensor (as train_cifar's captured steps hold theirs): every scheduler
+    writes into that tensor in place (a CUDA graph reads the new value), get_last_lr() and base_lrs hold copies, and
+    the values are torch's."""
+    need_torch()
+    cases = [('CosineAnnealingLR', dict(T_max=4)), ('StepLR', dict(step_size=2)), ('LinearLR', {}),
+             ('OneCycleLR', dict(max_lr=0.5, total_steps=8)), ('ReduceLROnPlateau', dict(patience=0, factor=0.5))]
+    for cls, kw in cases:
+        opt, topt = sched_optimizers(momentum=0.9)
+        ours, theirs = tl.Tensor(np.float64(0.1)), torch.tensor(0.1, dtype=torch.float64)
+        opt.param_groups[0]['lr'], topt.param_groups[0]['lr'] = ours, theirs
+        sched, tsched = getattr(tl, cls)(opt, **kw), getattr(torch.optim.lr_scheduler, cls)(topt, **kw)
+        for step in range(8):
+            opt.step()
+            topt.step()
+            if cls == 'ReduceLROnPlateau':
+                sched.step(1.0)
+                tsched.step(1.0)
+            else:
+                sched.step()
+                tsched.step()
+            assert opt.param_groups[0]['lr'] is ours and isinstance(sched.get_last_lr()[0], tl.Tensor), cls
+            assert sched.get_last_lr()[0] is not ours and getattr(sched, 'base_lrs', [None])[0] is not ours, cls
+            assert_close(ours, theirs, 1e-12, 0, f'{cls} step {step}')
+            assert_close(np.array([float(v) for v in sched.get_last_lr()]),
+                         np.array([float(v) for v in tsched.get_last_lr()]), 1e-12, 0, f'{cls} step {step}')
+
+
+PLATEAU_METRICS = [1.0, 0.9, 0.9, 0.95, 0.91, 0.89995, 0.9, 1.2, 0.5, 0.5, 0.5, 0.5, 0.5, 0.49, 0.7, 0.7, 0.7, 0.7,
+                   0.7, 0.7, 0.7, 0.7, 0.3, 0.3, 0.3, 0.3, 0.3, 0.31, 0.3, 1.5, 1.6, 1.55, 1.6, 1.6, 1.6]
+PLATEAUS = [dict(patience=2), dict(patience=1, cooldown=2, factor=0.5), dict(mode='max', patience=1, factor=0.3),
+            dict(threshold_mode='abs', threshold=0.05, patience=1),
+            dict(mode='max', threshold_mode='abs', threshold=0.01, patience=0, cooldown=1),
+            dict(patience=0, factor=0.2, min_lr=[0.01, 0.002, 0.05]),
+            dict(patience=0, factor=0.5, min_lr=0.02, eps=0.02), dict()]
+
+
+def test_reduce_lr_on_plateau_as_pytorch():
+    """ReduceLROnPlateau against torch's on one sequence of metrics (floats, 0-d tensors, NumPy scalars), in modes min
+    and max, thresholds rel and abs, with patience, cooldown, min_lr (one, or one per group) and eps: the groups' lrs,
+    get_last_lr(), last_epoch, best, num_bad_epochs, cooldown_counter and in_cooldown after every step; no initial_lr
+    in the groups and no base_lrs (as torch's); the state dict torch's, and saved halfway (through tl.save) and loaded
+    into a fresh scheduler, the rest is torch's."""
+    need_torch()
+    attrs = ('last_epoch', 'best', 'num_bad_epochs', 'cooldown_counter', 'in_cooldown')
+    for kw in PLATEAUS:
+        opt, topt = sched_optimizers()
+        sched, tsched = tl.ReduceLROnPlateau(opt, **kw), torch.optim.lr_scheduler.ReduceLROnPlateau(topt, **kw)
+        assert isinstance(sched, tl.LRScheduler) and not hasattr(sched, 'base_lrs')
+        assert all('initial_lr' not in g for g in opt.param_groups)
+        history, lrs = [], []
+        with tempfile.TemporaryDirectory() as d:
+            for step, metric in enumerate(PLATEAU_METRICS):
+                ours = [metric, tl.tensor(metric), np.float64(metric)][step % 3]
+                sched.step(ours)
+                tsched.step(torch.tensor(metric) if step % 3 == 1 else metric)
+                history.append([getattr(tsched, a) for a in attrs])
+                lrs.append([g['lr'] for g in topt.param_groups])
+                assert [getattr(sched, a) for a in attrs] == history[-1], (kw, step)
+                assert_close(np.array([g['lr'] for g in opt.param_groups]), np.array(lrs[-1]), 1e-12, 0, f'{kw} {step}')
+                assert_close(np.array(sched.get_last_lr()), np.array(tsched.get_last_lr()), 1e-12, 0, f'{kw} {step}')
+                if step == 15:
+                    assert_sched_state_dicts_equal(sched.state_dict(), tsched.state_dict(), str(kw))
+                    tl.save({'optimizer': opt.state_dict(), 'scheduler': sched.state_dict()}, os.path.join(d, 's.npz'))
+            saved = tl.load(os.path.join(d, 's.npz'))
+        again, _ = sched_optimizers()
+        again.load_state_dict(saved['optimizer'])
+        resumed = tl.ReduceLROnPlateau(again)
+        resumed.load_state_dict(saved['scheduler'])
+        for step in range(16, len(PLATEAU_METRICS)):
+            resumed.step(tl.tensor(PLATEAU_METRICS[step]) if step % 3 == 1 else PLATEAU_METRICS[step])   # (float32)
+            assert [getattr(resumed, a) for a in attrs] == history[step], (kw, 'resumed', step)
+            assert_close(np.array([g['lr'] for g in again.param_groups]), np.array(lrs[step]), 1e-12, 0, f'{kw} {step}')
+        assert len(set(map(tuple, lrs))) > 1, f'{kw}: the lr never moved'
+
+
+def test_reduce_lr_on_plateau_groups_added_as_pytorch():
+    """A group added to the optimizer after the scheduler was made: one min_lr for all extends to it (its lr reduced as
+    torch's); a list of min_lrs is torch's RuntimeError, raised here before anything changes (torch's, when an lr is
+    due to be reduced, after it counted the epoch)."""
+    need_torch()
+    for min_lr in (0.001, [0.001] * 3):
+        opt, topt = sched_optimizers()
+        sched = tl.ReduceLROnPlateau(opt, patience=0, min_lr=min_lr)
+        tsched = torch.optim.lr_scheduler.ReduceLROnPlateau(topt, patience=0, min_lr=min_lr)
+        sched.step(1.0)
+        tsched.step(1.0)
+        opt.param_groups.append({**opt.param_groups[0], 'params': [tl.Parameter(np.zeros(2))], 'lr': 0.2})
+        topt.add_param_group({'params': [torch.nn.Parameter(torch.zeros(2))], 'lr': 0.2})
+        if isinstance(min_lr, list):
+            want = raises(RuntimeError, lambda: tsched.step(2.0))
+            before = sched.state_dict().copy()
+            assert raises(RuntimeError, lambda: sched.step(2.0)) == want
+            assert sched.state_dict() == before and [g['lr'] for g in opt.param_groups] == [0.1, 0.05, 0.3, 0.2]
+        else:
+            sched.step(2.0)
+            tsched.step(2.0)
+            assert_close(np.array(sched.get_last_lr()), np.array(tsched.get_last_lr()), 1e-12, 0)
+            assert sched.min_lrs == tsched.min_lrs == [0.001] * 4
+
+
+def test_lr_scheduler_step_order_warnings_as_pytorch():
+    """scheduler.step() before any optimizer.step(): torch's UserWarning (its first words); optimizer.step() first:
+    none; optimizer.step replaced after the scheduler was made: torch's other warning. The wrapped optimizer.step
+    (wrapped once, however many schedulers) returns the closure's loss; ReduceLROnPlateau never warns, as torch's."""
+    need_torch()
+    def caught(fn):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter('always')
+            fn()
+        return [str(w.message)[:60] for w in seen if issubclass(w.category, UserWarning)]
+    got = {}
+    for lib, sched_lib in ((tl, tl), (torch.optim, torch.optim.lr_scheduler)):
+        opt = sched_optimizers()[lib is not tl]
+        sched = sched_lib.StepLR(opt, 2)
+        early = caught(lambda: (sched.step(), sched.step()))
+        opt = sched_optimizers()[lib is not tl]
+        sched, second = sched_lib.StepLR(opt, 2), sched_lib.ExponentialLR(opt, 0.5)
+        wrapped = opt.step
+        assert opt.step(lambda: 3.5) == 3.5
+        in_order = caught(lambda: (sched.step(), second.step(), opt.step(), sched.step()))
+        assert opt.step is wrapped
+        sched = sched_lib.StepLR(opt, 2)
+        opt.step = lambda: None
+        replaced = caught(lambda: (opt.step(), sched.step()))
+        plateau = caught(lambda: sched_lib.ReduceLROnPlateau(opt).step(1.0))
+        got[lib] = early, in_order, replaced, plateau
+    assert got[tl] == got[torch.optim], got
+    early, in_order, replaced, plateau = got[tl]
+    assert len(early) == 1 and early[0].startswith('Detected call of `lr_scheduler.step()` before'), got
+    assert in_order == plateau == [] and replaced == ['Seems like `optimizer.step()` has been overridden after lear']
+
+
+def test_error_lr_scheduler_arguments_as_pytorch():
+    """Bad arguments raise torch's exception with torch's message (where it names no value, the value follows) and
+    leave the optimizer's groups as they were (torch's OneCycleLR has set initial_lr, max_lr and min_lr in them before
+    it refuses an optimizer without momentum). Where torch takes an argument and fails later (step_size or T_max 0:
+    ZeroDivisionError at the first step) or schedules NaN (a NaN factor or pct_start), a ValueError here; a scheduler
+    made for something not an Optimizer (torch's LambdaLR: AttributeError) is a TypeError; a state dict of another
+    number of groups is a ValueError."""
+    need_torch()
+    S = torch.optim.lr_scheduler
+    plain = lambda lib, o: (tl.Optimizer if lib is tl else torch.optim.Optimizer)(
+        [o.param_groups[0]['params'][0]], dict(lr=0.1))
+    cases = [
+        (TypeError, lambda lib, o: lib.StepLR('sgd', 3)),
+        (KeyError, lambda lib, o: lib.StepLR(o, 3, last_epoch=2)),
+        (KeyError, lambda lib, o: lib.CosineAnnealingLR(o, 3, last_epoch=0)),
+        (ValueError, lambda lib, o: lib.LambdaLR(o, [lambda e: 1.0] * 2)),
+        (ValueError, lambda lib, o: lib.LinearLR(o, start_factor=0)),
+        (ValueError, lambda lib, o: lib.LinearLR(o, start_factor=1.5)),
+        (ValueError, lambda lib, o: lib.LinearLR(o, end_factor=-0.5)),
+        (ValueError, lambda lib, o: lib.LinearLR(o, end_factor=1.5)),
+        (ValueError, lambda lib, o: lib.ReduceLROnPlateau(o, factor=1.0)),
+        (ValueError, lambda lib, o: lib.ReduceLROnPlateau(o, min_lr=[0.0, 0.1])),
+        (ValueError, lambda lib, o: lib.ReduceLROnPlateau(o, mode='avg')),
+        (ValueError, lambda lib, o: lib.ReduceLROnPlateau(o, threshold_mode='relative')),
+        (ValueError, lambda lib, o: lib.OneCycleLR(o, 1.0, total_steps=0)),
+        (ValueError, lambda lib, o: lib.OneCycleLR(o, 1.0, total_steps=2.5)),
+        (ValueError, lambda lib, o: lib.OneCycleLR(o, 1.0, epochs=0, steps_per_epoch=5)),
+        (ValueError, lambda lib, o: lib.OneCycleLR(o, 1.0, epochs=2, steps_per_epoch=-1)),
+        (ValueError, lambda lib, o: lib.OneCycleLR(o, 1.0, epochs=2)),
+        (ValueError, lambda lib, o: lib.OneCycleLR(o, 1.0, total_steps=10, pct_start=1.5)),
+        (ValueError, lambda lib, o: lib.OneCycleLR(o, 1.0, total_steps=10, pct_start=1)),
+        (ValueError, lambda lib, o: lib.OneCycleLR(o, 1.0, total_steps=10, anneal_strategy='exp')),
+        (ValueError, lambda lib, o: lib.OneCycleLR(o, [1.0, 2.0], total_steps=10)),
+        (ValueError, lambda lib, o: lib.OneCycleLR(o, 1.0, total_steps=10, base_momentum=[0.8] * 4)),
+        (ValueError, lambda lib, o: lib.OneCycleLR(o, 1.0, total_steps=10, max_momentum=(0.9,))),
+        (ValueError, lambda lib, o: lib.OneCycleLR(plain(lib, o), 1.0, total_steps=10)),
+    ]
+    for exc, make_sched in cases:
+        opt, topt = sched_optimizers(momentum=0.9)
+        want = raises(exc, lambda: make_sched(S, topt))
+        before = [dict(g) for g in opt.param_groups]
+        got = raises(exc, lambda: make_sched(tl, opt))
+        first = want.strip('"\'').split('\\n')[0].rstrip('.')   # (a KeyError's message is its repr)
+        assert first in got, (got, want)
+        assert opt.param_groups == before, got
+    for make_sched, needle, torch_fails in (
+            (lambda lib, o: lib.StepLR(o, 0), 'step_size', True),
+            (lambda lib, o: lib.CosineAnnealingLR(o, 0), 'T_max', True),
+            (lambda lib, o: lib.ReduceLROnPlateau(o, factor=math.nan), 'Factor', False),
+            (lambda lib, o: lib.LinearLR(o, start_factor=math.nan), 'Starting', False),
+            (lambda lib, o: lib.OneCycleLR(o, 1.0, total_steps=10, pct_start=math.nan), 'pct_start', False)):
+        opt, topt = sched_optimizers(momentum=0.9)
+        tsched = make_sched(S, topt)
+        if torch_fails:
+            topt.step()
+            raises(ZeroDivisionError, tsched.step)
+        raises(ValueError, lambda: make_sched(tl, opt), needle)
+    for cls, args in (('LambdaLR', [lambda e: 1.0]), ('StepLR', [3]), ('MultiStepLR', [[2]]), ('ExponentialLR', [0.5]),
+                      ('CosineAnnealingLR', [3]), ('LinearLR', []), ('OneCycleLR', [1.0, 10]),
+                      ('ReduceLROnPlateau', [])):
+        raises(TypeError, lambda: getattr(tl, cls)(sched_optimizers()[1], *args), 'SGD is not an Optimizer')
+    opt, _ = sched_optimizers()
+    sched = tl.StepLR(opt, 2)
+    state = {**sched.state_dict(), 'base_lrs': [0.1, 0.2]}
+    raises(ValueError, lambda: tl.StepLR(sched_optimizers()[0], 2).load_state_dict(state), 'base_lrs', '2')
+
+
+def test_lr_scheduler_one_cycle_training_as_pytorch():
+    """A small MLP trained under OneCycleLR, one scheduler step per batch, by Nesterov SGD with weight decay (momentum
+    cycled) and by Adam (betas[0] cycled), in float64 from torch's weights: every parameter as torch's after every
+    step."""
+    need_torch()
+    for name, kw in (('SGD', dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3)), ('Adam', dict(lr=1e-3))):
+        torch.manual_seed(0)
+        tm = optim_model(torch.nn).double()
+        lm = optim_model(tl)
+        lm.load_state_dict(torch_state(tm))
+        lm = lm.double()
+        r = rng(('onecycle_training', name))
+        xs, ys = r.standard_normal((4, 8, 3)), r.standard_normal((4, 8, 2))
+        runs, used, before = [], [], [p.numpy().copy() for p in lm.parameters()]
+        for m, module, lib, sched_lib in ((tl, lm, tl, tl), (TH, tm, torch.optim, torch.optim.lr_scheduler)):
+            opt = getattr(lib, name)(module.parameters(), **kw)
+            runs.append((m, module, opt, sched_lib.OneCycleLR(opt, max_lr=0.2 if name == 'SGD' else 0.05,
+                                                              epochs=3, steps_per_epoch=4, three_phase=True)))
+        for step in range(12):
+            used.append(runs[0][2].param_groups[0]['lr'])
+            for m, module, opt, sched in runs:
+                opt.zero_grad()
+                m.mse_loss(module(make(m, xs[step % 4])), make(m, ys[step % 4])).backward()
+                opt.step()
+                sched.step()
+            for k, (a, b) in enumerate(zip(lm.parameters(), tm.parameters())):
+                assert_close(a, b, 1e-10, 1e-12, f'{name} step {step} parameter {k}')
+        assert used[-1] == runs[0][2].param_groups[0]['min_lr'] < 1e-5 < max(used), used
+        assert all(not np.allclose(p.numpy(), b) for p, b in zip(lm.parameters(), before)), 'a parameter never moved'
+
+
 # ===== errors: clear exceptions, nothing changed =====
 
 def test_error_broadcast_names_both_shapes():
