@@ -840,7 +840,8 @@ class Abs(Function):
         return g * _xp(g).sign(self.x)
 
 
-class Tanh(Function):
+# (Op where torch.nn's module takes the name: tl.Tanh, tl.Sigmoid, tl.Softmax, tl.LogSoftmax, tl.LayerNorm are modules)
+class TanhOp(Function):
     saves, saves_output = (), True
 
     def forward(self, x):
@@ -851,7 +852,7 @@ class Tanh(Function):
         return g * (1 - self.out * self.out)
 
 
-class Sigmoid(Function):
+class SigmoidOp(Function):
     saves, saves_output = (), True
 
     def forward(self, x):
@@ -2741,7 +2742,7 @@ def _log_softmax(x, axis):
     return z - xp.log(xp.exp(z).sum(axis=axis, keepdims=True))
 
 
-class LogSoftmax(Function):
+class LogSoftmaxOp(Function):
     saves, saves_output = (), True
 
     def forward(self, x, axis):
@@ -2754,7 +2755,7 @@ class LogSoftmax(Function):
         return g - xp.exp(self.out) * _sum(g, self.axis, keepdims=True)
 
 
-class Softmax(Function):
+class SoftmaxOp(Function):
     saves, saves_output = (), True
 
     def forward(self, x, axis):
@@ -3236,8 +3237,8 @@ class Tensor:
     sqrt = lambda self: Sqrt.apply(self._floating())
     neg = lambda self: -self
     pow = lambda self, exponent: self ** exponent
-    tanh = lambda self: Tanh.apply(self._floating())
-    sigmoid = lambda self: Sigmoid.apply(self._floating())
+    tanh = lambda self: TanhOp.apply(self._floating())
+    sigmoid = lambda self: SigmoidOp.apply(self._floating())
     relu = lambda self: Relu.apply(self)
 
     def abs(self):
@@ -3373,11 +3374,11 @@ class Tensor:
 
     @_aliases(dim='axis')
     def softmax(self, axis=-1):
-        return Softmax.apply(_need_float(self, 'softmax'), axis=_dim(axis, self.ndim))
+        return SoftmaxOp.apply(_need_float(self, 'softmax'), axis=_dim(axis, self.ndim))
 
     @_aliases(dim='axis')
     def log_softmax(self, axis=-1):
-        return LogSoftmax.apply(_need_float(self, 'log_softmax'), axis=_dim(axis, self.ndim))
+        return LogSoftmaxOp.apply(_need_float(self, 'log_softmax'), axis=_dim(axis, self.ndim))
 
     # ---- shape
     def reshape(self, *shape):
