@@ -1746,6 +1746,48 @@ def _bn_backward_fused(x, stats, weight, bias, g, training, act):
     return dx, sums[1], sums[0]
 
 
+class LayerNormOp(Function):
+    """y = (x - mean) / sqrt(var + eps) [* weight] [+ bias] over the trailing axes `axes` (the biased variance), as
+    torch.nn.functional.layer_norm; `given` says which of weight and bias are there. float16 is computed in float32
+    and rounded once. Keeps x itself and each row's mean and 1 / std (as PyTorch); backward recomputes x-hat and,
+    with gh = g * weight and the means over `axes`, gives dx = (gh - mean(gh) - x-hat mean(gh x-hat)) / std, and
+    dweight = sum of g x-hat, dbias = sum of g over the other axes."""
+    def forward(self, x, *affine, given, axes, eps):
+        (weight, bias), a = _fill(affine, given), _opmath(x.dtype)
+        self.x, self.weight, self.given, self.axes = x, weight, given, axes
+        self.saves = (0, 1) if weight is not None else (0,)   # backward reads x and the weight, never the bias
+        z = x.astype(a)   # a fresh array, normalised in place
+        self.mean = self._mean(z)
+        z -= self.mean
+        self.rstd = 1 / _xp(x).sqrt(self._mean(z * z) + eps)
+        z *= self.rstd
+        if weight is not None:
+            z *= weight.astype(a, copy=False)
+        if bias is not None:
+            z += bias.astype(a, copy=False)
+        return z.astype(x.dtype, copy=False)
+
+    def _mean(self, v):   # over the normalised axes, kept (0 where they hold no element)
+        return v.sum(axis=self.axes, keepdims=True) / max(1, math.prod(v.shape[i] for i in self.axes))
+
+    def backward(self, g):
+        a, weight = self.mean.dtype, self.weight
+        xhat = self.x.astype(a)
+        xhat -= self.mean
+        xhat *= self.rstd
+        g = g.astype(a, copy=False)
+        need_x, need_weight, need_bias = _fill(self.needs_grad, (True,) + self.given, False)
+        rows = tuple(range(g.ndim - len(self.axes)))
+        dx = None
+        if need_x:
+            gh = g if weight is None else g * weight.astype(a, copy=False)
+            dx = gh - self._mean(gh) - xhat * self._mean(gh * xhat)
+            dx *= self.rstd
+        grads = (dx, _sum(g * xhat, rows) if need_weight else None, _sum(g, rows) if need_bias else None)
+        grads = [d for d, there in zip(grads, (True,) + self.given) if there]
+        return tuple(None if d is None else d.astype(t.dtype, copy=False) for d, t in zip(grads, self.inputs))
+
+
 # GRU, one layer over every step, gates r, z, n as in torch.nn.GRU. With xg = x W_ih^T + b_ih (all steps in
 # one product) and hg = h W_hh^T + b_hh:
 #   r = sigmoid(xg_r + hg_r), z = sigmoid(xg_z + hg_z), n = tanh(xg_n + r hg_n), h' = n + z (h - n),
@@ -3796,6 +3838,34 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
                            training=training, momentum=momentum, eps=eps, act=activation)
 
 
+def _normalized_shape(shape, what):
+    """normalized_shape (an int or a sequence of ints) as a tuple of ints."""
+    shape = shape if isinstance(shape, (tuple, list)) else (shape,)
+    if not all(map(_is_int, shape)):
+        raise TypeError(f"{what}: normalized_shape must be an int or a tuple of ints, got {shape!r}")
+    return tuple(map(int, shape))
+
+
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """PyTorch's layer_norm over the last len(normalized_shape) axes (also taking an int, as LayerNorm does)."""
+    shape = _normalized_shape(normalized_shape, 'layer_norm')
+    if not shape:
+        raise ValueError("layer_norm: normalized_shape must hold at least one dimension, got ()")
+    if x.shape[-len(shape):] != shape:
+        raise ValueError(f"layer_norm: normalized_shape {shape} must be the last dimensions of the input, got input "
+                         f"of shape {x.shape}")
+    _need_float(x, 'layer_norm')
+    for name, t in (('weight', weight), ('bias', bias)):
+        if t is not None and t.shape != shape:
+            raise ValueError(f"layer_norm: {name} of shape {t.shape} for normalized_shape {shape}")
+        if t is not None and t.dtype != x.dtype and (x.dtype, t.dtype) != (np.float16, np.float32):   # as PyTorch
+            raise TypeError(f"layer_norm: {name} of dtype {t.dtype} for input of dtype {x.dtype}")
+    affine = [t for t in (weight, bias) if t is not None]
+    _same_device([x] + affine, 'layer_norm')
+    return LayerNormOp.apply(x, *affine, given=(weight is not None, bias is not None), eps=eps,
+                             axes=tuple(range(x.ndim - len(shape), x.ndim)))
+
+
 def cross_entropy(logits, target, label_smoothing=0.0, reduction='mean', ignore_index=-100):
     if reduction not in _CE_REDUCTIONS:
         raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
@@ -4206,6 +4276,22 @@ class GELU(Module):
 
     def extra_repr(self):
         return f"approximate={self.approximate!r}"
+
+
+class LayerNorm(Module):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True):
+        super().__init__()
+        self.normalized_shape = _normalized_shape(normalized_shape, 'LayerNorm')
+        self.eps, self.elementwise_affine = eps, elementwise_affine
+        self.weight = Parameter(np.ones(self.normalized_shape, np.float32)) if elementwise_affine else None
+        self.bias = Parameter(np.zeros(self.normalized_shape, np.float32)) if elementwise_affine and bias else None
+
+    def forward(self, x):
+        return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
+                f"bias={self.bias is not None}")
 
 
 class MaxPool2d(Module):
