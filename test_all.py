@@ -295,6 +295,11 @@ op('fn_sigmoid', lambda m, x: m.sigmoid(x), (2, 3, 2))
 op('fn_tanh', lambda m, x: m.tanh(x), (2, 3, 2))
 op('fn_gelu', lambda m, x: m.gelu(x), (2, 3, 2))
 op('fn_gelu_tanh', lambda m, x: m.gelu(x, approximate='tanh'), (2, 3, 2))
+op('fn_silu', lambda m, x: m.silu(x), U)
+op('fn_leaky_relu', lambda m, x: m.leaky_relu(x), U)
+op('fn_leaky_relu_slope', lambda m, x: m.leaky_relu(x, 0.2), (2, 3, 2))
+op('fn_leaky_relu_slope_negative', lambda m, x: m.leaky_relu(x, negative_slope=-0.5), U)
+op('fn_leaky_relu_slope_above_1', lambda m, x: m.leaky_relu(x, 1.5), U)
 op('clamp', lambda m, x: x.clamp(-0.5, 0.5), (4, 5))
 op('clamp_min', lambda m, x: x.clamp(min=0.0), (4, 5))
 op('clamp_max', lambda m, x: x.clamp(max=0.3), (4, 5))
@@ -522,7 +527,7 @@ DTYPE_OPS = ['exp', 'log', 'sqrt', 'sigmoid', 'tanh', 'relu', 'gelu', 'gelu_tanh
              'mul_scalar', 'div', 'pow2', 'matmul_batched', 'sum_all', 'mean_0', 'max_1', 'var_all',
              'softmax', 'log_softmax', 'idx_array', 'cat', 'pad_two', 'linear', 'conv3x3_pad1', 'max_pool2',
              'avg_pool2', 'batch_norm_train_4d', 'cross_entropy_mean_smooth', 'mse_loss_mean', 'layer_norm',
-             'layer_norm_2d', 'layer_norm_noaffine']
+             'layer_norm_2d', 'layer_norm_noaffine', 'fn_silu', 'fn_leaky_relu_slope']
 DTYPE_TOL = {np.float16: (1e-2, 1e-2), np.float32: (1e-4, 1e-5), np.float64: (1e-7, 1e-8)}
 
 
@@ -1410,6 +1415,13 @@ LAYERS = [
     Layer('relu', lambda nn: nn.ReLU(), shapes_in((2, 5))),
     Layer('gelu', lambda nn: nn.GELU(), shapes_in((2, 5))),
     Layer('gelu_tanh', lambda nn: nn.GELU(approximate='tanh'), shapes_in((2, 5))),
+    Layer('tanh', lambda nn: nn.Tanh(), shapes_in((2, 5))),
+    Layer('sigmoid', lambda nn: nn.Sigmoid(), shapes_in((2, 5))),
+    Layer('silu', lambda nn: nn.SiLU(), shapes_in((2, 5))),
+    Layer('leakyrelu', lambda nn: nn.LeakyReLU(), shapes_in((2, 5))),
+    Layer('leakyrelu_slope', lambda nn: nn.LeakyReLU(0.2), shapes_in((2, 3, 2))),
+    Layer('softmax', lambda nn: nn.Softmax(dim=1), shapes_in((2, 3, 4))),
+    Layer('logsoftmax', lambda nn: nn.LogSoftmax(dim=-1), shapes_in((3, 5))),
     Layer('layernorm', lambda nn: nn.LayerNorm(4), shapes_in((3, 4))),
     Layer('layernorm_2d_eps', lambda nn: nn.LayerNorm((3, 4), eps=1e-3), shapes_in((2, 3, 4))),
     Layer('layernorm_noaffine', lambda nn: nn.LayerNorm([2, 3], elementwise_affine=False), shapes_in((4, 2, 3))),
@@ -1429,6 +1441,9 @@ LAYERS = [
     Layer('sequential_conv', lambda nn: nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.BatchNorm2d(2), nn.GELU(),
                                                       nn.MaxPool2d(2), nn.Flatten(), nn.Linear(8, 2)),
           shapes_in((3, 1, 4, 4))),
+    Layer('sequential_layernorm_activations', lambda nn: nn.Sequential(
+        nn.Linear(4, 6), nn.LayerNorm(6), nn.SiLU(), nn.Linear(6, 5), nn.LeakyReLU(0.1), nn.Sigmoid(), nn.Linear(5, 5),
+        nn.Tanh(), nn.Linear(5, 3), nn.LogSoftmax(dim=1)), shapes_in((3, 4))),
     Layer('grucell', lambda nn: nn.GRUCell(3, 4), shapes_in((2, 3), (2, 4))),
     Layer('grucell_no_h', lambda nn: nn.GRUCell(3, 4), shapes_in((2, 3))),
     Layer('grucell_nobias', lambda nn: nn.GRUCell(3, 4, bias=False), shapes_in((2, 3), (2, 4))),
@@ -1750,7 +1765,7 @@ def test_gpu_layer_norm_float16_as_pytorch():
 
 def test_layer_norm_keeps_its_input_alone():
     """For its backward LayerNorm keeps x itself (float16 too: no float32 copy), the weight and a mean and 1/std per
-    row, no other array (a composition of ops kept four arrays of x's size, float32 ones for float16 x)."""
+    row, no other array (a composition of ops kept four more arrays of x's size, six float32 ones for float16 x)."""
     for dtype in (np.float32, np.float16):
         x = tl.tensor(sample(rng('layer_norm keeps'), (16, 32)).astype(dtype), requires_grad=True)
         ln = tl.LayerNorm(32).to(dtype)
@@ -1815,6 +1830,78 @@ def test_error_layer_norm_as_pytorch():
     raises((RuntimeError, NotImplementedError), lambda: F.layer_norm(torch.tensor(ints), (3,)))
     raises(TypeError, lambda: tl.layer_norm(tl.tensor(ints), (3,)), 'layer_norm', 'int64')
     raises(TypeError, lambda: tl.layer_norm(tl.tensor(ints > 2), (3,)), 'layer_norm', 'bool')
+
+
+def test_activation_modules_as_pytorch():
+    """Tanh, Sigmoid, SiLU, LeakyReLU, Softmax and LogSoftmax as torch.nn's: the constructors' argument names, reprs,
+    settings, no parameters nor state; a LogSoftmax is no Softmax; silu and leaky_relu are functions alone (PyTorch
+    has no such Tensor methods)."""
+    need_torch()
+    def build(nn):
+        return nn.Sequential(nn.Tanh(), nn.Sigmoid(), nn.SiLU(), nn.LeakyReLU(), nn.LeakyReLU(0.2),
+                             nn.LeakyReLU(negative_slope=-1), nn.Softmax(), nn.Softmax(dim=1), nn.LogSoftmax(),
+                             nn.LogSoftmax(-1))
+    ours, theirs = build(tl), build(torch.nn)
+    assert repr(ours) == repr(theirs), f'{ours}\n-- PyTorch --\n{theirs}'
+    assert not list(ours.parameters()) and ours.state_dict() == {} and not theirs.state_dict()
+    for a, b in zip(ours, theirs, strict=True):
+        for setting in ('negative_slope', 'dim'):
+            assert getattr(a, setting, None) == getattr(b, setting, None), (a, setting)
+    for name in ('LeakyReLU', 'Softmax', 'LogSoftmax'):
+        names = lambda cls: [p for p in inspect.signature(cls).parameters if p != 'inplace']
+        assert names(getattr(tl, name)) == names(getattr(torch.nn, name)), name
+    assert not isinstance(tl.LogSoftmax(), tl.Softmax) and not isinstance(torch.nn.LogSoftmax(), torch.nn.Softmax)
+    assert not any(hasattr(t, f) for t in (tl.Tensor, torch.Tensor) for f in ('silu', 'leaky_relu'))
+
+
+def test_activations_at_zero_and_specials_as_pytorch():
+    """leaky_relu (slopes 0.01, 0.2, 0, -0.5, 1.5) and silu at 0, -0, +-1e-30, +-1e-3, +-30, +-inf and NaN, in
+    float64, float32 and float16, against PyTorch in the same dtype: values and gradients, NaN where PyTorch's;
+    leaky_relu's gradient at 0 is the slope (x > 0 takes the identity), and its values are PyTorch's exactly. Integer
+    and bool input raise TypeError naming the dtype (PyTorch raises too)."""
+    need_torch()
+    x0 = np.array([0.0, -0.0, 1e-30, -1e-30, 1e-3, -1e-3, 30.0, -30.0, np.inf, -np.inf, np.nan])
+    tols = {np.float64: (1e-12, 1e-14), np.float32: (1e-6, 1e-7), np.float16: (2e-3, 1e-4)}   # silu's
+    for dtype, tol in tols.items():
+        for name, args in [('leaky_relu', (s,)) for s in (0.01, 0.2, 0.0, -0.5, 1.5)] + [('silu', ())]:
+            x, x_t = tl.tensor(x0.astype(dtype), requires_grad=True), torch.tensor(x0.astype(dtype), requires_grad=True)
+            with np.errstate(invalid='ignore'):   # NumPy warns of the inf * 0 that makes silu's NaN (PyTorch's too)
+                y = getattr(tl, name)(x, *args)
+                y.backward(tl.ones_like(y))
+            y_t = getattr(F, name)(x_t, *args)
+            y_t.backward(torch.ones_like(y_t))
+            for ours, theirs, what in ((y, y_t, 'value'), (x.grad, x_t.grad, 'gradient')):
+                assert same_dtype(ours, theirs), f'{name}{args} {what}: {ours.dtype}'
+                a, b = to_np(ours).astype(np.float64), to_np(theirs).astype(np.float64)
+                rtol, atol = (0, 0) if name == 'leaky_relu' else tol
+                assert np.isclose(a, b, rtol, atol, equal_nan=True).all(), f'{name}{args} {what} {dtype}: {a} vs {b}'
+    ints = np.arange(-3, 3)
+    for name in ('silu', 'leaky_relu'):   # as PyTorch's, floating-point input alone
+        raises((RuntimeError, NotImplementedError), lambda: getattr(F, name)(torch.tensor(ints)))
+        raises(TypeError, lambda: getattr(tl, name)(tl.tensor(ints)), name, 'int64')
+        raises(TypeError, lambda: getattr(tl, name)(tl.tensor(ints > 0)), name, 'bool')
+
+
+def test_softmax_modules_implicit_dim_as_pytorch():
+    """Softmax() and LogSoftmax() (dim=None) take PyTorch's legacy dim (0 for a 0-, 1- or 3-D input, else 1) with its
+    UserWarning, pointing at the caller's line: values and gradients as PyTorch's; a given dim warns nothing."""
+    need_torch()
+    for ndim in range(5):
+        a = sample(rng(('implicit dim', ndim)), (2, 3, 4, 5)[:ndim])
+        for name in ('Softmax', 'LogSoftmax'):
+            ours, theirs = getattr(tl, name)(), getattr(torch.nn, name)()
+            with warnings.catch_warnings(record=True) as got:
+                warnings.simplefilter('always')
+                result = run_op(tl, lambda m, x: ours(x), [a])
+            with warnings.catch_warnings(record=True) as want:
+                warnings.simplefilter('always')
+                expected = run_op(TH, lambda m, x: theirs(x), [a])
+            compare_runs(result, expected, 1e-12, 1e-12)
+            assert [str(w.message) for w in got] == [str(w.message) for w in want], (got, want)
+            assert got[0].category is UserWarning and got[0].filename == __file__, (got[0].category, got[0].filename)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        tl.Softmax(dim=0)(tl.ones(2, 3)), tl.LogSoftmax(-1)(tl.ones(2, 3))
 
 
 def test_embedding_repeated_indices_scatter_add():

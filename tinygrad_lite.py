@@ -3721,6 +3721,9 @@ relu = lambda x: x.relu()
 sigmoid = lambda x: x.sigmoid()
 tanh = lambda x: x.tanh()
 gelu = lambda x, approximate='none': x.gelu(approximate)
+# (torch.nn.functional's; PyTorch has no Tensor.silu nor Tensor.leaky_relu)
+silu = lambda x: _need_float(x, 'silu') * x.sigmoid()
+leaky_relu = lambda x, negative_slope=0.01: where(_need_float(x, 'leaky_relu') > 0, x, x * negative_slope)
 maximum = lambda a, b: a.maximum(b)
 minimum = lambda a, b: a.minimum(b)
 pad = lambda x, pad, value=0.0: x.pad(pad, value)
@@ -4276,6 +4279,55 @@ class GELU(Module):
 
     def extra_repr(self):
         return f"approximate={self.approximate!r}"
+
+
+class Tanh(Module):
+    forward = staticmethod(tanh)
+
+
+class Sigmoid(Module):
+    forward = staticmethod(sigmoid)
+
+
+class SiLU(Module):
+    forward = staticmethod(silu)
+
+
+class LeakyReLU(Module):
+    def __init__(self, negative_slope=0.01):
+        super().__init__()
+        self.negative_slope = negative_slope
+
+    def forward(self, x):
+        return leaky_relu(x, self.negative_slope)
+
+    def extra_repr(self):
+        return f"negative_slope={self.negative_slope}"
+
+
+class _Softmax(Module):
+    def __init__(self, dim=None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        dim = self.dim
+        if dim is None:   # PyTorch's legacy choice, with its warning
+            warnings.warn(f"Implicit dimension choice for {self.fn.__name__} has been deprecated. Change the call to "
+                          "include dim=X as an argument.", stacklevel=3)
+            dim = 0 if x.ndim in (0, 1, 3) else 1
+        return self.fn(x, dim)
+
+    def extra_repr(self):
+        return f"dim={self.dim}"
+
+
+class Softmax(_Softmax):
+    fn = staticmethod(softmax)
+
+
+class LogSoftmax(_Softmax):
+    fn = staticmethod(log_softmax)
 
 
 class LayerNorm(Module):
