@@ -295,6 +295,11 @@ op('fn_sigmoid', lambda m, x: m.sigmoid(x), (2, 3, 2))
 op('fn_tanh', lambda m, x: m.tanh(x), (2, 3, 2))
 op('fn_gelu', lambda m, x: m.gelu(x), (2, 3, 2))
 op('fn_gelu_tanh', lambda m, x: m.gelu(x, approximate='tanh'), (2, 3, 2))
+op('fn_silu', lambda m, x: m.silu(x), U)
+op('fn_leaky_relu', lambda m, x: m.leaky_relu(x), U)
+op('fn_leaky_relu_slope', lambda m, x: m.leaky_relu(x, 0.2), (2, 3, 2))
+op('fn_leaky_relu_slope_negative', lambda m, x: m.leaky_relu(x, negative_slope=-0.5), U)
+op('fn_leaky_relu_slope_above_1', lambda m, x: m.leaky_relu(x, 1.5), U)
 op('clamp', lambda m, x: x.clamp(-0.5, 0.5), (4, 5))
 op('clamp_min', lambda m, x: x.clamp(min=0.0), (4, 5))
 op('clamp_max', lambda m, x: x.clamp(max=0.3), (4, 5))
@@ -482,6 +487,13 @@ op('batch_norm_noaffine', lambda m, x: m.batch_norm(
     x, const(m, RUN_MEAN, x), const(m, RUN_VAR, x), None, None, True), (4, 3))
 op('batch_norm_eval', lambda m, x, w, b: m.batch_norm(
     x, const(m, RUN_MEAN, x), const(m, RUN_VAR, x), w, b, False), (2, 3, 2, 2), (3,), (3,))
+op('layer_norm', lambda m, x, w, b: m.layer_norm(x, (4,), w, b), (3, 4), (4,), (4,))
+op('layer_norm_2d', lambda m, x, w, b: m.layer_norm(x, (3, 4), w, b, 1e-3), (2, 3, 4), (3, 4), (3, 4))
+op('layer_norm_noaffine', lambda m, x: m.layer_norm(x, [5]), (2, 3, 5))
+op('layer_norm_weight_only', lambda m, x, w: m.layer_norm(x, (2, 3), w), (4, 2, 3), (2, 3))
+op('layer_norm_bias_only', lambda m, x, b: m.layer_norm(x, (4,), bias=b, eps=0.1), (3, 4), (4,))
+op('layer_norm_batch1', lambda m, x, w, b: m.layer_norm(x, (6,), w, b), (1, 6), (6,), (6,))
+op('layer_norm_whole', lambda m, x, w, b: m.layer_norm(x, (3, 4), w, b), (3, 4), (3, 4), (3, 4))
 for _red in ('mean', 'sum', 'none'):
     for _ls in (0.0, 0.1):
         op(f'cross_entropy_{_red}{"_smooth" if _ls else ""}', lambda m, x, _red=_red, _ls=_ls: m.cross_entropy(
@@ -514,7 +526,8 @@ for _o in OPS:
 DTYPE_OPS = ['exp', 'log', 'sqrt', 'sigmoid', 'tanh', 'relu', 'gelu', 'gelu_tanh', 'add_bcast', 'rsub',
              'mul_scalar', 'div', 'pow2', 'matmul_batched', 'sum_all', 'mean_0', 'max_1', 'var_all',
              'softmax', 'log_softmax', 'idx_array', 'cat', 'pad_two', 'linear', 'conv3x3_pad1', 'max_pool2',
-             'avg_pool2', 'batch_norm_train_4d', 'cross_entropy_mean_smooth', 'mse_loss_mean']
+             'avg_pool2', 'batch_norm_train_4d', 'cross_entropy_mean_smooth', 'mse_loss_mean', 'layer_norm',
+             'layer_norm_2d', 'layer_norm_noaffine', 'fn_silu', 'fn_leaky_relu_slope']
 DTYPE_TOL = {np.float16: (1e-2, 1e-2), np.float32: (1e-4, 1e-5), np.float64: (1e-7, 1e-8)}
 
 
@@ -1402,6 +1415,19 @@ LAYERS = [
     Layer('relu', lambda nn: nn.ReLU(), shapes_in((2, 5))),
     Layer('gelu', lambda nn: nn.GELU(), shapes_in((2, 5))),
     Layer('gelu_tanh', lambda nn: nn.GELU(approximate='tanh'), shapes_in((2, 5))),
+    Layer('tanh', lambda nn: nn.Tanh(), shapes_in((2, 5))),
+    Layer('sigmoid', lambda nn: nn.Sigmoid(), shapes_in((2, 5))),
+    Layer('silu', lambda nn: nn.SiLU(), shapes_in((2, 5))),
+    Layer('leakyrelu', lambda nn: nn.LeakyReLU(), shapes_in((2, 5))),
+    Layer('leakyrelu_slope', lambda nn: nn.LeakyReLU(0.2), shapes_in((2, 3, 2))),
+    Layer('softmax', lambda nn: nn.Softmax(dim=1), shapes_in((2, 3, 4))),
+    Layer('logsoftmax', lambda nn: nn.LogSoftmax(dim=-1), shapes_in((3, 5))),
+    Layer('layernorm', lambda nn: nn.LayerNorm(4), shapes_in((3, 4))),
+    Layer('layernorm_2d_eps', lambda nn: nn.LayerNorm((3, 4), eps=1e-3), shapes_in((2, 3, 4))),
+    Layer('layernorm_noaffine', lambda nn: nn.LayerNorm([2, 3], elementwise_affine=False), shapes_in((4, 2, 3))),
+    Layer('layernorm_nobias', lambda nn: nn.LayerNorm(5, bias=False), shapes_in((2, 3, 5))),
+    Layer('layernorm_batch1', lambda nn: nn.LayerNorm(6), shapes_in((1, 6))),
+    Layer('layernorm_unbatched', lambda nn: nn.LayerNorm(6), shapes_in((6,))),
     Layer('maxpool', lambda nn: nn.MaxPool2d(2), shapes_in((1, 2, 4, 4))),
     Layer('maxpool_stride', lambda nn: nn.MaxPool2d(3, stride=2), shapes_in((1, 1, 7, 7))),
     Layer('avgpool', lambda nn: nn.AvgPool2d(2), shapes_in((1, 2, 4, 4))),
@@ -1415,6 +1441,9 @@ LAYERS = [
     Layer('sequential_conv', lambda nn: nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.BatchNorm2d(2), nn.GELU(),
                                                       nn.MaxPool2d(2), nn.Flatten(), nn.Linear(8, 2)),
           shapes_in((3, 1, 4, 4))),
+    Layer('sequential_layernorm_activations', lambda nn: nn.Sequential(
+        nn.Linear(4, 6), nn.LayerNorm(6), nn.SiLU(), nn.Linear(6, 5), nn.LeakyReLU(0.1), nn.Sigmoid(), nn.Linear(5, 5),
+        nn.Tanh(), nn.Linear(5, 3), nn.LogSoftmax(dim=1)), shapes_in((3, 4))),
     Layer('grucell', lambda nn: nn.GRUCell(3, 4), shapes_in((2, 3), (2, 4))),
     Layer('grucell_no_h', lambda nn: nn.GRUCell(3, 4), shapes_in((2, 3))),
     Layer('grucell_nobias', lambda nn: nn.GRUCell(3, 4, bias=False), shapes_in((2, 3), (2, 4))),
@@ -1676,6 +1705,203 @@ def test_batch_norm_cpu_blocks():
         for name, got, one, ref in zip(names, blocks, whole, want):
             assert_close(got, one, tol, tol * np.abs(ref).max(), f'{name}, {what}: 3 blocks vs 1')
             assert_close(got, ref, tol, tol * np.abs(ref).max(), f'{name}, {what}: vs PyTorch in float64')
+
+
+def test_layer_norm_module_as_pytorch():
+    """LayerNorm as torch.nn's: the constructor's argument names, reprs (normalized_shape a tuple from an int or a
+    list), settings, parameter names, shapes, dtypes and initial values (weight ones, bias zeros) and state_dict keys;
+    LayerNorm(()) builds, as PyTorch's (its forward refuses)."""
+    need_torch()
+    def build(nn):
+        return nn.Sequential(
+            nn.LayerNorm(4), nn.LayerNorm((3, 4), eps=1e-3), nn.LayerNorm([2, 3], elementwise_affine=False),
+            nn.LayerNorm(5, bias=False), nn.LayerNorm(6, 0.5, False, False), nn.LayerNorm(()))
+    ours, theirs = build(tl), build(torch.nn)
+    assert repr(ours) == repr(theirs), f'{ours}\n-- PyTorch --\n{theirs}'
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    for (n, p), (n_t, p_t) in zip(ours.named_parameters(), theirs.named_parameters(), strict=True):
+        assert n == n_t and isinstance(p, tl.Parameter) and p.requires_grad and same_dtype(p, p_t), n
+        assert_close(p, p_t, 0, 0, n)
+    for a, b in zip(ours, theirs, strict=True):
+        for setting in ('normalized_shape', 'eps', 'elementwise_affine'):
+            assert getattr(a, setting) == getattr(b, setting), (a, setting)
+    names = lambda cls: [p for p in inspect.signature(cls).parameters if p not in ('device', 'dtype')]
+    assert names(tl.LayerNorm) == names(torch.nn.LayerNorm)
+    assert not hasattr(tl.Tensor, 'layer_norm') and not hasattr(torch.Tensor, 'layer_norm')
+
+
+def check_layer_norm_float16(device):
+    """float16 layer_norm on `device` computes in float32 and rounds once, as PyTorch's: outputs within one float16
+    step of PyTorch's float16 ones, or nearer the exact ones (near 0, where float32's rounding is more than a step);
+    gradients close to PyTorch's and within 2^-10 of the largest exact one (PyTorch's CPU float16 backward rounds
+    more: its dweight errs up to 2^-8). Rows of values about 300 (whose squares overflow float16), of 2048 elements,
+    and a float32 weight and bias with float16 x (PyTorch's mixed case)."""
+    need_torch()
+    r = rng('layer_norm float16')
+    for shape, normalized, affine in [((4, 6), (6,), np.float16), ((2, 3, 2048), (2048,), np.float32),
+                                      ((3, 2, 5), (2, 5), np.float16), ((2, 64), (64,), None),
+                                      ((1, 8), (8,), np.float16)]:
+        x = (300 + 50 * r.standard_normal(shape)).astype(np.float16)
+        arrays = [x] + ([r.standard_normal(normalized).astype(affine) for _ in range(2)] if affine else [])
+        f = lambda m, x, *wb: m.layer_norm(x, normalized, *wb)
+        (outs, grads), (outs_t, grads_t) = run_op(tl, f, arrays, device), run_op(TH, f, arrays)
+        exact = run_op(TH, f, [a.astype(np.float64) for a in arrays])
+        error, error_t = np.abs(outs[0] - exact[0][0]), np.abs(outs_t[0] - exact[0][0])
+        assert ((float16_ulps(outs[0], outs_t[0]) <= 1) | (error <= error_t)).all(), f'{shape}: output'
+        for k, (a, b, c) in enumerate(zip(outs + grads, outs_t + grads_t, exact[0] + exact[1])):
+            assert a.dtype == b.dtype, f'{shape}: result {k} is {a.dtype}, PyTorch gives {b.dtype}'
+            assert_close(a, b, *DTYPE_TOL[np.float16], f'{shape}: result {k} against PyTorch in float16')
+            assert np.abs(a - c).max() <= 2 ** -10 * np.abs(c).max(), f'{shape}: result {k} against float64'
+
+
+def test_layer_norm_float16_as_pytorch():
+    check_layer_norm_float16(None)
+
+
+def test_gpu_layer_norm_float16_as_pytorch():
+    need_cuda()
+    check_layer_norm_float16('cuda')
+
+
+def test_layer_norm_keeps_its_input_alone():
+    """For its backward LayerNorm keeps x itself (float16 too: no float32 copy), the weight and a mean and 1/std per
+    row, no other array (a composition of ops kept four more arrays of x's size, six float32 ones for float16 x)."""
+    for dtype in (np.float32, np.float16):
+        x = tl.tensor(sample(rng('layer_norm keeps'), (16, 32)).astype(dtype), requires_grad=True)
+        ln = tl.LayerNorm(32).to(dtype)
+        y = ln(x)
+        kept = [v for v in vars(y._ctx).values() if isinstance(v, np.ndarray)]
+        assert kept[0] is x.data and kept[1] is ln.weight.data, [v.shape for v in kept]
+        assert [v.shape for v in kept[2:]] == [(16, 1), (16, 1)], [v.shape for v in kept]
+
+
+def test_layer_norm_edges_as_pytorch():
+    """As PyTorch: a normalized_shape of one element gives the bias (x-hat 0) and a zero gradient of x and weight (exact
+    here; PyTorch's float64 within 1e-12); empty inputs give empty outputs and zero (or empty) gradients; gradients
+    only for the tensors that ask (x without, weight with: weight's and bias's alone)."""
+    need_torch()
+    r = rng('layer_norm edges')
+    arrays = [sample(r, (3, 1)), sample(r, (1,)), sample(r, (1,))]
+    f = lambda m, x, w, b: m.layer_norm(x, (1,), w, b)
+    (outs, grads), want = run_op(tl, f, arrays), run_op(TH, f, arrays)
+    compare_runs((outs, grads), want, 1e-12, 1e-12)
+    assert (outs[0] == arrays[2]).all() and not grads[0].any() and not grads[1].any()
+    for shape, normalized in (((0, 3), (3,)), ((2, 0), (0,)), ((0, 2, 3), (2, 3))):
+        arrays = [np.zeros(shape), np.ones(normalized), np.zeros(normalized)]
+        f = lambda m, x, w, b: m.layer_norm(x, normalized, w, b)
+        compare_runs(run_op(tl, f, arrays), run_op(TH, f, arrays), 0, 0)
+    ours, theirs = tl.LayerNorm(4).double(), torch.nn.LayerNorm(4).double()
+    perturb_torch(theirs, r)
+    ours.load_state_dict(theirs.state_dict())
+    x = sample(r, (2, 3, 4))
+    w = upstream(0, x.shape)
+    (ours(tl.tensor(x)) * tl.tensor(w)).sum().backward()
+    (theirs(torch.tensor(x)) * torch.tensor(w)).sum().backward()
+    for (n, p), p_t in zip(ours.named_parameters(), theirs.parameters(), strict=True):
+        assert_close(p.grad, p_t.grad, 1e-12, 1e-12, n)
+
+
+def test_error_layer_norm_as_pytorch():
+    """Input PyTorch refuses: a ValueError naming both shapes where normalized_shape is not the input's last dimensions
+    (layer_norm and LayerNorm) or a weight or bias has another shape, and for an empty normalized_shape; a TypeError
+    for a normalized_shape of floats, for an integer or bool input (naming the dtype) and for a weight of another
+    dtype than the input's (but float32 with float16 x, which PyTorch takes)."""
+    need_torch()
+    a = sample(rng('layer_norm errors'), (2, 3))
+    x, x_t = tl.tensor(a), torch.tensor(a)
+    for normalized, w in (((4,), None), ((2, 3, 1), None), ((3,), np.ones(4)), ((2, 3), np.ones((3, 2)))):
+        raises(RuntimeError, lambda: F.layer_norm(x_t, normalized, None if w is None else torch.tensor(w)))
+        msg = raises(ValueError, lambda: tl.layer_norm(x, normalized, None if w is None else tl.tensor(w)))
+        assert_names_shapes(msg, normalized, x.shape if w is None else w.shape)
+    msg = raises(ValueError, lambda: tl.layer_norm(x, (3,), bias=tl.ones(2, dtype=x.dtype)), 'bias')
+    assert_names_shapes(msg, (2,), (3,))
+    raises(RuntimeError, lambda: torch.nn.LayerNorm(4)(x_t))
+    assert_names_shapes(raises(ValueError, lambda: tl.LayerNorm(4)(x)), (4,), (2, 3))
+    raises(RuntimeError, lambda: F.layer_norm(x_t, ()), 'normalized_shape')
+    raises(ValueError, lambda: tl.layer_norm(x, ()), 'normalized_shape')
+    raises(ValueError, lambda: tl.LayerNorm(())(x), 'normalized_shape')
+    raises(TypeError, lambda: F.layer_norm(x_t, (3.0,)))
+    raises(TypeError, lambda: tl.layer_norm(x, (3.0,)), 'normalized_shape', '3.0')
+    raises(TypeError, lambda: tl.LayerNorm(2.5), 'normalized_shape', '2.5')
+    raises(RuntimeError, lambda: F.layer_norm(x_t.float(), (3,), torch.ones(3, dtype=torch.float64)))
+    raises(TypeError, lambda: tl.layer_norm(x.float(), (3,), tl.ones(3, dtype=tl.float64)), 'float64', 'float32')
+    raises(TypeError, lambda: tl.layer_norm(x.half(), (3,), None, tl.ones(3, dtype=tl.float64)), 'float64', 'float16')
+    ints = np.arange(6).reshape(2, 3)
+    raises((RuntimeError, NotImplementedError), lambda: F.layer_norm(torch.tensor(ints), (3,)))
+    raises(TypeError, lambda: tl.layer_norm(tl.tensor(ints), (3,)), 'layer_norm', 'int64')
+    raises(TypeError, lambda: tl.layer_norm(tl.tensor(ints > 2), (3,)), 'layer_norm', 'bool')
+
+
+def test_activation_modules_as_pytorch():
+    """Tanh, Sigmoid, SiLU, LeakyReLU, Softmax and LogSoftmax as torch.nn's: the constructors' argument names, reprs,
+    settings, no parameters nor state; a LogSoftmax is no Softmax; silu and leaky_relu are functions alone (PyTorch
+    has no such Tensor methods)."""
+    need_torch()
+    def build(nn):
+        return nn.Sequential(nn.Tanh(), nn.Sigmoid(), nn.SiLU(), nn.LeakyReLU(), nn.LeakyReLU(0.2),
+                             nn.LeakyReLU(negative_slope=-1), nn.Softmax(), nn.Softmax(dim=1), nn.LogSoftmax(),
+                             nn.LogSoftmax(-1))
+    ours, theirs = build(tl), build(torch.nn)
+    assert repr(ours) == repr(theirs), f'{ours}\n-- PyTorch --\n{theirs}'
+    assert not list(ours.parameters()) and ours.state_dict() == {} and not theirs.state_dict()
+    for a, b in zip(ours, theirs, strict=True):
+        for setting in ('negative_slope', 'dim'):
+            assert getattr(a, setting, None) == getattr(b, setting, None), (a, setting)
+    for name in ('LeakyReLU', 'Softmax', 'LogSoftmax'):
+        names = lambda cls: [p for p in inspect.signature(cls).parameters if p != 'inplace']
+        assert names(getattr(tl, name)) == names(getattr(torch.nn, name)), name
+    assert not isinstance(tl.LogSoftmax(), tl.Softmax) and not isinstance(torch.nn.LogSoftmax(), torch.nn.Softmax)
+    assert not any(hasattr(t, f) for t in (tl.Tensor, torch.Tensor) for f in ('silu', 'leaky_relu'))
+
+
+def test_activations_at_zero_and_specials_as_pytorch():
+    """leaky_relu (slopes 0.01, 0.2, 0, -0.5, 1.5) and silu at 0, -0, +-1e-30, +-1e-3, +-30, +-inf and NaN, in
+    float64, float32 and float16, against PyTorch in the same dtype: values and gradients, NaN where PyTorch's;
+    leaky_relu's gradient at 0 is the slope (x > 0 takes the identity), and its values are PyTorch's exactly. Integer
+    and bool input raise TypeError naming the dtype (PyTorch raises too)."""
+    need_torch()
+    x0 = np.array([0.0, -0.0, 1e-30, -1e-30, 1e-3, -1e-3, 30.0, -30.0, np.inf, -np.inf, np.nan])
+    tols = {np.float64: (1e-12, 1e-14), np.float32: (1e-6, 1e-7), np.float16: (2e-3, 1e-4)}   # silu's
+    for dtype, tol in tols.items():
+        for name, args in [('leaky_relu', (s,)) for s in (0.01, 0.2, 0.0, -0.5, 1.5)] + [('silu', ())]:
+            x, x_t = tl.tensor(x0.astype(dtype), requires_grad=True), torch.tensor(x0.astype(dtype), requires_grad=True)
+            with np.errstate(invalid='ignore'):   # NumPy warns of the inf * 0 that makes silu's NaN (PyTorch's too)
+                y = getattr(tl, name)(x, *args)
+                y.backward(tl.ones_like(y))
+            y_t = getattr(F, name)(x_t, *args)
+            y_t.backward(torch.ones_like(y_t))
+            for ours, theirs, what in ((y, y_t, 'value'), (x.grad, x_t.grad, 'gradient')):
+                assert same_dtype(ours, theirs), f'{name}{args} {what}: {ours.dtype}'
+                a, b = to_np(ours).astype(np.float64), to_np(theirs).astype(np.float64)
+                rtol, atol = (0, 0) if name == 'leaky_relu' else tol
+                assert np.isclose(a, b, rtol, atol, equal_nan=True).all(), f'{name}{args} {what} {dtype}: {a} vs {b}'
+    ints = np.arange(-3, 3)
+    for name in ('silu', 'leaky_relu'):   # as PyTorch's, floating-point input alone
+        raises((RuntimeError, NotImplementedError), lambda: getattr(F, name)(torch.tensor(ints)))
+        raises(TypeError, lambda: getattr(tl, name)(tl.tensor(ints)), name, 'int64')
+        raises(TypeError, lambda: getattr(tl, name)(tl.tensor(ints > 0)), name, 'bool')
+
+
+def test_softmax_modules_implicit_dim_as_pytorch():
+    """Softmax() and LogSoftmax() (dim=None) take PyTorch's legacy dim (0 for a 0-, 1- or 3-D input, else 1) with its
+    UserWarning, pointing at the caller's line: values and gradients as PyTorch's; a given dim warns nothing."""
+    need_torch()
+    for ndim in range(5):
+        a = sample(rng(('implicit dim', ndim)), (2, 3, 4, 5)[:ndim])
+        for name in ('Softmax', 'LogSoftmax'):
+            ours, theirs = getattr(tl, name)(), getattr(torch.nn, name)()
+            with warnings.catch_warnings(record=True) as got:
+                warnings.simplefilter('always')
+                result = run_op(tl, lambda m, x: ours(x), [a])
+            with warnings.catch_warnings(record=True) as want:
+                warnings.simplefilter('always')
+                expected = run_op(TH, lambda m, x: theirs(x), [a])
+            compare_runs(result, expected, 1e-12, 1e-12)
+            assert [str(w.message) for w in got] == [str(w.message) for w in want], (got, want)
+            assert got[0].category is UserWarning and got[0].filename == __file__, (got[0].category, got[0].filename)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        tl.Softmax(dim=0)(tl.ones(2, 3)), tl.LogSoftmax(-1)(tl.ones(2, 3))
 
 
 def test_embedding_repeated_indices_scatter_add():
@@ -2009,7 +2235,8 @@ def test_gpu_gru_empty_batch():
 INITS = [('linear', lambda nn: nn.Linear(256, 512)), ('conv2d', lambda nn: nn.Conv2d(16, 256, 3)),
          ('embedding', lambda nn: nn.Embedding(100, 32)), ('batchnorm2d', lambda nn: nn.BatchNorm2d(300)),
          ('grucell', lambda nn: nn.GRUCell(16, 128)), ('gru', lambda nn: nn.GRU(16, 128, num_layers=2)),
-         ('gru_bidir', lambda nn: nn.GRU(16, 128, num_layers=2, bidirectional=True))]
+         ('gru_bidir', lambda nn: nn.GRU(16, 128, num_layers=2, bidirectional=True)),
+         ('layernorm', lambda nn: nn.LayerNorm((3, 5))), ('layernorm_nobias', lambda nn: nn.LayerNorm(7, bias=False))]
 
 
 def check_init(make):

@@ -841,7 +841,8 @@ class Abs(Function):
         return g * _xp(g).sign(self.x)
 
 
-class Tanh(Function):
+# (Op where torch.nn's module takes the name: tl.Tanh, tl.Sigmoid, tl.Softmax, tl.LogSoftmax, tl.LayerNorm are modules)
+class TanhOp(Function):
     saves, saves_output = (), True
 
     def forward(self, x):
@@ -852,7 +853,7 @@ class Tanh(Function):
         return g * (1 - self.out * self.out)
 
 
-class Sigmoid(Function):
+class SigmoidOp(Function):
     saves, saves_output = (), True
 
     def forward(self, x):
@@ -1744,6 +1745,48 @@ def _bn_backward_fused(x, stats, weight, bias, g, training, act):
     _bn_launch('bn_bwd_dx', rows, x.dtype, (xd, gd, stats, w, b) + (sums if training else (None, None)) + (dx,),
                template, follows=('bn_bwd_reduce', template))
     return dx, sums[1], sums[0]
+
+
+class LayerNormOp(Function):
+    """y = (x - mean) / sqrt(var + eps) [* weight] [+ bias] over the trailing axes `axes` (the biased variance), as
+    torch.nn.functional.layer_norm; `given` says which of weight and bias are there. float16 is computed in float32
+    and rounded once. Keeps x itself and each row's mean and 1 / std (as PyTorch); backward recomputes x-hat and,
+    with gh = g * weight and the means over `axes`, gives dx = (gh - mean(gh) - x-hat mean(gh x-hat)) / std, and
+    dweight = sum of g x-hat, dbias = sum of g over the other axes."""
+    def forward(self, x, *affine, given, axes, eps):
+        (weight, bias), a = _fill(affine, given), _opmath(x.dtype)
+        self.x, self.weight, self.given, self.axes = x, weight, given, axes
+        self.saves = (0, 1) if weight is not None else (0,)   # backward reads x and the weight, never the bias
+        z = x.astype(a)   # a fresh array, normalised in place
+        self.mean = self._mean(z)
+        z -= self.mean
+        self.rstd = 1 / _xp(x).sqrt(self._mean(z * z) + eps)
+        z *= self.rstd
+        if weight is not None:
+            z *= weight.astype(a, copy=False)
+        if bias is not None:
+            z += bias.astype(a, copy=False)
+        return z.astype(x.dtype, copy=False)
+
+    def _mean(self, v):   # over the normalised axes, kept (0 where they hold no element)
+        return v.sum(axis=self.axes, keepdims=True) / max(1, math.prod(v.shape[i] for i in self.axes))
+
+    def backward(self, g):
+        a, weight = self.mean.dtype, self.weight
+        xhat = self.x.astype(a)
+        xhat -= self.mean
+        xhat *= self.rstd
+        g = g.astype(a, copy=False)
+        need_x, need_weight, need_bias = _fill(self.needs_grad, (True,) + self.given, False)
+        rows = tuple(range(g.ndim - len(self.axes)))
+        dx = None
+        if need_x:
+            gh = g if weight is None else g * weight.astype(a, copy=False)
+            dx = gh - self._mean(gh) - xhat * self._mean(gh * xhat)
+            dx *= self.rstd
+        grads = (dx, _sum(g * xhat, rows) if need_weight else None, _sum(g, rows) if need_bias else None)
+        grads = [d for d, there in zip(grads, (True,) + self.given) if there]
+        return tuple(None if d is None else d.astype(t.dtype, copy=False) for d, t in zip(grads, self.inputs))
 
 
 # GRU, one layer over every step, gates r, z, n as in torch.nn.GRU. With xg = x W_ih^T + b_ih (all steps in
@@ -2742,7 +2785,7 @@ def _log_softmax(x, axis):
     return z - xp.log(xp.exp(z).sum(axis=axis, keepdims=True))
 
 
-class LogSoftmax(Function):
+class LogSoftmaxOp(Function):
     saves, saves_output = (), True
 
     def forward(self, x, axis):
@@ -2755,7 +2798,7 @@ class LogSoftmax(Function):
         return g - xp.exp(self.out) * _sum(g, self.axis, keepdims=True)
 
 
-class Softmax(Function):
+class SoftmaxOp(Function):
     saves, saves_output = (), True
 
     def forward(self, x, axis):
@@ -3237,8 +3280,8 @@ class Tensor:
     sqrt = lambda self: Sqrt.apply(self._floating())
     neg = lambda self: -self
     pow = lambda self, exponent: self ** exponent
-    tanh = lambda self: Tanh.apply(self._floating())
-    sigmoid = lambda self: Sigmoid.apply(self._floating())
+    tanh = lambda self: TanhOp.apply(self._floating())
+    sigmoid = lambda self: SigmoidOp.apply(self._floating())
     relu = lambda self: Relu.apply(self)
 
     def abs(self):
@@ -3374,11 +3417,11 @@ class Tensor:
 
     @_aliases(dim='axis')
     def softmax(self, axis=-1):
-        return Softmax.apply(_need_float(self, 'softmax'), axis=_dim(axis, self.ndim))
+        return SoftmaxOp.apply(_need_float(self, 'softmax'), axis=_dim(axis, self.ndim))
 
     @_aliases(dim='axis')
     def log_softmax(self, axis=-1):
-        return LogSoftmax.apply(_need_float(self, 'log_softmax'), axis=_dim(axis, self.ndim))
+        return LogSoftmaxOp.apply(_need_float(self, 'log_softmax'), axis=_dim(axis, self.ndim))
 
     # ---- shape
     def reshape(self, *shape):
@@ -3679,6 +3722,9 @@ relu = lambda x: x.relu()
 sigmoid = lambda x: x.sigmoid()
 tanh = lambda x: x.tanh()
 gelu = lambda x, approximate='none': x.gelu(approximate)
+# (torch.nn.functional's; PyTorch has no Tensor.silu nor Tensor.leaky_relu)
+silu = lambda x: _need_float(x, 'silu') * x.sigmoid()
+leaky_relu = lambda x, negative_slope=0.01: where(_need_float(x, 'leaky_relu') > 0, x, x * negative_slope)
 maximum = lambda a, b: a.maximum(b)
 minimum = lambda a, b: a.minimum(b)
 pad = lambda x, pad, value=0.0: x.pad(pad, value)
@@ -3794,6 +3840,34 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     stat = lambda t: None if t is None else t.data
     return BatchNorm.apply(x, weight, bias, running_mean=stat(running_mean), running_var=stat(running_var),
                            training=training, momentum=momentum, eps=eps, act=activation)
+
+
+def _normalized_shape(shape, what):
+    """normalized_shape (an int or a sequence of ints) as a tuple of ints."""
+    shape = shape if isinstance(shape, (tuple, list)) else (shape,)
+    if not all(map(_is_int, shape)):
+        raise TypeError(f"{what}: normalized_shape must be an int or a tuple of ints, got {shape!r}")
+    return tuple(map(int, shape))
+
+
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """PyTorch's layer_norm over the last len(normalized_shape) axes (also taking an int, as LayerNorm does)."""
+    shape = _normalized_shape(normalized_shape, 'layer_norm')
+    if not shape:
+        raise ValueError("layer_norm: normalized_shape must hold at least one dimension, got ()")
+    if x.shape[-len(shape):] != shape:
+        raise ValueError(f"layer_norm: normalized_shape {shape} must be the last dimensions of the input, got input "
+                         f"of shape {x.shape}")
+    _need_float(x, 'layer_norm')
+    for name, t in (('weight', weight), ('bias', bias)):
+        if t is not None and t.shape != shape:
+            raise ValueError(f"layer_norm: {name} of shape {t.shape} for normalized_shape {shape}")
+        if t is not None and t.dtype != x.dtype and (x.dtype, t.dtype) != (np.float16, np.float32):   # as PyTorch
+            raise TypeError(f"layer_norm: {name} of dtype {t.dtype} for input of dtype {x.dtype}")
+    affine = [t for t in (weight, bias) if t is not None]
+    _same_device([x] + affine, 'layer_norm')
+    return LayerNormOp.apply(x, *affine, given=(weight is not None, bias is not None), eps=eps,
+                             axes=tuple(range(x.ndim - len(shape), x.ndim)))
 
 
 def cross_entropy(logits, target, label_smoothing=0.0, reduction='mean', ignore_index=-100):
@@ -4206,6 +4280,71 @@ class GELU(Module):
 
     def extra_repr(self):
         return f"approximate={self.approximate!r}"
+
+
+class Tanh(Module):
+    forward = staticmethod(tanh)
+
+
+class Sigmoid(Module):
+    forward = staticmethod(sigmoid)
+
+
+class SiLU(Module):
+    forward = staticmethod(silu)
+
+
+class LeakyReLU(Module):
+    def __init__(self, negative_slope=0.01):
+        super().__init__()
+        self.negative_slope = negative_slope
+
+    def forward(self, x):
+        return leaky_relu(x, self.negative_slope)
+
+    def extra_repr(self):
+        return f"negative_slope={self.negative_slope}"
+
+
+class _Softmax(Module):
+    def __init__(self, dim=None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        dim = self.dim
+        if dim is None:   # PyTorch's legacy choice, with its warning
+            warnings.warn(f"Implicit dimension choice for {self.fn.__name__} has been deprecated. Change the call to "
+                          "include dim=X as an argument.", stacklevel=3)
+            dim = 0 if x.ndim in (0, 1, 3) else 1
+        return self.fn(x, dim)
+
+    def extra_repr(self):
+        return f"dim={self.dim}"
+
+
+class Softmax(_Softmax):
+    fn = staticmethod(softmax)
+
+
+class LogSoftmax(_Softmax):
+    fn = staticmethod(log_softmax)
+
+
+class LayerNorm(Module):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True):
+        super().__init__()
+        self.normalized_shape = _normalized_shape(normalized_shape, 'LayerNorm')
+        self.eps, self.elementwise_affine = eps, elementwise_affine
+        self.weight = Parameter(np.ones(self.normalized_shape, np.float32)) if elementwise_affine else None
+        self.bias = Parameter(np.zeros(self.normalized_shape, np.float32)) if elementwise_affine and bias else None
+
+    def forward(self, x):
+        return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
+                f"bias={self.bias is not None}")
 
 
 class MaxPool2d(Module):
