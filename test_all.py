@@ -1882,6 +1882,26 @@ def test_activations_at_zero_and_specials_as_pytorch():
         raises(TypeError, lambda: getattr(tl, name)(tl.tensor(ints > 0)), name, 'bool')
 
 
+def test_sigmoid_keeps_small_values_as_pytorch():
+    """sigmoid far into the negatives keeps its small values (a relative error, not 0: the form (tanh(x / 2) + 1) / 2
+    gave 0 at -20 in float32 and log(sigmoid(-100)) = -inf), values and gradients against PyTorch relatively, in
+    float64, float32 and float16, with 0, +-inf and NaN (within the normal range)."""
+    need_torch()
+    x0 = np.array([-100.0, -30.0, -20.0, -9.0, -5.0, -0.5, 0.0, 0.5, 5.0, 9.0, 20.0, 30.0, 100.0, np.inf, -np.inf, np.nan])
+    for dtype, rtol in ((np.float64, 1e-15), (np.float32, 2e-7), (np.float16, 2e-3)):
+        x, x_t = tl.tensor(x0.astype(dtype), requires_grad=True), torch.tensor(x0.astype(dtype), requires_grad=True)
+        y, y_t = x.sigmoid(), x_t.sigmoid()
+        y.backward(tl.ones_like(y))
+        y_t.backward(torch.ones_like(y_t))
+        for ours, theirs, what in ((y, y_t, 'value'), (x.grad, x_t.grad, 'gradient')):
+            assert same_dtype(ours, theirs), f'sigmoid {what}: {ours.dtype}'
+            a, b = to_np(ours).astype(np.float64), to_np(theirs).astype(np.float64)
+            # (below the normal range PyTorch's float32 gives 0 at -100, ours the subnormal e^-100)
+            assert np.isclose(a, b, rtol, np.finfo(dtype).tiny, equal_nan=True).all(), f'sigmoid {what} {dtype}: {a} vs {b}'
+    log_sigmoid = tl.tensor(np.array([-100.0, -30.0])).sigmoid().log().numpy()
+    assert np.allclose(log_sigmoid, [-100.0, -30.0], rtol=1e-12), log_sigmoid
+
+
 def test_softmax_modules_implicit_dim_as_pytorch():
     """Softmax() and LogSoftmax() (dim=None) take PyTorch's legacy dim (0 for a 0-, 1- or 3-D input, else 1) with its
     UserWarning, pointing at the caller's line: values and gradients as PyTorch's; a given dim warns nothing."""

@@ -858,7 +858,9 @@ class SigmoidOp(Function):
 
     def forward(self, x):
         xp = _xp(x)
-        self.out = (xp.tanh(x * 0.5) + 1) * 0.5   # overflow-free form of 1 / (1 + e^-x)
+        e = xp.exp(-xp.abs(x))   # 1 / (1 + e^-x) without overflow, and e^x / (1 + e^x) for x < 0: the small values kept
+        s = 1 / (1 + e)
+        self.out = xp.where(x >= 0, s, e * s)
         return self.out
 
     def backward(self, g):
