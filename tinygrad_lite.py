@@ -4186,7 +4186,7 @@ class init:
         def make(xp, shape, dtype):
             top = float(np.finfo(dtype).max)
             if a > b:
-                raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={a} > to={b}")
+                raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={a:g} > to={b:g}")
             if not (-top <= a and b <= top and b - a <= top):
                 raise RuntimeError(f"uniform_: from={a} and to={b} (and to - from) must lie within the range of {dtype}")
             return _draw(xp, dtype, 'uniform', a, b, shape)
@@ -4197,7 +4197,7 @@ class init:
         """N(mean, std^2)."""
         def make(xp, shape, dtype):
             if std < 0:
-                raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
+                raise RuntimeError(f"normal expects std >= 0.0, but found std {std:g}")
             return _draw(xp, dtype, 'normal', mean, std, shape)
         return _init_write(tensor, 'normal_', make)
 
