@@ -2130,9 +2130,10 @@ def check_sample(a, theory, dtype, msg, std_tol=0.03):
             f'{msg}: [{x.min()}, {x.max()}] does not reach [{lo}, {hi}] within 1%'
 
 
-def check_init_fill(call, theory, device='cpu'):
+def check_init_fill(call, theory, device='cpu', torch_shapes=INIT_SHAPES):
     """The call on each shape in float32 (and on the conv shape in float16 and float64) returns its tensor, as it was
-    but for the values, which follow theory; PyTorch's sample of the same call (CPU, float32) follows it too."""
+    but for the values, which follow theory; PyTorch's sample of the same call (CPU, float32, on torch_shapes) follows
+    it too, and ours follows PyTorch's."""
     tl.manual_seed(0)
     cases = [(s, np.float32) for s in INIT_SHAPES] + [(INIT_SHAPES[1], np.float16), (INIT_SHAPES[1], np.float64)]
     for shape, dtype in cases:
@@ -2141,21 +2142,25 @@ def check_init_fill(call, theory, device='cpu'):
         assert call(tl.init, w) is w, msg
         assert w.shape == shape and w.dtype == dtype and w.device.startswith(device) and w._version[0] == 1, msg
         check_sample(w.numpy(), theory(*fans(shape)), dtype, msg)
-        if torch is not None and dtype == np.float32:
+        if torch is not None and dtype == np.float32 and shape in torch_shapes:
             torch.manual_seed(0)
             theirs = call(torch.nn.init, torch.empty(shape)).numpy()
             check_sample(theirs, theory(*fans(shape)), dtype, f'torch: {msg}')
             ours, theirs, th = w.numpy().astype(np.float64), theirs.astype(np.float64), theory(*fans(shape))
             assert abs(ours.mean() - theirs.mean()) < 5 * th['std'] * math.sqrt(2 / ours.size), f'{msg}: mean vs torch'
-            assert abs(ours.std() / theirs.std() - 1) < 0.03, f'{msg}: std {ours.std()} vs torch {theirs.std()}'
+            kurtosis = lambda v: np.mean((v - v.mean()) ** 4) / v.var() ** 2   # the std's standard error, two samples:
+            se = math.sqrt((kurtosis(ours) + kurtosis(theirs) - 2) / (4 * ours.size))
+            assert abs(ours.std() / theirs.std() - 1) < max(0.03, 5 * se), f'{msg}: std {ours.std()} vs torch {theirs.std()}'
             if th['lo'] is not None and (ours.size * min(th['density']) * 0.01 * (th['hi'] - th['lo']) / 2 >= 20):
                 tol = 0.01 * (th['hi'] - th['lo']) / 2
                 assert abs(ours.min() - theirs.min()) < tol and abs(ours.max() - theirs.max()) < tol, \
                     f'{msg}: [{ours.min()}, {ours.max()}] vs torch [{theirs.min()}, {theirs.max()}]'
 
 
-for _name, _call, _theory in INIT_FILLS:
-    register(f'test_init_{_name}_distribution', lambda c=_call, t=_theory: check_init_fill(c, t))
+for _name, _call, _theory in INIT_FILLS:   # (PyTorch's trunc_normal_ redraws whole tensors: seconds on the large
+    # shapes, on which its distribution, free of fans, says nothing more)
+    register(f'test_init_{_name}_distribution', lambda c=_call, t=_theory, trunc=_name.startswith('trunc'):
+             check_init_fill(c, t, torch_shapes=INIT_SHAPES[1:2] if trunc else INIT_SHAPES))
 
 
 def test_init_wrong_fan_or_gain_caught():
