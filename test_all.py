@@ -2288,6 +2288,427 @@ for _name, _make in INITS:
     register(f'test_init_{_name}', lambda mk=_make: check_init(mk))
 
 
+# ===== tl.init against torch.nn.init =====
+# Our draws are not PyTorch's: each random initializer's sample (large tensors, where the bounds and the spread pin the
+# fan and the gain) is held to the theoretical distribution, as PyTorch's sample of the same call is.
+
+def truncated_normal(mean, std, a, b):
+    """The theory of N(mean, std^2) truncated to [a, b]: its mean, std and bounds."""
+    pdf = lambda x: math.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+    cdf = lambda x: (1 + math.erf(x / math.sqrt(2))) / 2
+    lo, hi = (a - mean) / std, (b - mean) / std
+    z = cdf(hi) - cdf(lo)
+    shift = (pdf(lo) - pdf(hi)) / z
+    return dict(mean=mean + std * shift, std=std * math.sqrt(1 + (lo * pdf(lo) - hi * pdf(hi)) / z - shift ** 2),
+                lo=a, hi=b, density=(pdf(lo) / z / std, pdf(hi) / z / std))
+
+
+def uniform_theory(bound, lo=None):
+    lo = -bound if lo is None else lo
+    return dict(mean=(lo + bound) / 2, std=(bound - lo) / math.sqrt(12), lo=lo, hi=bound,
+                density=(1 / (bound - lo),) * 2)
+
+
+def normal_theory(std, mean=0.0):
+    return dict(mean=mean, std=std, lo=None, hi=None)
+
+
+# (name, the call written once for init = tl.init or torch.nn.init, theory(fan_in, fan_out))
+INIT_FILLS = [
+    ('uniform', lambda I, w: I.uniform_(w, -0.3, 0.7), lambda fi, fo: uniform_theory(0.7, -0.3)),
+    ('uniform_default', lambda I, w: I.uniform_(w), lambda fi, fo: uniform_theory(1.0, 0.0)),
+    ('normal', lambda I, w: I.normal_(w, 0.5, 2.0), lambda fi, fo: normal_theory(2.0, 0.5)),
+    ('normal_default', lambda I, w: I.normal_(w), lambda fi, fo: normal_theory(1.0)),
+    ('xavier_uniform', lambda I, w: I.xavier_uniform_(w), lambda fi, fo: uniform_theory(math.sqrt(6 / (fi + fo)))),
+    ('xavier_uniform_relu_gain', lambda I, w: I.xavier_uniform_(w, gain=I.calculate_gain('relu')),
+     lambda fi, fo: uniform_theory(math.sqrt(2) * math.sqrt(6 / (fi + fo)))),
+    ('xavier_normal', lambda I, w: I.xavier_normal_(w), lambda fi, fo: normal_theory(math.sqrt(2 / (fi + fo)))),
+    ('xavier_normal_gain', lambda I, w: I.xavier_normal_(w, 0.5),
+     lambda fi, fo: normal_theory(0.5 * math.sqrt(2 / (fi + fo)))),
+    ('kaiming_uniform', lambda I, w: I.kaiming_uniform_(w),
+     lambda fi, fo: uniform_theory(math.sqrt(2) * math.sqrt(3 / fi))),
+    ('kaiming_uniform_sqrt5', lambda I, w: I.kaiming_uniform_(w, a=math.sqrt(5)),   # the layers' default
+     lambda fi, fo: uniform_theory(1 / math.sqrt(fi))),
+    ('kaiming_uniform_fan_out_relu', lambda I, w: I.kaiming_uniform_(w, mode='fan_out', nonlinearity='relu'),
+     lambda fi, fo: uniform_theory(math.sqrt(2) * math.sqrt(3 / fo))),
+    ('kaiming_normal', lambda I, w: I.kaiming_normal_(w), lambda fi, fo: normal_theory(math.sqrt(2 / fi))),
+    ('kaiming_normal_leaky', lambda I, w: I.kaiming_normal_(w, 0.2),
+     lambda fi, fo: normal_theory(math.sqrt(2 / 1.04 / fi))),
+    ('kaiming_normal_fan_out_tanh', lambda I, w: I.kaiming_normal_(w, mode='fan_out', nonlinearity='tanh'),
+     lambda fi, fo: normal_theory(5 / 3 / math.sqrt(fo))),
+    ('kaiming_normal_linear', lambda I, w: I.kaiming_normal_(w, nonlinearity='linear'),
+     lambda fi, fo: normal_theory(1 / math.sqrt(fi))),
+    ('trunc_normal', lambda I, w: I.trunc_normal_(w), lambda fi, fo: truncated_normal(0, 1, -2, 2)),
+    ('trunc_normal_vit', lambda I, w: I.trunc_normal_(w, std=0.02, a=-0.04, b=0.04),   # normal draws, redrawn
+     lambda fi, fo: truncated_normal(0, 0.02, -0.04, 0.04)),
+    ('trunc_normal_tail', lambda I, w: I.trunc_normal_(w, 0.0, 1.0, 1.0, 3.0),   # p < 0.3: uniform draws, accepted
+     lambda fi, fo: truncated_normal(0, 1, 1, 3)),
+    ('trunc_normal_beyond_b', lambda I, w: I.trunc_normal_(w, 1.0, 0.5, -1.0, 0.5),   # the mode at b
+     lambda fi, fo: truncated_normal(1, 0.5, -1, 0.5)),
+]
+INIT_SHAPES = [(512, 512), (64, 32, 3, 3), (200, 1000)]   # fans (512, 512), (288, 576), (1000, 200)
+
+
+def fans(shape):
+    receptive = math.prod(shape[2:])
+    return shape[1] * receptive, shape[0] * receptive
+
+
+def check_sample(a, theory, dtype, msg, std_tol=0.03):
+    """a (a sample) against theory: mean within 5 sigma, std within std_tol, bounds (rounded to the dtype) held and
+    reached within 1% of the half-width (where the density there puts 20 draws in that 1%); a normal's share beyond 2
+    std about 4.55%."""
+    dtype = np.dtype(dtype)
+    a = np.asarray(a).ravel()
+    x = a.astype(np.float64)
+    mean, std, lo, hi = theory['mean'], theory['std'], theory['lo'], theory['hi']
+    assert abs(x.mean() - mean) < 5 * std / math.sqrt(x.size) + 2e-3 * std * (dtype == np.float16), \
+        f'{msg}: mean {x.mean()} vs {mean}'
+    assert abs(x.std() / std - 1) < std_tol, f'{msg}: std {x.std()} vs {std}'
+    if lo is None:
+        beyond = np.mean(np.abs(x - mean) > 2 * std)
+        assert abs(beyond - 0.0455) < 0.01, f'{msg}: {beyond} beyond 2 std (normal: 0.0455)'
+    else:
+        width = (hi - lo) / 2
+        assert a.min() >= np.asarray(lo).astype(dtype) and a.max() <= np.asarray(hi).astype(dtype), \
+            f'{msg}: [{a.min()}, {a.max()}] outside [{lo}, {hi}]'
+        reach_lo, reach_hi = (x.size * d * 0.01 * width >= 20 for d in theory['density'])
+        assert (x.min() - lo < 0.01 * width or not reach_lo) and (hi - x.max() < 0.01 * width or not reach_hi), \
+            f'{msg}: [{x.min()}, {x.max()}] does not reach [{lo}, {hi}] within 1%'
+
+
+def check_init_fill(call, theory, device='cpu', torch_shapes=INIT_SHAPES):
+    """The call on each shape in float32 (and on the conv shape in float16 and float64) returns its tensor, as it was
+    but for the values, which follow theory; PyTorch's sample of the same call (CPU, float32, on torch_shapes) follows
+    it too, and ours follows PyTorch's."""
+    tl.manual_seed(0)
+    cases = [(s, np.float32) for s in INIT_SHAPES] + [(INIT_SHAPES[1], np.float16), (INIT_SHAPES[1], np.float64)]
+    for shape, dtype in cases:
+        msg = f'{shape} {np.dtype(dtype).name} on {device}'
+        w = tl.zeros(*shape, dtype=dtype, device=device)
+        assert call(tl.init, w) is w, msg
+        assert w.shape == shape and w.dtype == dtype and w.device.startswith(device) and w._version[0] == 1, msg
+        check_sample(w.numpy(), theory(*fans(shape)), dtype, msg)
+        if torch is not None and dtype == np.float32 and shape in torch_shapes:
+            torch.manual_seed(0)
+            theirs = call(torch.nn.init, torch.empty(shape)).numpy()
+            check_sample(theirs, theory(*fans(shape)), dtype, f'torch: {msg}')
+            ours, theirs, th = w.numpy().astype(np.float64), theirs.astype(np.float64), theory(*fans(shape))
+            assert abs(ours.mean() - theirs.mean()) < 5 * th['std'] * math.sqrt(2 / ours.size), f'{msg}: mean vs torch'
+            kurtosis = lambda v: np.mean((v - v.mean()) ** 4) / v.var() ** 2   # the std's standard error, two samples:
+            se = math.sqrt((kurtosis(ours) + kurtosis(theirs) - 2) / (4 * ours.size))
+            assert abs(ours.std() / theirs.std() - 1) < max(0.03, 5 * se), f'{msg}: std {ours.std()} vs torch {theirs.std()}'
+            if th['lo'] is not None and (ours.size * min(th['density']) * 0.01 * (th['hi'] - th['lo']) / 2 >= 20):
+                tol = 0.01 * (th['hi'] - th['lo']) / 2
+                assert abs(ours.min() - theirs.min()) < tol and abs(ours.max() - theirs.max()) < tol, \
+                    f'{msg}: [{ours.min()}, {ours.max()}] vs torch [{theirs.min()}, {theirs.max()}]'
+
+
+for _name, _call, _theory in INIT_FILLS:   # (PyTorch's trunc_normal_ redraws whole tensors: seconds on the large
+    # shapes, on which its distribution, free of fans, says nothing more)
+    register(f'test_init_{_name}_distribution', lambda c=_call, t=_theory, trunc=_name.startswith('trunc'):
+             check_init_fill(c, t, torch_shapes=INIT_SHAPES[1:2] if trunc else INIT_SHAPES))
+
+
+def test_init_wrong_fan_or_gain_caught():
+    """The checks above fail a fan taken from the wrong axis, a wrong gain, or a bound 2% off."""
+    cases = [('kaiming_uniform', (64, 32, 3, 3), lambda fi, fo: uniform_theory(math.sqrt(2) * math.sqrt(3 / fo))),
+             ('kaiming_uniform_fan_out_relu', (200, 1000),
+              lambda fi, fo: uniform_theory(math.sqrt(2) * math.sqrt(3 / fi))),
+             ('xavier_normal', (200, 1000), lambda fi, fo: normal_theory(math.sqrt(1 / fi))),
+             ('xavier_normal', (64, 32, 3, 3), lambda fi, fo: normal_theory(math.sqrt(2 / (fi + fo) / 9))),
+             ('xavier_uniform', (512, 512), lambda fi, fo: uniform_theory(math.sqrt(2) * math.sqrt(6 / (fi + fo)))),
+             ('kaiming_uniform_sqrt5', (512, 512), lambda fi, fo: uniform_theory(1.02 / math.sqrt(fi))),
+             ('kaiming_normal', (512, 512), lambda fi, fo: normal_theory(5 / 3 / math.sqrt(fi)))]
+    for name, shape, wrong in cases:
+        call, = [f[1] for f in INIT_FILLS if f[0] == name]
+        w = tl.zeros(*shape)
+        call(tl.init, w)
+        raises(AssertionError, lambda: check_sample(w.numpy(), wrong(*fans(shape)), np.float32, name))
+
+
+def check_orthogonal(device='cpu'):
+    """W W^T = gain^2 I where rows <= cols (the sizes after the first flattened), else W^T W; uniform over the
+    orthogonal matrices (a 512x512 one's trace is about N(0, 1): without the sign fix of R's diagonal it is far off)."""
+    tl.manual_seed(0)
+    for shape, gain, dtype in (((512, 512), 1, np.float32), ((64, 32, 3, 3), 1, np.float32),
+                               ((300, 20), 2.5, np.float32), ((20, 300), 0.5, np.float64),
+                               ((7, 3, 2, 2), 1, np.float64), ((50, 2, 3), 3, np.float32),
+                               ((64, 32, 3, 3), 2, np.float16), ((96, 32), 1, np.float16), ((1, 5), 1, np.float32)):
+        w = tl.zeros(*shape, dtype=dtype, device=device)
+        assert tl.init.orthogonal_(w, gain) is w and w.dtype == dtype and w.shape == shape and w._version[0] == 1
+        flat = w.numpy().astype(np.float64).reshape(shape[0], -1)
+        gram = flat @ flat.T if flat.shape[0] <= flat.shape[1] else flat.T @ flat
+        tol = {np.float16: 3e-3, np.float32: 1e-5, np.float64: 1e-12}[dtype] * gain ** 2
+        assert_close(gram, gain ** 2 * np.eye(len(gram)), 0, tol, f'orthogonal_ {shape} gain {gain} {np.dtype(dtype)}')
+        if flat.size > 1000:
+            check_sample(flat, normal_theory(gain / math.sqrt(max(flat.shape))), dtype, f'orthogonal_ {shape}')
+        if shape == (512, 512):
+            assert abs(np.trace(flat)) < 5, f'orthogonal_: trace {np.trace(flat)}, not about N(0, 1)'
+            if torch is not None:   # PyTorch's is the same
+                t = torch.nn.init.orthogonal_(torch.empty(shape)).numpy().astype(np.float64)
+                assert_close(t @ t.T, np.eye(512), 0, 1e-5, 'torch')
+                assert abs(np.trace(t)) < 5 and abs(t.std() / flat.std() - 1) < 0.03
+
+
+def test_init_orthogonal():
+    check_orthogonal()
+
+
+def test_init_orthogonal_gru_weight_hh_and_transposed_view():
+    """nn.init.orthogonal_(gru.weight_hh_l0), ported: (3H, H) gets orthonormal columns, the GRU still runs and learns;
+    a transposed view writes through to its base (one version counter)."""
+    gru = tl.GRU(8, 16)
+    w = gru.weight_hh_l0
+    assert tl.init.orthogonal_(w) is w and w.requires_grad and w.is_leaf and w.grad is None
+    assert_close(w.numpy().T @ w.numpy(), np.eye(16), 0, 1e-5, 'W^T W')
+    out, h = gru(tl.randn(5, 2, 8))
+    out.sum().backward()
+    assert w.grad is not None and w.grad.shape == (48, 16)
+    base = tl.zeros(4, 6)
+    view = base.T
+    tl.init.orthogonal_(view)   # (6, 4): orthonormal columns, so base has orthonormal rows
+    assert_close(base.numpy() @ base.numpy().T, np.eye(4), 0, 1e-5, 'base of the view')
+    assert base._version[0] == view._version[0] == 1
+
+
+def test_init_fixed_fills_exact_like_torch():
+    """constant_, zeros_, ones_, eye_: PyTorch's values and dtype exactly, in every dtype, on every shape."""
+    need_torch()
+    for dtype in (np.float16, np.float32, np.float64, np.int64, np.int32, np.uint8, np.bool_):
+        tdtype = getattr(torch, np.dtype(dtype).name if dtype is not np.bool_ else 'bool')
+        for shape in ((3, 5), (5, 3), (4, 4), (2, 3, 4), ()):
+            for name, args in (('constant_', (0.75 if np.dtype(dtype).kind == 'f' else 3,)), ('constant_', (2.7,)),
+                               ('constant_', (-0.0,)), ('zeros_', ()), ('ones_', ()), ('eye_', ())):
+                if name == 'eye_' and len(shape) != 2:
+                    continue
+                if dtype is np.uint8 and args == (-0.0,):
+                    continue
+                w = tl.zeros(*shape, dtype=dtype) + 7 if dtype is not np.bool_ else tl.zeros(*shape, dtype=dtype)
+                tw = torch.full(shape, 7, dtype=tdtype) if dtype is not np.bool_ else torch.zeros(shape, dtype=tdtype)
+                assert getattr(tl.init, name)(w, *args) is w
+                getattr(torch.nn.init, name)(tw, *args)
+                msg = f'{name}{args} {shape} {np.dtype(dtype).name}'
+                assert w.dtype == dtype and w._version[0] == 1, msg
+                assert np.array_equal(w.numpy(), tw.numpy()) and np.array_equal(np.signbit(w.numpy()),
+                                                                                  np.signbit(tw.numpy())), msg
+    w = tl.zeros(2, 3)
+    assert tl.init.constant_(w, tl.tensor(1.5)) is w and (w.numpy() == 1.5).all()   # a one-element tensor, as fill_
+    e = tl.zeros(3).expand(2, 3)   # as PyTorch's fill: one value into shared memory is fine
+    assert (tl.init.constant_(e, 2.0).numpy() == 2).all() and (tl.init.zeros_(e).numpy() == 0).all()
+
+
+def test_init_calculate_gain_as_torch():
+    need_torch()
+    names = ['linear', 'conv1d', 'conv2d', 'conv3d', 'conv_transpose1d', 'conv_transpose2d', 'conv_transpose3d',
+             'sigmoid', 'tanh', 'relu', 'leaky_relu', 'selu']
+    for name in names:
+        for param in ((None, 0, 0.2, 1, 3, -0.5, 0.01) if name == 'leaky_relu' else (None, 0.3)):
+            ours, theirs = tl.init.calculate_gain(name, param), torch.nn.init.calculate_gain(name, param)
+            assert ours == theirs and type(ours) is type(theirs), (name, param, ours, theirs)
+    assert tl.init.calculate_gain('leaky_relu') == torch.nn.init.calculate_gain('leaky_relu')
+    for name, param in (('gelu', None), ('Relu', None), ('leaky_relu', '0.2'), ('leaky_relu', True),
+                        ('leaky_relu', np.float32(0.2)), ('leaky_relu', np.int64(1))):
+        theirs = raises(ValueError, lambda: torch.nn.init.calculate_gain(name, param))
+        assert raises(ValueError, lambda: tl.init.calculate_gain(name, param)) == theirs, (name, param)
+
+
+def test_init_fan_helpers_as_torch():
+    """init._calculate_fan_in_and_fan_out and _calculate_correct_fan, which ported reset_parameters() code calls."""
+    need_torch()
+    for shape in ((3, 4), (4, 3), (5, 4, 3), (6, 5, 3, 2), (2, 3, 1, 1, 4), (0, 3), (3, 0, 2)):
+        ours, theirs = tl.zeros(*shape), torch.zeros(shape)
+        assert tl.init._calculate_fan_in_and_fan_out(ours) == torch.nn.init._calculate_fan_in_and_fan_out(theirs)
+        for mode in ('fan_in', 'fan_out', 'FAN_OUT'):
+            assert tl.init._calculate_correct_fan(ours, mode) == torch.nn.init._calculate_correct_fan(theirs, mode)
+    for shape in ((3,), ()):
+        msg = raises(ValueError, lambda: torch.nn.init._calculate_fan_in_and_fan_out(torch.zeros(shape)))
+        assert raises(ValueError, lambda: tl.init._calculate_fan_in_and_fan_out(tl.zeros(*shape))) == msg
+
+
+def test_init_errors_as_torch():
+    """The same error (type and message) as torch.nn.init's; the tensor and its version as they were."""
+    need_torch()
+    cases = [
+        ('xavier_uniform_ 1-D', lambda I, m: I.xavier_uniform_(m.zeros(5)), ValueError),
+        ('xavier_normal_ 0-D', lambda I, m: I.xavier_normal_(m.zeros(())), ValueError),
+        ('kaiming_uniform_ 1-D', lambda I, m: I.kaiming_uniform_(m.zeros(5)), ValueError),
+        ('kaiming_normal_ 1-D', lambda I, m: I.kaiming_normal_(m.zeros(5)), ValueError),
+        ('kaiming_uniform_ nonlinearity', lambda I, m: I.kaiming_uniform_(m.zeros(3, 4), nonlinearity='gelu'),
+         ValueError),
+        ('kaiming_normal_ mode', lambda I, m: I.kaiming_normal_(m.zeros(3, 4), mode='fan_avg'), ValueError),
+        ('kaiming_normal_ slope', lambda I, m: I.kaiming_normal_(m.zeros(3, 4), a='0.1'), ValueError),
+        ('eye_ 3-D', lambda I, m: I.eye_(m.zeros(2, 2, 2)), ValueError),
+        ('eye_ 1-D', lambda I, m: I.eye_(m.zeros(2)), ValueError),
+        ('orthogonal_ 1-D', lambda I, m: I.orthogonal_(m.zeros(4)), ValueError),
+        ('uniform_ from > to', lambda I, m: I.uniform_(m.zeros(4), 1.0, 0.5), RuntimeError),
+        ('normal_ std < 0', lambda I, m: I.normal_(m.zeros(4), 0.0, -1.0), RuntimeError),
+        ('xavier_uniform_ 0x0', lambda I, m: I.xavier_uniform_(m.zeros(0, 0)), ZeroDivisionError),
+    ]
+    for what, call, exc in cases:
+        theirs = raises(exc, lambda: call(torch.nn.init, torch))
+        assert raises(exc, lambda: call(tl.init, tl)) == theirs, what
+    # errors of our own wording: the tensor stays as it was
+    w = tl.ones(4, 3)
+    for call, exc, needle in ((lambda: tl.init.uniform_(w, 0, float('inf')), RuntimeError, 'range of float32'),
+                              (lambda: tl.init.uniform_(w.half(), 0, 1e5), RuntimeError, 'range of float16'),
+                              (lambda: tl.init.trunc_normal_(w, 0, 1, 2, 1), RuntimeError, 'a <= b'),
+                              (lambda: tl.init.constant_(tl.zeros(3, dtype=np.int64), 1e30), RuntimeError, 'overflow'),
+                              (lambda: tl.init.constant_(tl.zeros(2, dtype=np.int8), 300), RuntimeError, 'overflow'),
+                              (lambda: tl.init.constant_(tl.zeros(2, dtype=np.int32), np.nan), RuntimeError,
+                               'overflow'),
+                              (lambda: tl.init.normal_(np.zeros((2, 2))), TypeError, 'expected a Tensor')):
+        raises(exc, call, needle)
+    assert w._version[0] == 0 and (w.numpy() == 1).all()
+    for name in ('uniform_', 'normal_', 'trunc_normal_', 'xavier_uniform_', 'xavier_normal_', 'kaiming_uniform_',
+                 'kaiming_normal_', 'orthogonal_'):
+        i = tl.ones(3, 3, dtype=np.int64)   # PyTorch: NotImplementedError; ours the TypeError of an unsupported dtype
+        raises(TypeError, lambda: getattr(tl.init, name)(i), 'floating-point')
+        raises(NotImplementedError, lambda: getattr(torch.nn.init, name)(torch.ones(3, 3, dtype=torch.long)))
+        assert (i.numpy() == 1).all() and i._version[0] == 0, name
+        e = tl.ones(3).expand(3, 3)   # distinct values cannot go into shared memory, as PyTorch
+        raises(RuntimeError, lambda: getattr(tl.init, name)(e), 'more than one element')
+        raises(RuntimeError, lambda: getattr(torch.nn.init, name)(torch.ones(3).expand(3, 3)), 'more than one element')
+        assert (e.numpy() == 1).all() and e._version[0] == 0, name
+    raises(RuntimeError, lambda: tl.init.eye_(tl.ones(3).expand(2, 3)), 'more than one element')   # PyTorch's resizes
+
+
+def test_init_zero_elements_and_warnings_as_torch():
+    need_torch()
+    for name in ('kaiming_uniform_', 'kaiming_normal_'):
+        for shape in ((0, 5), (0,), (3, 0, 2)):
+            for m, I in ((tl, tl.init), (torch, torch.nn.init)):
+                w = m.zeros(*shape) if m is tl else torch.zeros(shape)
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter('always')
+                    assert getattr(I, name)(w) is w
+                assert [str(c.message) for c in caught] == ['Initializing zero-element tensors is a no-op'], caught
+                assert w._version == ([0] if m is tl else 0), (name, shape)
+    for name in ('orthogonal_', 'xavier_uniform_', 'uniform_', 'trunc_normal_', 'eye_', 'constant_'):
+        w = tl.zeros(0, 4)
+        assert (getattr(tl.init, name)(w, *((1.0,) if name == 'constant_' else ())) is w and w.shape == (0, 4))
+    for m, I in ((tl, tl.init), (torch, torch.nn.init)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            w = I.trunc_normal_(m.zeros(1000), mean=5.0, std=1.0)   # more than 2 std above b = 2: a warning
+        assert len(caught) == 1 and 'mean is more than 2 std from [a, b]' in str(caught[0].message)
+        assert float(w.min()) >= -2 and float(w.max()) <= 2 and float(w.mean()) > 1.5
+
+
+def test_init_trunc_normal_within_bounds():
+    """Every draw within [a, b] (in the dtype), for intervals of every mass, narrow ones and one-sided tails too."""
+    tl.manual_seed(1)
+    for dtype in (np.float16, np.float32, np.float64):
+        for mean, std, a, b in ((0, 1, -2, 2), (0, 1, -0.01, 0.01), (0, 1, 2.5, 2.6), (0, 1, -1e4, 0), (3, 2, -1, 1),
+                                (0, 0.02, -0.04, 0.04), (0, 1, 0.5, 0.5)):
+            with warnings.catch_warnings():
+                warnings.simplefilter('ignore')   # (2.5 to 2.6: more than 2 std from the mean)
+                w = tl.init.trunc_normal_(tl.zeros(300, 100, dtype=dtype), mean, std, a, b)
+            x = w.numpy()
+            lo, hi = np.asarray(a).astype(dtype), np.asarray(b).astype(dtype)
+            assert x.dtype == dtype and x.min() >= lo and x.max() <= hi, (dtype, mean, std, a, b)
+            if b - a > 0.1 and b - a < 100:
+                assert x.max() - x.min() > 0.9 * (b - a) * (dtype != np.float16 or abs(a) < 10), (mean, std, a, b)
+
+
+def test_init_in_place_on_a_parameter_unrecorded():
+    """On a Parameter that requires grad, with grad mode on: nothing recorded (still a leaf, no grad), the values
+    written; a backward that saved the old values raises, as PyTorch's; gradients flow as before after it."""
+    calls = [('uniform_', ()), ('normal_', ()), ('trunc_normal_', ()), ('constant_', (0.5,)), ('zeros_', ()),
+             ('ones_', ()), ('eye_', ()), ('xavier_uniform_', ()), ('xavier_normal_', ()), ('kaiming_uniform_', ()),
+             ('kaiming_normal_', ()), ('orthogonal_', ())]
+    libraries = [(tl, tl.init)] + ([(torch, torch.nn.init)] if torch is not None else [])
+    for name, args in calls:
+        for m, I in libraries:
+            p = tl.Parameter(tl.ones(4, 6) * 3) if m is tl else torch.nn.Parameter(torch.ones(4, 6) * 3)
+            version = p._version[0] if m is tl else p._version
+            y = (p * p).sum()   # saves p
+            assert getattr(I, name)(p, *args) is p
+            assert p.requires_grad and p.is_leaf and p.grad is None
+            assert p._ctx is None if m is tl else p.grad_fn is None
+            assert not (p.detach().numpy() == 3).all(), name
+            assert (p._version[0] if m is tl else p._version) > version, name
+            raises(RuntimeError, y.backward, 'modified by an in')
+            (p * 2).sum().backward()   # grad mode still on: recorded as ever
+            assert (p.grad.numpy() == 2).all(), name
+
+
+def test_init_seeded_and_layers_stream_kept():
+    """tl.manual_seed fixes every random initializer's values; the layers' defaults (drawn through init.uniform_ and
+    normal_) are the NumPy draws they always were, at version 1 as PyTorch's."""
+    for name, args in (('uniform_', (-1, 2)), ('normal_', ()), ('trunc_normal_', (0, 1, 0.5, 3)), ('orthogonal_', ()),
+                       ('kaiming_normal_', ()), ('xavier_uniform_', ())):
+        runs = []
+        for seed in (4, 4, 5):
+            tl.manual_seed(seed)
+            runs.append(getattr(tl.init, name)(tl.zeros(30, 20), *args).numpy())
+        assert np.array_equal(runs[0], runs[1]) and not np.array_equal(runs[0], runs[2]), name
+    tl.manual_seed(7)
+    lin, emb, conv = tl.Linear(3, 4), tl.Embedding(5, 2), tl.Conv2d(2, 3, 2)
+    np.random.seed(7)
+    u = lambda shape, fan: np.random.uniform(-1 / math.sqrt(fan), 1 / math.sqrt(fan), shape).astype(np.float32)
+    expected = [u((4, 3), 3), u((4,), 3), np.random.standard_normal((5, 2)).astype(np.float32), u((3, 2, 2, 2), 8),
+                u((3,), 8)]
+    for p, e in zip([lin.weight, lin.bias, emb.weight, conv.weight, conv.bias], expected):
+        assert np.array_equal(p.numpy(), e) and p.dtype == np.float32 and p._version[0] == 1
+    if torch is not None:
+        assert torch.nn.Linear(3, 4).weight._version == 1
+
+
+def test_init_model_apply_ported():
+    """model.apply(init_weights), as PyTorch code writes it: every Linear xavier-uniform with zero bias, the convs
+    kaiming-normal (fan_out, relu); then a training step runs."""
+    def init_weights(m):
+        if isinstance(m, tl.Linear):
+            tl.init.xavier_uniform_(m.weight)
+            tl.init.zeros_(m.bias)
+        elif isinstance(m, tl.Conv2d):
+            tl.init.kaiming_normal_(m.weight, mode='fan_out', nonlinearity='relu')
+            tl.init.constant_(m.bias, 0.1)
+    tl.manual_seed(0)
+    model = tl.Sequential(tl.Conv2d(3, 64, 3), tl.ReLU(), tl.Flatten(), tl.Linear(64 * 4, 300), tl.ReLU(),
+                          tl.Linear(300, 10))
+    assert model.apply(init_weights) is model
+    lin = [m for m in model.modules() if isinstance(m, tl.Linear)]
+    for m in lin:
+        bound = math.sqrt(6 / sum(m.weight.shape))
+        assert np.abs(m.weight.numpy()).max() <= bound and np.abs(m.weight.numpy()).max() > 0.97 * bound
+        assert (m.bias.numpy() == 0).all() and m.bias.requires_grad
+    conv = model[0]
+    assert abs(conv.weight.numpy().std() / math.sqrt(2 / (64 * 9)) - 1) < 0.1
+    assert (conv.bias.numpy() == np.float32(0.1)).all()
+    opt = tl.SGD(model.parameters(), lr=0.1)
+    loss = tl.cross_entropy(model(tl.randn(8, 3, 4, 4)), tl.Tensor(np.arange(8)))
+    loss.backward()
+    opt.step()
+    assert all(p.grad is not None for p in model.parameters())
+
+
+def test_gpu_init_on_cuda():
+    """Every initializer on the GPU (CuPy's generator): the tensor returned, its device and dtype kept, the statistics
+    of the CPU's checks; orthogonal_ orthogonal, the fixed fills exact; manual_seed repeats the draws."""
+    need_cuda()
+    for name, call, theory in INIT_FILLS:
+        check_init_fill(call, theory, device='cuda')
+    check_orthogonal('cuda')
+    for dtype in (np.float16, np.float32, np.float64, np.int64):
+        w = tl.zeros(3, 5, dtype=dtype, device='cuda')
+        assert tl.init.eye_(w) is w and w.device == 'cuda:0' and w.dtype == dtype
+        assert np.array_equal(w.numpy(), np.eye(3, 5, dtype=dtype))
+        assert np.array_equal(tl.init.constant_(w, 2).numpy(), np.full((3, 5), 2, dtype))
+        assert (tl.init.ones_(w).numpy() == 1).all() and (tl.init.zeros_(w).numpy() == 0).all() and w._version[0] == 4
+    runs = []
+    for seed in (3, 3):
+        tl.manual_seed(seed)
+        runs.append([getattr(tl.init, name)(tl.zeros(64, 32, device='cuda')).numpy()
+                     for name in ('uniform_', 'normal_', 'trunc_normal_', 'orthogonal_')])
+    assert all(np.array_equal(a, b) for a, b in zip(*runs))
+    p = tl.Parameter(tl.ones(4, 6, device='cuda'))
+    y = (p * p).sum()
+    assert tl.init.kaiming_uniform_(p) is p and p.is_leaf and p.grad is None and p.device == 'cuda:0'
+    raises(RuntimeError, y.backward, 'modified by an in')
+
+
 # ===== Module machinery =====
 
 def build_net(nn):

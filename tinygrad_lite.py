@@ -4180,9 +4180,208 @@ def _as_array(value):
 
 def _uniform_parameter(shape, fan):
     """PyTorch's default initialisation: uniform within +-1/sqrt(fan) (for weights kaiming_uniform(a=sqrt(5)) is that);
-    zeros for a fan of 0, where PyTorch leaves the (bias) tensor as torch.empty made it."""
+    zeros for a fan of 0, where PyTorch leaves the (bias) tensor as torch.empty made it. A float32 Parameter filled by
+    init.uniform_ (NumPy's float64 draws rounded: the stream these layers always drew), at version 1 as PyTorch's."""
     bound = 1 / math.sqrt(fan) if fan else 0.0
-    return Parameter(np.random.uniform(-bound, bound, shape).astype(np.float32))
+    return init.uniform_(Parameter(np.empty(shape, np.float32)), -bound, bound)
+
+
+# tl.init, as torch.nn.init: each initializer writes its tensor in place as PyTorch's do under no_grad (nothing
+# recorded, even for a Parameter; the version bumped, so a backward that saved the tensor raises), on the tensor's device
+# and in its dtype, and returns the tensor. Draws come from NumPy's global generator on the CPU (float64, rounded to the
+# dtype), from CuPy's on the GPU (float32, float64 for float64 tensors), both seeded by manual_seed: distributions are
+# PyTorch's, values are not.
+
+def _init_write(t, what, make, floating=True, distinct=True):
+    """t.data[...] = make(xp, shape, dtype) (which may refuse its arguments first) on t's device; the version bumped.
+    floating: a float tensor only (random draws); distinct: not an expand() view (distinct values into shared memory)."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"init.{what}: expected a Tensor, got {type(t).__name__}")
+    if floating and t.dtype.kind != 'f':
+        raise TypeError(f"init.{what}: expected a floating-point tensor, got {t.dtype}")
+    if distinct:
+        t._refuse_expanded(f'init.{what}')
+    xp = _xp(t.data)
+    with contextlib.nullcontext() if xp is np else cp.cuda.Device(int(t.device[5:])):
+        t.data[...] = make(xp, t.shape, t.dtype)
+    t._version[0] += 1
+    return t
+
+
+def _draw(xp, dtype, dist, *args):
+    """xp.random.<dist>(*args, size) for a tensor of `dtype`: NumPy's legacy generator draws float64, CuPy's float32
+    (float64 for float64 tensors); assigning them rounds them to the dtype."""
+    if xp is np:
+        return getattr(np.random, dist)(*args)
+    return getattr(cp.random, dist)(*args, dtype=np.float64 if dtype == np.float64 else np.float32)
+
+
+class init:
+    """torch.nn.init as a namespace: tl.init.xavier_uniform_(w), or `from tinygrad_lite import init`. Also its fan
+    helpers, which ported reset_parameters() code calls (init._calculate_fan_in_and_fan_out(self.weight))."""
+
+    @staticmethod
+    def calculate_gain(nonlinearity, param=None):
+        """PyTorch's recommended gain: 1 (linear, conv*, sigmoid), 5/3 (tanh), sqrt(2) (relu), 3/4 (selu),
+        sqrt(2 / (1 + slope^2)) (leaky_relu, the negative slope param, 0.01 by default)."""
+        linear = ('linear', 'conv1d', 'conv2d', 'conv3d', 'conv_transpose1d', 'conv_transpose2d', 'conv_transpose3d')
+        if nonlinearity in linear or nonlinearity == 'sigmoid':
+            return 1
+        if nonlinearity == 'tanh':
+            return 5.0 / 3
+        if nonlinearity == 'relu':
+            return math.sqrt(2.0)
+        if nonlinearity == 'leaky_relu':
+            if param is not None and not (isinstance(param, int) and not isinstance(param, bool)
+                                          or isinstance(param, float)):
+                raise ValueError(f"negative_slope {param} not a valid number")
+            return math.sqrt(2.0 / (1 + (0.01 if param is None else param) ** 2))
+        if nonlinearity == 'selu':
+            return 3.0 / 4
+        raise ValueError(f"Unsupported nonlinearity {nonlinearity}")
+
+    @staticmethod
+    def _calculate_fan_in_and_fan_out(tensor):
+        """(size(1), size(0)), each times the product of the sizes after them (a conv's kernel)."""
+        shape = tensor.shape
+        if len(shape) < 2:
+            raise ValueError("Fan in and fan out can not be computed for tensor with fewer than 2 dimensions")
+        receptive = math.prod(shape[2:])
+        return shape[1] * receptive, shape[0] * receptive
+
+    @staticmethod
+    def _calculate_correct_fan(tensor, mode):
+        mode = mode.lower()
+        if mode not in ('fan_in', 'fan_out'):
+            raise ValueError(f"Mode {mode} not supported, please use one of ['fan_in', 'fan_out']")
+        fan_in, fan_out = init._calculate_fan_in_and_fan_out(tensor)
+        return fan_in if mode == 'fan_in' else fan_out
+
+    @staticmethod
+    def uniform_(tensor, a=0.0, b=1.0):
+        """U(a, b)."""
+        def make(xp, shape, dtype):
+            top = float(np.finfo(dtype).max)
+            if a > b:
+                raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={a:g} > to={b:g}")
+            if not (-top <= a and b <= top and b - a <= top):
+                raise RuntimeError(f"uniform_: from={a} and to={b} (and to - from) must lie within the range of {dtype}")
+            return _draw(xp, dtype, 'uniform', a, b, shape)
+        return _init_write(tensor, 'uniform_', make)
+
+    @staticmethod
+    def normal_(tensor, mean=0.0, std=1.0):
+        """N(mean, std^2)."""
+        def make(xp, shape, dtype):
+            if std < 0:
+                raise RuntimeError(f"normal expects std >= 0.0, but found std {std:g}")
+            return _draw(xp, dtype, 'normal', mean, std, shape)
+        return _init_write(tensor, 'normal_', make)
+
+    @staticmethod
+    def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0):
+        """N(mean, std^2) truncated to [a, b], by PyTorch's rejection sampling: where [a, b] holds more than 0.3 of the
+        normal's mass, normal draws outside it are drawn again; else draws from U(a, b), each kept with probability
+        pdf(x) / pdf(the mode in [a, b]). Draws in range stay in [a, b] rounded to the dtype (rounding is monotonic)."""
+        cdf = lambda x: (1.0 + math.erf(x / math.sqrt(2.0))) / 2.0
+        if mean < a - 2 * std or mean > b + 2 * std:
+            warnings.warn("mean is more than 2 std from [a, b] in init.trunc_normal_. The distribution of values may "
+                          "be incorrect.", stacklevel=2)
+        p = cdf((b - mean) / std) - cdf((a - mean) / std)
+        peak = -0.5 * ((max(a, min(mean, b)) - mean) / std) ** 2
+
+        def make(xp, shape, dtype):
+            if a > b:
+                raise RuntimeError(f"trunc_normal_ expects a <= b, but found a={a} > b={b}")
+            if p > 0.3:
+                draw, kept = (lambda n: _draw(xp, dtype, 'normal', mean, std, n)), lambda x: (a <= x) & (x <= b)
+            else:
+                draw = lambda n: _draw(xp, dtype, 'uniform', a, b, n)
+                kept = lambda x: xp.log(_draw(xp, dtype, 'random_sample', x.size)) <= -0.5 * ((x - mean) / std) ** 2 - peak
+            x = draw(math.prod(shape))
+            redo = xp.flatnonzero(~kept(x))
+            while redo.size:
+                y = draw(redo.size)
+                x[redo] = y
+                redo = redo[~kept(y)]
+            return x.reshape(shape)
+        return _init_write(tensor, 'trunc_normal_', make)
+
+    @staticmethod
+    def constant_(tensor, val):
+        """Every element val (a number, or a one-element Tensor), any dtype; as PyTorch's fill, an expand() too."""
+        val = val.item() if isinstance(val, Tensor) else val
+        if isinstance(tensor, Tensor):
+            _check_fits(val, tensor.dtype, 'init.constant_')
+        return _init_write(tensor, 'constant_', lambda xp, shape, dtype: val, floating=False, distinct=False)
+
+    @staticmethod
+    def zeros_(tensor):
+        return init.constant_(tensor, 0)
+
+    @staticmethod
+    def ones_(tensor):
+        return init.constant_(tensor, 1)
+
+    @staticmethod
+    def eye_(tensor):
+        """The identity matrix of a 2-D tensor's shape (ones on the main diagonal), any dtype."""
+        if tensor.ndim != 2:
+            raise ValueError("Only tensors with 2 dimensions are supported")
+        return _init_write(tensor, 'eye_', lambda xp, shape, dtype: xp.eye(*shape, dtype=dtype), floating=False)
+
+    @staticmethod
+    def xavier_uniform_(tensor, gain=1.0):
+        """U(-bound, bound), bound = gain sqrt(6 / (fan_in + fan_out)) (Glorot)."""
+        fan_in, fan_out = init._calculate_fan_in_and_fan_out(tensor)
+        bound = math.sqrt(3.0) * (gain * math.sqrt(2.0 / float(fan_in + fan_out)))
+        return init.uniform_(tensor, -bound, bound)
+
+    @staticmethod
+    def xavier_normal_(tensor, gain=1.0):
+        """N(0, std^2), std = gain sqrt(2 / (fan_in + fan_out)) (Glorot)."""
+        fan_in, fan_out = init._calculate_fan_in_and_fan_out(tensor)
+        return init.normal_(tensor, 0.0, gain * math.sqrt(2.0 / float(fan_in + fan_out)))
+
+    @staticmethod
+    def _kaiming_std(tensor, a, mode, nonlinearity):
+        """gain / sqrt(fan), or None (PyTorch's warning given) for a tensor without elements, which stays as it is."""
+        if 0 in tensor.shape:
+            warnings.warn("Initializing zero-element tensors is a no-op", stacklevel=3)
+            return None
+        fan = init._calculate_correct_fan(tensor, mode)
+        return init.calculate_gain(nonlinearity, a) / math.sqrt(fan)
+
+    @staticmethod
+    def kaiming_uniform_(tensor, a=0, mode='fan_in', nonlinearity='leaky_relu'):
+        """U(-bound, bound), bound = gain sqrt(3 / fan), the fan of `mode`, the gain of `nonlinearity` (He)."""
+        std = init._kaiming_std(tensor, a, mode, nonlinearity)
+        return tensor if std is None else init.uniform_(tensor, -math.sqrt(3.0) * std, math.sqrt(3.0) * std)
+
+    @staticmethod
+    def kaiming_normal_(tensor, a=0, mode='fan_in', nonlinearity='leaky_relu'):
+        """N(0, std^2), std = gain / sqrt(fan), the fan of `mode`, the gain of `nonlinearity` (He)."""
+        std = init._kaiming_std(tensor, a, mode, nonlinearity)
+        return tensor if std is None else init.normal_(tensor, 0.0, std)
+
+    @staticmethod
+    def orthogonal_(tensor, gain=1):
+        """A (semi-)orthogonal matrix times gain, the sizes after the first flattened (rows <= cols: W W^T = gain^2 I,
+        else W^T W): the QR decomposition of a normal matrix, Q's columns signed by R's diagonal (then Q is uniform
+        over the orthogonal matrices, arXiv math-ph/0609050). float16 decomposes in float32 (PyTorch's has no float16)."""
+        if tensor.ndim < 2:
+            raise ValueError("Only tensors with 2 or more dimensions are supported")
+        if tensor.numel() == 0:
+            return tensor
+
+        def make(xp, shape, dtype):
+            rows = shape[0]
+            cols = math.prod(shape) // rows
+            flat = _draw(xp, dtype, 'normal', 0.0, 1.0, (rows, cols))
+            q, r = xp.linalg.qr(flat.T if rows < cols else flat)
+            q *= xp.sign(xp.diagonal(r))
+            return ((q.T if rows < cols else q) * gain).reshape(shape)
+        return _init_write(tensor, 'orthogonal_', make)
 
 
 class Linear(Module):
@@ -4397,7 +4596,7 @@ class Dropout(Module):
 class Embedding(Module):
     def __init__(self, num_embeddings, embedding_dim):
         super().__init__()
-        self.weight = Parameter(np.random.standard_normal((num_embeddings, embedding_dim)).astype(np.float32))
+        self.weight = init.normal_(Parameter(np.empty((num_embeddings, embedding_dim), np.float32)))   # N(0, 1)
 
     def forward(self, index):
         index = index if isinstance(index, Tensor) else Tensor(np.asarray(index), device=self.weight.device)
