@@ -981,6 +981,29 @@ def test_pow_grad_at_zero_base_and_exponent():
         assert_close(got, want, 1e-12, 0, f'grad {k}')
 
 
+def test_pow_float16_with_numbers_and_bools_as_pytorch():
+    """As PyTorch's **: a float16 tensor meets a number or a 0-d float tensor, either side, rounded to float16 first
+    (then in float32, the result rounded once), bit for bit; a bool tensor ** True is itself and ** False all True,
+    bools (not int8); two bool operands raise TypeError; an integer or float exponent promotes as PyTorch."""
+    need_torch()
+    r = rng('pow float16')
+    half = np.concatenate([r.uniform(0.01, 60, 500), -r.uniform(0.01, 60, 200), [0.0]]).astype(np.float16)
+    for f in (lambda m, x: x ** 1.7, lambda m, x: x ** 0.33, lambda m, x: x ** -1.1, lambda m, x: 1.3 ** x,
+              lambda m, x: x ** m.tensor(1.1, dtype=m.float64), lambda m, x: m.tensor(2.3) ** x, lambda m, x: x ** 3,
+              lambda m, x: x ** m.tensor(np.int64(2))):
+        with np.errstate(all='ignore'):
+            ours, theirs = f(tl, tl.tensor(half)), f(torch, torch.tensor(half))
+        assert same_dtype(ours, theirs) and np.array_equal(ours.numpy(), theirs.numpy(), equal_nan=True)
+    b, bt = tl.tensor([True, False]), torch.tensor([True, False])
+    for e in (True, False, 1, 0, 2, 1.5, tl.tensor([2, 3])):
+        ours = b ** e
+        theirs = bt ** (torch.tensor(e.numpy()) if isinstance(e, tl.Tensor) else e)
+        assert same_dtype(ours, theirs) and ours.tolist() == theirs.tolist(), (e, ours, theirs)
+    for f in (lambda m, b: b ** m.tensor([True, True]), lambda m, b: True ** b):
+        raises(NotImplementedError, lambda: f(torch, bt))
+        raises(TypeError, lambda: f(tl, b), 'bool')
+
+
 def test_reductions_on_empty_and_zero_dim_like_torch():
     """A reduction over non-empty axes of an empty tensor, and dim 0 / -1 of a 0-d tensor, as PyTorch."""
     need_torch()

@@ -965,13 +965,16 @@ class Div(Function):
 class Pow(Function):
     def forward(self, a, b):
         xp, self.a, self.b = _xp(a), a, b
+        if a.dtype == np.bool_:   # (NumPy would give int8)
+            raise TypeError("**: not defined for two bool operands (as in PyTorch)")
         if a.dtype.kind == 'i' and (b < 0).any():   # as PyTorch: 1 / a^|b| truncated (NumPy refuses negative powers)
             reciprocal = xp.where(a == 1, 1, xp.where(a == -1, 1 - 2 * (b % 2 != 0), 0))
-            self.out = xp.where(b >= 0, a ** xp.where(b >= 0, b, 0), reciprocal).astype(a.dtype)
+            out = xp.where(b >= 0, a ** xp.where(b >= 0, b, 0), reciprocal).astype(a.dtype)
         else:
-            self.out = a ** b
-        self.saves_output = self.needs_grad[1]   # the exponent's gradient reads the output
-        return self.out
+            out = a ** b
+        self.saves_output = self.needs_grad[1]   # the exponent's gradient reads the output (kept for it alone)
+        self.out = out if self.saves_output else None
+        return out
 
     def backward(self, g):
         # PyTorch's masks: no gradient for a where b == 0 (b a^(b-1) at a == 0 would be 0 * inf), none for b
@@ -3064,12 +3067,12 @@ class Tensor:
         return Tensor(other, device=self.device)
 
     def _binary(self, fn, other, reflected=False, **params):
-        remainder = fn is Remainder and not params.get('floor')
-        if isinstance(other, _NUMBERS) and (self.dtype == np.float16 and not remainder or
+        rounds = fn is Pow or fn is Remainder and not params.get('floor')
+        if isinstance(other, _NUMBERS) and (self.dtype == np.float16 and not rounds or
                                             fn is Div and self.dtype.kind != 'f'):
-            # as PyTorch: float16 meets a Python number in float32 and rounds the result once (but for %, which
-            # rounds the number to float16 first), and an integer tensor is divided by one in float32 (not by the
-            # number cast to the tensor's dtype)
+            # as PyTorch: float16 meets a Python number in float32 and rounds the result once (but for % and **,
+            # which round the number to float16 first), and an integer tensor is divided by one in float32 (not by
+            # the number cast to the tensor's dtype)
             out = self.float()._binary(fn, other, reflected, **params)
             return out.half() if self.dtype == np.float16 else out
         other = self._operand(other)
@@ -3078,10 +3081,11 @@ class Tensor:
         if a.dtype == b.dtype and not (fn is Div and a.dtype.kind != 'f'):
             return fn.apply(a, b, **params)
         common = _result_dtype(a, b, divide=fn is Div)
-        if common == np.float16:   # as PyTorch, an integer or bool operand (any one of % and //) is rounded to
+        if common == np.float16:   # as PyTorch, an integer or bool operand (any one of %, // and **) is rounded to
             # float16 first, but a one-element one after * or / (PyTorch's CPU scalar there) meets it in float32
             scalar = fn in (Mul, Div) and b.numel() == 1
-            keep = lambda t: t.dtype == common or t is b and scalar or t.dtype.kind == 'f' and fn is not Remainder
+            rounded = fn in (Remainder, Pow)
+            keep = lambda t: t.dtype == common or t is b and scalar or t.dtype.kind == 'f' and not rounded
             a, b = (t if keep(t) else t.to(common) for t in (a, b))
         compute = _opmath(common)   # float16 meets a wider 0-d operand in float32
         return fn.apply(a.to(compute), b.to(compute), **params).to(common)
@@ -3098,6 +3102,8 @@ class Tensor:
     def __pow__(self, other):
         if self.dtype.kind in 'biu' and isinstance(other, (int, np.integer)) and other < 0:   # NumPy would wrap it
             raise RuntimeError(f"{self.dtype} tensor ** {other}: integers to negative integer powers are not allowed")
+        if self.dtype == np.bool_ and isinstance(other, bool):   # as PyTorch: x ** True is x, x ** False all True
+            return Tensor._wrap(self.data.copy() if other else _xp(self.data).ones_like(self.data), self.device)
         return self._binary(Pow, other)
 
     __rpow__ = lambda self, o: self._binary(Pow, o, True)
