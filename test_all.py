@@ -776,6 +776,102 @@ def test_remainder_and_floor_division_as_pytorch():
     assert (tl.tensor([5.0, -5.0]) // 0).tolist() == (torch.tensor([5.0, -5.0]) // 0).tolist()
     assert np.isnan((tl.tensor([5.0]) % 0).item()) and np.isnan((torch.tensor([5.0]) % 0).item())
 
+def test_inplace_remainder_floor_division_and_power_as_pytorch():
+    """%=, //= and **= as PyTorch's: the same tensor updated, its version counter advanced, PyTorch's values in the
+    tensor's own dtype, for tensors of each dtype with tensors of each dtype (broadcast, 0-d) and numbers; where
+    PyTorch refuses (a result type of a higher kind: an integer tensor **= 2.5, a bool one %= 2; two bool operands;
+    integers % or // 0; integers to a negative integer power) ours raises and changes nothing."""
+    need_torch()
+    r = rng('inplace mod floordiv pow')
+    targets = [r.integers(-9, 9, (2, 3)), r.integers(1, 9, (2, 3)).astype(np.uint8), r.random((2, 3)) > 0.5,
+               sample(r, (2, 3)) * 4, (sample(r, (2, 3)) * 4).astype(np.float16), sample(r, (2, 3)).astype(np.float32)]
+    operands = [3, -2, True, False, 2.5, 0.3, 0, np.array([2, -3, 4]), np.array([1.5, -0.7, 2.2], np.float32),
+                np.array([True, True, False]), np.array(1.7), np.array([[1], [2]], np.int32), np.array([0, 1, 2])]
+    refused = 0
+    for a in targets:
+        for b in operands:
+            for op in ('__imod__', '__ifloordiv__', '__ipow__'):
+                t, p = tl.tensor(a.copy()), torch.tensor(a.copy())
+                arg = lambda m: m.tensor(b) if isinstance(b, np.ndarray) else b
+                version = t._version[0]
+                try:
+                    want = getattr(p, op)(arg(torch))
+                except (RuntimeError, NotImplementedError) as e:
+                    raises((TypeError, RuntimeError), lambda: getattr(t, op)(arg(tl)))
+                    assert np.array_equal(t.numpy(), a) and t.dtype == a.dtype and t._version[0] == version, (e, op)
+                    refused += 1
+                    continue
+                with np.errstate(invalid='ignore'):   # (negative numbers to fractional powers: NaN, as PyTorch's)
+                    got = getattr(t, op)(arg(tl))
+                assert got is t and want is p and same_dtype(t, p) and t._version[0] == version + 1, (a.dtype, b, op)
+                assert np.allclose(t.numpy(), p.numpy(), 1e-6, 0, equal_nan=True), (a.dtype, b, op, t, p)
+    assert refused > 50, refused
+    msg = raises(TypeError, lambda: tl.tensor([1, 2]).__ipow__(2.5), "can't be cast", 'int64')
+    raises(RuntimeError, lambda: torch.tensor([1, 2]).__ipow__(2.5), "can't be cast")
+    raises(RuntimeError, lambda: tl.tensor([1, 2]).__ipow__(-1), 'negative')
+    raises(RuntimeError, lambda: tl.tensor([1, 2]).__imod__(tl.tensor([1, 0])), 'by zero')
+    raises(TypeError, lambda: tl.tensor([True]).__ifloordiv__(True), 'bool')
+    b = tl.tensor([True, False])
+    b **= True
+    assert b.dtype == np.bool_ and b.tolist() == [True, False]
+
+
+def test_inplace_remainder_floor_division_and_power_recorded_as_pytorch():
+    """%=, //= and **= recorded as +=, -=, *=, /= are: on a non-leaf with numbers and tensors requiring grad (float64
+    gradients against PyTorch's), into a tensor that required none; //='s backward raises (PyTorch has no derivative
+    for it); a leaf that requires grad is refused in grad mode and updated in place under no_grad (a leaf still); a
+    tensor that a backward saved, changed by one, makes that backward raise as in PyTorch."""
+    need_torch()
+    x0, y0, b0 = _inplace_inputs('inplace mod pow recorded')
+
+    def chain(m, x, y, b):
+        h = x * 3
+        h %= y + 0.5
+        h **= 1.5   # (its output kept for no backward: the next update may take it)
+        h %= 0.4
+        h **= b
+        acc = m.zeros((2, 3), dtype=m.float64)
+        acc += y
+        acc **= x
+        return [(h * acc).sum()]
+
+    def floored(m, x, y, b):
+        h = x * 3
+        h //= y
+        return [h.sum()]
+    for name, build in (('chain', chain), ('floor division', floored)):
+        got, want = (outcome(m, lambda m: _backward_of(build, m, x0, y0, b0)) for m in (tl, torch))
+        assert_same_outcome(name, got, want, 1e-12, ('floor_divide',))
+    for op in ('__imod__', '__ifloordiv__', '__ipow__'):
+        for m in (tl, torch):
+            x = m.tensor(x0, requires_grad=True)
+            raises(RuntimeError, lambda: getattr(x, op)(2.0), 'leaf', 'in-place')
+            assert np.array_equal(x.detach().numpy(), x0)
+            with m.no_grad():
+                getattr(x, op)(1.5)
+            assert x.is_leaf and x.requires_grad and x.grad is None
+        p = tl.Parameter(x0.copy())
+        with tl.no_grad():
+            getattr(p, op)(tl.tensor(b0))
+        assert_close(p, getattr(torch.tensor(x0), op)(torch.tensor(b0)), 1e-12, 1e-12, op)
+
+    def bump(op):
+        return lambda m, w, x, y: getattr(x, op)(0.7)
+
+    def under_no_grad(op):
+        def change(m, w, x, y):
+            with m.no_grad():
+                getattr(w, op)(2)
+        return change
+    for op in ('__imod__', '__ifloordiv__', '__ipow__'):
+        for name, build, change in (('x saved by a product', lambda m, w, x: w * x, bump(op)),
+                                    ('w saved by its square', lambda m, w, x: w * w, under_no_grad(op)),
+                                    ('a sum saves nothing', lambda m, w, x: w + x, bump(op))):
+            assert_same_outcome(f'{op}: {name}', check_version_case(build, change, tl),
+                                check_version_case(build, change, torch), 1e-12,
+                                ('modified by an in-place operation', 'expected version'))
+
+
 def test_bitwise_abs_and_pos_operators_as_pytorch():
     """&, |, ^ (with reflected forms and Python numbers) and ~ on bool and integer tensors, in PyTorch's result dtype,
     no gradient; a float operand raises TypeError. abs(x) is x.abs() and +x is x (gradients as PyTorch's); +x of a
@@ -4258,6 +4354,33 @@ def test_gpu_inplace_arithmetic_recorded():
     h = x * 2   # one that no view or op holds
     h += y
     assert_close(h.numpy(), 2 * x0 + y0, 1e-12, 1e-12)
+
+
+def test_gpu_inplace_remainder_floor_division_and_power():
+    """%=, //= and **= on the GPU (CuPy arrays) against the CPU: float64 with tensors and numbers, recorded (the
+    gradients), integers, and float16 with numbers; values, dtypes and gradients."""
+    need_cuda()
+    r = rng('gpu inplace mod pow')
+    x0, y0 = r.uniform(0.5, 3, (3, 4)), r.uniform(0.5, 1.5, 4)
+    ints, half = r.integers(-3000, 3000, (3, 4)), r.uniform(0.5, 3, (3, 4)).astype(np.float16)
+
+    def run(d):
+        x, y = tl.tensor(x0, requires_grad=True, device=d), tl.tensor(y0, requires_grad=True, device=d)
+        h = x * 2
+        h %= y
+        h **= 1.5
+        h **= y
+        h.sum().backward()
+        i, f = tl.tensor(ints, device=d), tl.tensor(half, device=d)
+        i //= 7
+        i %= -5
+        i **= 2
+        f **= 1.7
+        f %= 0.3
+        return [h, x.grad, y.grad, i, f]
+    for k, (gpu, cpu) in enumerate(zip(run('cuda'), run('cpu'))):
+        assert gpu.device.startswith('cuda') and gpu.dtype == cpu.dtype, (k, gpu.device, gpu.dtype, cpu.dtype)
+        assert_close(gpu.numpy(), cpu.numpy(), 1e-12 if cpu.dtype != np.float16 else 1e-3, 0, f'result {k}')
 
 
 def test_inplace_change_of_saved_index_target_or_bias_as_pytorch():

@@ -1056,7 +1056,8 @@ class MatMul(Function):
         return da, db
 
 
-_INPLACE_OPS = {'add': Add, 'subtract': Sub, 'multiply': Mul, 'divide': Div}   # Tensor._inplace's ufunc -> op
+# Tensor._inplace's op -> the NumPy ufunc that updates in place where the dtypes allow (%=, //= and **= have none)
+_INPLACE_UFUNCS = {operator.add: 'add', operator.sub: 'subtract', operator.mul: 'multiply', operator.truediv: 'divide'}
 
 
 # ================================================================ primitive ops: reduce
@@ -3137,11 +3138,13 @@ class Tensor:
     __rmatmul__ = lambda self, o: self._operand(o).__matmul__(self)
     matmul = __matmul__
 
-    def _inplace(self, ufunc, other):
-        given = other
+    def _inplace(self, op, other):
+        """self op= other (op: operator.add, sub, mul, truediv, mod, floordiv or pow), as PyTorch's in-place ops: the
+        result in the tensor's dtype (refused where its type is of a higher kind), recorded where autograd records."""
+        given, ufunc = other, _INPLACE_UFUNCS.get(op)
         number = other if isinstance(other, _NUMBERS) and self.dtype == np.float16 else None   # not rounded first
         other = self._operand(other)
-        result = _result_dtype(self, other, divide=ufunc == 'divide')
+        result = _result_dtype(self, other, divide=op is operator.truediv)
         if _KIND_RANK[result.kind] > _KIND_RANK[self.dtype.kind]:
             raise TypeError(f"in-place op: result type {result} can't be cast to the tensor's dtype {self.dtype}")
         if other.device != self.device:
@@ -3149,14 +3152,16 @@ class Tensor:
         if _check_broadcast('in-place op', self.shape, other.shape) != self.shape:
             raise ValueError(f"in-place op: shape {other.shape} cannot update a tensor of shape {self.shape}")
         if _GradMode.enabled and (self._requires_grad or other._requires_grad):   # refuses an expanded tensor too
-            return self._recorded_update('op', lambda before: before._binary(
-                _INPLACE_OPS[ufunc], before if given is self else given).to(self.dtype))
+            return self._recorded_update('op', lambda before: op(before, before if given is self else given).to(
+                self.dtype))
         self._refuse_expanded('op')
-        if other.dtype == self.dtype and number is None:
+        if ufunc is None:   # %, //, **: the op's own result (its checks: integer division by zero, negative powers)
+            self.data[...] = op(self, given).data
+        elif other.dtype == self.dtype and number is None:
             getattr(_xp(self.data), ufunc)(self.data, other.data, out=self.data)
         else:   # as PyTorch: both operands in the result's arithmetic dtype, rounded once into the tensor's
             compute = _opmath(result)
-            scalar = other.numel() == 1 and ufunc in ('multiply', 'divide')   # integers rounded first as in _binary
+            scalar = other.numel() == 1 and op in (operator.mul, operator.truediv)   # as in _binary
             rounded = other.data if other.dtype.kind == 'f' or scalar else other.data.astype(result)
             operand = compute.type(number) if number is not None else rounded.astype(compute)
             self.data[...] = getattr(_xp(self.data), ufunc)(self.data.astype(compute), operand)
@@ -3200,10 +3205,13 @@ class Tensor:
             raise RuntimeError(f"in-place {what}: more than one element of the written-to tensor refers to a single "
                                "memory location (an expanded tensor): clone() it first")
 
-    __iadd__ = lambda self, o: self._inplace('add', o)
-    __isub__ = lambda self, o: self._inplace('subtract', o)
-    __imul__ = lambda self, o: self._inplace('multiply', o)
-    __itruediv__ = lambda self, o: self._inplace('divide', o)
+    __iadd__ = lambda self, o: self._inplace(operator.add, o)
+    __isub__ = lambda self, o: self._inplace(operator.sub, o)
+    __imul__ = lambda self, o: self._inplace(operator.mul, o)
+    __itruediv__ = lambda self, o: self._inplace(operator.truediv, o)
+    __imod__ = lambda self, o: self._inplace(operator.mod, o)
+    __ifloordiv__ = lambda self, o: self._inplace(operator.floordiv, o)
+    __ipow__ = lambda self, o: self._inplace(operator.pow, o)
 
     def _untracked(self, what, op, other, integral=False):
         """op(self, other), no gradient, on both operands in the dtype PyTorch computes in, _result_dtype's (int32 ==
