@@ -905,6 +905,37 @@ def test_bitwise_abs_and_pos_operators_as_pytorch():
     raises(TypeError, lambda: +tl.tensor([True]), 'bool')
 
 
+def test_bool_subtraction_and_negation_refused_as_pytorch():
+    """As PyTorch: - with a bool tensor or a Python bool on either side (out of place or -=), and -x of a bool tensor,
+    raise (TypeError here, RuntimeError in PyTorch) with PyTorch's message pointing to ~ or ^, changing nothing; +, *
+    and / of bools, and - of a NumPy bool with a float tensor, give PyTorch's values and dtypes."""
+    need_torch()
+    r = rng('bool subtraction')
+    arrays = {'bool': r.random(4) > 0.5, 'int': r.integers(-5, 5, 4), 'float': sample(r, (4,)).astype(np.float32),
+              'bool 0-d': np.array(True)}
+    arg = lambda m, b: m.tensor(b) if isinstance(b, np.ndarray) else b
+    for a in arrays.values():
+        for b in list(arrays.values()) + [True, False, 2, 1.5]:
+            b_bool = isinstance(b, bool) or isinstance(b, np.ndarray) and b.dtype == np.bool_
+            if a.dtype != np.bool_ and not b_bool:
+                continue
+            two = a.dtype == np.bool_ and b_bool
+            needle = 'two bool tensors' if two else 'with a bool tensor'
+            for f in (lambda m, t: t - arg(m, b), lambda m, t: arg(m, b) - t, lambda m, t: t.__isub__(arg(m, b))):
+                raises(RuntimeError, lambda: f(torch, torch.tensor(a)), needle)
+                t = tl.tensor(a.copy())
+                raises(TypeError, lambda: f(tl, t), needle, '`~`' if not two else '`^`')
+                assert np.array_equal(t.numpy(), a) and t._version[0] == 0
+        for f in (lambda t: -t, lambda t: t.neg()):
+            if a.dtype == np.bool_:
+                raises(RuntimeError, lambda: f(torch.tensor(a)), 'Negation')
+                raises(TypeError, lambda: f(tl.tensor(a)), 'Negation', 'bool tensor', '`~`')
+    for f in (lambda m, t: t + t, lambda m, t: t + True, lambda m, t: t * t, lambda m, t: t * True, lambda m, t: t * 2,
+              lambda m, t: t / 2, lambda m, t: m.tensor([1.5, 2.5, 3.5, 4.5]) - np.bool_(True)):
+        ours, theirs = f(tl, tl.tensor(arrays['bool'])), f(torch, torch.tensor(arrays['bool']))
+        assert same_dtype(ours, theirs) and ours.tolist() == theirs.tolist(), (ours, theirs)
+
+
 def test_inplace_ops_under_no_grad():
     r = rng('inplace')
     a, b = sample(r, (2, 3)), sample(r, (3,))

@@ -3067,7 +3067,19 @@ class Tensor:
             return Tensor._wrap(np.asarray(other).astype(dtype)[()], self.device)
         return Tensor(other, device=self.device)
 
+    def _no_bool_subtraction(self, other):
+        """As PyTorch: no - of a bool tensor or a Python bool, with its messages (~ or ^ is what such code means)."""
+        bools = self.dtype == np.bool_, isinstance(other, bool) or isinstance(other, Tensor) and other.dtype == bool
+        if all(bools):
+            raise TypeError("Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or "
+                            "`logical_xor()` operator instead (as in PyTorch).")
+        if any(bools):
+            raise TypeError("Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to "
+                            "invert a mask, use the `~` or `logical_not()` operator instead (as in PyTorch).")
+
     def _binary(self, fn, other, reflected=False, **params):
+        if fn is Sub:
+            self._no_bool_subtraction(other)
         rounds = fn is Pow or fn is Remainder and not params.get('floor')
         if isinstance(other, _NUMBERS) and (self.dtype == np.float16 and not rounds or
                                             fn is Div and self.dtype.kind != 'f'):
@@ -3112,7 +3124,13 @@ class Tensor:
     __rmod__ = lambda self, o: self._binary(Remainder, o, True)
     __floordiv__ = lambda self, o: self._binary(Remainder, o, floor=True)
     __rfloordiv__ = lambda self, o: self._binary(Remainder, o, True, floor=True)
-    __neg__ = lambda self: Neg.apply(self)
+
+    def __neg__(self):
+        if self.dtype == np.bool_:
+            raise TypeError("Negation, the `-` operator, on a bool tensor is not supported. If you are trying to "
+                            "invert a mask, use the `~` or `logical_not()` operator instead (as in PyTorch).")
+        return Neg.apply(self)
+
     __abs__ = lambda self: self.abs()
 
     def __pos__(self):
@@ -3142,6 +3160,8 @@ class Tensor:
         """self op= other (op: operator.add, sub, mul, truediv, mod, floordiv or pow), as PyTorch's in-place ops: the
         result in the tensor's dtype (refused where its type is of a higher kind), recorded where autograd records."""
         given, ufunc = other, _INPLACE_UFUNCS.get(op)
+        if op is operator.sub:
+            self._no_bool_subtraction(other)
         number = other if isinstance(other, _NUMBERS) and self.dtype == np.float16 else None   # not rounded first
         other = self._operand(other)
         result = _result_dtype(self, other, divide=op is operator.truediv)
