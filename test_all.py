@@ -748,6 +748,26 @@ def test_comparisons_promote_as_pytorch():
         assert (tl.tensor(a) == tl.tensor(b)).numpy().any(), (a.dtype, b.dtype)   # some equal in the common dtype
 
 
+def test_comparisons_with_other_objects_as_pytorch():
+    """As PyTorch: == and != with an object that is neither a tensor nor a number (None, a str, a list, a tuple, a
+    dict, a dtype) are False and True, either side, and < and >= raise TypeError; numbers (Python's and NumPy's) and
+    tensors compare elementwise, as do NumPy arrays (tinygrad_lite's data: PyTorch gives == elementwise, != True)."""
+    need_torch()
+    for other in ('a', '1', None, [1.0, 2.0], [1.0, 5.0], (1.0, 2.0), {1: 2}, [], object(), np.float64):
+        for m in (tl, torch):
+            t = m.tensor([1.0, 2.0])
+            assert (t == other) is False and (other == t) is False and (t != other) is True and (other != t) is True
+            for f in (lambda: t < other, lambda: other < t, lambda: t >= other, lambda: other > t):
+                raises(TypeError, f, 'not supported')
+    for other in (2.0, 2, True, np.float32(2.0), np.int64(1)):
+        for op in ('__eq__', '__ne__', '__lt__', '__ge__'):
+            ours, theirs = getattr(tl.tensor([1.0, 2.0]), op)(other), getattr(torch.tensor([1.0, 2.0]), op)(other)
+            assert same_dtype(ours, theirs) and ours.tolist() == theirs.tolist(), (other, op)
+    assert (tl.tensor([1.0, 2.0]) == np.array([1.0, 5.0])).tolist() == [True, False]
+    assert (np.array([1.0, 5.0]) > tl.tensor([1.0, 2.0])).tolist() == [False, True]
+    assert tl.tensor([1.0]) in [None, 'a', tl.tensor([1.0])]
+
+
 def test_remainder_and_floor_division_as_pytorch():
     """% (PyTorch's remainder: the divisor's sign) and // (floor division) on tensors and numbers, both orders,
     integers and floats, broadcasting, against PyTorch's values and dtypes (%'s gradients: the op table); //'s

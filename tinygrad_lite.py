@@ -255,6 +255,7 @@ def _axes(axis, ndim):
 
 _KIND_RANK = {'b': 0, 'u': 1, 'i': 1, 'f': 2}
 _NUMBERS = (bool, int, float, np.generic)   # Python numbers, and NumPy scalars treated as they are
+_ARRAYS = (np.ndarray,) if cp is None else (np.ndarray, cp.ndarray)
 
 
 def _promote(*dtypes, divide=False):
@@ -3246,13 +3247,19 @@ class Tensor:
         a, b = (t.data.astype(common, copy=False) for t in (self, other))
         return Tensor._wrap(op(a, b), self.device)
 
-    __gt__ = lambda self, o: self._untracked('comparison', lambda a, b: a > b, o)
-    __ge__ = lambda self, o: self._untracked('comparison', lambda a, b: a >= b, o)
-    __lt__ = lambda self, o: self._untracked('comparison', lambda a, b: a < b, o)
-    __le__ = lambda self, o: self._untracked('comparison', lambda a, b: a <= b, o)
-    # (t == None is False, as PyTorch's: NotImplemented lets Python compare identities)
-    __eq__ = lambda self, o: NotImplemented if o is None else self._untracked('comparison', lambda a, b: a == b, o)
-    __ne__ = lambda self, o: NotImplemented if o is None else self._untracked('comparison', lambda a, b: a != b, o)
+    def _compare(self, op, other):
+        """op(self, other), a bool tensor, where other is a tensor, a number or an array. As PyTorch's, anything else
+        (None, a str, a list) is NotImplemented: Python then makes == False, != True and < a TypeError."""
+        if not isinstance(other, (Tensor,) + _ARRAYS + _NUMBERS):
+            return NotImplemented
+        return self._untracked('comparison', op, other)
+
+    __gt__ = lambda self, o: self._compare(operator.gt, o)
+    __ge__ = lambda self, o: self._compare(operator.ge, o)
+    __lt__ = lambda self, o: self._compare(operator.lt, o)
+    __le__ = lambda self, o: self._compare(operator.le, o)
+    __eq__ = lambda self, o: self._compare(operator.eq, o)
+    __ne__ = lambda self, o: self._compare(operator.ne, o)
     __hash__ = object.__hash__
     __and__ = __rand__ = lambda self, o: self._untracked('&', lambda a, b: a & b, o, integral=True)
     __or__ = __ror__ = lambda self, o: self._untracked('|', lambda a, b: a | b, o, integral=True)
