@@ -4821,6 +4821,47 @@ def test_module_non_persistent_buffers_as_pytorch():
     theirs[0].register_buffer('mask', torch.tensor(mask))
     assert list(ours.state_dict()) == list(theirs.state_dict()) and '0.mask' in ours.state_dict()
 
+def test_module_assignment_over_a_submodule_as_pytorch():
+    """As torch.nn.Module's __setattr__: a value that is not a Module, a Parameter or None (a number, a tensor, a
+    string) assigned over a submodule raises TypeError, changing nothing; None is taken and the name stays a
+    submodule's (and a parameter's set to None a parameter's: a number, a tensor or a module then still raises) until
+    a Module, a Parameter (the name a parameter's then) or del; a Parameter or a Module taking over a buffer's, a
+    submodule's or a plain attribute's name comes last among its kind, as in PyTorch's registries."""
+    need_torch()
+    ours, theirs = build_shared_net(tl), build_shared_net(torch.nn)
+    names = lambda pairs: [n for n, _ in pairs]
+    for value in (3, 'relu', (tl.ones(2), torch.ones(2)), ([tl.Linear(3, 3)], [torch.nn.Linear(3, 3)])):
+        for net, v in ((ours, value[0]), (theirs, value[1])) if isinstance(value, tuple) else \
+                ((ours, value), (theirs, value)):
+            raises(TypeError, lambda: setattr(net, 'head', v), *(('child module', 'head') if net is ours else ()))
+    assert isinstance(ours.head, tl.Linear) and list(ours.state_dict()) == list(theirs.state_dict())
+    for net, nn, m in ((ours, tl, tl), (theirs, torch.nn, TH)):
+        net.head = None
+        raises(TypeError, lambda: setattr(net, 'head', 3))
+        net.gain = None
+        for v in (2.0, make(m, np.ones(3, np.float32)), nn.ReLU()):
+            raises(TypeError, lambda: setattr(net, 'gain', v))
+    assert ours.head is None and ours.gain is None
+    assert list(ours.state_dict()) == list(theirs.state_dict()) and names(ours.named_children()) == \
+        names(theirs.named_children())
+    raises(TypeError, lambda: setattr(ours, 'head', 3), "child module 'head'", 'int', 'Net')
+    raises(TypeError, lambda: setattr(ours, 'gain', tl.ReLU()), "parameter 'gain'", 'ReLU')
+    for net, nn, m in ((ours, tl, tl), (theirs, torch.nn, TH)):
+        net.head = nn.Parameter(make(m, np.ones(2, np.float32)))   # a parameter's name now, placed last
+        net.gain = nn.Parameter(make(m, np.ones(3, np.float32)))   # where it was
+        net.block.scale = nn.Parameter(make(m, np.ones(3, np.float32)))   # a buffer's name: last among parameters
+        net.block.note = 'plain'
+        net.block.note = nn.ReLU()   # a plain attribute's name: last among submodules
+        net.block.bn = nn.Parameter(make(m, np.ones(1, np.float32)))
+    for listing in ('named_parameters', 'named_buffers', 'named_modules', 'named_children'):
+        assert names(getattr(ours, listing)()) == names(getattr(theirs, listing)()), listing
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    raises(TypeError, lambda: setattr(ours, 'head', tl.Linear(3, 2)), "parameter 'head'")
+    del ours.head
+    ours.head = 3   # del frees the name, as in PyTorch
+    assert ours.head == 3
+
+
 def test_dropout_module_checks_p_at_construction():
     """As PyTorch: Dropout(p) outside [0, 1] raises ValueError when made (it raised only at a training forward)."""
     need_torch()

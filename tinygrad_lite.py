@@ -3931,16 +3931,28 @@ class Module:
         self._non_persistent = set()   # buffers left out of the state dict
 
     def __setattr__(self, name, value):
+        """As torch.nn.Module's: a buffer's name takes a Tensor, a parameter's a Parameter, a submodule's a Module or a
+        Parameter, each None too (the name keeps its kind then, as PyTorch keeps the slot), a Parameter or a Module
+        any name, placed last among its kind where the name was of another (as PyTorch's registries order them)."""
         buffers = self.__dict__.get('_buffer_names', [])
-        if name in buffers:   # as PyTorch: a Parameter or a Module takes the name over, else a Tensor or None
-            if isinstance(value, (Parameter, Module)):
+        empty = self.__dict__.get('_empty_slots', {})   # name -> 'parameter' or 'child module', where set to None
+        old = self.__dict__.get(name)
+        kind = 'buffer' if name in buffers else 'parameter' if isinstance(old, Parameter) else \
+            'child module' if isinstance(old, Module) else empty.get(name)
+        new = 'parameter' if isinstance(value, Parameter) else 'child module' if isinstance(value, Module) else None
+        takes = {'buffer': ((Tensor, Module), 'tl.Tensor'), 'parameter': (Parameter, 'tl.Parameter'),
+                 'child module': ((Module, Parameter), 'tl.Module')}
+        if kind and value is not None and not isinstance(value, takes[kind][0]):
+            raise TypeError(f"cannot assign '{type(value).__name__}' as {kind} '{name}' of {type(self).__name__} "
+                            f"(a {takes[kind][1]} or None expected, as in PyTorch)")
+        if new and new != kind:
+            if kind == 'buffer':
                 buffers.remove(name)
-            elif value is not None and not isinstance(value, Tensor):
-                raise TypeError(f"cannot assign '{type(value).__name__}' as buffer '{name}' of {type(self).__name__} "
-                                "(a tl.Tensor or None expected, as in PyTorch)")
-        elif isinstance(self.__dict__.get(name), Parameter) and value is not None and not isinstance(value, Parameter):
-            raise TypeError(f"cannot assign '{type(value).__name__}' as parameter '{name}' of {type(self).__name__} "
-                            "(a tl.Parameter or None expected, as in PyTorch)")
+            self.__dict__.pop(name, None)
+        if value is None and kind in ('parameter', 'child module'):
+            self.__dict__.setdefault('_empty_slots', {})[name] = kind
+        else:
+            empty.pop(name, None)
         object.__setattr__(self, name, value)
 
     def forward(self, *args, **kwargs):
