@@ -4821,6 +4821,43 @@ def test_module_non_persistent_buffers_as_pytorch():
     theirs[0].register_buffer('mask', torch.tensor(mask))
     assert list(ours.state_dict()) == list(theirs.state_dict()) and '0.mask' in ours.state_dict()
 
+def test_module_delattr_as_pytorch():
+    """del of a buffer (persistent or not), a parameter, a submodule (held twice: under its other name it stays) or
+    a None slot removes it from every listing as torch.nn.Module's __delattr__ does: named_parameters, named_buffers,
+    named_modules and state_dict keys are PyTorch's after each deletion, state_dict loads both ways, and the name is
+    then free (a tensor assigned is no buffer); deleting a missing attribute raises AttributeError, changing
+    nothing."""
+    need_torch()
+    ours, theirs = build_shared_net(tl), build_shared_net(torch.nn)
+    perturb_torch(theirs, rng('delattr'))
+    ours.load_state_dict(theirs.state_dict())
+    for net, m in ((ours, tl), (theirs, TH)):
+        net.register_buffer('offset', make(m, np.ones(3, np.float32)), persistent=False)
+        net.head.bias = None
+    names = lambda pairs: [n for n, _ in pairs]
+    steps = [lambda net: delattr(net.block, 'scale'), lambda net: delattr(net, 'offset'),
+             lambda net: delattr(net, 'gain'), lambda net: delattr(net, 'block'), lambda net: delattr(net.head, 'bias'),
+             lambda net: delattr(net.body[2].fc, 'bias'), lambda net: delattr(net.body, '1')]
+    for k, step in enumerate(steps):
+        step(ours), step(theirs)
+        for listing in ('named_parameters', 'named_buffers', 'named_modules'):
+            assert names(getattr(ours, listing)()) == names(getattr(theirs, listing)()), (k, listing)
+        assert list(ours.state_dict()) == list(theirs.state_dict()), (k, list(ours.state_dict()))
+        assert all(np.array_equal(v, theirs.state_dict()[n].numpy()) for n, v in ours.state_dict().items()), k
+        assert ours.load_state_dict(theirs.state_dict()) == ([], [])
+        theirs.load_state_dict({n: torch.from_numpy(v) for n, v in ours.state_dict().items()})
+    before = list(ours.state_dict())
+    for net in (ours, theirs):
+        raises(AttributeError, lambda: delattr(net, 'gain'))
+        raises(AttributeError, lambda: delattr(net.body[1], 'scale'))   # the block, deleted above
+    assert list(ours.state_dict()) == before
+    for net, m in ((ours, tl), (theirs, TH)):
+        net.body[1].scale = make(m, np.ones(3, np.float32))   # a plain attribute now, as in PyTorch
+        net.body[1].register_buffer('offset', make(m, np.zeros(3, np.float32)))
+    assert names(ours.named_buffers()) == names(theirs.named_buffers()) and 'body.2.offset' in ours.state_dict()
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+
+
 def test_module_assignment_over_a_submodule_as_pytorch():
     """As torch.nn.Module's __setattr__: a value that is not a Module, a Parameter or None (a number, a tensor, a
     string) assigned over a submodule raises TypeError, changing nothing; None is taken and the name stays a

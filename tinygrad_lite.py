@@ -3955,6 +3955,15 @@ class Module:
             empty.pop(name, None)
         object.__setattr__(self, name, value)
 
+    def __delattr__(self, name):
+        """As torch.nn.Module's: a buffer, parameter or submodule deleted is gone from every listing (state_dict,
+        named_buffers, ...); the name is then free for any value."""
+        object.__delattr__(self, name)
+        if name in self.__dict__.get('_buffer_names', ()):
+            self._buffer_names.remove(name)
+            self._non_persistent.discard(name)
+        self.__dict__.get('_empty_slots', {}).pop(name, None)
+
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
 
