@@ -2299,6 +2299,83 @@ def test_sequential_takes_modules_or_an_ordered_dict_as_pytorch():
         raises(exc, lambda: tl.Sequential(collections.OrderedDict([(key, tl.ReLU())])), needle)
 
 
+def test_sequential_list_methods_as_pytorch():
+    """tl.Sequential's append, insert, extend, pop, item assignment and deletion (items and slices), +, +=, * and *=
+    as torch.nn.Sequential's, the same steps on both: the same modules in order under PyTorch's names (a deletion
+    renumbers every name '0', '1', ..., an OrderedDict's too; insert shifts the names from the index on; append names
+    by the count; item assignment keeps the name), parameter names, state dict keys, len, repr, return values, and
+    the output of the result. Bad input raises PyTorch's kind of error and changes nothing (a non-Module: TypeError,
+    PyTorch's insert an AssertionError; all of an extend checked first, where PyTorch adds those before)."""
+    need_torch()
+    sizes = [(2, 3), (3, 3), (3, 4), (4, 4), (4, 2), (2, 2), (2, 2)]
+    ours_layers, their_layers = [tl.Linear(*s) for s in sizes], [torch.nn.Linear(*s) for s in sizes]
+    for o, t in zip(ours_layers, their_layers):
+        o.load_state_dict(t.state_dict())
+    named = lambda nn, ls: collections.OrderedDict([('fc', ls[0]), ('act', (tl if nn is tl else nn).ReLU())])
+    ours, theirs = tl.Sequential(named(tl, ours_layers)), torch.nn.Sequential(named(torch.nn, their_layers))
+    steps = [('append', lambda m, ls: m.append(ls[1])),
+             ('extend', lambda m, ls: m.extend([ls[2], ls[3]])),
+             ('insert at the end', lambda m, ls: m.insert(len(m), ls[4])),
+             ('setitem', lambda m, ls: m.__setitem__(1, ls[5])),
+             ('setitem negative', lambda m, ls: m.__setitem__(-1, ls[4])),
+             ('del', lambda m, ls: m.__delitem__(1)),
+             ('insert', lambda m, ls: m.insert(1, ls[6])),
+             ('insert negative', lambda m, ls: m.insert(-2, ls[5])),
+             ('insert at 0', lambda m, ls: m.insert(0, ls[6])),
+             ('pop', lambda m, ls: m.pop(-1)),
+             ('pop slice', lambda m, ls: m.pop(slice(4, None))),
+             ('del slice', lambda m, ls: m.__delitem__(slice(0, 3, 2))),
+             ('+=', lambda m, ls: m.__iadd__(type(m)(ls[4], ls[5]))),
+             ('*=', lambda m, ls: m.__imul__(2))]
+    for what, step in steps:
+        got, want = step(ours, ours_layers), step(theirs, their_layers)
+        assert (got is ours) == (want is theirs) and (got is None) == (want is None), what
+        if isinstance(want, torch.nn.Sequential) and want is not theirs:
+            check_same_structure(got, want, f'{what}: returned')
+        elif want is not theirs and want is not None:   # a module popped
+            assert ours_layers.index(got) == their_layers.index(want), what
+        assert [ours_layers.index(m) if m in ours_layers else type(m).__name__ for m in ours] == \
+            [their_layers.index(m) if m in their_layers else type(m).__name__ for m in theirs], what
+        check_same_structure(ours, theirs, what)
+    head, head_t = tl.Sequential(ours_layers[4], ours_layers[5]), torch.nn.Sequential(their_layers[4], their_layers[5])
+    for what, a, b in (('+', ours + head, theirs + head_t), ('*', head * 3, head_t * 3),
+                       ('2 *', 2 * head, 2 * head_t)):
+        assert type(a) is tl.Sequential and list(a.children()) != [], what
+        check_same_structure(a, b, what)
+    x = sample(rng('sequential list methods'), (5, 3)).astype(np.float32)
+    body, body_t = tl.Sequential(*ours_layers[2:4]) * 1, torch.nn.Sequential(*their_layers[2:4]) * 1
+    assert_close((body + head)(tl.Tensor(x)), (body_t + head_t)(torch.tensor(x)), 1e-5, 1e-6, 'output')
+    fresh = lambda: torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+    ours = tl.Sequential(tl.Linear(2, 2), tl.ReLU())
+    state, children = list(ours.state_dict()), list(ours)
+    cases = [(TypeError, lambda m: m.append(3), ('int', "'2'")),
+             (TypeError, lambda m: m.extend([m[1], tl.relu if m is ours else torch.relu]), ('function',)),
+             (TypeError, lambda m: m.extend(3), ('iterable', 'int')),
+             (TypeError, lambda m: m.__setitem__(0, 2.5), ('float', "'0'")),
+             (TypeError, lambda m: m.__setitem__(slice(0, 1), m[0]), ('slice',)),
+             (IndexError, lambda m: m.__setitem__(2, m[0]), ('index 2',)),
+             (IndexError, lambda m: m.__delitem__(-3), ('index -3',)),
+             (IndexError, lambda m: m.pop(2), ('index 2',)),
+             (IndexError, lambda m: m.insert(3, m[0]), ('insert', '3')),
+             (IndexError, lambda m: m.insert(-3, m[0]), ('insert', '-3')),
+             (ValueError, lambda m: m + [m[0]], ('Sequential',)),
+             (ValueError, lambda m: m.__iadd__([m[0]]), ('Sequential',)),
+             (ValueError, lambda m: m * 0, ('Non-positive',)),
+             (TypeError, lambda m: m * 1.5, ('float',))]
+    for exc, call, needles in cases:
+        raises(exc, lambda: call(fresh()))
+        raises(exc, lambda: call(ours), *needles)
+        assert list(ours) == children and list(ours.state_dict()) == state, needles
+    raises(AssertionError, lambda: fresh().insert(0, 'relu'))
+    raises(TypeError, lambda: ours.insert(0, 'relu'), 'str')
+    pair = lambda nn: nn.Sequential(collections.OrderedDict([('fc', nn.Linear(2, 2)), ('act', nn.ReLU())]))
+    named = pair(tl)
+    raises(KeyError, lambda: pair(torch.nn).insert(0, torch.nn.ReLU()))
+    raises(KeyError, lambda: named.insert(0, tl.ReLU()), 'insert', "'1'")   # names that are no positions to shift
+    assert [n for n, _ in named.named_children()] == ['fc', 'act']
+    assert list(ours) == children and list(ours.state_dict()) == state
+
+
 def check_same_structure(ours, theirs, what):
     """ours (tl) and theirs (torch) hold the same tree: parameter and module names, state dict keys, len and repr."""
     names = lambda pairs: [n for n, _ in pairs]

@@ -4368,7 +4368,56 @@ class _Container(Module):
         return iter([m for _, m in self._items()])
 
 
-class Sequential(_Container):
+class _ModuleSequence(_Container):
+    """Sequential's and ModuleList's list methods, as PyTorch's (which the two share): item assignment keeps the
+    name, a deletion renumbers the rest '0', '1', ..., insert shifts the names from the index on by one, append and
+    extend name each new module by the count so far; each checks every module before any is added."""
+    def __setitem__(self, i, module):
+        items, i = self._items(), self._position(i)
+        items[i] = items[i][0], module
+        self._set_items(items)
+
+    def __delitem__(self, i):
+        items = self._items()
+        del items[i if isinstance(i, slice) else self._position(i)]
+        self._set_items((str(k), m) for k, (_, m) in enumerate(items))
+
+    def insert(self, index, module):
+        """Before position index (a negative one counts from the end, as a list's; beyond the ends is an error)."""
+        items, n, index = dict(self._items()), len(self), operator.index(index)
+        if not -n <= index <= n:
+            raise IndexError(f"{type(self).__name__}.insert: index {index} is out of range for {n} modules")
+        index += n if index < 0 else 0
+        try:   # PyTorch's shift, the names from index on being positions ('3' -> '4', ...)
+            for k in range(n, index, -1):
+                items[str(k)] = items[str(k - 1)]
+        except KeyError as e:
+            raise KeyError(f"{type(self).__name__}.insert: no module named {e} to shift (as PyTorch's insert, it "
+                           f"renames the modules from position {index} on by number)") from None
+        items[str(index)] = module
+        self._set_items(items.items())
+        return self
+
+    def append(self, module):
+        return self.extend([module])
+
+    def extend(self, modules):
+        if not isinstance(modules, collections.abc.Iterable):
+            raise TypeError(f"{type(self).__name__}.extend should be called with an iterable, but got "
+                            f"{type(modules).__name__}")
+        items = dict(self._items())
+        for m in modules:
+            items[str(len(items))] = m
+        self._set_items(items.items())
+        return self
+
+    def pop(self, i):
+        module = self[i]
+        del self[i]
+        return module
+
+
+class Sequential(_ModuleSequence):
     """Submodules named '0', '1', ..., or by the names of one OrderedDict of modules, as in PyTorch."""
     def __init__(self, *modules):
         super().__init__()
@@ -4383,61 +4432,52 @@ class Sequential(_Container):
             return type(self)(collections.OrderedDict(self._items()[i]))
         return self._items()[self._position(i)][1]
 
+    def _joined(self, other):   # as PyTorch's + and +=: another Sequential only
+        if not isinstance(other, Sequential):
+            raise ValueError(f"add operator supports only objects of Sequential class, but {type(other)} is given.")
+        return other
+
+    def __add__(self, other):
+        return Sequential(*self, *self._joined(other))
+
+    def __iadd__(self, other):
+        return self.extend(self._joined(other))
+
+    def __mul__(self, count):   # as PyTorch's: the modules themselves, repeated, numbered afresh
+        if not isinstance(count, int):
+            raise TypeError(f"unsupported operand type(s) for *: {type(self)} and {type(count)}")
+        if count <= 0:
+            raise ValueError(f"Non-positive multiplication factor {count} for {type(self)}")
+        return Sequential(*list(self) * count)
+
+    __rmul__ = __mul__
+
+    def __imul__(self, count):
+        return self.extend(list(self * count)[len(self):])
+
     def forward(self, x):
         for m in self:
             x = m(x)
         return x
 
 
-class ModuleList(_Container):
+class ModuleList(_ModuleSequence):
     """A list of modules named '0', '1', ... (renumbered after an insertion or a deletion), as PyTorch's; no forward."""
     def __init__(self, modules=None):
         super().__init__()
         if modules is not None:
             self.extend(modules)
 
-    def _renumber(self, modules):
-        self._set_items((str(i), m) for i, m in enumerate(modules))
-
     def __getitem__(self, i):
         return type(self)(list(self)[i]) if isinstance(i, slice) else list(self)[self._position(i)]
 
-    def __setitem__(self, i, module):
-        modules = list(self)
-        modules[self._position(i)] = module
-        self._renumber(modules)
+    def insert(self, index, module):   # (returning None, as PyTorch's; Sequential's returns itself)
+        super().insert(index, module)
 
-    def __delitem__(self, i):
-        modules = list(self)
-        del modules[i if isinstance(i, slice) else self._position(i)]
-        self._renumber(modules)
-
-    def insert(self, index, module):
-        """Before position index (a negative one counts from the end, as a list's; beyond the ends is an error)."""
-        modules, index = list(self), operator.index(index)
-        if not -len(modules) <= index <= len(modules):
-            raise IndexError(f"ModuleList.insert: index {index} is out of range for {len(modules)} modules")
-        modules.insert(index, module)
-        self._renumber(modules)
-
-    def append(self, module):
-        return self.extend([module])
-
-    def extend(self, modules):
-        if not isinstance(modules, collections.abc.Iterable):
-            raise TypeError(f"ModuleList.extend should be called with an iterable, but got {type(modules).__name__}")
-        self._renumber(list(self) + list(modules))
-        return self
-
-    __iadd__ = extend
+    __iadd__ = _ModuleSequence.extend
 
     def __add__(self, other):
         return ModuleList(list(self) + list(other))
-
-    def pop(self, i):
-        module = self[i]
-        del self[i]
-        return module
 
     def _child_reprs(self):   # as PyTorch's: a run of equal children shown once, as '(i-j): n x child'
         lines, i = [], 0
