@@ -2863,9 +2863,12 @@ OPTIMS = [
     ('adam_weight_decay', 'Adam', dict(lr=0.01, weight_decay=0.1), None),
     ('adamw', 'AdamW', dict(lr=0.01), None),
     ('adamw_weight_decay', 'AdamW', dict(lr=0.01, weight_decay=0.3), None),
+    ('adam_decoupled', 'Adam', dict(lr=0.01, weight_decay=0.3, decoupled_weight_decay=True), None),
     ('sgd_groups', 'SGD', dict(lr=0.1, momentum=0.9), [('0.', {}), ('2.', {'lr': 0.01, 'weight_decay': 0.05})]),
     ('adam_groups', 'Adam', dict(lr=0.01), [('0.', {'lr': 0.05}), ('2.', {'betas': (0.5, 0.9)})]),
     ('adamw_groups', 'AdamW', dict(lr=0.01), [('0.', {'weight_decay': 0.0}), ('2.', {'lr': 0.03})]),
+    ('adam_decoupled_groups', 'Adam', dict(lr=0.01, weight_decay=0.2),
+     [('0.', {'decoupled_weight_decay': True}), ('2.', {'lr': 0.03})]),
 ]
 
 
@@ -4748,40 +4751,82 @@ def test_optim_pytorch_state_dict_options_and_checks():
     raises(TypeError, lambda: tl.SGD([np.ones(2)], lr=0.1), 'tensors')
 
 
+def torch_optim_state(sd):
+    """tinygrad_lite's optimizer state dict (NumPy arrays) as torch.optim's load_state_dict takes it (tensors)."""
+    return {'state': {i: {k: torch.tensor(v) for k, v in st.items()} for i, st in sd['state'].items()},
+            'param_groups': [dict(g) for g in sd['param_groups']]}
+
+
 def test_optim_pytorch_adam_and_adamw_state_dicts():
-    """torch.optim.AdamW's state dict (its groups carry decoupled_weight_decay=True) loads into tl.AdamW, Adam's (False)
-    into tl.Adam, and the steps after are PyTorch's; each into the other class is refused with the state unchanged,
-    and so is a constructor's group with the other value."""
+    """decoupled_weight_decay as torch.optim's: a group option that Adam's and AdamW's state dicts carry (AdamW's
+    True). Each of torch.optim.Adam's and AdamW's state dicts loads into tl.Adam and tl.AdamW and the steps after are
+    those of the torch.optim class that loaded it: Adam takes the saved option (an AdamW dict makes it decoupled),
+    AdamW is always decoupled, a group saved without the option (older PyTorch) loads it False into Adam; ours load
+    into torch.optim's the same way and step on as they do. A constructor's group may set it either way in both. A
+    value that is not a bool raises TypeError; SGD (which has no such option) refuses True, changing nothing."""
     need_torch()
     r = rng('optim_adamw_torch_sd')
     w0, grads = r.standard_normal((3, 4)), [r.standard_normal((3, 4)) for _ in range(6)]
-    for name, other in (('AdamW', 'Adam'), ('Adam', 'AdamW')):
-        wt = torch.nn.Parameter(torch.tensor(w0))
-        ot = getattr(torch.optim, name)([wt], lr=0.05, betas=(0.8, 0.95), weight_decay=0.1)
-        for g in grads[:3]:
-            wt.grad = torch.tensor(g)
-            ot.step()
-        w = tl.Parameter(wt.detach().numpy().copy())
-        ours = getattr(tl, name)([w], lr=0.5)   # the options come with the state dict
-        ours.load_state_dict(ot.state_dict())
-        for g in grads[3:]:
-            wt.grad, w.grad = torch.tensor(g), tl.Tensor(g)
-            ot.step()
-            ours.step()
-        assert_close(w, wt, 1e-12, 1e-12, f'{name} continued from a PyTorch state dict')
-        refusing = getattr(tl, other)([tl.Parameter(w0.copy())], lr=0.5)
-        before = flat_values(refusing.state_dict())
-        raises(ValueError, lambda: refusing.load_state_dict(ot.state_dict()),
-               f'decoupled_weight_decay={name == "AdamW"}')
-        after = flat_values(refusing.state_dict())
-        assert [k for k, _ in after] == [k for k, _ in before] and all(np.array_equal(a, b) for (_, a), (_, b) in
-                                                                       zip(after, before)), 'a refused load changed it'
+    for saver in ('AdamW', 'Adam'):
+        for loader in ('AdamW', 'Adam'):
+            for drop in (False, True):   # drop: the option left out of the saved groups, as older PyTorch saved them
+                wt = torch.nn.Parameter(torch.tensor(w0))
+                ot = getattr(torch.optim, saver)([wt], lr=0.05, betas=(0.8, 0.95), weight_decay=0.1)
+                for g in grads[:3]:
+                    wt.grad = torch.tensor(g)
+                    ot.step()
+                saved = ot.state_dict()
+                if drop:
+                    saved['param_groups'] = [{k: v for k, v in g.items() if k != 'decoupled_weight_decay'}
+                                             for g in saved['param_groups']]
+                w, wl = tl.Parameter(wt.detach().numpy().copy()), torch.nn.Parameter(wt.detach().clone())
+                ours = getattr(tl, loader)([w], lr=0.5)   # the options come with the state dict
+                theirs = getattr(torch.optim, loader)([wl], lr=0.5)
+                ours.load_state_dict(saved)
+                theirs.load_state_dict(saved)
+                what = f'{saver} saved{" without the option" if drop else ""}, {loader} loaded'
+                option = lambda opt: opt.param_groups[0]['decoupled_weight_decay']
+                assert option(ours) == option(theirs), what
+                for g in grads[3:]:
+                    wl.grad, w.grad = torch.tensor(g), tl.Tensor(g)
+                    theirs.step()
+                    ours.step()
+                assert_close(w, wl, 1e-12, 1e-12, what)
+                wb = torch.nn.Parameter(torch.tensor(w.numpy().copy()))   # ours saved, loaded into torch.optim's
+                back = getattr(torch.optim, saver)([wb], lr=0.5)
+                back.load_state_dict(torch_optim_state(ours.state_dict()))
+                decoupled = saver == 'AdamW' or ours.param_groups[0]['decoupled_weight_decay']
+                assert back.param_groups[0]['decoupled_weight_decay'] == decoupled, what
+                if back.param_groups[0]['decoupled_weight_decay'] == ours.param_groups[0]['decoupled_weight_decay']:
+                    for g in grads[:2]:
+                        wb.grad, w.grad = torch.tensor(g), tl.Tensor(g)
+                        back.step()
+                        ours.step()
+                    assert_close(w, wb, 1e-12, 1e-12, f'{what}, saved again and loaded into torch.optim.{saver}')
+    for cls in ('Adam', 'AdamW'):
+        for flag in (True, False):
+            p, pt = tl.Parameter(w0.copy()), torch.nn.Parameter(torch.tensor(w0))
+            ours = getattr(tl, cls)([{'params': [p], 'decoupled_weight_decay': flag}], lr=0.05, weight_decay=0.2)
+            theirs = getattr(torch.optim, cls)([{'params': [pt], 'decoupled_weight_decay': flag}], lr=0.05,
+                                               weight_decay=0.2)
+            assert ours.param_groups[0]['decoupled_weight_decay'] is flag
+            assert ours.defaults['decoupled_weight_decay'] == theirs.defaults['decoupled_weight_decay'] == \
+                (cls == 'AdamW')
+            for g in grads:
+                p.grad, pt.grad = tl.Tensor(g), torch.tensor(g)
+                ours.step()
+                theirs.step()
+            assert_close(p, pt, 1e-12, 1e-12, f'{cls} with a group decoupled_weight_decay={flag}')
     p = tl.Parameter(np.ones(2))
-    assert tl.AdamW([{'params': [p], 'decoupled_weight_decay': True}]).param_groups[0]['decoupled_weight_decay']
-    tl.Adam([{'params': [p], 'decoupled_weight_decay': False}])
-    for cls, flag in ((tl.Adam, True), (tl.AdamW, False)):
-        raises(ValueError, lambda: cls([{'params': [p], 'decoupled_weight_decay': flag}]),
-               f'decoupled_weight_decay={flag}')
+    raises(TypeError, lambda: tl.Adam([p], decoupled_weight_decay='yes'), 'bool', "'yes'")
+    raises(TypeError, lambda: tl.Adam([{'params': [p], 'decoupled_weight_decay': 1}]), 'bool')
+    raises(TypeError, lambda: tl.AdamW([p], decoupled_weight_decay=True))   # as torch.optim.AdamW: no such argument
+    raises(ValueError, lambda: tl.SGD([{'params': [p], 'decoupled_weight_decay': True}], lr=0.1),
+           'decoupled_weight_decay=True')
+    sgd, adamw = tl.SGD([p], lr=0.1, momentum=0.9), tl.AdamW([tl.Parameter(np.ones(2))])
+    before = sgd.state_dict()
+    raises(ValueError, lambda: sgd.load_state_dict(adamw.state_dict()), 'decoupled_weight_decay=True')
+    assert sgd.state_dict() == before
 
 
 def test_module_parameter_assignment_and_batchnorm_old_state_dict():

@@ -4663,7 +4663,6 @@ class Optimizer:
     """Parameter groups, per-parameter state, and a step() that checks every gradient and state before it changes
     anything. As torch.optim's, `state` maps each parameter (the tensor itself) to a dict of tensors."""
     state_keys = ()   # what the state of a parameter holds once it is not empty
-    decoupled_weight_decay = False   # AdamW's weight decay (torch.optim's groups carry it as an option)
 
     def __init__(self, params, defaults):
         params = list(params)
@@ -4672,7 +4671,7 @@ class Optimizer:
         groups = params if isinstance(params[0], dict) else [{'params': params}]
         self.defaults, self.param_groups, self.state = defaults, [], collections.defaultdict(dict)
         # as torch.optim: the constructor's options, even where every group has its own
-        _check_options(defaults, self.decoupled_weight_decay)
+        _check_options(defaults, defaults)
         seen = set()
         for g in groups:
             given = g['params']
@@ -4686,7 +4685,7 @@ class Optimizer:
             if ids & seen:
                 raise ValueError("some parameters appear in more than one parameter group")
             seen |= ids
-            _check_options(group, self.decoupled_weight_decay)
+            _check_options(group, defaults)
             self.param_groups.append(group)
 
     def zero_grad(self, set_to_none=True):
@@ -4762,7 +4761,7 @@ class Optimizer:
                         Tensor(_as_array(v).astype(p.dtype), device=p.device) for k, v in s.items() if v is not None}
             self._check_state(i, p, state[p])
         for saved in groups:
-            _check_options(saved, self.decoupled_weight_decay)
+            _check_options(saved, self.defaults)
         for group, saved in zip(self.param_groups, groups):
             group.update({k: (tuple(v) if isinstance(v, list) else v) for k, v in saved.items() if k != 'params'})
         self.state = state
@@ -4772,16 +4771,16 @@ class Optimizer:
 _UNSUPPORTED_OPTIONS = ('amsgrad', 'maximize', 'foreach', 'capturable', 'differentiable', 'fused')
 
 
-def _check_options(group, decoupled):
-    """ValueError, with torch.optim's message, for a hyperparameter out of its range, for a torch.optim option these
-    updates do not implement set to anything but its off value (a loaded PyTorch state dict may carry them), and for
-    decoupled_weight_decay other than `decoupled`, what the optimizer does (torch.optim.AdamW's groups carry True)."""
-    for key in _UNSUPPORTED_OPTIONS:
+def _check_options(group, defaults):
+    """ValueError, with torch.optim's message, for a hyperparameter out of its range, and for a torch.optim option
+    these updates do not implement set to anything but its off value (a loaded PyTorch state dict may carry them):
+    decoupled_weight_decay too where the optimizer's defaults lack it (SGD's); where they have it (Adam's), a bool."""
+    has_decoupling = 'decoupled_weight_decay' in defaults
+    for key in _UNSUPPORTED_OPTIONS + (() if has_decoupling else ('decoupled_weight_decay',)):
         if group.get(key):
             raise ValueError(f"optimizer option {key}={group[key]!r} is not supported (only its default, off)")
-    if group.get('decoupled_weight_decay', decoupled) != decoupled:
-        raise ValueError(f"optimizer option decoupled_weight_decay={group['decoupled_weight_decay']!r} is not "
-                         f"supported here (only {decoupled}: AdamW's weight decay is decoupled, Adam's and SGD's not)")
+    if not isinstance(group.get('decoupled_weight_decay', False), (bool, np.bool_)):
+        raise TypeError(f"decoupled_weight_decay must be a bool, got {group['decoupled_weight_decay']!r}")
     for key, what in (('lr', 'learning rate'), ('momentum', 'momentum value'), ('eps', 'epsilon value'),
                       ('weight_decay', 'weight_decay value')):
         if key in group and not 0 <= group[key]:
@@ -4848,10 +4847,21 @@ class SGD(Optimizer):
 
 
 class Adam(Optimizer):
+    """torch.optim.Adam's update; with decoupled_weight_decay (a group's option, as torch's) AdamW's."""
     state_keys = ('step', 'exp_avg', 'exp_avg_sq')
+    always_decoupled = False   # AdamW's: True
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
+                 decoupled_weight_decay=False):
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                                      decoupled_weight_decay=decoupled_weight_decay))
+
+    def load_state_dict(self, state_dict):
+        """As torch.optim's: a group saved without decoupled_weight_decay (older PyTorch) loads it False into Adam;
+        AdamW's groups load it True whatever was saved."""
+        groups = [{**g, 'decoupled_weight_decay': self.always_decoupled or g.get('decoupled_weight_decay', False)}
+                  for g in state_dict['param_groups']]
+        super().load_state_dict({**state_dict, 'param_groups': groups})
 
     def _update(self, p, g, group, state):
         xp, (beta1, beta2), lr, decay = _xp(p), group['betas'], _rate(group), group['weight_decay']
@@ -4860,7 +4870,7 @@ class Adam(Optimizer):
                          exp_avg_sq=Tensor(xp.zeros_like(p)))
         state['step'].data += 1
         f = _wide   # torch.optim's ops in torch's float16 arithmetic: each result rounds once to float16
-        if decay and self.decoupled_weight_decay:
+        if decay and group['decoupled_weight_decay']:
             xp.multiply(f(p), 1 - lr * decay, out=p)
         elif decay:
             g = _add(g, p, decay)
@@ -4876,10 +4886,10 @@ class Adam(Optimizer):
 
 
 class AdamW(Adam):
-    decoupled_weight_decay = True
+    always_decoupled = True
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
-        super().__init__(params, lr, betas, eps, weight_decay)
+        super().__init__(params, lr, betas, eps, weight_decay, decoupled_weight_decay=True)
 
 
 # Gradient clipping, as torch.nn.utils': in place on the gradients, between backward() and step(). Nothing here
