@@ -1097,6 +1097,33 @@ def test_float16_var_accumulates_in_float32():
     assert_close(x.grad, p.grad, 1e-3, 1e-6)
 
 
+def test_var_std_unbiased_as_pytorch():
+    """PyTorch's unbiased (True: correction 1, False: 0) by keyword, with dim= and keepdim=, and alone as the first
+    argument (var(False): PyTorch's var(unbiased) overload; a bool was read as axis 0 or 1): values and float64
+    gradients against PyTorch; unbiased with correction, or not a bool, raises TypeError as PyTorch does. A second
+    positional argument stays keepdim (the interface's order), where PyTorch's var(dim, unbiased) reads unbiased."""
+    need_torch()
+    x0 = sample(rng('var unbiased'), (3, 4))
+    for f in (lambda t: t.var(False), lambda t: t.std(True), lambda t: t.var(unbiased=False),
+              lambda t: t.std(dim=1, unbiased=False, keepdim=True), lambda t: t.var(0, unbiased=True),
+              lambda t: t.std(None, unbiased=False), lambda t: t.var(dim=(0, 1), unbiased=False)):
+        outs = []
+        for m in (tl, torch):
+            x = m.tensor(x0, requires_grad=True)
+            out = f(x)
+            (out * m.tensor(upstream(0, tuple(out.shape)))).sum().backward()
+            outs.append((out, x.grad))
+        (got, grad), (want, grad_t) = outs
+        assert got.shape == tuple(want.shape)
+        assert_close(got, want, 1e-12, 1e-12)
+        assert_close(grad, grad_t, 1e-12, 1e-12)
+    for f in (lambda t: t.var(0, unbiased=True, correction=0), lambda t: t.std(unbiased=1),
+              lambda t: t.var(True, unbiased=False)):
+        raises(TypeError, lambda: f(torch.tensor(x0)))
+        raises(TypeError, lambda: f(tl.tensor(x0)), 'unbiased')
+    assert tl.tensor(x0).var(0, True).shape == (1, 4) and torch.tensor(x0).var(0, True).shape == (4,)
+
+
 def test_min_minimum_integer_and_bool_like_torch():
     """min and minimum without negation, which wraps unsigned and the smallest signed integers and fails on bool."""
     need_torch()

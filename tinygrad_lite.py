@@ -3350,7 +3350,18 @@ class Tensor:
         return self._extreme(True, axis, keepdim, dim)
 
     @_aliases(dim='axis')
-    def var(self, axis=None, keepdim=False, correction=1):
+    def var(self, axis=None, keepdim=False, correction=None, *, unbiased=None):
+        """The variance over axis with `correction` (default 1), or PyTorch's unbiased (True: 1, False: 0) by keyword
+        or alone (var(False): PyTorch's var(unbiased), a bool being no axis). A second positional argument is keepdim,
+        in the interface's order (PyTorch's var(dim, unbiased, keepdim) reads it as unbiased: pass unbiased=)."""
+        if isinstance(axis, (bool, np.bool_)):
+            axis, unbiased = None, axis if unbiased is None else 'given twice'
+        if unbiased is not None:
+            if correction is not None or not isinstance(unbiased, (bool, np.bool_)):
+                raise TypeError(f"var/std: unbiased must be one bool, given without correction (as PyTorch's); got "
+                                f"unbiased={unbiased!r}, correction={correction!r}")
+            correction = int(unbiased)
+        correction = 1 if correction is None else correction
         _need_float(self, 'var')
         if self.dtype == np.float16:   # in float32, as PyTorch: the squares overflow float16 long before the variance
             return self.float().var(axis, keepdim, correction).half()
@@ -3361,8 +3372,8 @@ class Tensor:
         return Sum.apply(centred * centred, axes=axes, keepdim=keepdim, scale=scale)
 
     @_aliases(dim='axis')
-    def std(self, axis=None, keepdim=False, correction=1):
-        variance = self.var(axis, keepdim, correction)
+    def std(self, axis=None, keepdim=False, correction=None, *, unbiased=None):
+        variance = self.var(axis, keepdim, correction, unbiased=unbiased)
         nonzero = variance != 0   # as PyTorch: 0, not NaN (0 * inf from sqrt), the gradient where the variance is 0
         return where(nonzero, where(nonzero, variance, 1).sqrt(), 0)
 
