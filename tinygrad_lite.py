@@ -256,6 +256,7 @@ def _axes(axis, ndim):
 
 _KIND_RANK = {'b': 0, 'u': 1, 'i': 1, 'f': 2}
 _NUMBERS = (bool, int, float, np.generic)   # Python numbers, and NumPy scalars treated as they are
+_ARRAYS = (np.ndarray,) if cp is None else (np.ndarray, cp.ndarray)
 
 
 def _promote(*dtypes, divide=False):
@@ -969,13 +970,16 @@ class Div(Function):
 class Pow(Function):
     def forward(self, a, b):
         xp, self.a, self.b = _xp(a), a, b
+        if a.dtype == np.bool_:   # (NumPy would give int8)
+            raise TypeError("**: not defined for two bool operands (as in PyTorch)")
         if a.dtype.kind == 'i' and (b < 0).any():   # as PyTorch: 1 / a^|b| truncated (NumPy refuses negative powers)
             reciprocal = xp.where(a == 1, 1, xp.where(a == -1, 1 - 2 * (b % 2 != 0), 0))
-            self.out = xp.where(b >= 0, a ** xp.where(b >= 0, b, 0), reciprocal).astype(a.dtype)
+            out = xp.where(b >= 0, a ** xp.where(b >= 0, b, 0), reciprocal).astype(a.dtype)
         else:
-            self.out = a ** b
-        self.saves_output = self.needs_grad[1]   # the exponent's gradient reads the output
-        return self.out
+            out = a ** b
+        self.saves_output = self.needs_grad[1]   # the exponent's gradient reads the output (kept for it alone)
+        self.out = out if self.saves_output else None
+        return out
 
     def backward(self, g):
         # PyTorch's masks: no gradient for a where b == 0 (b a^(b-1) at a == 0 would be 0 * inf), none for b
@@ -1057,7 +1061,8 @@ class MatMul(Function):
         return da, db
 
 
-_INPLACE_OPS = {'add': Add, 'subtract': Sub, 'multiply': Mul, 'divide': Div}   # Tensor._inplace's ufunc -> op
+# Tensor._inplace's op -> the NumPy ufunc that updates in place where the dtypes allow (%=, //= and **= have none)
+_INPLACE_UFUNCS = {operator.add: 'add', operator.sub: 'subtract', operator.mul: 'multiply', operator.truediv: 'divide'}
 
 
 # ================================================================ primitive ops: reduce
@@ -3109,13 +3114,25 @@ class Tensor:
             return Tensor._wrap(np.asarray(other).astype(dtype)[()], self.device)
         return Tensor(other, device=self.device)
 
+    def _no_bool_subtraction(self, other):
+        """As PyTorch: no - of a bool tensor or a Python bool, with its messages (~ or ^ is what such code means)."""
+        bools = self.dtype == np.bool_, isinstance(other, bool) or isinstance(other, Tensor) and other.dtype == bool
+        if all(bools):
+            raise TypeError("Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or "
+                            "`logical_xor()` operator instead (as in PyTorch).")
+        if any(bools):
+            raise TypeError("Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to "
+                            "invert a mask, use the `~` or `logical_not()` operator instead (as in PyTorch).")
+
     def _binary(self, fn, other, reflected=False, **params):
-        remainder = fn is Remainder and not params.get('floor')
-        if isinstance(other, _NUMBERS) and (self.dtype == np.float16 and not remainder or
+        if fn is Sub:
+            self._no_bool_subtraction(other)
+        rounds = fn is Pow or fn is Remainder and not params.get('floor')
+        if isinstance(other, _NUMBERS) and (self.dtype == np.float16 and not rounds or
                                             fn is Div and self.dtype.kind != 'f'):
-            # as PyTorch: float16 meets a Python number in float32 and rounds the result once (but for %, which
-            # rounds the number to float16 first), and an integer tensor is divided by one in float32 (not by the
-            # number cast to the tensor's dtype)
+            # as PyTorch: float16 meets a Python number in float32 and rounds the result once (but for % and **,
+            # which round the number to float16 first), and an integer tensor is divided by one in float32 (not by
+            # the number cast to the tensor's dtype)
             out = self.float()._binary(fn, other, reflected, **params)
             return out.half() if self.dtype == np.float16 else out
         other = self._operand(other)
@@ -3124,10 +3141,11 @@ class Tensor:
         if a.dtype == b.dtype and not (fn is Div and a.dtype.kind != 'f'):
             return fn.apply(a, b, **params)
         common = _result_dtype(a, b, divide=fn is Div)
-        if common == np.float16:   # as PyTorch, an integer or bool operand (any one of % and //) is rounded to
+        if common == np.float16:   # as PyTorch, an integer or bool operand (any one of %, // and **) is rounded to
             # float16 first, but a one-element one after * or / (PyTorch's CPU scalar there) meets it in float32
             scalar = fn in (Mul, Div) and b.numel() == 1
-            keep = lambda t: t.dtype == common or t is b and scalar or t.dtype.kind == 'f' and fn is not Remainder
+            rounded = fn in (Remainder, Pow)
+            keep = lambda t: t.dtype == common or t is b and scalar or t.dtype.kind == 'f' and not rounded
             a, b = (t if keep(t) else t.to(common) for t in (a, b))
         compute = _opmath(common)   # float16 meets a wider 0-d operand in float32
         return fn.apply(a.to(compute), b.to(compute), **params).to(common)
@@ -3144,6 +3162,8 @@ class Tensor:
     def __pow__(self, other):
         if self.dtype.kind in 'biu' and isinstance(other, (int, np.integer)) and other < 0:   # NumPy would wrap it
             raise RuntimeError(f"{self.dtype} tensor ** {other}: integers to negative integer powers are not allowed")
+        if self.dtype == np.bool_ and isinstance(other, bool):   # as PyTorch: x ** True is x, x ** False all True
+            return Tensor._wrap(self.data.copy() if other else _xp(self.data).ones_like(self.data), self.device)
         return self._binary(Pow, other)
 
     __rpow__ = lambda self, o: self._binary(Pow, o, True)
@@ -3151,7 +3171,13 @@ class Tensor:
     __rmod__ = lambda self, o: self._binary(Remainder, o, True)
     __floordiv__ = lambda self, o: self._binary(Remainder, o, floor=True)
     __rfloordiv__ = lambda self, o: self._binary(Remainder, o, True, floor=True)
-    __neg__ = lambda self: Neg.apply(self)
+
+    def __neg__(self):
+        if self.dtype == np.bool_:
+            raise TypeError("Negation, the `-` operator, on a bool tensor is not supported. If you are trying to "
+                            "invert a mask, use the `~` or `logical_not()` operator instead (as in PyTorch).")
+        return Neg.apply(self)
+
     __abs__ = lambda self: self.abs()
 
     def __pos__(self):
@@ -3177,11 +3203,15 @@ class Tensor:
     __rmatmul__ = lambda self, o: self._operand(o).__matmul__(self)
     matmul = __matmul__
 
-    def _inplace(self, ufunc, other):
-        given = other
+    def _inplace(self, op, other):
+        """self op= other (op: operator.add, sub, mul, truediv, mod, floordiv or pow), as PyTorch's in-place ops: the
+        result in the tensor's dtype (refused where its type is of a higher kind), recorded where autograd records."""
+        given, ufunc = other, _INPLACE_UFUNCS.get(op)
+        if op is operator.sub:
+            self._no_bool_subtraction(other)
         number = other if isinstance(other, _NUMBERS) and self.dtype == np.float16 else None   # not rounded first
         other = self._operand(other)
-        result = _result_dtype(self, other, divide=ufunc == 'divide')
+        result = _result_dtype(self, other, divide=op is operator.truediv)
         if _KIND_RANK[result.kind] > _KIND_RANK[self.dtype.kind]:
             raise TypeError(f"in-place op: result type {result} can't be cast to the tensor's dtype {self.dtype}")
         if other.device != self.device:
@@ -3189,14 +3219,16 @@ class Tensor:
         if _check_broadcast('in-place op', self.shape, other.shape) != self.shape:
             raise ValueError(f"in-place op: shape {other.shape} cannot update a tensor of shape {self.shape}")
         if _GradMode.enabled and (self._requires_grad or other._requires_grad):   # refuses an expanded tensor too
-            return self._recorded_update('op', lambda before: before._binary(
-                _INPLACE_OPS[ufunc], before if given is self else given).to(self.dtype))
+            return self._recorded_update('op', lambda before: op(before, before if given is self else given).to(
+                self.dtype))
         self._refuse_expanded('op')
-        if other.dtype == self.dtype and number is None:
+        if ufunc is None:   # %, //, **: the op's own result (its checks: integer division by zero, negative powers)
+            self.data[...] = op(self, given).data
+        elif other.dtype == self.dtype and number is None:
             getattr(_xp(self.data), ufunc)(self.data, other.data, out=self.data)
         else:   # as PyTorch: both operands in the result's arithmetic dtype, rounded once into the tensor's
             compute = _opmath(result)
-            scalar = other.numel() == 1 and ufunc in ('multiply', 'divide')   # integers rounded first as in _binary
+            scalar = other.numel() == 1 and op in (operator.mul, operator.truediv)   # as in _binary
             rounded = other.data if other.dtype.kind == 'f' or scalar else other.data.astype(result)
             operand = compute.type(number) if number is not None else rounded.astype(compute)
             self.data[...] = getattr(_xp(self.data), ufunc)(self.data.astype(compute), operand)
@@ -3240,10 +3272,13 @@ class Tensor:
             raise RuntimeError(f"in-place {what}: more than one element of the written-to tensor refers to a single "
                                "memory location (an expanded tensor): clone() it first")
 
-    __iadd__ = lambda self, o: self._inplace('add', o)
-    __isub__ = lambda self, o: self._inplace('subtract', o)
-    __imul__ = lambda self, o: self._inplace('multiply', o)
-    __itruediv__ = lambda self, o: self._inplace('divide', o)
+    __iadd__ = lambda self, o: self._inplace(operator.add, o)
+    __isub__ = lambda self, o: self._inplace(operator.sub, o)
+    __imul__ = lambda self, o: self._inplace(operator.mul, o)
+    __itruediv__ = lambda self, o: self._inplace(operator.truediv, o)
+    __imod__ = lambda self, o: self._inplace(operator.mod, o)
+    __ifloordiv__ = lambda self, o: self._inplace(operator.floordiv, o)
+    __ipow__ = lambda self, o: self._inplace(operator.pow, o)
 
     def _untracked(self, what, op, other, integral=False):
         """op(self, other), no gradient, on both operands in the dtype PyTorch computes in, _result_dtype's (int32 ==
@@ -3258,13 +3293,19 @@ class Tensor:
         a, b = (t.data.astype(common, copy=False) for t in (self, other))
         return Tensor._wrap(op(a, b), self.device)
 
-    __gt__ = lambda self, o: self._untracked('comparison', lambda a, b: a > b, o)
-    __ge__ = lambda self, o: self._untracked('comparison', lambda a, b: a >= b, o)
-    __lt__ = lambda self, o: self._untracked('comparison', lambda a, b: a < b, o)
-    __le__ = lambda self, o: self._untracked('comparison', lambda a, b: a <= b, o)
-    # (t == None is False, as PyTorch's: NotImplemented lets Python compare identities)
-    __eq__ = lambda self, o: NotImplemented if o is None else self._untracked('comparison', lambda a, b: a == b, o)
-    __ne__ = lambda self, o: NotImplemented if o is None else self._untracked('comparison', lambda a, b: a != b, o)
+    def _compare(self, op, other):
+        """op(self, other), a bool tensor, where other is a tensor, a number or an array. As PyTorch's, anything else
+        (None, a str, a list) is NotImplemented: Python then makes == False, != True and < a TypeError."""
+        if not isinstance(other, (Tensor,) + _ARRAYS + _NUMBERS):
+            return NotImplemented
+        return self._untracked('comparison', op, other)
+
+    __gt__ = lambda self, o: self._compare(operator.gt, o)
+    __ge__ = lambda self, o: self._compare(operator.ge, o)
+    __lt__ = lambda self, o: self._compare(operator.lt, o)
+    __le__ = lambda self, o: self._compare(operator.le, o)
+    __eq__ = lambda self, o: self._compare(operator.eq, o)
+    __ne__ = lambda self, o: self._compare(operator.ne, o)
     __hash__ = object.__hash__
     __and__ = __rand__ = lambda self, o: self._untracked('&', lambda a, b: a & b, o, integral=True)
     __or__ = __ror__ = lambda self, o: self._untracked('|', lambda a, b: a | b, o, integral=True)
@@ -3355,7 +3396,18 @@ class Tensor:
         return self._extreme(True, axis, keepdim, dim)
 
     @_aliases(dim='axis')
-    def var(self, axis=None, keepdim=False, correction=1):
+    def var(self, axis=None, keepdim=False, correction=None, *, unbiased=None):
+        """The variance over axis with `correction` (default 1), or PyTorch's unbiased (True: 1, False: 0) by keyword
+        or alone (var(False): PyTorch's var(unbiased), a bool being no axis). A second positional argument is keepdim,
+        in the interface's order (PyTorch's var(dim, unbiased, keepdim) reads it as unbiased: pass unbiased=)."""
+        if isinstance(axis, (bool, np.bool_)):
+            axis, unbiased = None, axis if unbiased is None else 'given twice'
+        if unbiased is not None:
+            if correction is not None or not isinstance(unbiased, (bool, np.bool_)):
+                raise TypeError(f"var/std: unbiased must be one bool, given without correction (as PyTorch's); got "
+                                f"unbiased={unbiased!r}, correction={correction!r}")
+            correction = int(unbiased)
+        correction = 1 if correction is None else correction
         _need_float(self, 'var')
         if self.dtype == np.float16:   # in float32, as PyTorch: the squares overflow float16 long before the variance
             return self.float().var(axis, keepdim, correction).half()
@@ -3366,8 +3418,8 @@ class Tensor:
         return Sum.apply(centred * centred, axes=axes, keepdim=keepdim, scale=scale)
 
     @_aliases(dim='axis')
-    def std(self, axis=None, keepdim=False, correction=1):
-        variance = self.var(axis, keepdim, correction)
+    def std(self, axis=None, keepdim=False, correction=None, *, unbiased=None):
+        variance = self.var(axis, keepdim, correction, unbiased=unbiased)
         nonzero = variance != 0   # as PyTorch: 0, not NaN (0 * inf from sqrt), the gradient where the variance is 0
         return where(nonzero, where(nonzero, variance, 1).sqrt(), 0)
 
@@ -3967,17 +4019,38 @@ class Module:
         self._non_persistent = set()   # buffers left out of the state dict
 
     def __setattr__(self, name, value):
+        """As torch.nn.Module's: a buffer's name takes a Tensor, a parameter's a Parameter, a submodule's a Module or a
+        Parameter, each None too (the name keeps its kind then, as PyTorch keeps the slot), a Parameter or a Module
+        any name, placed last among its kind where the name was of another (as PyTorch's registries order them)."""
         buffers = self.__dict__.get('_buffer_names', [])
-        if name in buffers:   # as PyTorch: a Parameter or a Module takes the name over, else a Tensor or None
-            if isinstance(value, (Parameter, Module)):
+        empty = self.__dict__.get('_empty_slots', {})   # name -> 'parameter' or 'child module', where set to None
+        old = self.__dict__.get(name)
+        kind = 'buffer' if name in buffers else 'parameter' if isinstance(old, Parameter) else \
+            'child module' if isinstance(old, Module) else empty.get(name)
+        new = 'parameter' if isinstance(value, Parameter) else 'child module' if isinstance(value, Module) else None
+        takes = {'buffer': ((Tensor, Module), 'tl.Tensor'), 'parameter': (Parameter, 'tl.Parameter'),
+                 'child module': ((Module, Parameter), 'tl.Module')}
+        if kind and value is not None and not isinstance(value, takes[kind][0]):
+            raise TypeError(f"cannot assign '{type(value).__name__}' as {kind} '{name}' of {type(self).__name__} "
+                            f"(a {takes[kind][1]} or None expected, as in PyTorch)")
+        if new and new != kind:
+            if kind == 'buffer':
                 buffers.remove(name)
-            elif value is not None and not isinstance(value, Tensor):
-                raise TypeError(f"cannot assign '{type(value).__name__}' as buffer '{name}' of {type(self).__name__} "
-                                "(a tl.Tensor or None expected, as in PyTorch)")
-        elif isinstance(self.__dict__.get(name), Parameter) and value is not None and not isinstance(value, Parameter):
-            raise TypeError(f"cannot assign '{type(value).__name__}' as parameter '{name}' of {type(self).__name__} "
-                            "(a tl.Parameter or None expected, as in PyTorch)")
+            self.__dict__.pop(name, None)
+        if value is None and kind in ('parameter', 'child module'):
+            self.__dict__.setdefault('_empty_slots', {})[name] = kind
+        else:
+            empty.pop(name, None)
         object.__setattr__(self, name, value)
+
+    def __delattr__(self, name):
+        """As torch.nn.Module's: a buffer, parameter or submodule deleted is gone from every listing (state_dict,
+        named_buffers, ...); the name is then free for any value."""
+        object.__delattr__(self, name)
+        if name in self.__dict__.get('_buffer_names', ()):
+            self._buffer_names.remove(name)
+            self._non_persistent.discard(name)
+        self.__dict__.get('_empty_slots', {}).pop(name, None)
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
@@ -4647,7 +4720,56 @@ class _Container(Module):
         return iter([m for _, m in self._items()])
 
 
-class Sequential(_Container):
+class _ModuleSequence(_Container):
+    """Sequential's and ModuleList's list methods, as PyTorch's (which the two share): item assignment keeps the
+    name, a deletion renumbers the rest '0', '1', ..., insert shifts the names from the index on by one, append and
+    extend name each new module by the count so far; each checks every module before any is added."""
+    def __setitem__(self, i, module):
+        items, i = self._items(), self._position(i)
+        items[i] = items[i][0], module
+        self._set_items(items)
+
+    def __delitem__(self, i):
+        items = self._items()
+        del items[i if isinstance(i, slice) else self._position(i)]
+        self._set_items((str(k), m) for k, (_, m) in enumerate(items))
+
+    def insert(self, index, module):
+        """Before position index (a negative one counts from the end, as a list's; beyond the ends is an error)."""
+        items, n, index = dict(self._items()), len(self), operator.index(index)
+        if not -n <= index <= n:
+            raise IndexError(f"{type(self).__name__}.insert: index {index} is out of range for {n} modules")
+        index += n if index < 0 else 0
+        try:   # PyTorch's shift, the names from index on being positions ('3' -> '4', ...)
+            for k in range(n, index, -1):
+                items[str(k)] = items[str(k - 1)]
+        except KeyError as e:
+            raise KeyError(f"{type(self).__name__}.insert: no module named {e} to shift (as PyTorch's insert, it "
+                           f"renames the modules from position {index} on by number)") from None
+        items[str(index)] = module
+        self._set_items(items.items())
+        return self
+
+    def append(self, module):
+        return self.extend([module])
+
+    def extend(self, modules):
+        if not isinstance(modules, collections.abc.Iterable):
+            raise TypeError(f"{type(self).__name__}.extend should be called with an iterable, but got "
+                            f"{type(modules).__name__}")
+        items = dict(self._items())
+        for m in modules:
+            items[str(len(items))] = m
+        self._set_items(items.items())
+        return self
+
+    def pop(self, i):
+        module = self[i]
+        del self[i]
+        return module
+
+
+class Sequential(_ModuleSequence):
     """Submodules named '0', '1', ..., or by the names of one OrderedDict of modules, as in PyTorch."""
     def __init__(self, *modules):
         super().__init__()
@@ -4662,61 +4784,52 @@ class Sequential(_Container):
             return type(self)(collections.OrderedDict(self._items()[i]))
         return self._items()[self._position(i)][1]
 
+    def _joined(self, other):   # as PyTorch's + and +=: another Sequential only
+        if not isinstance(other, Sequential):
+            raise ValueError(f"add operator supports only objects of Sequential class, but {type(other)} is given.")
+        return other
+
+    def __add__(self, other):
+        return Sequential(*self, *self._joined(other))
+
+    def __iadd__(self, other):
+        return self.extend(self._joined(other))
+
+    def __mul__(self, count):   # as PyTorch's: the modules themselves, repeated, numbered afresh
+        if not isinstance(count, int):
+            raise TypeError(f"unsupported operand type(s) for *: {type(self)} and {type(count)}")
+        if count <= 0:
+            raise ValueError(f"Non-positive multiplication factor {count} for {type(self)}")
+        return Sequential(*list(self) * count)
+
+    __rmul__ = __mul__
+
+    def __imul__(self, count):
+        return self.extend(list(self * count)[len(self):])
+
     def forward(self, x):
         for m in self:
             x = m(x)
         return x
 
 
-class ModuleList(_Container):
+class ModuleList(_ModuleSequence):
     """A list of modules named '0', '1', ... (renumbered after an insertion or a deletion), as PyTorch's; no forward."""
     def __init__(self, modules=None):
         super().__init__()
         if modules is not None:
             self.extend(modules)
 
-    def _renumber(self, modules):
-        self._set_items((str(i), m) for i, m in enumerate(modules))
-
     def __getitem__(self, i):
         return type(self)(list(self)[i]) if isinstance(i, slice) else list(self)[self._position(i)]
 
-    def __setitem__(self, i, module):
-        modules = list(self)
-        modules[self._position(i)] = module
-        self._renumber(modules)
+    def insert(self, index, module):   # (returning None, as PyTorch's; Sequential's returns itself)
+        super().insert(index, module)
 
-    def __delitem__(self, i):
-        modules = list(self)
-        del modules[i if isinstance(i, slice) else self._position(i)]
-        self._renumber(modules)
-
-    def insert(self, index, module):
-        """Before position index (a negative one counts from the end, as a list's; beyond the ends is an error)."""
-        modules, index = list(self), operator.index(index)
-        if not -len(modules) <= index <= len(modules):
-            raise IndexError(f"ModuleList.insert: index {index} is out of range for {len(modules)} modules")
-        modules.insert(index, module)
-        self._renumber(modules)
-
-    def append(self, module):
-        return self.extend([module])
-
-    def extend(self, modules):
-        if not isinstance(modules, collections.abc.Iterable):
-            raise TypeError(f"ModuleList.extend should be called with an iterable, but got {type(modules).__name__}")
-        self._renumber(list(self) + list(modules))
-        return self
-
-    __iadd__ = extend
+    __iadd__ = _ModuleSequence.extend
 
     def __add__(self, other):
         return ModuleList(list(self) + list(other))
-
-    def pop(self, i):
-        module = self[i]
-        del self[i]
-        return module
 
     def _child_reprs(self):   # as PyTorch's: a run of equal children shown once, as '(i-j): n x child'
         lines, i = [], 0
@@ -4902,7 +5015,6 @@ class Optimizer:
     """Parameter groups, per-parameter state, and a step() that checks every gradient and state before it changes
     anything. As torch.optim's, `state` maps each parameter (the tensor itself) to a dict of tensors."""
     state_keys = ()   # what the state of a parameter holds once it is not empty
-    decoupled_weight_decay = False   # AdamW's weight decay (torch.optim's groups carry it as an option)
 
     def __init__(self, params, defaults):
         params = list(params)
@@ -4911,7 +5023,7 @@ class Optimizer:
         groups = params if isinstance(params[0], dict) else [{'params': params}]
         self.defaults, self.param_groups, self.state = defaults, [], collections.defaultdict(dict)
         # as torch.optim: the constructor's options, even where every group has its own
-        _check_options(defaults, self.decoupled_weight_decay)
+        _check_options(defaults, defaults)
         seen = set()
         for g in groups:
             given = g['params']
@@ -4925,7 +5037,7 @@ class Optimizer:
             if ids & seen:
                 raise ValueError("some parameters appear in more than one parameter group")
             seen |= ids
-            _check_options(group, self.decoupled_weight_decay)
+            _check_options(group, defaults)
             self.param_groups.append(group)
 
     def zero_grad(self, set_to_none=True):
@@ -5001,7 +5113,7 @@ class Optimizer:
                         Tensor(_as_array(v).astype(p.dtype), device=p.device) for k, v in s.items() if v is not None}
             self._check_state(i, p, state[p])
         for saved in groups:
-            _check_options(saved, self.decoupled_weight_decay)
+            _check_options(saved, self.defaults)
         for group, saved in zip(self.param_groups, groups):
             group.update({k: (tuple(v) if isinstance(v, list) else v) for k, v in saved.items() if k != 'params'})
         self.state = state
@@ -5011,16 +5123,16 @@ class Optimizer:
 _UNSUPPORTED_OPTIONS = ('amsgrad', 'maximize', 'foreach', 'capturable', 'differentiable', 'fused')
 
 
-def _check_options(group, decoupled):
-    """ValueError, with torch.optim's message, for a hyperparameter out of its range, for a torch.optim option these
-    updates do not implement set to anything but its off value (a loaded PyTorch state dict may carry them), and for
-    decoupled_weight_decay other than `decoupled`, what the optimizer does (torch.optim.AdamW's groups carry True)."""
-    for key in _UNSUPPORTED_OPTIONS:
+def _check_options(group, defaults):
+    """ValueError, with torch.optim's message, for a hyperparameter out of its range, and for a torch.optim option
+    these updates do not implement set to anything but its off value (a loaded PyTorch state dict may carry them):
+    decoupled_weight_decay too where the optimizer's defaults lack it (SGD's); where they have it (Adam's), a bool."""
+    has_decoupling = 'decoupled_weight_decay' in defaults
+    for key in _UNSUPPORTED_OPTIONS + (() if has_decoupling else ('decoupled_weight_decay',)):
         if group.get(key):
             raise ValueError(f"optimizer option {key}={group[key]!r} is not supported (only its default, off)")
-    if group.get('decoupled_weight_decay', decoupled) != decoupled:
-        raise ValueError(f"optimizer option decoupled_weight_decay={group['decoupled_weight_decay']!r} is not "
-                         f"supported here (only {decoupled}: AdamW's weight decay is decoupled, Adam's and SGD's not)")
+    if not isinstance(group.get('decoupled_weight_decay', False), (bool, np.bool_)):
+        raise TypeError(f"decoupled_weight_decay must be a bool, got {group['decoupled_weight_decay']!r}")
     for key, what in (('lr', 'learning rate'), ('momentum', 'momentum value'), ('eps', 'epsilon value'),
                       ('weight_decay', 'weight_decay value')):
         if key in group and not 0 <= group[key]:
@@ -5087,10 +5199,21 @@ class SGD(Optimizer):
 
 
 class Adam(Optimizer):
+    """torch.optim.Adam's update; with decoupled_weight_decay (a group's option, as torch's) AdamW's."""
     state_keys = ('step', 'exp_avg', 'exp_avg_sq')
+    always_decoupled = False   # AdamW's: True
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
+                 decoupled_weight_decay=False):
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                                      decoupled_weight_decay=decoupled_weight_decay))
+
+    def load_state_dict(self, state_dict):
+        """As torch.optim's: a group saved without decoupled_weight_decay (older PyTorch) loads it False into Adam;
+        AdamW's groups load it True whatever was saved."""
+        groups = [{**g, 'decoupled_weight_decay': self.always_decoupled or g.get('decoupled_weight_decay', False)}
+                  for g in state_dict['param_groups']]
+        super().load_state_dict({**state_dict, 'param_groups': groups})
 
     def _update(self, p, g, group, state):
         xp, (beta1, beta2), lr, decay = _xp(p), group['betas'], _rate(group), group['weight_decay']
@@ -5099,7 +5222,7 @@ class Adam(Optimizer):
                          exp_avg_sq=Tensor(xp.zeros_like(p)))
         state['step'].data += 1
         f = _wide   # torch.optim's ops in torch's float16 arithmetic: each result rounds once to float16
-        if decay and self.decoupled_weight_decay:
+        if decay and group['decoupled_weight_decay']:
             xp.multiply(f(p), 1 - lr * decay, out=p)
         elif decay:
             g = _add(g, p, decay)
@@ -5115,10 +5238,10 @@ class Adam(Optimizer):
 
 
 class AdamW(Adam):
-    decoupled_weight_decay = True
+    always_decoupled = True
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
-        super().__init__(params, lr, betas, eps, weight_decay)
+        super().__init__(params, lr, betas, eps, weight_decay, decoupled_weight_decay=True)
 
 
 # Gradient clipping, as torch.nn.utils': in place on the gradients, between backward() and step(). Nothing here
