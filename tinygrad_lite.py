@@ -5302,7 +5302,13 @@ def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=Non
     device = tensors[0].device
     norms = [_move(_vector_norm(t.data, p), device) for t in tensors]   # (on the device of each, as PyTorch)
     dtype = _promote(*(n.dtype for n in norms))
-    total = _vector_norm(_xp(norms[0]).stack([n.astype(dtype) for n in norms]), p)
+    # the norms side by side, each copied into its place: not xp.stack, which on CuPy joins more than 8 arrays by
+    # one kernel fed a pointer table copied from the host (cupy.array), which a CUDA graph capture cannot hold
+    with contextlib.nullcontext() if device == 'cpu' else cp.cuda.Device(int(device[5:])):
+        joined = _xp(norms[0]).empty(len(norms), dtype)
+        for i, n in enumerate(norms):
+            joined[i] = n
+        total = _vector_norm(joined, p)
     if error_if_nonfinite and not bool(_xp(total).isfinite(total)):   # (this reads the GPU's result)
         raise RuntimeError(f"The total norm of order {p} for gradients from `parameters` is non-finite, so it cannot "
                            "be clipped. To disable this error and scale the gradients by the non-finite norm anyway, "
