@@ -3652,7 +3652,8 @@ class Tensor:
 
     def _mask(self, what, mask):
         if not isinstance(mask, Tensor) or mask.dtype != np.bool_:
-            raise TypeError(f"{what}: mask must be a bool tensor, not {getattr(mask, 'dtype', type(mask).__name__)}")
+            raise TypeError(f"{what}: mask must be a bool tensor, not "
+                            f"{mask.dtype if isinstance(mask, Tensor) else type(mask).__name__}")
         return mask
 
     def masked_fill(self, mask, value):
