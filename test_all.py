@@ -401,6 +401,71 @@ op('log_softmax', lambda m, x: x.log_softmax(-1), (3, 5))
 op('log_softmax_axis0', lambda m, x: x.log_softmax(0), (3, 4))
 op('fn_softmax', lambda m, x: m.softmax(x, 1), (2, 3, 4))
 op('fn_log_softmax', lambda m, x: m.log_softmax(x, -1), (3, 5))
+# indexing and reductions as PyTorch's: gather, scatter, sort, ... (random inputs: no ties for sort and topk; src as
+# large as the index: PyTorch's backward of scatter refuses a larger one, test_scatter_src_larger_than_index checks it)
+GATHER = np.array([[0, 2, 2, 1], [2, 0, 2, 0]])   # repeats: the gradient scatter-adds
+SCATTER = np.array([[1, 0, 2, 1], [2, 1, 0, 0]])   # no position twice down a column: scatter's result is defined
+MASK4 = np.array([True, False, True, True])
+op('gather_0', lambda m, x: x.gather(0, const(m, GATHER, x)), (3, 4))
+op('gather_neg_wide', lambda m, x: x.gather(-1, const(m, np.array([[3, 0, 3, 3, 1], [1, 1, 0, 2, 2]]), x)), (3, 4))
+op('fn_gather', lambda m, x: m.gather(x, dim=1, index=const(m, GATHER[:, :3], x)), (2, 5))
+op('scatter', lambda m, x, s: x.scatter(0, const(m, SCATTER, x), s), (3, 4), (2, 4))
+op('scatter_value', lambda m, x: x.scatter(1, const(m, SCATTER[:, :3], x), 1.5), (2, 4))
+op('scatter_add', lambda m, x, s: x.scatter_add(0, const(m, GATHER, x), s), (3, 4), (2, 4))
+op('fn_scatter_add_neg', lambda m, x, s: m.scatter_add(x, -1, const(m, GATHER.T, x), s), (4, 3), (4, 2))
+op('index_select', lambda m, x: x.index_select(1, const(m, np.array([3, 0, 3]), x)), (3, 4))
+op('fn_index_select_neg', lambda m, x: m.index_select(x, -3, const(m, np.array([1, 1]), x)), (2, 3, 2))
+op('masked_fill', lambda m, x: x.masked_fill(const(m, MASK, x), -1.5), (3, 4))
+op('masked_fill_bcast_tensor', lambda m, x, v: x.masked_fill(const(m, MASK4, x), v), (2, 4), ())
+op('masked_select', lambda m, x: x.masked_select(const(m, MASK, x)), (3, 4))
+op('fn_masked_select_bcast', lambda m, x: m.masked_select(x, const(m, MASK4, x)), (3, 1))
+op('repeat', lambda m, x: x.repeat(2, 1, 3), (3, 2))
+op('repeat_tuple', lambda m, x: x.repeat((1, 2)), (3,))
+op('repeat_interleave', lambda m, x: x.repeat_interleave(2, dim=1), (2, 3))
+op('repeat_interleave_flat', lambda m, x: x.repeat_interleave(3), (2, 2))
+op('fn_repeat_interleave_tensor', lambda m, x: m.repeat_interleave(x, const(m, np.array([1, 0, 3]), x), 0), (3, 2))
+op('chunk', lambda m, x: x.chunk(3, 1), (2, 5))
+op('fn_chunk', lambda m, x: m.chunk(x, 2), (3, 2))
+op('split', lambda m, x: x.split(2, -1), (2, 5))
+op('split_sizes', lambda m, x: x.split([1, 0, 3], dim=1), (2, 4))
+op('fn_split', lambda m, x: m.split(x, (2, 1)), (3, 2))
+op('unbind', lambda m, x: x.unbind(1), (2, 3))
+op('fn_unbind', lambda m, x: m.unbind(x), (2, 3))
+op('narrow', lambda m, x: x.narrow(1, -3, 2), (2, 4))
+op('fn_narrow', lambda m, x: m.narrow(x, 0, 1, 2), (3, 2))
+op('roll', lambda m, x: x.roll(1), (3, 4))
+op('roll_dims', lambda m, x: x.roll((1, -2), (0, 1)), (3, 4))
+op('fn_roll', lambda m, x: m.roll(x, 5, -1), (2, 3))
+op('tril', lambda m, x: x.tril(), (3, 4))
+op('triu_batched', lambda m, x: x.triu(1), (2, 3, 4))
+op('fn_tril_neg', lambda m, x: m.tril(x, -1), (4, 3))
+op('fn_triu', lambda m, x: m.triu(x, diagonal=-1), (3, 3))
+op('cumsum', lambda m, x: x.cumsum(0), (3, 4))
+op('cumsum_neg', lambda m, x: x.cumsum(dim=-1), (2, 3, 4))
+op('fn_cumsum', lambda m, x: m.cumsum(x, 1), (2, 3, 2))
+op('prod_all', lambda m, x: x.prod(), (2, 3))
+op('prod_1', lambda m, x: x.prod(1), (3, 4))
+op('prod_neg_keep', lambda m, x: x.prod(dim=-1, keepdim=True), (2, 3, 2))
+op('fn_prod', lambda m, x: m.prod(x, 0), (3, 2))
+op('logsumexp', lambda m, x: x.logsumexp(1), (3, 4))
+op('logsumexp_two_keep', lambda m, x: x.logsumexp((0, 2), keepdim=True), (2, 3, 2))
+op('fn_logsumexp', lambda m, x: m.logsumexp(x, dim=-1), (2, 5))
+op('norm', lambda m, x: x.norm(), (3, 4))
+op('norm_2_dim', lambda m, x: x.norm(2, 1), (3, 4))
+op('norm_fro_keep', lambda m, x: x.norm('fro', dim=(0, 2), keepdim=True), (2, 3, 2))
+op('norm_1', lambda m, x: x.norm(1, -1), (3, 4))
+op('norm_inf', lambda m, x: x.norm(float('inf'), 1), (3, 4))
+op('norm_neg_inf', lambda m, x: x.norm(-float('inf'), 0), (3, 4))
+op('norm_3', lambda m, x: x.norm(3, (0, 1)), (3, 4))
+op('norm_half', lambda m, x: x.norm(0.5, 1), (3, 4))
+op('norm_neg_1', lambda m, x: x.norm(-1, 1), (3, 4))
+op('fn_norm', lambda m, x: m.norm(x, p=2, dim=0), (3, 4))
+op('sort', lambda m, x: x.sort(), (3, 4))
+op('sort_descending_0', lambda m, x: x.sort(0, descending=True), (3, 4))
+op('fn_sort', lambda m, x: m.sort(x, dim=1, descending=True), (2, 3, 2))
+op('topk', lambda m, x: x.topk(2), (3, 4))
+op('topk_smallest_0', lambda m, x: x.topk(2, dim=0, largest=False), (3, 4))
+op('fn_topk', lambda m, x: m.topk(x, 3, 1), (2, 4, 2))
 # movement
 S = (2, 3, 4)
 op('reshape', lambda m, x: x.reshape(6, 4), S)
@@ -1255,6 +1320,362 @@ def test_flip_as_pytorch():
     for dims in ((1.0,), (True,), 0.5):
         raises(TypeError, lambda: torch.tensor(x0).flip(dims))
         raises(TypeError, lambda: x.flip(dims), 'flip', 'ints')
+
+# ===== indexing and reductions as PyTorch's: gather, scatter, masks, splits, cumsum, prod, norm, sort =====
+
+def cases_of(*texts, args='m, x'):
+    """(text, f) pairs, f = lambda args: text, for m = tl or torch: cases that name themselves in a failure."""
+    return [(t, eval(f'lambda {args}: {t}')) for t in texts]
+
+
+def run_both(f, *arrays, grad=False):
+    """f(m, *tensors) for tl and torch on the same arrays: ((ours, theirs), (our tensors, torch's))."""
+    ours = [tl.tensor(a, requires_grad=grad and a.dtype.kind == 'f') for a in arrays]
+    theirs = [torch.tensor(a, requires_grad=grad and a.dtype.kind == 'f') for a in arrays]
+    return (f(tl, *ours), f(torch, *theirs)), (ours, theirs)
+
+
+def same_as_torch(got, want, msg='', rtol=0, atol=0):
+    """A tensor, or a tuple of them, equal to torch's in shape, dtype and values (NaN where NaN)."""
+    if isinstance(want, tuple):
+        assert isinstance(got, tuple) and len(got) == len(want), f'{msg}: {len(got)} results, want {len(want)}'
+        for k, (a, b) in enumerate(zip(got, want)):
+            same_as_torch(a, b, f'{msg} [{k}]', rtol, atol)
+        return
+    assert same_dtype(got, want), f'{msg}: dtype {got.dtype}, torch {want.dtype}'
+    a, b = to_np(got), to_np(want)
+    assert a.shape == b.shape, f'{msg}: shape {a.shape}, torch {b.shape}'
+    if a.dtype.kind == 'f':
+        assert np.array_equal(np.isnan(a), np.isnan(b)), f'{msg}: NaNs at other places'
+        a, b = np.where(np.isnan(a), 0, a), np.where(np.isnan(b), 0, b)
+    assert_close(a, b, rtol, atol, msg)
+
+
+def check_against_torch(cases, *arrays, dtypes=(None,), skip=(), rtol=0):
+    """Each case on the arrays (cast to each dtype) against PyTorch; the inputs are left as they were."""
+    for dtype in dtypes:
+        given = [a if dtype is None else a.astype(dtype) for a in arrays]
+        for text, f in cases:
+            if (np.dtype(dtype) if dtype else None, text) not in skip:
+                (got, want), (ours, _) = run_both(f, *given)
+                same_as_torch(got, want, f'{given[0].dtype}: {text}', rtol)
+                for t, a in zip(ours, given):
+                    assert np.array_equal(t.numpy(), a, equal_nan=a.dtype.kind == 'f'), f'{text} changed its input'
+
+
+def check_refusals_like_torch(cases, theirs, ours):
+    """Each (text, f, exception) raises some error in PyTorch and `exception` in tinygrad_lite."""
+    for text, f, exc in cases:
+        try:
+            raises((RuntimeError, IndexError, TypeError, ValueError), lambda: f(torch, theirs))
+            raises(exc, lambda: f(tl, ours))
+        except AssertionError as e:
+            raise AssertionError(f'{text}: {e}') from None
+
+
+def test_gather_scatter_index_select_as_pytorch():
+    """gather, scatter (src or a number), scatter_add and index_select as PyTorch's for float, integer and bool
+    tensors, int32 and int64 indices, negative dims, 0-d tensors and empty indices; the input is left as it was."""
+    need_torch()
+    r = rng('gather-scatter')
+    I = 'm.tensor(np.array([[0, 2, 2, 1], [2, 0, 0, 0]]))'
+    cases = cases_of(f'x.gather(0, {I})', f'x.gather(-1, {I}[:, :3].T)', f'm.gather(x, 1, {I}.int())',
+                     'x.gather(0, m.tensor(np.zeros((0, 4), np.int64)))', f'x.scatter(0, {I}[:1], s[:1, :4])',
+                     f'x.scatter(1, {I}[:, :1], 2.5)', f'x.scatter(-1, {I}[:, :1], value=-1)',
+                     f'm.scatter(x, 0, {I}[:1].int(), s[:1, :4])', f'x.scatter_add(0, {I}, s[:2, :4])',
+                     f'm.scatter_add(x, 1, {I}[:, :3], s[:2, :3])', f'x.scatter_add(0, {I}[:0], s[:0])',
+                     'x.index_select(1, m.tensor([3, 0, 3]))', 'm.index_select(x, -2, m.tensor([2]).int())',
+                     'x.index_select(0, m.tensor(1))', f'x.index_select(1, {I}[0, :0])', args='m, x, s')
+    skip = {(np.dtype(bool), t) for t, _ in cases if 'scatter_add' in t}   # (PyTorch's bool sum: an or; ours too)
+    check_against_torch(cases, r.standard_normal((3, 4)) * 3, r.standard_normal((3, 5)) * 3, skip=skip,
+                        dtypes=(np.float64, np.float32, np.float16, np.int64, np.int32, np.bool_))
+    check_against_torch(cases_of('x.scatter(0, m.tensor([[1, 0]]), 2.7)', 'x.scatter(1, m.tensor([[2]]), -2.7)'),
+                        np.arange(6).reshape(2, 3) * 1)   # a float number into integers, truncated
+    counts = tl.zeros(5, dtype=np.int64).scatter_add(0, tl.tensor([4, 1, 4, 4]), tl.ones(4, dtype=np.int64))
+    assert counts.tolist() == [0, 1, 0, 0, 3], counts   # the histogram idiom: repeated indices add up
+    check_against_torch(cases_of(
+        'x.gather(0, m.tensor(0))', 'x.gather(0, m.tensor([0, 0]))', 'x.index_select(0, m.tensor([0]))',
+        'x.scatter(0, m.tensor(0), m.tensor(7., dtype=m.float64))', 'x.index_select(-1, m.tensor(0))',
+        'x.scatter_add(0, m.tensor([0, 0]), m.tensor([1., 2.], dtype=m.float64))'), np.array(5.))
+    check_against_torch(cases_of('x.gather(0, m.tensor(2))', 'x.index_select(0, m.tensor(2))'), np.arange(3.))
+
+
+def test_error_gather_scatter_index_select_as_pytorch():
+    """Bad indices raise where PyTorch raises, naming the index, shapes, dim and dtypes: an index out of range
+    (negative ones too: no counting from the end) RuntimeError as PyTorch's (IndexError for index_select, as PyTorch's
+    for dim 0: "index out of range in self"), an index of another dtype TypeError (PyTorch: RuntimeError), index
+    shapes PyTorch refuses ValueError (PyTorch: RuntimeError), src of another dtype TypeError; nothing changes."""
+    need_torch()
+    x0 = np.arange(12.).reshape(3, 4)
+    x, p = tl.tensor(x0), torch.tensor(x0)
+    for index, dim, size in (([[3, 0]], 0, 3), ([[-1, 0]], 0, 3), ([[0, 4]], 1, 4)):
+        bad = min(np.ravel(index)) if min(np.ravel(index)) < 0 else max(np.ravel(index))
+        for m, t, exc in ((torch, p, (RuntimeError, IndexError)), (tl, x, None)):
+            i, ones = m.tensor(index), m.ones(3, 4, dtype=m.float64)
+            for what, f in (('gather', lambda: t.gather(dim, i)), ('scatter', lambda: t.scatter(dim, i, 1.0)),
+                            ('scatter_add', lambda: t.scatter_add(dim, i, ones)),
+                            ('index_select', lambda: t.index_select(dim, m.tensor([bad])))):
+                if m is torch:
+                    raises(exc, f)
+                else:
+                    raises(IndexError if what == 'index_select' else RuntimeError, f, what, f'index {bad}',
+                           f'dimension {dim}', f'size {size}')
+    i = np.array([[0, 1], [2, 0]])
+    for bad in (i.astype(np.float32), i.astype(np.int16), i.astype(bool)):
+        raises(RuntimeError, lambda: p.gather(0, torch.tensor(bad)))
+        raises(TypeError, lambda: x.gather(0, tl.tensor(bad)), 'gather', 'int64', str(bad.dtype))
+        raises(TypeError, lambda: x.scatter_add(0, tl.tensor(bad), x), 'scatter_add', str(bad.dtype))
+        raises(TypeError, lambda: x.index_select(0, tl.tensor(bad[0])), 'index_select', str(bad.dtype))
+    for shape in ((2,), (2, 2, 2), (2, 5)):
+        index = np.zeros(shape, np.int64)
+        raises(RuntimeError, lambda: p.gather(0, torch.tensor(index)))
+        assert_names_shapes(raises(ValueError, lambda: x.gather(0, tl.tensor(index)), 'gather'), shape, x0.shape)
+    for src in (np.ones((1, 2)), np.ones(4)):
+        raises((RuntimeError, IndexError), lambda: p.scatter(0, torch.tensor(i), torch.tensor(src)))
+        assert_names_shapes(raises(ValueError, lambda: x.scatter(0, tl.tensor(i), tl.tensor(src))), i.shape, src.shape)
+    raises(IndexError, lambda: p.index_select(0, torch.tensor([[0]])))
+    assert_names_shapes(raises(IndexError, lambda: x.index_select(0, tl.tensor([[0]])), 'vector'), (1, 1))
+    raises(IndexError, lambda: x.gather(2, tl.tensor(i)), 'dim 2')
+    raises(RuntimeError, lambda: p.scatter(0, torch.tensor(i), torch.ones(2, 2)))
+    raises(TypeError, lambda: x.scatter(0, tl.tensor(i), tl.ones(2, 2)), 'float32', 'float64')
+    raises(TypeError, lambda: p.scatter_add(0, torch.tensor(i), 1.0))
+    raises(TypeError, lambda: x.scatter_add(0, tl.tensor(i), 1.0), 'scatter_add', 'tensor')
+    raises(RuntimeError, lambda: tl.zeros(3, dtype=np.int64).scatter(0, tl.tensor([0]), 2 ** 70), 'overflow')
+    assert np.array_equal(x.numpy(), x0)
+
+
+def test_scatter_src_larger_than_index():
+    """scatter and scatter_add read src's first elements where src is larger than the index, as PyTorch's forward;
+    the gradient (which PyTorch's backward refuses there) by finite differences: 0 for the unread elements."""
+    need_torch()
+    r = rng('scatter-large-src')
+    x0, s0, i0 = r.standard_normal((3, 4)), r.standard_normal((3, 5)), np.array([[1, 0, 2, 1], [2, 1, 0, 0]])
+    for name in ('scatter', 'scatter_add'):
+        f = lambda m, x, s: getattr(x, name)(0, m.tensor(i0), s)
+        same_as_torch(*run_both(f, x0, s0)[0], name)
+        x, s = tl.tensor(x0, requires_grad=True), tl.tensor(s0, requires_grad=True)
+        gradcheck(lambda: f(tl, x, s), [x, s])
+        assert np.all(s.grad.numpy()[2:] == 0) and np.all(s.grad.numpy()[:, 4:] == 0)
+
+
+def test_masked_fill_masked_select_as_pytorch():
+    """masked_fill (a number or a 0-d tensor, cast to the tensor's dtype; the mask broadcast, the result of the
+    broadcast shape) and masked_select as PyTorch's over dtypes; a value tensor's gradient is the filled elements'
+    sum. A mask that is not bool, a value tensor with dimensions and a number the dtype cannot hold are refused."""
+    need_torch()
+    x0, m0 = np.arange(12.).reshape(3, 4) - 5, np.array([True, False, True, False])
+    M = 'm.tensor(np.array([True, False, True, False]))'
+    check_against_torch(cases_of(
+        f'x.masked_fill({M}, -1.5)', f'x.masked_fill({M}, 2.7)', f'x.masked_fill({M}, m.tensor(3.5))',
+        'x[0].masked_fill(m.ones(3, 4) > 0, 1)', 'm.masked_fill(x, m.tensor(True), 0)', f'x.masked_select({M})',
+        f'm.masked_select(x[:, :1], {M})', 'x[0, 0].masked_select(m.tensor(False))'),
+        x0, dtypes=(np.float64, np.float16, np.int64, np.int32, np.bool_))
+    (got, want), ((x, v), (p, q)) = run_both(lambda m, x, v: x.masked_fill(m.tensor(m0), v), x0, np.array(2.),
+                                             grad=True)
+    same_as_torch(got, want)
+    (got * tl.tensor(upstream(0, (3, 4)))).sum().backward(), (want * torch.tensor(upstream(0, (3, 4)))).sum().backward()
+    same_as_torch(v.grad, q.grad, 'value gradient'), same_as_torch(x.grad, p.grad, 'x gradient')
+    x = tl.tensor(x0)
+    raises(RuntimeError, lambda: torch.tensor(x0).masked_fill(torch.tensor(m0).int(), 1.0))
+    raises(TypeError, lambda: x.masked_fill(tl.tensor(m0).int(), 1.0), 'bool', 'int32')
+    raises(TypeError, lambda: x.masked_select(tl.tensor(m0).int()), 'bool', 'int32')
+    assert_names_shapes(raises(ValueError, lambda: x.masked_fill(tl.tensor(m0), tl.tensor([1.0])), '0-d'), (1,))
+    assert_names_shapes(raises(ValueError, lambda: x.masked_fill(tl.tensor(m0[:3]), 1.0)), (3, 4), (3,))
+    raises(RuntimeError, lambda: x.half().masked_fill(tl.tensor(m0), 1e6), 'overflow')
+    raises(RuntimeError, lambda: x.long().masked_fill(tl.tensor(m0), math.inf), 'overflow')
+
+
+def test_repeat_split_chunk_narrow_roll_tril_as_pytorch():
+    """repeat, repeat_interleave (int or tensor repeats), split (a size or sizes), chunk, unbind, narrow, roll, tril
+    and triu as PyTorch's over dtypes and edge cases (empty dims, sizes of 0, shifts past the size, diagonals past the
+    matrix); split, chunk, unbind and narrow give views, roll a copy even where nothing moves; what PyTorch refuses
+    raises."""
+    need_torch()
+    x0 = np.arange(24.).reshape(2, 3, 4) - 7
+    check_against_torch(cases_of(
+        'x.repeat(2, 1, 1, 2)', 'x.repeat([1, 0, 2])', 'x[0, 0, 0].repeat(3)', 'x.repeat_interleave(2)',
+        'x.repeat_interleave(3, dim=-1)', 'x.repeat_interleave(m.tensor([2, 0, 1]), 1)',
+        'x.repeat_interleave(m.tensor([3]), dim=0)', 'm.repeat_interleave(x, m.tensor(2).int(), 2, output_size=8)',
+        'x.split(2, -1)', 'x.split([1, 0, 2], 1)', 'x.split(5, 0)', 'x[:, :0].split(2, 1)', 'x[:, :0].split(0, 1)',
+        'm.split(x, [1, 3], dim=2)', 'x.chunk(3, -1)', 'x.chunk(5)', 'x[:, :0].chunk(3, 1)', 'm.chunk(x, 2, 2)',
+        'x.unbind()', 'm.unbind(x, -1)', 'x.narrow(2, 1, 2)', 'x.narrow(-1, -4, 4)', 'x.narrow(1, 3, 0)',
+        'x.narrow(1, m.tensor(1), 1)', 'm.narrow(x, 0, 1, 1)', 'x.roll(3)', 'x.roll(-5, 2)', 'x.roll((1, 2), (0, 0))',
+        'x.roll([1, 7], [-1, 1])', 'x.roll(0, 1)', 'x[:, :0].roll(1, 1)', 'x[0, 0, 0].roll(1)', 'm.roll(x, 1, dims=1)',
+        'x.tril()', 'x.tril(2)', 'x.triu(-1)', 'x[0].triu(9)', 'x.tril(-9)', 'm.tril(x[0], diagonal=1)',
+        'm.triu(x, 1)'),
+        x0, dtypes=(np.float64, np.float16, np.int64, np.int32, np.bool_))
+    x = tl.tensor(x0)
+    for pieces in (x.split(2, -1), x.chunk(2, 1), x.unbind(1), (x.narrow(2, 1, 2),)):
+        for piece in pieces:
+            assert np.shares_memory(piece.data, x.data), 'not a view'
+    rolled = x.roll(0, 1)
+    rolled[0, 0, 0] = 99.0
+    assert x[0, 0, 0].item() == -7, 'roll(0) gave x itself, not a copy'
+    check_refusals_like_torch([(t, f, exc) for exc, texts in (
+        (ValueError, ('x.repeat(2, 2)', 'x.repeat(2, -1, 1)', 'x.repeat_interleave(-1, 0)',
+                      'x.repeat_interleave(m.tensor([1, -1]), 0)', 'x.repeat_interleave(m.tensor([1, 2]), 1)',
+                      'x.repeat_interleave(2, 0, output_size=5)', 'x.split(0, 1)', 'x.split(-1)', 'x.split([1, 1], 1)',
+                      'x.split([2, -1, 2], 1)', 'x[0, 0, 0].split(1)', 'x.chunk(0)', 'x[0, 0, 0].chunk(1)',
+                      'x.narrow(2, 3, 2)', 'x.narrow(2, 1, -1)', 'x[0, 0, 0].narrow(0, 0, 1)', 'x.roll(1, (0, 1))',
+                      'x.roll((1, 2))', 'x.roll((), ())', 'x[0, 0].tril()')),
+        (TypeError, ('x.repeat_interleave(m.tensor([1., 2.]), 0)', 'x.chunk(2.0)', 'x.narrow(2, 1.0, 1)',
+                     'x.roll(1.5)', 'x.triu(1.0)', 'x.tril(True)')),
+        (IndexError, ('x[0, 0, 0].repeat_interleave(2, 0)', 'x[0, 0, 0].unbind()', 'x.unbind(3)', 'x.narrow(2, 5, 0)',
+                      'x.narrow(2, -5, 1)', 'x.roll(1, 3)', 'x[0, 0, 0].roll(1, 0)')))
+        for t, f in cases_of(*texts)], torch.tensor(x0), x)
+    assert np.array_equal(x.numpy(), x0)
+
+
+def test_cumsum_prod_dtypes_as_pytorch():
+    """cumsum and prod as PyTorch's: integers and bools in int64, float16 kept (accumulated in float32: 3000 running
+    sums of 1e-4 reach 0.3, where float16 steps would stop at 0.25), dtype=, 0-d tensors, empty products (1); prod takes
+    one int dim (a tuple is refused as by PyTorch)."""
+    need_torch()
+    cases = cases_of('x.cumsum(0)', 'x.cumsum(dim=-1)', 'm.cumsum(x, 1, dtype=m.float64)', 'x[0, 0].cumsum(0)',
+                     'x[:0].cumsum(0)', 'x.prod()', 'x.prod(1)', 'x.prod(-2, keepdim=True)',
+                     'm.prod(x, 0, dtype=m.float64)', 'x[0, 0].prod(0)', 'x[:0].prod(0)', 'x[:0].prod()')
+    x0 = np.arange(1., 13.).reshape(3, 4) - 4
+    check_against_torch(cases, x0, dtypes=(np.float64, np.float32, np.int64, np.int32, np.uint8))
+    check_against_torch(cases, x0 > 0)
+    check_against_torch(cases, x0 / 4, dtypes=(np.float16,), rtol=1e-3)   # (PyTorch rounds float16 products as it goes)
+    small = np.full(3000, 1e-4, np.float16)
+    assert_close(tl.tensor(small).cumsum(0)[-1], torch.tensor(small).cumsum(0)[-1], 1e-3, 0, 'float16 running sum')
+    raises(TypeError, lambda: torch.ones(2, 2).prod((0, 1)))
+    raises(TypeError, lambda: tl.ones(2, 2).prod((0, 1)), 'prod', 'int')
+    raises(IndexError, lambda: tl.ones(2).cumsum(1), 'dim 1')
+
+
+def test_prod_gradient_with_zeros_as_pytorch():
+    """prod's gradient where products hold no zero, one zero (the zero gets the product of the others, the rest 0) or
+    two (0 throughout), in float64 (against PyTorch and by finite differences, exact for a product) and float32;
+    over one dim, every dim and a 0-d tensor."""
+    need_torch()
+    x0 = np.array([[1.5, 0., 2., -3.], [0., 4., 0., 0.5], [-2., 0.5, 3., 1.25], [0., 0., 0., 0.]])
+    for dtype in (np.float64, np.float32):
+        for text, f in cases_of('x.prod(1)', 'x.prod(0, keepdim=True)', 'x.prod()', 'x[0:1, 1:3].prod()',
+                                'x[1, 2].prod()', 'x[2].prod()'):
+            (got, want), ((x,), (p,)) = run_both(f, x0.astype(dtype), grad=True)
+            same_as_torch(got, want, text)
+            w = upstream(0, got.shape, dtype)
+            (got * tl.tensor(w)).sum().backward(), (want * torch.tensor(w)).sum().backward()
+            same_as_torch(x.grad, p.grad, f'{text} gradient', 1e-6)
+    x = tl.tensor(x0, requires_grad=True)
+    gradcheck(lambda: x.prod(1), [x])
+    x.grad = None
+    gradcheck(lambda: x[:3].prod(0), [x])
+
+
+def test_logsumexp_extremes_as_pytorch():
+    """logsumexp as PyTorch's, shifted by the maximum: large values (1e30 in float32, 1e4 where exp overflows), rows
+    of -inf (-inf), +inf (inf), NaN, an empty dim (-inf), integers (float32 out); its gradient is the softmax, finite
+    for large values (also where PyTorch's exp(x - result) rounds to 1 beside a 1e30 tie)."""
+    need_torch()
+    inf = math.inf
+    x0 = np.array([[-inf, -inf, -inf], [inf, 1., 2.], [1e30, 1e30, -1e30], [-inf, 0., 1.], [1e4, 1e4 + 1, -1e4],
+                   [np.nan, 1., 2.], [-3., 0.5, 2.]])
+    cases = cases_of('x.logsumexp(1)', 'x.logsumexp(dim=-1, keepdim=True)', 'm.logsumexp(x[4:], (0, 1))',
+                     'x[:, :0].logsumexp(1)', 'x[6, 0].logsumexp(0)')
+    check_against_torch(cases, x0, dtypes=(np.float64, np.float32), rtol=1e-6)
+    check_against_torch(cases, np.clip(x0, -6e4, 6e4), dtypes=(np.float16,), rtol=1e-3)
+    check_against_torch(cases_of('x.logsumexp(0)'), np.array([[1, 2], [3, 4]]))
+    for rows in (slice(3, 5), slice(6, 7)):
+        (got, want), ((x,), (p,)) = run_both(lambda m, x: x[rows].logsumexp(1), x0, grad=True)
+        got.sum().backward(), want.sum().backward()
+        same_as_torch(x.grad, p.grad, 'gradient', 1e-9)
+        assert_close(x.grad[rows], tl.tensor(x0[rows]).softmax(1), 1e-12, 0, 'the softmax')
+    x = tl.tensor(x0[2:3], requires_grad=True)   # PyTorch's: 1, 1, 0 (its result rounds to 1e30)
+    x.logsumexp(1).sum().backward()
+    assert x.grad.tolist() == [[0.5, 0.5, 0]], x.grad
+
+
+def test_norm_as_pytorch():
+    """norm as PyTorch's for p = 'fro', 2, 1, inf, -inf, 0, 3, 0.5, -1 over all dims, one, two and keepdim: values and
+    gradients, at 0 too (p = 2 and every other p: the subgradient 0, never NaN; inf's ties share it); float16 runs in
+    float32 (300 does not overflow to inf); integers, narrowing dtype= and matrix norms are refused."""
+    need_torch()
+    x0 = np.array([[3., -1., 2., 0.5], [-4., 0., 7., 1.], [0., 0., 0., 0.], [-2., 2., 1., 0.]])
+    for p in ('fro', 2, 1, math.inf, -math.inf, 3, 0.5, -1, 0):
+        for dim, keep in ((None, False), (1, False), (-1, True), ((0, 1), False), (0, True)):
+            (got, want), ((x,), (q,)) = run_both(lambda m, x: x.norm(p, dim, keep), x0, grad=True)
+            with np.errstate(divide='ignore'):
+                same_as_torch(got, want, f'p={p} dim={dim}', 1e-12)
+            if p == 0:   # a count: no gradient
+                continue
+            w = upstream(0, got.shape)
+            (got * tl.tensor(w)).sum().backward(), (want * torch.tensor(w)).sum().backward()
+            same_as_torch(x.grad, q.grad, f'p={p} dim={dim} gradient', 1e-9, 1e-12)
+    check_against_torch(cases_of('m.norm(x, p=2, dim=1, dtype=m.float64)'), x0.astype(np.float32))
+    check_against_torch(cases_of('x.norm()', 'x.norm(1)'), np.array([300., 400.], np.float16))
+    raises(RuntimeError, lambda: torch.tensor(x0).norm(dtype=torch.float32))
+    raises(TypeError, lambda: tl.tensor(x0).norm(dtype=tl.float32), 'float64', 'float32')
+    raises(RuntimeError, lambda: torch.tensor([1, 2]).norm())
+    raises(TypeError, lambda: tl.tensor([1, 2]).norm(), 'norm', 'int64')
+    raises(ValueError, lambda: tl.tensor(x0).norm('nuc'), 'nuc')
+
+
+def test_sort_argsort_topk_as_pytorch():
+    """sort (stable, as PyTorch's stable=True: ties keep their order, also descending), argsort and topk as PyTorch's
+    over dtypes, dims, NaN (the largest) and 0-d tensors; (values, indices) pairs with PyTorch's field names; the
+    values' gradient goes to the elements they came from, each its own (ties too). k out of range, bool topk and a
+    non-int k raise."""
+    need_torch()
+    nan = math.nan
+    x0 = np.array([[3., 1., 3., 2., nan, 1.], [-0., 0., 5., -1., 5., -0.], [2., 2., 2., 2., 2., 2.]])
+    ints = np.array([[1, 0, 1, 0, 1, 3], [2, 2, -1, 0, 2, -1], [0, 0, 0, 0, 0, 0]])
+    stable = cases_of('x.sort(stable=True)', 'x.sort(dim=0, descending=True, stable=True)',
+                      'm.sort(x, dim=-1, descending=True, stable=True)', 'x.argsort(stable=True)',
+                      'm.argsort(x, dim=1, descending=True, stable=True)', 'x.argsort(dim=0, stable=True)',
+                      'x[0, 0].sort()', 'x[0, 0].argsort()', 'x[:, :0].sort()')
+    check_against_torch(stable, x0, dtypes=(np.float64, np.float32, np.float16))
+    check_against_torch(stable, ints, dtypes=(np.int64, np.int32, np.bool_))
+    check_against_torch(cases_of(
+        'x.topk(2)', 'x.topk(3, dim=1, largest=False)', 'm.topk(x, 0, -1)', 'm.topk(x, k=2, dim=0)',
+        'x.topk(4, 2, True, False).values.sort(2).values',   # (unsorted: PyTorch's order is open)
+        'x[0, 0, 0].topk(1)', 'x.sort()', 'x.argsort(1, True)'),
+        rng('topk').permutation(24).reshape(2, 3, 4) - 10., dtypes=(np.float64, np.float16, np.int64))
+    check_against_torch(cases_of('x.topk(3).values'), x0[0])   # NaN the largest (PyTorch's topk: ties in any order)
+    out = tl.tensor(x0).sort()
+    assert out.values is out[0] and out.indices is out[1] and out.indices.dtype == np.int64
+    (got, want), ((x,), (p,)) = run_both(lambda m, x: x.sort(dim=1, descending=True, stable=True).values, x0[1:],
+                                         grad=True)
+    w = upstream(0, got.shape)
+    (got * tl.tensor(w)).sum().backward(), (want * torch.tensor(w)).sum().backward()
+    same_as_torch(x.grad, p.grad, 'gradient through ties')
+    x, p = tl.tensor(x0), torch.tensor(x0)
+    for k in (7, -1):
+        raises(RuntimeError, lambda: p.topk(k))
+        raises(ValueError, lambda: x.topk(k), f'k {k}', 'size 6')
+    raises(RuntimeError, lambda: torch.tensor([True, False]).topk(1))
+    raises(TypeError, lambda: tl.tensor([True, False]).topk(1), 'bool')
+    raises(TypeError, lambda: x.topk(2.0), 'int')
+    raises(IndexError, lambda: x.sort(2), 'dim 2')
+
+
+def test_gpu_index_reduce_ops_match_cpu():
+    """On the GPU, the paths the op table's float32 runs leave out: scatter_add of integer and bool tensors (CuPy's
+    atomics lack int64: added as uint64), float16 and float64 gather gradients, sorts with ties and NaN (stable, NaN
+    last), cumsum and prod of each dtype, as on the CPU."""
+    need_cuda()
+    i = np.array([4, 1, 4, 4, 0])
+    cases = cases_of('x.scatter_add(0, m.tensor(i, device=x.device), s)', 'x.cumsum(0)', 'x.prod()',
+                     'x.sort(stable=True)[1]', 'x.scatter(0, m.tensor([1], device=x.device), s[:1])', args='m, x, s, i')
+    for dtype in (np.int64, np.int32, np.int16, np.uint8, np.bool_, np.float16, np.float64):
+        x, s = np.arange(5).astype(dtype), np.array([3, -2, 1, 5, 7]).astype(dtype)
+        for text, f in cases:
+            got = f(tl, tl.tensor(x, device='cuda'), tl.tensor(s, device='cuda'), i)
+            want = f(tl, tl.tensor(x), tl.tensor(s), i)
+            assert got.dtype == want.dtype and np.array_equal(got.numpy(), want.numpy()), (dtype, text, got, want)
+    x0 = np.array([[3., 1., 3., np.nan, 1., 2.], [2., 2., 2., 2., 2., 2.]])
+    for dtype in (np.float64, np.float32, np.float16):
+        for text, f in cases_of('x.sort(1, descending=True)', 'x.sort(0)', '(x.argsort(1),)', 'x.topk(2, 1)'):
+            got, want = f(tl, tl.tensor(x0.astype(dtype), device='cuda')), f(tl, tl.tensor(x0.astype(dtype)))
+            for a, b in zip(got, want):
+                assert np.array_equal(a.numpy(), b.numpy(), equal_nan=True), (np.dtype(dtype), text, a, b)
+        for device in ('cuda', 'cpu'):
+            x = tl.tensor(x0[:, :3].astype(dtype), device=device, requires_grad=True)
+            x.gather(1, tl.tensor([[0, 0, 2], [1, 1, 1]], device=device)).sum().backward()
+            assert x.grad.numpy().tolist() == [[2, 0, 1], [0, 3, 0]], (device, x.grad)
+
 
 # ===== autograd core =====
 

@@ -1101,6 +1101,45 @@ class Max(Function):
         return hit * (g.reshape(self.out.shape) / _sum(hit.astype(g.dtype), self.axes, keepdims=True))
 
 
+def _wide(a):
+    """a, float16 as float32 (the dtype PyTorch accumulates float16 running sums and products in)."""
+    return a.astype(np.float32) if a.dtype == np.float16 else a
+
+
+class Cumsum(Function):
+    """Running sums along axis; the gradient is g's running sums taken from the far end."""
+    saves = ()
+
+    def forward(self, x, axis):
+        self.axis = axis
+        return _wide(x).cumsum(axis).astype(x.dtype, copy=False)
+
+    def backward(self, g):
+        reverse = (slice(None),) * self.axis + (slice(None, None, -1),)
+        return _wide(g[reverse]).cumsum(self.axis).astype(g.dtype, copy=False)[reverse]
+
+
+class Prod(Function):
+    """The product over axes. Its gradient, the product of the other elements, is out / x where the product holds no
+    zero; where it holds one, the zero gets the product of the others and the rest 0 (out / x, out being 0); two zeros
+    or more give 0 throughout, as PyTorch's."""
+    saves, saves_output = (0,), True
+
+    def forward(self, x, axes, keepdim):
+        self.x, self.axes = x, axes
+        self.out = _wide(x).prod(axis=axes, keepdims=True)
+        out = self.out.astype(x.dtype, copy=False)
+        return out if keepdim else out.reshape([n for i, n in enumerate(x.shape) if i not in axes])
+
+    def backward(self, g):
+        x = _wide(self.x)
+        zero = x == 0
+        safe = _xp(x).where(zero, x.dtype.type(1), x)
+        lone = zero & (zero.sum(axis=self.axes, keepdims=True) == 1)
+        others = _xp(x).where(lone, safe.prod(axis=self.axes, keepdims=True), self.out / safe)
+        return (g.reshape(self.out.shape) * others).astype(g.dtype, copy=False)
+
+
 # ================================================================ primitive ops: movement
 
 class Reshape(Function):
@@ -1215,11 +1254,56 @@ class GetItem(Function):
         grad = xp.zeros(self.shape, self.dtype)
         if _is_basic_index(self.index):
             grad[self.index] = g
-        elif xp is np:
-            np.add.at(grad, self.index, g)
         else:
-            cupyx.scatter_add(grad, self.index, g)
+            _index_add(grad, self.index, g)
         return (grad,) + (None,) * (len(self.inputs) - 1)   # none for the index tensors
+
+
+def _index_add(a, index, values):
+    """a[index] += values in place, repeated indices adding up (np.add.at; on the GPU cupyx.scatter_add, whose atomics
+    take floats, int32 and unsigned ints: other integers and bools add as uint64, whose wrapping sum has the bits of
+    int64's)."""
+    if _xp(a) is np:
+        np.add.at(a, index, values)
+    elif a.dtype.char in 'efdiILQ':
+        cupyx.scatter_add(a, index, values)
+    else:
+        wide = a.astype(np.int64).view(np.uint64)
+        cupyx.scatter_add(wide, index, cp.asarray(values).astype(np.int64).view(np.uint64))
+        a[...] = wide.view(np.int64).astype(a.dtype)
+
+
+def _along(axis, index, xp=np):
+    """NumPy's take_along_axis / put_along_axis index: `index` (an array or a tensor) on axis and, on every other axis,
+    the positions of index's own shape (index may be smaller than the indexed tensor there, as PyTorch's gather's)."""
+    grids = [xp.arange(n).reshape([-1 if k == i else 1 for k in range(index.ndim)]) for i, n in enumerate(index.shape)]
+    grids[axis] = index
+    return tuple(grids)
+
+
+class IndexPut(Function):
+    """x with values (broadcast) written at index (a tuple of index arrays, copies), or added there where accumulate
+    (repeated indices adding up), out of place: PyTorch's index_put, the primitive of scatter and scatter_add. x's
+    gradient is g (accumulate) or g with the written elements zeroed; values' is g at index, GetItem's forward (gather
+    and scatter_add are adjoint: GetItem's backward is this forward)."""
+    saves = ()   # backward reads only the index
+
+    def forward(self, x, values, index, accumulate):
+        self.index, self.accumulate, self.shape = index, accumulate, values.shape
+        out = x.copy()
+        if accumulate:
+            _index_add(out, index, values)
+        else:
+            out[index] = values
+        return out
+
+    def backward(self, g):
+        dx = None
+        if self.needs_grad[0]:
+            dx = g if self.accumulate else g.copy()
+            if not self.accumulate:
+                dx[self.index] = 0
+        return dx, _unbroadcast(g[self.index], self.shape) if self.needs_grad[1] else None
 
 
 class Pad(Function):
@@ -3437,13 +3521,9 @@ class Tensor:
         return Tensor._wrap(index, self.device)
 
     def _take_along(self, axis, index):
-        """self's elements at `index` (integers, of self's shape but along axis) on axis, as NumPy's
-        take_along_axis; the gradient goes back to them alone."""
-        axis = _dim(axis, self.ndim)
-        grids = [np.arange(n).reshape([-1 if k == i else 1 for k in range(self.ndim)])
-                 for i, n in enumerate(index.shape)]
-        grids[axis] = index
-        return self[tuple(grids)]
+        """self's elements at `index` (integers, of self's number of dims, no larger but on axis) on axis, as NumPy's
+        take_along_axis and PyTorch's gather; the gradient goes back to them alone."""
+        return self[_along(_dim(axis, self.ndim), index)]
 
     @_aliases(dim='axis')
     def argmax(self, axis=None, keepdim=False):
@@ -3468,6 +3548,359 @@ class Tensor:
     @_aliases(dim='axis')
     def any(self, axis=None, keepdim=False):
         return self._truth('any', axis, keepdim)
+
+    # ---- indexing and reductions as PyTorch's (gather, scatter, sort, ...)
+    def _index_tensor(self, what, index, dtypes=(np.int32, np.int64)):
+        """index as a tensor of integers on this device; TypeError for another dtype (PyTorch takes int32 and int64)."""
+        index = index if isinstance(index, Tensor) else Tensor(index, device=self.device)
+        if index.dtype not in dtypes:
+            raise TypeError(f"{what}: index must be {' or '.join(np.dtype(d).name for d in dtypes)}, not {index.dtype}")
+        if index.device != self.device:
+            raise RuntimeError(f"{what}: index on {index.device} for a tensor on {self.device}")
+        return index
+
+    @staticmethod
+    def _check_range(what, index, size, axis, error=RuntimeError):
+        """As PyTorch's: `error` where index (a tensor) holds one outside [0, size) (no negative ones counted from the
+        end). Not checked inside a CUDA graph capture (reading the indices back is a sync it cannot hold)."""
+        if index.numel() and not (index.device != 'cpu' and cp.cuda.get_current_stream().is_capturing()):
+            lo, hi = int(index.data.min()), int(index.data.max())
+            if lo < 0 or hi >= size:
+                raise error(f"{what}: index {lo if lo < 0 else hi} is out of bounds for dimension {axis} with size "
+                            f"{size}")
+
+    def _gather_check(self, what, axis, index, src=None):
+        """axis as a dim and index as a tensor for gather (src None) and scatter: PyTorch's rules on their shapes."""
+        index = self._index_tensor(what, index)
+        axis = _dim(axis, self.ndim)
+        shapes = [('input', self)] + [('index', index)] + ([('src', src)] if src is not None else [])
+        if len({max(t.ndim, 1) for _, t in shapes}) > 1:
+            raise ValueError(f"{what}: {', '.join(f'{n} of shape {t.shape}' for n, t in shapes)} must have as many "
+                             "dimensions (as PyTorch's)")
+        if (self.ndim and any(i > n for k, (i, n) in enumerate(zip(index.shape, self.shape)) if k != axis) or
+                src is not None and src.ndim and any(i > n for i, n in zip(index.shape, src.shape))):
+            raise ValueError(f"{what}: index of shape {index.shape} must be no larger than the input of shape "
+                             f"{self.shape} apart from dimension {axis}" +
+                             ("" if src is None else f", nor than src of shape {src.shape}"))
+        self._check_range(what, index, self.shape[axis] if self.ndim else 1, axis)
+        return axis, index
+
+    @_aliases(dim='axis')
+    def gather(self, axis, index, *, sparse_grad=False):
+        """out[i][j] = self[index[i][j]][j] for axis 0 (and so on), as PyTorch's; the gradient scatter-adds back."""
+        if sparse_grad:
+            raise ValueError("gather: sparse_grad=True is not supported (tinygrad_lite has no sparse tensors)")
+        axis, index = self._gather_check('gather', axis, index)
+        if self.ndim and index.ndim:
+            return self._take_along(axis, index)
+        return self.reshape(-1)._take_along(0, index.reshape(-1)).reshape(index.shape)
+
+    def _scatter(self, what, axis, index, src, accumulate):
+        """self with src's elements (src cut to index's shape, or a number) written (accumulate: added) where index
+        puts them on axis: IndexPut's out-of-place update."""
+        if isinstance(src, Tensor):
+            if src.dtype != self.dtype:
+                raise TypeError(f"{what}: src of dtype {src.dtype} for a tensor of dtype {self.dtype} (PyTorch "
+                                "wants them equal)")
+            if src.device != self.device:
+                raise RuntimeError(f"{what}: src on {src.device} for a tensor on {self.device}")
+        elif accumulate or not isinstance(src, _NUMBERS):
+            raise TypeError(f"{what}: src must be a tensor{'' if accumulate else ' or a number'}, not "
+                            f"{type(src).__name__}")
+        axis, index = self._gather_check(what, axis, index, src if isinstance(src, Tensor) else None)
+        if not self.ndim or not index.ndim:
+            x, i = self.reshape(-1), index.reshape(-1)
+            s = src.reshape(-1) if isinstance(src, Tensor) else src
+            return x._scatter(what, 0, i, s, accumulate).reshape(self.shape)
+        if isinstance(src, Tensor):
+            values = src[tuple(slice(0, n) for n in index.shape)]
+        else:
+            _check_fits(src, self.dtype, what)
+            values = Tensor._wrap(_xp(self.data).asarray(src).astype(self.dtype), self.device)
+        along = _along(axis, index.data.astype(np.int64), _xp(self.data))   # (a copy of the index: IndexPut keeps it)
+        return IndexPut.apply(self, values, index=along, accumulate=accumulate)
+
+    @_aliases(dim='axis')
+    def scatter(self, axis, index, src=None, *, value=None, reduce=None):
+        """Out of place, as PyTorch's scatter: src (a tensor, or a number as value=) written where index puts it on
+        axis. Where index repeats a position, one of the values written there wins (PyTorch leaves which open)."""
+        if reduce is not None:
+            raise ValueError("scatter: reduce= is not supported (PyTorch deprecates it): use scatter_add")
+        if (src is None) == (value is None):
+            raise TypeError("scatter: give src (a tensor or a number) or value= (a number), not both")
+        return self._scatter('scatter', axis, index, value if src is None else src, False)
+
+    @_aliases(dim='axis')
+    def scatter_add(self, axis, index, src):
+        """Out of place, as PyTorch's scatter_add: src's elements added where index puts them on axis, repeated
+        positions adding up."""
+        return self._scatter('scatter_add', axis, index, src, True)
+
+    @_aliases(dim='axis')
+    def index_select(self, axis, index):
+        """The entries at index (a vector of int32 or int64) along axis; the gradient scatter-adds back."""
+        index = self._index_tensor('index_select', index)
+        if index.ndim > 1:
+            raise IndexError(f"index_select: index must be a vector, not of shape {index.shape}")
+        axis = _dim(axis, self.ndim)
+        if self.ndim == 0:
+            if index.numel() != 1:
+                raise IndexError(f"index_select: the index into a 0-d tensor must hold one value, got {index.numel()}")
+            return self.reshape(1).index_select(0, index).reshape(())
+        self._check_range('index_select', index, self.shape[axis], axis, IndexError)   # (PyTorch's, for dim 0)
+        return self[(slice(None),) * axis + (index.reshape(-1),)]
+
+    def _mask(self, what, mask):
+        if not isinstance(mask, Tensor) or mask.dtype != np.bool_:
+            raise TypeError(f"{what}: mask must be a bool tensor, not "
+                            f"{mask.dtype if isinstance(mask, Tensor) else type(mask).__name__}")
+        return mask
+
+    def masked_fill(self, mask, value):
+        """self with value where mask (bool, broadcast with self) is True; value is a number or a 0-d tensor, cast
+        to self's dtype (its gradient: the sum of the filled elements')."""
+        mask = self._mask('masked_fill', mask)
+        if isinstance(value, Tensor):
+            if value.ndim:
+                raise ValueError(f"masked_fill: value must be a number or a 0-d tensor, not of shape {value.shape}")
+            value = value.to(self.device).to(self.dtype)
+        else:
+            _check_fits(value, self.dtype, 'masked_fill')
+            value = Tensor._wrap(_xp(self.data).asarray(value).astype(self.dtype), self.device)
+        return where(mask, value, self)
+
+    def masked_select(self, mask):
+        """A vector of self's elements where mask (bool) is True, the two broadcast together."""
+        shape = _check_broadcast('masked_select', self.shape, self._mask('masked_select', mask).shape)
+        return self.expand(shape).reshape(-1)[mask.expand(shape).reshape(-1)]
+
+    def repeat(self, *sizes):
+        """self tiled sizes[i] times along each axis (more sizes than axes add leading axes), as PyTorch's."""
+        sizes = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes
+        if not all(map(_is_int, sizes)):
+            raise TypeError(f"repeat: sizes must be ints, got {sizes}")
+        if len(sizes) < self.ndim or min(sizes, default=0) < 0:
+            raise ValueError(f"repeat: sizes {sizes} must be at least as many as the dimensions of shape {self.shape} "
+                             "and none negative")
+        shape = (1,) * (len(sizes) - self.ndim) + self.shape
+        tiles = self.reshape([k for n in shape for k in (1, n)])   # a size-1 axis before each, expanded to its count
+        tiles = tiles.expand([k for r, n in zip(sizes, shape) for k in (r, n)])
+        return tiles.reshape([r * n for r, n in zip(sizes, shape)])
+
+    @_aliases(dim='axis')
+    def repeat_interleave(self, repeats, axis=None, *, output_size=None):
+        """Each entry along axis repeated (repeats: an int, or an int tensor of one count per entry); axis None: of the
+        flattened tensor."""
+        if axis is not None and self.ndim == 0:
+            raise IndexError(f"repeat_interleave: dim {axis} of a 0-d tensor (as PyTorch's)")
+        x, axis = (self.reshape(-1), 0) if axis is None else (self, _dim(axis, self.ndim))
+        if isinstance(repeats, Tensor):
+            if repeats.dtype not in (np.int32, np.int64) or repeats.ndim > 1:
+                raise TypeError(f"repeat_interleave: repeats must be an int or a 0-d or 1-d int32 or int64 tensor, not "
+                                f"{repeats.dtype} of shape {repeats.shape}")
+            if repeats.numel() not in (1, x.shape[axis]):
+                raise ValueError(f"repeat_interleave: {repeats.numel()} repeats for {x.shape[axis]} entries along dim "
+                                 f"{axis} of shape {x.shape}")
+            repeats = repeats.numpy().reshape(-1)
+        elif not _is_int(repeats):
+            raise TypeError(f"repeat_interleave: repeats must be an int or an int tensor, not {type(repeats).__name__}")
+        if np.min(repeats, initial=0) < 0:
+            raise ValueError(f"repeat_interleave: repeats must not be negative, got {repeats}")
+        index = np.repeat(np.arange(x.shape[axis]), repeats)
+        if output_size is not None and output_size != index.size:
+            raise ValueError(f"repeat_interleave: output_size {output_size}, but the repeats make {index.size}")
+        return x[(slice(None),) * axis + (index,)]
+
+    @_aliases(dim='axis', split_size='split_size_or_sections')
+    def split(self, split_size_or_sections, axis=0):
+        """Views of pieces along axis: of split_size_or_sections entries each (the last one smaller), or of the sizes
+        in a list of them."""
+        sizes = split_size_or_sections
+        if self.ndim == 0:
+            raise ValueError("split: expects a tensor of at least one dimension, got a 0-d one")
+        axis = _dim(axis, self.ndim)
+        n = self.shape[axis]
+        if _is_int(sizes):
+            if sizes < 0 or sizes == 0 and n:
+                raise ValueError(f"split: split_size {sizes} for dimension {axis} of size {n} (it must be positive, or "
+                                 "0 for a size of 0)")
+            sizes = [sizes] * (n // sizes) + [n % sizes] * bool(n % sizes) if n else [0]
+        elif isinstance(sizes, (tuple, list)) and all(map(_is_int, sizes)):
+            if min(sizes, default=0) < 0 or sum(sizes) != n:
+                raise ValueError(f"split: sizes {list(sizes)} must be non-negative and sum to {n}, the size of "
+                                 f"dimension {axis} of shape {self.shape}")
+        else:
+            raise TypeError(f"split: split_size_or_sections must be an int or a list of ints, got {sizes!r}")
+        starts = itertools.accumulate(sizes, initial=0)
+        return tuple(self[(slice(None),) * axis + (slice(a, a + k),)] for a, k in zip(starts, sizes))
+
+    @_aliases(dim='axis')
+    def chunk(self, chunks, axis=0):
+        """split into `chunks` pieces of ceil(size / chunks) entries (so maybe fewer pieces), as PyTorch's."""
+        if not _is_int(chunks):
+            raise TypeError(f"chunk: chunks must be an int, not {type(chunks).__name__}")
+        if chunks <= 0 or self.ndim == 0:
+            raise ValueError(f"chunk: chunks must be positive and the tensor not 0-d, got {chunks} for shape "
+                             f"{self.shape}")
+        n = self.shape[_dim(axis, self.ndim)]
+        return self.split(-(-n // chunks) if n else [0] * chunks, axis)
+
+    @_aliases(dim='axis')
+    def unbind(self, axis=0):
+        """The views self[..., i, ...] along axis, a tuple."""
+        if self.ndim == 0:
+            raise IndexError("unbind: dim specified on a 0-d tensor")
+        axis = _dim(axis, self.ndim)
+        return tuple(self[(slice(None),) * axis + (i,)] for i in range(self.shape[axis]))
+
+    @_aliases(dim='axis')
+    def narrow(self, axis, start, length):
+        """The view of `length` entries from `start` (negative: from the end) along axis."""
+        if self.ndim == 0:
+            raise ValueError("narrow: cannot be applied to a 0-d tensor")
+        start = int(start) if isinstance(start, Tensor) and _is_select(start) else start
+        if not _is_int(start) or not _is_int(length):
+            raise TypeError(f"narrow: start and length must be ints, got {start!r} and {length!r}")
+        axis = _dim(axis, self.ndim)
+        n = self.shape[axis]
+        if not -n <= start <= n:
+            raise IndexError(f"narrow: start {start} is out of range [{-n}, {n}] for dimension {axis} of size {n}")
+        start += n if start < 0 else 0
+        if length < 0 or start + length > n:
+            raise ValueError(f"narrow: start ({start}) + length ({length}) exceeds dimension {axis} of size {n} (or "
+                             "length is negative)")
+        return self[(slice(None),) * axis + (slice(start, start + length),)]
+
+    def roll(self, shifts, dims=None):
+        """Entries shifted along dims (each by its shift), those past the end coming round to the front; dims None:
+        of the flattened tensor, shape kept."""
+        shifts = tuple(shifts) if isinstance(shifts, (tuple, list)) else (shifts,)
+        if dims is None and len(shifts) == 1:
+            return self.reshape(-1).roll(shifts, 0).reshape(self.shape)
+        dims = () if dims is None else tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
+        if not all(map(_is_int, shifts + dims)):
+            raise TypeError(f"roll: shifts and dims must be ints, got {shifts} and {dims}")
+        if not shifts or len(shifts) != len(dims):
+            raise ValueError(f"roll: shifts {shifts} and dims {dims} must align")
+        if self.ndim == 0:
+            raise IndexError("roll: dims specified on a 0-d tensor")
+        out = self
+        for shift, axis in zip(shifts, dims):
+            axis = _dim(axis, self.ndim)
+            cut = self.shape[axis] - shift % self.shape[axis] if self.shape[axis] else 0
+            if 0 < cut < self.shape[axis]:
+                out = cat([out[(slice(None),) * axis + part] for part in ((slice(cut, None),), (slice(0, cut),))], axis)
+        return self.clone() if out is self else out
+
+    def _triangle(self, what, diagonal, upper):
+        """self with the elements below (upper) or above the diagonal-th diagonal zeroed, on the last two axes."""
+        if not _is_int(diagonal):
+            raise TypeError(f"{what}: diagonal must be an int, not {type(diagonal).__name__}")
+        if self.ndim < 2:
+            raise ValueError(f"{what}: expects a tensor of at least 2 dimensions, got shape {self.shape}")
+        xp = _xp(self.data)
+        keep = xp.tri(*self.shape[-2:], k=diagonal - upper, dtype=bool)
+        return where(Tensor._wrap(~keep if upper else keep, self.device), self,
+                     Tensor._wrap(xp.zeros((), self.dtype), self.device))
+
+    tril = lambda self, diagonal=0: self._triangle('tril', diagonal, False)
+    triu = lambda self, diagonal=0: self._triangle('triu', diagonal, True)
+
+    def _reduced_dtype(self, dtype):
+        """self in dtype, or, for integers and bools, in int64 (PyTorch's sums and products of them)."""
+        return self.to(dtype) if dtype is not None else self.long() if self.dtype.kind in 'biu' else self
+
+    @_aliases(dim='axis')
+    def cumsum(self, axis, *, dtype=None):
+        """Running sums along axis (float16 accumulated in float32, as PyTorch's)."""
+        x = self._reduced_dtype(dtype)
+        axis = _dim(axis, x.ndim)
+        return Cumsum.apply(x, axis=axis) if x.ndim else x.clone()
+
+    @_aliases(dim='axis')
+    def prod(self, axis=None, keepdim=False, *, dtype=None):
+        """The product over one axis (an int) or all of them; the gradient holds where elements are 0 (Prod)."""
+        if axis is not None and not _is_int(axis):
+            raise TypeError(f"prod: dim must be an int or None (as PyTorch's), not {axis!r}")
+        x = self._reduced_dtype(dtype)
+        return Prod.apply(x, axes=_reduced_axes(axis, x.ndim), keepdim=keepdim)
+
+    @_aliases(dim='axis')
+    def logsumexp(self, axis, keepdim=False):
+        """log(sum(exp(self))) over axis, shifted by the (detached) maximum, an infinite one by 0, as PyTorch's: the
+        gradient is the softmax."""
+        x = self._floating()
+        axes = _reduced_axes(axis, x.ndim)
+        shift = 0
+        if all(x.shape[a] for a in axes):   # (nothing to shift by where an axis is empty: the sum is 0, its log -inf)
+            shift = x.detach().max(axes, keepdim=True)
+            shift = where(shift.abs() == math.inf, 0, shift)
+        with np.errstate(divide='ignore', over='ignore'):   # log(0) and x - shift past float16's range: -inf, quietly
+            out = (x - shift).exp().sum(axes, keepdim=True).log() + shift
+        return out if keepdim else out.squeeze(axes)
+
+    @_aliases(dim='axis')
+    def norm(self, p='fro', axis=None, keepdim=False, dtype=None):
+        """The vector p-norm over axis (all axes where None): p a number (inf, -inf and 0 too) or 'fro' (2). A norm of 0
+        has the gradient 0 (PyTorch's subgradient); float16 runs in float32 (the powers overflow float16)."""
+        if dtype is not None and np.promote_types(self.dtype, _dtype(dtype)) != _dtype(dtype):
+            raise TypeError(f"norm: {self.dtype} cannot be narrowed to dtype={_dtype(dtype)} (as PyTorch's)")
+        x = _need_float(self if dtype is None else self.to(dtype), 'norm')
+        if x.dtype == np.float16:
+            return x.float().norm(p, axis, keepdim).half()
+        p = 2 if p == 'fro' else p
+        if not isinstance(p, _NUMBERS):
+            raise ValueError(f"norm: p must be a number or 'fro', not {p!r} (no matrix norms)")
+        axes = _reduced_axes(axis, x.ndim)
+        if p == 0:   # the count of nonzero elements, without a gradient (as PyTorch's)
+            return (x != 0).sum(axes, keepdim).to(x.dtype)
+        if p in (1, math.inf, -math.inf):
+            return getattr(x.abs(), {1: 'sum', math.inf: 'max', -math.inf: 'min'}[p])(axes, keepdim)
+        nonzero = x != 0   # |x|^p of 0 taken apart: 0 (inf for p < 0) with the gradient 0, not 0 * inf
+        total = where(nonzero, where(nonzero, x, 1).abs() ** p, 0 if p > 0 else math.inf).sum(axes, keepdim)
+        positive = total > 0
+        root = where(positive, total, 1)
+        return where(positive, root.sqrt() if p == 2 else root ** (1 / p), 0)
+
+    def _sorted_index(self, axis, descending):
+        """The int64 indices that sort self along axis, stably (ties keep their order), NaN as the largest value, as
+        PyTorch's sort; descending: ascending of the flipped entries, flipped back (so ties still keep their order)."""
+        a, xp = self.data, _xp(self.data)
+        if a.ndim == 0:
+            return Tensor._wrap(xp.zeros((), np.int64), self.device)
+        flip = (slice(None),) * axis + (slice(None, None, -1),)
+        a = a[flip] if descending else a
+        index = np.argsort(a, axis, kind='stable') if xp is np else a.argsort(axis)   # (CuPy's sort is stable)
+        index = a.shape[axis] - 1 - index[flip] if descending else index
+        return Tensor._wrap(index.astype(np.int64, copy=False), self.device)
+
+    @_aliases(dim='axis')
+    def sort(self, axis=-1, descending=False, *, stable=False):
+        """(values, indices) sorted along axis, stable whatever `stable` says; the values' gradient goes back to the
+        elements they came from."""
+        index = self._sorted_index(_dim(axis, self.ndim), descending)
+        return _ValuesIndices(self._take_along(axis, index) if self.ndim else self.clone(), index)
+
+    @_aliases(dim='axis')
+    def argsort(self, axis=-1, descending=False, *, stable=False):
+        return self._sorted_index(_dim(axis, self.ndim), descending)
+
+    @_aliases(dim='axis')
+    def topk(self, k, axis=-1, largest=True, sorted=True):
+        """(values, indices) of the k largest (smallest where not largest) entries along axis, in order (also where
+        sorted is False, PyTorch leaving the order open then)."""
+        if not _is_int(k):
+            raise TypeError(f"topk: k must be an int, not {type(k).__name__}")
+        if self.dtype == np.bool_:
+            raise TypeError("topk: not defined for bool tensors (as PyTorch's)")
+        axis = _dim(axis, self.ndim)
+        n = self.shape[axis] if self.ndim else 1
+        if not 0 <= k <= n:
+            raise ValueError(f"topk: k {k} is out of range for dimension {axis} of size {n}")
+        if self.ndim == 0:
+            return self.sort()
+        index = self._sorted_index(axis, largest)[(slice(None),) * axis + (slice(0, k),)]
+        return _ValuesIndices(self._take_along(axis, index), index)
 
     @_aliases(dim='axis')
     def softmax(self, axis=-1):
@@ -3757,6 +4190,20 @@ def stack(tensors, axis=0):
             raise ValueError(f"stack: shapes {tensors[0].shape} and {t.shape} differ")
     axis = _dim(axis, tensors[0].ndim, new=True) if tensors else axis
     return cat([t.unsqueeze(axis) for t in tensors], axis)
+
+
+def _method(name):
+    """tl.name(input, ...) as torch.name: input.name(...)."""
+    function = lambda input, *args, **kwargs: getattr(input, name)(*args, **kwargs)
+    function.__name__ = function.__qualname__ = name
+    return function
+
+
+(gather, scatter, scatter_add, index_select, masked_fill, masked_select, repeat_interleave, split, chunk, unbind,
+ narrow, roll, tril, triu, cumsum, prod, logsumexp, norm, sort, argsort, topk) = map(_method, (
+    'gather', 'scatter', 'scatter_add', 'index_select', 'masked_fill', 'masked_select', 'repeat_interleave', 'split',
+    'chunk', 'unbind', 'narrow', 'roll', 'tril', 'triu', 'cumsum', 'prod', 'logsumexp', 'norm', 'sort', 'argsort',
+    'topk'))
 
 
 def where(condition, a, b):
