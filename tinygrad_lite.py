@@ -1102,7 +1102,8 @@ class Max(Function):
 
 
 def _wide(a):
-    """a, float16 as float32 (the dtype PyTorch accumulates float16 running sums and products in)."""
+    """a, float16 as float32 (_opmath's rule for one array: PyTorch's float16 running sums and products, and
+    torch.optim's float16 ops, compute in float32, each result rounded once)."""
     return a.astype(np.float32) if a.dtype == np.float16 else a
 
 
@@ -5587,11 +5588,6 @@ def _check_options(group, defaults):
     for i, beta in enumerate(group.get('betas', ())):
         if not 0 <= beta < 1:
             raise ValueError(f"Invalid beta parameter at index {i}: {beta}")
-
-
-def _wide(a):
-    """a in the dtype torch.optim's ops compute in (_opmath): float16 in float32, each op's result rounded once."""
-    return a.astype(np.float32) if a.dtype == np.float16 else a
 
 
 def _add(a, b, alpha, out=None):
