@@ -452,6 +452,22 @@ op('cat_neg', lambda m, a, b, c: m.cat([a, b, c], -1), (2, 3), (2, 1), (2, 2))
 op('stack', lambda m, a, b: m.stack([a, b], 0), (2, 3), (2, 3))
 op('stack_mid', lambda m, a, b: m.stack([a, b], 1), (2, 3), (2, 3))
 op('stack_neg', lambda m, a, b, c: m.stack([a, b, c], -1), (3,), (3,), (3,))
+op('expand_as', lambda m, x: x.expand_as(const(m, np.zeros((2, 3, 4)), x)), (3, 1))
+op('view_as', lambda m, x: x.view_as(const(m, np.zeros((4, 6)), x)), S)
+op('reshape_as', lambda m, x: x.transpose(0, 1).reshape_as(const(m, np.zeros(24), x)), S)
+op('swapaxes', lambda m, x: x.swapaxes(0, 2), S)
+op('swapdims', lambda m, x: x.swapdims(-1, 1), S)
+op('movedim', lambda m, x: x.movedim(0, -1), S)
+op('movedim_pairs', lambda m, x: x.movedim((0, 1), (2, 0)), S)
+op('moveaxis', lambda m, x: x.moveaxis(-1, 0), S)
+op('unflatten', lambda m, x: x.unflatten(1, (3, 1)), S)
+op('unflatten_neg', lambda m, x: x.unflatten(-1, (2, -1)), S)
+op('bmm', lambda m, a, b: a.bmm(b), (2, 3, 4), (2, 4, 5))
+op('fn_bmm', lambda m, a, b: m.bmm(a, b), (3, 1, 2), (3, 2, 4))
+op('outer', lambda m, a, b: a.outer(b), (3,), (4,))
+op('fn_outer', lambda m, a, b: m.outer(a, b), (2,), (5,))
+op('dot', lambda m, a, b: a.dot(b), (4,), (4,))
+op('fn_dot', lambda m, a, b: m.dot(a, b), (3,), (3,))
 # functions
 op('linear', lambda m, x, w, b: m.linear(x, w, b), (2, 4), (3, 4), (3,))
 op('linear_nobias', lambda m, x, w: m.linear(x, w), (2, 5, 4), (3, 4))
@@ -4766,6 +4782,73 @@ def test_pytorch_keyword_names():
                  lambda: tl.ones(3, requires_grad=True).sum().backward(tl.tensor(1.), gradient=tl.tensor(1.))):
         raises(TypeError, both)
     assert x.sum(axis=1).shape == (2, 4) and tl.softmax(x, axis=0).shape == x.shape   # API.md's names still
+
+
+# ===== PyTorch's conveniences: shapes and products =====
+
+for _name in ('bmm', 'outer', 'dot'):
+    _o = next(o for o in OPS if o.name == _name)
+    for _dt in (np.float16, np.float32, np.float64):
+        register(f'test_dtype_{_name}_{np.dtype(_dt).name}', lambda o=_o, dt=_dt: check_dtype(o, dt))
+    register(f'test_gpu_float16_{_name}', lambda o=_o: check_dtype(o, np.float16, device='cuda'))
+
+
+def torch_dtype(dtype):
+    return getattr(torch, np.dtype(dtype).name)
+
+
+def same_as_torch(ours, theirs, what, tol=0.0):
+    """ours (tl) has theirs' (torch) shape and dtype and values (NaNs in the same places)."""
+    assert ours.shape == tuple(theirs.shape) and same_dtype(ours, theirs), (what, ours.shape, ours.dtype, theirs.dtype)
+    a, b = ours.numpy().astype(np.float64), theirs.detach().numpy().astype(np.float64)
+    assert np.allclose(a, b, tol, tol, equal_nan=True), (what, a, b)
+
+
+def test_shape_conveniences_as_pytorch():
+    """expand_as, view_as, reshape_as, type_as (the other's dtype and, as PyTorch's, device), unflatten, swapaxes,
+    swapdims, movedim, moveaxis (PyTorch's keyword names), bmm, outer, dot: shapes, dtypes (outer promotes, bmm of
+    integers) and values against PyTorch's; where PyTorch raises these raise, naming the shapes or dtypes."""
+    need_torch()
+    a = sample(rng('shape conveniences'), (2, 3, 4))
+    x, p = tl.tensor(a), torch.tensor(a)
+    assert x.dim() == p.dim() == 3 and x.size() == tuple(p.size()) and x.size(-1) == p.size(-1) == 4
+    cases = [lambda m, t: t.swapaxes(axis0=0, axis1=2), lambda m, t: t.swapdims(dim0=-1, dim1=0),
+             lambda m, t: t.movedim(source=(0, 2), destination=(-1, 0)), lambda m, t: t.moveaxis(1, 1),
+             lambda m, t: t.movedim([], []), lambda m, t: m.tensor(2.5).movedim(0, -1),
+             lambda m, t: t.unflatten(dim=0, sizes=[1, 2, 1]), lambda m, t: t.unflatten(2, (-1, 2)),
+             lambda m, t: t[:, :0].unflatten(1, (0, 5)), lambda m, t: t.expand_as(m.zeros(5, 2, 3, 4)),
+             lambda m, t: t.view_as(m.zeros(6, 4, dtype=m.int32)), lambda m, t: t.reshape_as(m.zeros(24)),
+             lambda m, t: t.type_as(m.zeros(1, dtype=m.int32)), lambda m, t: t.type_as(m.zeros(1, dtype=m.float16)),
+             lambda m, t: t[0, 0].outer(t[1, 1, :3]), lambda m, t: t[0, 0].long().outer(t[1, 0]),
+             lambda m, t: m.outer(t[0, 0], t[0, 1].float()), lambda m, t: t[0, 0].dot(t[1, 1]),
+             lambda m, t: m.dot(t[0, 0].long(), t[1, 1].long()), lambda m, t: m.bmm(t, t.transpose(1, 2)),
+             lambda m, t: (t * 4).long().bmm((t * 4).long().transpose(1, 2))]
+    for k, f in enumerate(cases):
+        same_as_torch(f(tl, x), f(torch, p), f'case {k}', 1e-12)
+    errors = [(lambda m, t: t.unflatten(1, (2, 2)), ValueError, ('(2, 2)', '(2, 3, 4)')),
+              (lambda m, t: t.unflatten(1, (-1, -1)), ValueError, ()), (lambda m, t: t.unflatten(1, ()), ValueError, ()),
+              (lambda m, t: t.unflatten(1, (3, 1.0)), TypeError, ()),
+              (lambda m, t: m.tensor(1.0).unflatten(0, (1,)), IndexError, ()),
+              (lambda m, t: t.movedim((0, 1), (2,)), ValueError, ()),
+              (lambda m, t: t.movedim((0, 0), (2, 1)), ValueError, ('repeated',)),
+              (lambda m, t: t.movedim((0, 1), (2, 2)), ValueError, ('repeated',)),
+              (lambda m, t: t.movedim(3, 0), IndexError, ()),
+              (lambda m, t: t.expand_as(m.zeros(2, 3)), ValueError, ('(2, 3, 4)', '(2, 3)')),
+              (lambda m, t: t.view_as(m.zeros(5)), ValueError, ('(2, 3, 4)',)),
+              (lambda m, t: t.transpose(0, 1).view_as(m.zeros(24)), RuntimeError, ('reshape',)),
+              (lambda m, t: t.bmm(m.zeros(3, 4, 5, dtype=m.float64)), ValueError, ('(2, 3, 4)', '(3, 4, 5)')),
+              (lambda m, t: t.bmm(m.zeros(2, 5, 5, dtype=m.float64)), ValueError, ('(2, 3, 4)', '(2, 5, 5)')),
+              (lambda m, t: t[0].bmm(t), ValueError, ('(3, 4)', '(2, 3, 4)')),
+              (lambda m, t: t.bmm(m.zeros(2, 4, 5)), TypeError, ('float64', 'float32')),
+              (lambda m, t: t[0].outer(t[0, 0]), ValueError, ('(3, 4)', '(4,)')),
+              (lambda m, t: t[0, 0].outer(t[0, 0, 0]), ValueError, ('(4,)', '()')),
+              (lambda m, t: t[0, 0].dot(t[0, 0, :3]), ValueError, ('(4,)', '(3,)')),
+              (lambda m, t: t[0].dot(t[0]), ValueError, ('(3, 4)',)),
+              (lambda m, t: t[0, 0].dot(t[0, 0].float()), TypeError, ('float64', 'float32'))]
+    for k, (f, exc, needles) in enumerate(errors):
+        raises(exc, lambda: f(tl, x), *needles)
+        raises(Exception, lambda: f(torch, p))
+    assert np.array_equal(x.numpy(), a)
 
 
 def test_error_window_sizes_name_the_argument():

@@ -3552,6 +3552,66 @@ class Tensor:
             raise TypeError(f"pad: widths must be ints, got {tuple(pad)}")
         return Pad.apply(self, pad=tuple(int(p) for p in pad), value=value) if pad else self.clone()
 
+    # ---- PyTorch's conveniences, composed of the ops above
+    expand_as = lambda self, other: self.expand(other.shape)
+    view_as = lambda self, other: self.view(other.shape)
+    reshape_as = lambda self, other: self.reshape(other.shape)
+    type_as = lambda self, other: self.to(device=other.device, dtype=other.dtype)   # PyTorch's: its device too
+
+    def swapaxes(self, axis0, axis1):
+        return self.transpose(axis0, axis1)
+
+    def swapdims(self, dim0, dim1):
+        return self.transpose(dim0, dim1)
+
+    def unflatten(self, dim, sizes):
+        """dim split into `sizes` (one of them may be -1), as PyTorch's."""
+        if self.ndim == 0:
+            raise IndexError(f"unflatten: a 0-d tensor has no dim {dim}")
+        d, sizes = _dim(dim, self.ndim), tuple(sizes)
+        if not all(map(_is_int, sizes)):
+            raise TypeError(f"unflatten: sizes must be ints, got {sizes}")
+        known, n = math.prod(s for s in sizes if s != -1), self.shape[d]
+        if not sizes or sizes.count(-1) > 1 or min(sizes) < -1 or (
+                n % known if -1 in sizes and known else n != known or -1 in sizes):
+            raise ValueError(f"unflatten: sizes {sizes} (non-empty, at most one -1) don't multiply up to the size of "
+                             f"dim {dim} ({n}) of a tensor of shape {self.shape}")
+        return self.reshape(self.shape[:d] + tuple(n // known if s == -1 else s for s in sizes) + self.shape[d + 1:])
+
+    def movedim(self, source, destination):
+        """The dims `source` (an int or a sequence) moved to the places `destination`, the others keeping their order."""
+        source, destination = ((tuple(x) if isinstance(x, (tuple, list)) else (x,)) for x in (source, destination))
+        if len(source) != len(destination):
+            raise ValueError(f"movedim: source {source} and destination {destination} name different numbers of dims")
+        source, destination = ([_dim(d, self.ndim) for d in x] for x in (source, destination))
+        for name, dims in (('source', source), ('destination', destination)):
+            if len(set(dims)) < len(dims):
+                raise ValueError(f"movedim: repeated dim in {name} {dims}")
+        rest = iter(d for d in range(self.ndim) if d not in source)
+        placed = dict(zip(destination, source))
+        return self.permute(*[placed[i] if i in placed else next(rest) for i in range(self.ndim)])
+
+    moveaxis = movedim
+
+    def bmm(self, mat2):
+        """Batched matrix product of two 3-D tensors, (b, n, m) @ (b, m, p), as PyTorch's (no broadcasting)."""
+        if self.ndim != 3 or mat2.ndim != 3 or self.shape[0] != mat2.shape[0] or self.shape[2] != mat2.shape[1]:
+            raise ValueError(f"bmm: expected 3-D tensors (b, n, m) and (b, m, p), got shapes {self.shape} and "
+                             f"{mat2.shape}")
+        return self @ mat2
+
+    def outer(self, vec2):
+        """The outer product of two 1-D tensors (their dtypes promoted), as PyTorch's."""
+        if self.ndim != 1 or vec2.ndim != 1:
+            raise ValueError(f"outer: expected 1-D tensors, got shapes {self.shape} and {vec2.shape}")
+        return self.unsqueeze(1) * vec2
+
+    def dot(self, tensor):
+        """The inner product of two 1-D tensors of one size and dtype, as PyTorch's."""
+        if self.ndim != 1 or tensor.ndim != 1 or self.shape != tensor.shape:
+            raise ValueError(f"dot: expected 1-D tensors of one size, got shapes {self.shape} and {tensor.shape}")
+        return self @ tensor
+
     def _index_steps(self, index):
         """`index` (lists as arrays) as the index tuples to apply one after another: itself, or, where it mixes
         integers with arrays, the integers first (PyTorch applies them as selects, so that an integer and an array
@@ -3793,6 +3853,11 @@ def softmax(x, axis=-1):
 @_aliases(dim='axis')
 def log_softmax(x, axis=-1):
     return x.log_softmax(axis)
+
+
+bmm = lambda input, mat2: input.bmm(mat2)
+outer = lambda input, vec2: input.outer(vec2)
+dot = lambda input, tensor: input.dot(tensor)
 
 
 def linear(x, weight, bias=None):
