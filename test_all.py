@@ -468,6 +468,16 @@ op('outer', lambda m, a, b: a.outer(b), (3,), (4,))
 op('fn_outer', lambda m, a, b: m.outer(a, b), (2,), (5,))
 op('dot', lambda m, a, b: a.dot(b), (4,), (4,))
 op('fn_dot', lambda m, a, b: m.dot(a, b), (3,), (3,))
+for _name, _eq, *_shapes in [
+        ('matmul', 'ij,jk->ik', (3, 4), (4, 5)), ('batched', 'bij,bjk->bik', (2, 3, 4), (2, 4, 2)),
+        ('attention', 'bhqd,bhkd->bhqk', (2, 2, 3, 4), (2, 2, 5, 4)), ('diagonal', 'ii->i', (3, 3)),
+        ('trace', 'ii->', (3, 3)), ('trace_implicit', 'ii', (3, 3)), ('inner', 'i,i->', (4,), (4,)),
+        ('transpose', 'ij->ji', (2, 3)), ('sum', 'ij->', (2, 3)), ('row_sums', 'ij->i', (3, 4)),
+        ('outer', 'i,j->ij', (3,), (2,)), ('implicit', 'ij,jk', (3, 4), (4, 2)), ('implicit_order', 'ba', (2, 3)),
+        ('ellipsis', '...ij,...jk->...ik', (2, 1, 3, 4), (5, 4, 2)), ('ellipsis_mid', 'i...j,j...->...', (3, 1, 2, 4), (4, 5, 2)),
+        ('broadcast_letter', 'ij,ij->i', (3, 1), (3, 4)), ('repeated_free', 'iij->ji', (2, 2, 3)),
+        ('three', 'bn,anm,bm->ba', (2, 3), (4, 3, 5), (2, 5)), ('chain', 'ij,jk,kl->il', (2, 3), (3, 4), (4, 2))]:
+    op(f'einsum_{_name}', lambda m, *xs, _eq=_eq: m.einsum(_eq, *xs), *_shapes)
 # functions
 op('linear', lambda m, x, w, b: m.linear(x, w, b), (2, 4), (3, 4), (3,))
 op('linear_nobias', lambda m, x, w: m.linear(x, w), (2, 5, 4), (3, 4))
@@ -4786,7 +4796,7 @@ def test_pytorch_keyword_names():
 
 # ===== PyTorch's conveniences: shapes and products =====
 
-for _name in ('bmm', 'outer', 'dot'):
+for _name in ('bmm', 'outer', 'dot', 'einsum_attention', 'einsum_trace', 'einsum_three'):
     _o = next(o for o in OPS if o.name == _name)
     for _dt in (np.float16, np.float32, np.float64):
         register(f'test_dtype_{_name}_{np.dtype(_dt).name}', lambda o=_o, dt=_dt: check_dtype(o, dt))
@@ -4849,6 +4859,76 @@ def test_shape_conveniences_as_pytorch():
         raises(exc, lambda: f(tl, x), *needles)
         raises(Exception, lambda: f(torch, p))
     assert np.array_equal(x.numpy(), a)
+
+
+def test_einsum_as_pytorch():
+    """tl.einsum beyond the op table, against torch.einsum: operands in a list, spaces, one tensor twice, implicit
+    output in PyTorch's order (capitals first), integer operands (their dtype kept), float16 accumulated in float32, a
+    permutation of one operand a view as PyTorch's (a write shows through) and a diagonal a copy; a backward that read
+    an operand changed in place raises as PyTorch's; what PyTorch refuses raises here, naming the problem."""
+    need_torch()
+    r = rng('einsum')
+    a, b, v = sample(r, (3, 4)), sample(r, (4, 2)), sample(r, (4,))
+    cases = [lambda m, x, y, w: m.einsum('ij,jk->ik', [x, y]), lambda m, x, y, w: m.einsum(' i j , j k -> k i ', x, y),
+             lambda m, x, y, w: m.einsum('i,i->', w, w), lambda m, x, y, w: m.einsum('i,i,j->j', w, w, w),
+             lambda m, x, y, w: m.einsum('bA', x), lambda m, x, y, w: m.einsum('Ab,bA', x, x.T),
+             lambda m, x, y, w: m.einsum('...j,j', x, w), lambda m, x, y, w: m.einsum('i...->...', x),
+             lambda m, x, y, w: m.einsum('ij,jk,k->i', x, y, y[0])]
+    for k, f in enumerate(cases):
+        results = []
+        for m in (tl, torch):
+            ts = [m.tensor(t, requires_grad=True) for t in (a, b, v)]
+            out = f(m, *ts)
+            out.backward(m.tensor(upstream(k, tuple(out.shape))))
+            results.append([out] + [t.grad if t.grad is not None else m.zeros(t.shape, dtype=m.float64) for t in ts])
+        for n, (ours, theirs) in enumerate(zip(*results)):
+            same_as_torch(ours, theirs, f'case {k}, result {n}', 1e-12)
+    ints = r.integers(-50, 50, (3, 4))
+    for dtype in (np.int32, np.int64):
+        for eq, ops in (('ij,kj->ik', (ints, ints)), ('ij->j', (ints,)), ('ii->i', (ints[:, :3],))):
+            same_as_torch(tl.einsum(eq, *[tl.tensor(o.astype(dtype)) for o in ops]),
+                          torch.einsum(eq, *[torch.tensor(o.astype(dtype)) for o in ops]), eq)
+    ones = np.ones(3000, np.float16)   # float16 sums stop at 2048 (2049 rounds back); float32's reach 3000
+    for eq in ('i,i->', 'i->'):
+        same_as_torch(tl.einsum(eq, *[tl.tensor(ones)] * len(eq.split(','))),
+                      torch.einsum(eq, *[torch.tensor(ones)] * len(eq.split(','))), eq)
+    for m in (tl, torch):   # a permutation is a view, as PyTorch's
+        x = m.tensor(a.copy())
+        y = m.einsum('ij->ji', x)
+        y += 1
+        assert np.array_equal(x.numpy(), a + 1), m.__name__
+    x = tl.tensor(a[:, :3].copy())
+    d = tl.einsum('ii->i', x)   # PyTorch's diagonal is a view; a copy here
+    d += 1
+    assert np.array_equal(x.numpy(), a[:, :3])
+    def bump_w(m, w, x, y):
+        with m.no_grad():
+            w += 1.0
+    cases = {'an operand the other gradient reads changed': (lambda m, w, x: m.einsum('ij,kj->ik', w, x),
+                                                             lambda m, w, x, y: x.__iadd__(1.0)),
+             'its own operand changed (its gradient reads the other)': (lambda m, w, x: m.einsum('ij,kj->ik', w, x),
+                                                                        bump_w),
+             'a square reads both': (lambda m, w, x: m.einsum('ij,ij->i', w, w), bump_w)}
+    for name, (build, change) in cases.items():
+        assert_same_outcome(name, check_version_case(build, change, tl), check_version_case(build, change, torch),
+                            1e-12, ('modified by an in-place operation', 'expected version'))
+    errors = [(lambda m: m.einsum('ij,jk->ik', m.ones(2, 2), m.ones(3, 4)), ValueError, ('(2, 2)', '(3, 4)')),
+              (lambda m: m.einsum('ij,jk->ik', m.ones(2, 3), m.ones(3, 4, dtype=m.float64)), TypeError,
+               ('float32', 'float64')),
+              (lambda m: m.einsum('ii->i', m.ones(3, 4)), ValueError, ('(3, 4)', 'repeated')),
+              (lambda m: m.einsum('ij->ii', m.ones(3, 3)), ValueError, ('more than once',)),
+              (lambda m: m.einsum('ij->k', m.ones(3, 3)), ValueError, ('for no operand',)),
+              (lambda m: m.einsum('ij,jk->ik', m.ones(3, 3)), ValueError, ('2 operand',)),
+              (lambda m: m.einsum('i,i', m.ones(2), m.ones(2), m.ones(2)), ValueError, ('2 operand',)),
+              (lambda m: m.einsum('ijk->ik', m.ones(3, 3)), ValueError, ('(3, 3)', "'ijk'")),
+              (lambda m: m.einsum('i...jk', m.ones(3, 3)), ValueError, ('(3, 3)',)),
+              (lambda m: m.einsum('i1->i', m.ones(3, 3)), ValueError, ('invalid',)),
+              (lambda m: m.einsum('i..', m.ones(2)), ValueError, ('invalid',)),
+              (lambda m: m.einsum('i'), (TypeError, RuntimeError), ())]
+    for k, (f, exc, needles) in enumerate(errors):
+        raises(exc, lambda: f(tl), *needles)
+        raises(Exception, lambda: f(torch))
+    raises(TypeError, lambda: tl.einsum('i->', tl.ones(3, dtype=tl.bool_)), 'bool')   # (PyTorch's sums them as int64)
 
 
 def test_error_window_sizes_name_the_argument():

@@ -1065,6 +1065,53 @@ class MatMul(Function):
 _INPLACE_UFUNCS = {operator.add: 'add', operator.sub: 'subtract', operator.mul: 'multiply', operator.truediv: 'divide'}
 
 
+_LETTERS = ''.join(c for c in map(chr, range(65, 123)) if c.isalpha())   # einsum's subscripts: A-Z, a-z
+
+
+def _einsum(equation, *arrays):
+    """xp.einsum as a fresh array (NumPy's and CuPy's may return a view of an operand); NumPy's contraction order
+    optimised (BLAS where it can), float16 computed in float32 and rounded once (NumPy's accumulates in float16)."""
+    xp, half = _xp(arrays[0]), arrays[0].dtype == np.float16
+    out = xp.asarray(xp.einsum(equation, *[a.astype(np.float32) for a in arrays] if half else arrays,
+                               **({'optimize': True} if xp is np else {})))
+    if half:
+        return out.astype(np.float16)
+    return out.copy() if any(_memory_owner(out) is _memory_owner(a) for a in arrays) else out
+
+
+class Einsum(Function):
+    """xp.einsum of operands whose subscripts are letters alone, each of one size everywhere (tl.einsum writes out
+    ellipses and broadcast dims). Operand k's gradient is the einsum of g with the other operands into k's subscripts,
+    where an identity matrix puts it on the diagonal of a repeated subscript and a ones vector spreads it along a
+    subscript of k's alone."""
+    def forward(self, *arrays, terms, output):
+        self.terms, self.output, self.shapes = terms, output, [a.shape for a in arrays]
+        self.saves = sorted({j for k, needs in enumerate(self.needs_grad) if needs for j in range(len(arrays)) if j != k})
+        self.arrays = [a if j in self.saves else None for j, a in enumerate(arrays)]
+        return _einsum(','.join(terms) + '->' + output, *arrays)
+
+    def backward(self, g):
+        xp, grads = _xp(g), []
+        for k, (term, shape) in enumerate(zip(self.terms, self.shapes)):
+            if not self.needs_grad[k]:
+                grads.append(None)
+                continue
+            terms = [self.output] + [t for j, t in enumerate(self.terms) if j != k]
+            arrays = [g] + [a for j, a in enumerate(self.arrays) if j != k]
+            fresh, written = iter(c for c in _LETTERS if c not in ''.join(self.terms)), ''
+            for c, n in zip(term, shape):
+                if c in written:   # a repeated subscript: a new one, tied to it by an identity matrix
+                    terms.append(c + next(fresh))
+                    arrays.append(xp.eye(n, dtype=g.dtype))
+                    c = terms[-1][1]
+                elif term.count(c) == 1 and all(c not in t for t in terms):
+                    terms.append(c)
+                    arrays.append(xp.ones(n, g.dtype))
+                written += c
+            grads.append(_einsum(','.join(terms) + '->' + written, *arrays))
+        return tuple(grads)
+
+
 # ================================================================ primitive ops: reduce
 
 class Sum(Function):
@@ -3858,6 +3905,59 @@ def log_softmax(x, axis=-1):
 bmm = lambda input, mat2: input.bmm(mat2)
 outer = lambda input, vec2: input.outer(vec2)
 dot = lambda input, tensor: input.dot(tensor)
+
+
+def einsum(equation, *operands):
+    """torch.einsum: the sum of products an equation names, with a subscript (a letter) for each dim of each operand,
+    '...' for the dims of an ellipsis, and '->' before the output's subscripts (else the ellipsis's dims, then the
+    subscripts named once, in alphabetical order); operands separate or in a list; size-1 dims broadcast. One dtype for
+    every operand (not bool). A permutation of one operand's dims is a view of it (as PyTorch's; its diagonals are
+    copies here). Ellipses and broadcast dims are written out here: Einsum sees letters alone."""
+    operands = tuple(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else operands
+    if not isinstance(equation, str) or not operands or not all(isinstance(t, Tensor) for t in operands):
+        raise TypeError("einsum: expected an equation string and one or more tensors")
+    lhs, arrow, rhs = equation.replace(' ', '').partition('->')
+    terms = lhs.split(',')
+    named = lhs.replace('...', '').replace(',', '') + rhs.replace('...', '')
+    if not all(c in _LETTERS for c in named) or any(t.count('...') > 1 for t in terms + [rhs]):
+        raise ValueError(f"einsum: invalid equation {equation!r}: subscripts are letters (a-z, A-Z), '...' (once per "
+                         "operand) an ellipsis, ',' between operands, '->' before the output")
+    if len(terms) != len(operands):
+        raise ValueError(f"einsum: the equation {equation!r} names {len(terms)} operand(s), {len(operands)} given")
+    if len({t.dtype for t in operands}) > 1 or operands[0].dtype == np.bool_:
+        raise TypeError(f"einsum: expected operands of one dtype, not bool, got {', '.join(str(t.dtype) for t in operands)}")
+    for i, (term, t) in enumerate(zip(terms, operands)):
+        if len(term) - 3 * ('...' in term) > t.ndim or '...' not in term and len(term) != t.ndim:
+            raise ValueError(f"einsum: operand {i} of shape {t.shape} has {t.ndim} dims, its subscripts {term!r} do "
+                             "not name them")
+    ellipsis = [t.ndim - len(term) + 3 for term, t in zip(terms, operands) if '...' in term]
+    dots = ''.join(c for c in _LETTERS if c not in equation)[:max(ellipsis, default=0)]   # the ellipsis's dims
+    terms = [term.replace('...', dots[len(dots) - t.ndim + len(term) - 3:]) for term, t in zip(terms, operands)]
+    once = sorted(c for c in named if ''.join(terms).count(c) == 1)
+    output = rhs.replace('...', dots) if arrow else dots + ''.join(once)
+    for c in output:
+        if output.count(c) > 1 or c not in ''.join(terms):
+            raise ValueError(f"einsum: output subscript {c} of {equation!r} appears "
+                             f"{'more than once' if output.count(c) > 1 else 'for no operand'}")
+    size = {}   # each subscript's size (the one not 1), with the shape of an operand where it has it
+    for i, (term, t) in enumerate(zip(terms, operands)):
+        for c, n in zip(term, t.shape):
+            if n != t.shape[term.index(c)]:
+                raise ValueError(f"einsum: subscript {c} is repeated in operand {i} of shape {t.shape} with sizes "
+                                 f"{t.shape[term.index(c)]} and {n}")
+            if n != 1 and size.setdefault(c, (n, t.shape))[0] != n:
+                raise ValueError(f"einsum: subscript {c} has size {n} in operand {i} of shape {t.shape}, {size[c][0]} "
+                                 f"in one of shape {size[c][1]}")
+    kept = [[k for k, (c, n) in enumerate(zip(term, t.shape)) if n != 1 or c not in size]
+            for term, t in zip(terms, operands)]   # size-1 dims broadcast against larger ones: squeezed out
+    operands = [t if len(k) == t.ndim else t.reshape(tuple(t.shape[i] for i in k)) for t, k in zip(operands, kept)]
+    terms = tuple(''.join(term[i] for i in k) for term, k in zip(terms, kept))
+    if operands[0].dtype.kind in 'iu' and any(c not in output and ''.join(terms).count(c) == term.count(c)
+                                               for term in terms for c in term):
+        operands = [t.long() for t in operands]   # as PyTorch's: a dim of one operand alone is summed first, into int64
+    if len(terms) == 1 and len(output) == len(terms[0]) == len(set(terms[0])):   # a permutation: a view, as PyTorch's
+        return operands[0].permute([terms[0].index(c) for c in output])
+    return Einsum.apply(*operands, terms=terms, output=output)
 
 
 def linear(x, weight, bias=None):
