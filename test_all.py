@@ -4794,7 +4794,7 @@ def test_pytorch_keyword_names():
     assert x.sum(axis=1).shape == (2, 4) and tl.softmax(x, axis=0).shape == x.shape   # API.md's names still
 
 
-# ===== PyTorch's conveniences: shapes and products =====
+# ===== PyTorch's conveniences: shapes and products, new tensors and factories =====
 
 for _name in ('bmm', 'outer', 'dot', 'einsum_attention', 'einsum_trace', 'einsum_three'):
     _o = next(o for o in OPS if o.name == _name)
@@ -4929,6 +4929,105 @@ def test_einsum_as_pytorch():
         raises(exc, lambda: f(tl), *needles)
         raises(Exception, lambda: f(torch))
     raises(TypeError, lambda: tl.einsum('i->', tl.ones(3, dtype=tl.bool_)), 'bool')   # (PyTorch's sums them as int64)
+
+
+def test_new_tensors_as_pytorch():
+    """new_zeros, new_ones, new_full, new_empty (zeros here), new_tensor: the tensor's dtype and device unless given,
+    requires_grad as asked, the size as separate ints, a tuple or size=; as PyTorch's."""
+    need_torch()
+    for dtype in (np.float64, np.float16, np.int32, np.bool_):
+        x, p = tl.zeros(2, dtype=dtype), torch.zeros(2, dtype=torch_dtype(dtype))
+        cases = [lambda t, m: t.new_zeros(2, 3), lambda t, m: t.new_zeros((2, 3)), lambda t, m: t.new_ones(size=(1, 2)),
+                 lambda t, m: t.new_ones([3], dtype=m.int64), lambda t, m: t.new_full((2,), 2.5),
+                 lambda t, m: t.new_full(size=(2, 1), fill_value=-1, dtype=m.float32), lambda t, m: t.new_zeros(()),
+                 lambda t, m: t.new_tensor([1, 0, 3]), lambda t, m: t.new_tensor(np.array([1.5, 0.0, -2])),
+                 lambda t, m: t.new_tensor(4), lambda t, m: t.new_tensor([[1, 2]], dtype=m.float16),
+                 lambda t, m: t.new_ones(2, dtype=m.float32, requires_grad=True),
+                 lambda t, m: t.new_tensor(m.tensor([2.5, 1.0]))]
+        for k, f in enumerate(cases):
+            with warnings.catch_warnings():
+                warnings.simplefilter('ignore')   # PyTorch's about new_tensor(tensor)
+                ours, theirs = f(x, tl), f(p, torch)
+            same_as_torch(ours, theirs, (np.dtype(dtype).name, k))
+            assert ours.device == 'cpu' and ours.requires_grad == theirs.requires_grad and ours.is_leaf, k
+        assert tuple(x.new_empty(2, 3).shape) == tuple(p.new_empty(2, 3).shape) and x.new_empty(2).dtype == dtype
+        assert not x.new_empty(4).numpy().any()
+    raises(TypeError, lambda: tl.zeros(2, dtype=tl.int64).new_zeros(2, requires_grad=True), 'floating')
+    raises(TypeError, lambda: tl.zeros(2).new_zeros(2, size=(2,)), 'size')
+
+
+def test_creation_factories_as_pytorch():
+    """tl.eye, linspace (PyTorch's values: exactly for integer dtypes, within a float32 rounding of its), empty and
+    empty_like (zeros here), randint (both signatures, [low, high), int64 or dtype), randn_like and rand_like (the
+    tensor's shape, dtype and device unless given); their argument errors as PyTorch's."""
+    need_torch()
+    for args, kw in [((3,), {}), ((2, 4), {}), ((4, 2), {'dtype': np.int64}), ((0,), {}), ((2,), {'dtype': np.bool_}),
+                     ((3,), {'m': 1, 'dtype': np.float16})]:
+        tkw = {k: torch_dtype(v) if k == 'dtype' else v for k, v in kw.items()}
+        same_as_torch(tl.eye(*args, **kw), torch.eye(*args, **tkw), (args, kw))
+    assert tl.eye(2, requires_grad=True).requires_grad
+    for args, kw in [((0, 1, 5), {}), ((0, 1, 1), {}), ((0, 1, 0), {}), ((5, 1, 3), {}), ((-2.5, 7.25, 50), {}),
+                     ((0.1, 0.7, 13), {'dtype': np.float64}), ((-1, 1, 9), {'dtype': np.float16}),
+                     ((0, 10, 4), {'dtype': np.int64}), ((-3.7, 10.2, 7), {'dtype': np.int64}),
+                     ((100, -7, 23), {'dtype': np.int32}), ((tl.tensor(0.5), tl.tensor(1.5), 3), {})]:
+        tkw = {k: torch_dtype(v) for k, v in kw.items()}
+        targs = tuple(torch.tensor(v.item()) if isinstance(v, tl.Tensor) else v for v in args)
+        ours, theirs = tl.linspace(*args, **kw), torch.linspace(*targs, **tkw)
+        dtype = np.dtype(kw.get('dtype', np.float32))
+        tol = float(np.finfo(dtype).eps) * 16 if dtype.kind == 'f' else 0.0
+        same_as_torch(ours, theirs, (args, kw), tol)
+    assert tl.linspace(start=0, end=1, steps=3, requires_grad=True).requires_grad
+    for m in (tl, torch):
+        raises(Exception, lambda: m.linspace(0, 1, -1))
+        raises(TypeError, lambda: m.linspace(0, 1, 2.0))
+        raises(Exception, lambda: m.linspace(0, 1, 3, dtype=m.bool))
+        raises(Exception, lambda: m.eye(-1))
+        raises(Exception, lambda: m.eye(2, -1))
+        raises(TypeError, lambda: m.eye(2.0))
+    for made in (tl.empty(2, 3), tl.empty((2, 3), dtype=tl.int32), tl.empty(size=(2, 3)),
+                 tl.empty_like(tl.ones(2, 3, dtype=tl.int32))):
+        assert made.shape == (2, 3) and not made.numpy().any()
+    assert tl.empty(2, dtype=tl.float16, requires_grad=True).requires_grad
+    tl.manual_seed(5)
+    for args, kw, low, high in [((10, (1000,)), {}, 0, 10), ((3, 10, (20, 50)), {}, 3, 10),
+                                ((10,), {'size': (500,)}, 0, 10), ((), {'high': 4, 'size': [300]}, 0, 4),
+                                ((), {'low': -5, 'high': 5, 'size': (400,)}, -5, 5),
+                                ((0, 256, (2000,)), {'dtype': np.uint8}, 0, 256), ((0, 10, (100,)), {'dtype': np.float32}, 0, 10),
+                                ((0, 2, (100,)), {'dtype': np.bool_}, 0, 2), ((-2**40, 2**40, (100,)), {}, -2**40, 2**40)]:
+        ours = tl.randint(*args, **kw)
+        theirs = torch.randint(*args, **{k: torch_dtype(v) if k == 'dtype' else v for k, v in kw.items()})
+        assert ours.shape == tuple(theirs.shape) and same_dtype(ours, theirs), (args, kw)
+        values = ours.numpy().astype(np.int64)
+        assert values.min() >= low and values.max() < high and (values == np.round(values)).all(), (args, kw)
+        if values.size >= 100:
+            assert len(np.unique(values)) == min(high - low, values.size) or high - low > 100, (args, kw)
+    assert tl.randint(0, 10, ()).shape == () and tl.randint(5, (0, 3)).shape == (0, 3)
+    tl.manual_seed(7)
+    first = tl.randint(1000, (50,)).numpy()
+    tl.manual_seed(7)
+    assert np.array_equal(first, tl.randint(1000, (50,)).numpy()), 'manual_seed does not reproduce randint'
+    for bad in (lambda m: m.randint(10, 3), lambda m: m.randint(10), lambda m: m.randint(0.5, 10.7, (3,))):
+        raises(TypeError, lambda: bad(tl))
+        raises(TypeError, lambda: bad(torch))
+    for bad in (lambda m: m.randint(5, 5, (3,)), lambda m: m.randint(5, 3, (3,)),
+                lambda m: m.randint(0, 300, (3,), dtype=m.uint8), lambda m: m.randint(-1, 3, (3,), dtype=m.uint8),
+                lambda m: m.randint(0, 10, (3,), requires_grad=True)):
+        raises((ValueError, RuntimeError, TypeError), lambda: bad(tl))
+        raises(RuntimeError, lambda: bad(torch))
+    x = tl.zeros(3, 2, dtype=tl.float64)
+    for like in (tl.randn_like, tl.rand_like, tl.empty_like):
+        made = like(x)
+        assert made.shape == (3, 2) and made.dtype == np.float64 and made.device == 'cpu' and not made.requires_grad
+        made = like(x, dtype=tl.float16, requires_grad=True)
+        assert made.dtype == np.float16 and made.requires_grad
+    u = tl.rand_like(tl.zeros(20000)).numpy()
+    assert u.min() >= 0 and u.max() < 1 and abs(u.mean() - 0.5) < 0.01
+    n = tl.randn_like(tl.zeros(20000)).numpy()
+    assert abs(n.mean()) < 0.03 and abs(n.std() - 1) < 0.03
+    for like in ('randn_like', 'rand_like'):   # integer tensors: PyTorch raises NotImplementedError
+        raises(TypeError, lambda: getattr(tl, like)(tl.zeros(2, dtype=tl.int64)), 'floating')
+        raises(NotImplementedError, lambda: getattr(torch, like)(torch.zeros(2, dtype=torch.int64)))
+        assert getattr(tl, like)(tl.zeros(2, dtype=tl.int64), dtype=tl.float64).dtype == np.float64
 
 
 def test_error_window_sizes_name_the_argument():

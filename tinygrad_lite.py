@@ -3659,6 +3659,16 @@ class Tensor:
             raise ValueError(f"dot: expected 1-D tensors of one size, got shapes {self.shape} and {tensor.shape}")
         return self @ tensor
 
+    # new tensors of this one's dtype and device unless given, as PyTorch's new_*
+    def _new(self, factory, *args, device=None, dtype=None, requires_grad=False, **size):
+        return factory(*args, device=device or self.device, dtype=dtype or self.dtype, requires_grad=requires_grad, **size)
+
+    new_zeros = lambda self, *size, **kw: self._new(zeros, *size, **kw)
+    new_ones = lambda self, *size, **kw: self._new(ones, *size, **kw)
+    new_empty = lambda self, *size, **kw: self._new(empty, *size, **kw)
+    new_full = lambda self, size, fill_value, **kw: self._new(full, size, fill_value, **kw)
+    new_tensor = lambda self, data, **kw: self._new(tensor, data, **kw)   # (a tensor's values copied, as PyTorch's)
+
     def _index_steps(self, index):
         """`index` (lists as arrays) as the index tuples to apply one after another: itself, or, where it mixes
         integers with arrays, the integers first (PyTorch applies them as selects, so that an integer and an array
@@ -3820,6 +3830,71 @@ def arange(start, end=None, step=1, device=None, dtype=None, requires_grad=False
     if step == 0 or (end - start) * step < 0:   # as PyTorch's RuntimeError, not an empty range
         raise ValueError(f"arange: step {step} cannot go from {start} to {end} in {dtype}")
     return _factory(lambda xp, s, d: xp.arange(start, end, step).astype(d), ((),), device, dtype, requires_grad)
+
+
+@_aliases(size='shape')
+def empty(*shape, device=None, dtype=None, requires_grad=False):
+    """zeros: PyTorch leaves the values unspecified; zeros make every read of them reproducible."""
+    return zeros(*shape, device=device, dtype=dtype, requires_grad=requires_grad)
+
+
+def eye(n, m=None, device=None, dtype=None, requires_grad=False):
+    """The n x m (n x n) matrix of ones on the diagonal, as PyTorch's."""
+    m = n if m is None else m
+    for name, v in (('n', n), ('m', m)):
+        if not _is_int(v):
+            raise TypeError(f"eye: {name} must be an int, not {type(v).__name__}")
+        if v < 0:
+            raise ValueError(f"eye: {name} must be greater or equal to 0, got {v}")
+    return _factory(lambda xp, s, d: xp.eye(n, m, dtype=d), ((),), device, dtype, requires_grad)
+
+
+def linspace(start, end, steps, device=None, dtype=None, requires_grad=False):
+    """steps values from start to end, float32 by default, with PyTorch's formula: the first half start + step * i,
+    the second end - step * (steps - 1 - i), here in float64 rounded once to dtype (PyTorch's computes in dtype: the
+    values may differ from its in the last bit); an integer dtype truncates start and end first, then each value."""
+    if not _is_int(steps):
+        raise TypeError(f"linspace: steps must be an int, not {type(steps).__name__}")
+    if steps < 0:
+        raise ValueError(f"linspace: the number of steps must be non-negative, got {steps}")
+    dtype = _dtype(dtype or np.float32)
+    if dtype == np.bool_:
+        raise TypeError("linspace: not defined for bool (as in PyTorch)")
+    start, end = (int(v) if dtype.kind in 'iu' else float(v) for v in (start, end))
+    i, step = np.arange(steps), (end - start) / max(steps - 1, 1)
+    values = np.where(i < max(steps // 2, 1), start + step * i, end - step * (steps - 1 - i))
+    return _factory(lambda xp, s, d: xp.asarray(values).astype(d), ((),), device, dtype, requires_grad)
+
+
+def randint(low=0, high=None, size=None, device=None, dtype=None, requires_grad=False):
+    """Integers drawn uniformly from [low, high), int64 unless dtype says, as PyTorch's randint(high, size) and
+    randint(low, high, size), size a tuple."""
+    if size is None:   # randint(high, size)
+        low, high, size = 0, low, high
+    elif high is None:   # randint(high, size=size)
+        low, high = 0, low
+    if not (_is_int(low) and _is_int(high) and isinstance(size, (tuple, list))):
+        raise TypeError(f"randint: expected (low, high, size) or (high, size), ints and a tuple, got low={low!r}, "
+                        f"high={high!r}, size={size!r}")
+    if low >= high:
+        raise ValueError(f"randint: low must be less than high, got low={low} >= high={high}")
+    dtype = _dtype(dtype or np.int64)
+    for bound in (low, high - 1):
+        _check_fits(bound, dtype, 'randint')
+    return _factory(lambda xp, s, d: xp.random.randint(low, high, s, np.int64).astype(d), (size,), device, dtype,
+                    requires_grad)
+
+
+def randn_like(t, device=None, dtype=None, requires_grad=False):
+    return randn(*t.shape, device=device or t.device, dtype=dtype or t.dtype, requires_grad=requires_grad)
+
+
+def rand_like(t, device=None, dtype=None, requires_grad=False):
+    return rand(*t.shape, device=device or t.device, dtype=dtype or t.dtype, requires_grad=requires_grad)
+
+
+def empty_like(t, device=None, dtype=None, requires_grad=False):
+    return zeros_like(t, device, dtype, requires_grad)
 
 
 def manual_seed(seed):
