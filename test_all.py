@@ -4794,7 +4794,7 @@ def test_pytorch_keyword_names():
     assert x.sum(axis=1).shape == (2, 4) and tl.softmax(x, axis=0).shape == x.shape   # API.md's names still
 
 
-# ===== PyTorch's conveniences: shapes and products, new tensors and factories =====
+# ===== PyTorch's conveniences: shapes and products, new tensors and factories, in-place methods =====
 
 for _name in ('bmm', 'outer', 'dot', 'einsum_attention', 'einsum_trace', 'einsum_three'):
     _o = next(o for o in OPS if o.name == _name)
@@ -5028,6 +5028,225 @@ def test_creation_factories_as_pytorch():
         raises(TypeError, lambda: getattr(tl, like)(tl.zeros(2, dtype=tl.int64)), 'floating')
         raises(NotImplementedError, lambda: getattr(torch, like)(torch.zeros(2, dtype=torch.int64)))
         assert getattr(tl, like)(tl.zeros(2, dtype=tl.int64), dtype=tl.float64).dtype == np.float64
+
+
+def test_gpu_factories_and_copies_on_cuda():
+    """The factories and new_* make their tensors on the device asked for (new_* on the tensor's), randint's values in
+    range there; type_as and copy_ move across devices (copy_'s gradient comes back), fill_ takes a 0-d tensor from
+    the CPU; in-place methods on the GPU give the CPU's values."""
+    need_cuda()
+    made = [tl.eye(3, device='cuda'), tl.linspace(0, 1, 5, device='cuda'), tl.empty(2, device='cuda'),
+            tl.randint(3, 9, (500,), device='cuda'), tl.randn_like(tl.zeros(2, device='cuda')),
+            tl.rand_like(tl.zeros(2), device='cuda'), tl.empty_like(tl.zeros(2, device='cuda')),
+            tl.zeros(2, device='cuda').new_ones(3), tl.zeros(2, device='cuda').new_tensor([1, 2]),
+            tl.zeros(2).new_full((2,), 3.0, device='cuda'), tl.zeros(2, device='cuda', dtype=tl.float16).new_empty(2),
+            tl.ones(2).type_as(tl.zeros(1, device='cuda', dtype=tl.float64))]
+    for k, t in enumerate(made):
+        assert t.device == 'cuda:0' and t.data.__class__.__module__.startswith('cupy'), (k, t.device)
+    assert_close(made[0], np.eye(3), 0, 0)
+    assert_close(made[1], np.linspace(0, 1, 5), 1e-7, 0)
+    values = made[3].numpy()
+    assert values.dtype == np.int64 and values.min() >= 3 and values.max() < 9 and len(np.unique(values)) == 6
+    assert made[-1].dtype == np.float64 and made[-2].dtype == np.float16
+    src = tl.tensor(np.arange(3.0), requires_grad=True)
+    dst = tl.zeros(2, 3, device='cuda', dtype=tl.float16) * 1
+    dst.copy_(src)
+    (dst.float() * tl.tensor([[1.0], [2.0]], device='cuda')).sum().backward()
+    assert dst.device == 'cuda:0' and dst.dtype == np.float16 and np.array_equal(dst.numpy(), np.tile(np.arange(3.0), (2, 1)))
+    assert src.grad.device == 'cpu' and np.array_equal(src.grad.numpy(), [3.0, 3.0, 3.0])
+    back = tl.zeros(3).copy_(tl.tensor([1.5, 2.5, 3.5], device='cuda'))
+    assert back.device == 'cpu' and back.tolist() == [1.5, 2.5, 3.5]
+    assert tl.zeros(2, device='cuda').fill_(tl.tensor(2.5)).tolist() == [2.5, 2.5]
+    a, b = sample(rng('gpu inplace methods'), (2, 3)), sample(rng('gpu inplace methods'), (3,), 'pos')
+
+    def chain(d):
+        t = tl.tensor(a, device=d)
+        return t.add_(tl.tensor(b, device=d), alpha=0.5).sub_(1.5, alpha=2).mul_(2).div_(tl.tensor(b, device=d)) \
+            .clamp_(min=-1.0).clamp_(max=tl.tensor(b, device=d)).pow_(2)
+    assert_close(chain('cuda').numpy(), chain('cpu').numpy(), 1e-12, 1e-12)
+
+
+def _inplace_method_outcome(m, start, other, call):
+    """call(t, other) on t, a tensor of `start` in framework m: t's values afterwards, or the exception's type (then
+    t and its version must be as they were)."""
+    t = m.tensor(start.copy())
+    version = t._version if m is torch else t._version[0]
+    try:
+        assert call(t, other) is t
+    except (TypeError, RuntimeError, ValueError, NotImplementedError) as e:
+        assert np.array_equal(t.numpy(), start, equal_nan=True) and \
+            (t._version if m is torch else t._version[0]) == version, 'a failed in-place method changed the tensor'
+        return type(e)
+    return t
+
+
+INPLACE_METHODS = [('add_', lambda t, o: t.add_(o)), ('add_alpha2', lambda t, o: t.add_(o, alpha=2)),
+                   ('add_alpha_half', lambda t, o: t.add_(o, alpha=0.5)), ('sub_', lambda t, o: t.sub_(o)),
+                   ('sub_alpha3', lambda t, o: t.sub_(o, alpha=3)), ('mul_', lambda t, o: t.mul_(o)),
+                   ('div_', lambda t, o: t.div_(o)), ('pow_', lambda t, o: t.pow_(o)),
+                   ('clamp_min', lambda t, o: t.clamp_(min=o)), ('clamp_max', lambda t, o: t.clamp_(None, o)),
+                   ('copy_', lambda t, o: t.copy_(o)), ('fill_', lambda t, o: t.fill_(o.flatten()[0] if hasattr(o, 'shape') else o))]
+
+
+def test_inplace_methods_values_as_pytorch():
+    """add_/sub_ (alpha), mul_, div_, pow_, clamp_, copy_, fill_ on float16/32/64, int32/64 and bool tensors with
+    tensors of each dtype and Python numbers: PyTorch's values in the tensor's dtype (float16 rounded once), or an
+    error where PyTorch raises (a result type of a higher kind, a float alpha for integers, a bool alpha for floats,
+    bool subtraction, integer division), leaving the tensor and its version as they were."""
+    need_torch()
+    r = rng('inplace methods')
+    start0, other0 = np.round(r.uniform(-4, 4, 6) * 8) / 8, np.round(r.uniform(0.5, 4, 6) * 8) / 8
+    dtypes = (np.float16, np.float32, np.float64, np.int32, np.int64, np.bool_)
+    for dtype in dtypes:
+        start = start0.astype(dtype)
+        for name, call in INPLACE_METHODS:
+            for k, make in enumerate([lambda m, d=d: m.tensor(other0.astype(d)) for d in dtypes] +
+                                     [lambda m: 3, lambda m: 1.5, lambda m: True]):
+                if dtype == np.bool_ and name.startswith('clamp') and k == len(dtypes) + 2:
+                    continue   # PyTorch's clamp of bools by a bool number is not implemented (by bool tensors it is)
+                if name == 'fill_' and k < len(dtypes):   # fill_ takes a 0-d tensor
+                    make = lambda m, d=dtypes[k]: m.tensor(other0[0].astype(d))
+                with np.errstate(invalid='ignore'):   # (negative numbers to fractional powers: NaN)
+                    ours, theirs = [_inplace_method_outcome(m, start, make(m), call) for m in (tl, torch)]
+                what = (np.dtype(dtype).name, name, k)
+                if isinstance(theirs, type):
+                    assert isinstance(ours, type), f'{what}: PyTorch raised {theirs.__name__}, ours gave {ours}'
+                else:
+                    assert not isinstance(ours, type), f'{what}: ours raised {ours.__name__}, PyTorch gave {theirs}'
+                    same_as_torch(ours, theirs, what, {np.float16: 1e-3, np.float32: 1e-6}.get(dtype, 1e-12))
+    t = tl.tensor([1.0, 2.0])
+    raises(TypeError, lambda: t.add_(1.0, 2), 'positional')   # alpha is keyword-only, as PyTorch's
+    raises(TypeError, lambda: t.add_(1.0, alpha=tl.tensor(2.0)), 'number')
+    raises(ValueError, lambda: t.clamp_(), 'min')
+    raises(TypeError, lambda: t.copy_([1.0, 2.0]), 'Tensor')   # (a number it takes, as PyTorch's)
+    raises(ValueError, lambda: t.copy_(tl.ones(2, 2)), '(2,)', '(2, 2)')
+    raises(ValueError, lambda: t.copy_(tl.ones(1, 2)), '(2,)', '(1, 2)')   # as PyTorch's: no leading size-1 axis dropped
+    raises(ValueError, lambda: t.clamp_(tl.zeros(3, 2), tl.ones(3, 2)), '(2,)', '(3, 2)')
+    raises(ValueError, lambda: t.fill_(tl.ones(1)), '(1,)')
+    raises(RuntimeError, lambda: tl.zeros(2, dtype=tl.uint8).fill_(300), '300', 'uint8')
+    raises(RuntimeError, lambda: tl.zeros(2, dtype=tl.int64).fill_(math.nan), 'int64')
+    assert t.tolist() == [1.0, 2.0]
+    u = tl.zeros(2, dtype=tl.int64)
+    u.copy_(tl.tensor([math.nan, 2.7]))   # as PyTorch: no error, no warning (the NaN's integer is undefined)
+    assert u.tolist()[1] == 2
+    base = tl.zeros(1, 3)
+    wide = base.expand(2, 3)
+    wide.fill_(1.25)   # as PyTorch's fill_ (and zero_): elements sharing memory take one value
+    assert base.tolist() == [[1.25] * 3]
+    for write in (lambda w: w.copy_(tl.ones(2, 3)), lambda w: w.clamp_(0, 1), lambda w: w.add_(1.0), lambda w: w.mul_(2)):
+        raises(RuntimeError, lambda: write(wide), 'single memory location')
+    assert base.tolist() == [[1.25] * 3]
+    x = tl.tensor(np.arange(6.0).reshape(2, 3))
+    assert x.copy_(x).tolist() == np.arange(6.0).reshape(2, 3).tolist() and x._version[0] == 1
+
+
+def _recorded_methods(m, x, y, b):
+    """The in-place methods recorded on non-leaves: arithmetic with alpha, clamp_ with numbers and a tensor bound,
+    copy_ and fill_ (their gradients: to the source, none to the overwritten history)."""
+    h = x * 2
+    h.add_(y, alpha=0.5).sub_(b, alpha=2)
+    h.mul_(y).div_(x + 3).pow_(2)
+    h.clamp_(0.01, 1.2).clamp_(min=b * 0.2)
+    g = x * 1
+    g.copy_(y * b)
+    k = x * 1
+    k.fill_(b[0] * 2)
+    c = y.sum() * 1
+    c.fill_(4.0)
+    return [(h * h).sum() + (g * x).sum() + (k * y).sum() + c]
+
+
+def test_inplace_methods_recorded_as_pytorch():
+    """In grad mode, in-place methods on non-leaves are recorded as PyTorch records them (the same gradients), on a
+    tensor that required none too (a buffer taking a parameter's values); on a leaf that requires grad they raise as
+    PyTorch's, changing nothing; a backward that saved a tensor they changed raises as PyTorch's."""
+    need_torch()
+    x0, y0, b0 = _inplace_inputs('inplace methods recorded')
+    assert_same_outcome('chain', outcome(tl, lambda m: _backward_of(_recorded_methods, m, x0, y0, b0)),
+                        outcome(torch, lambda m: _backward_of(_recorded_methods, m, x0, y0, b0)), 1e-12, ())
+
+    def buffer(m, x, y, b):
+        acc = m.zeros(2, 3, dtype=m.float64)
+        acc.copy_(x)
+        acc.mul_(b).add_(y, alpha=-0.5)
+        return [(acc * acc).sum()]
+    assert_same_outcome('buffer', outcome(tl, lambda m: _backward_of(buffer, m, x0, y0, b0)),
+                        outcome(torch, lambda m: _backward_of(buffer, m, x0, y0, b0)), 1e-12, ())
+    for name, call in INPLACE_METHODS:
+        for m in (tl, torch):
+            w = m.tensor(x0, requires_grad=True)
+            raises(RuntimeError, lambda: call(w, m.tensor(y0)), *(('leaf', 'in-place') if m is tl else ('leaf',)))
+            assert np.array_equal(w.detach().numpy(), x0) and w.is_leaf and w.grad is None, (name, m.__name__)
+    changes = {name: (lambda m, w, x, y, call=call: call(x, m.tensor(y0[0]))) for name, call in INPLACE_METHODS}
+    changes['fill_'] = lambda m, w, x, y: x.fill_(2.0)
+    for name, change in changes.items():
+        for build in (lambda m, w, x: w * x, lambda m, w, x: w + x):   # a product saves x, a sum nothing
+            assert_same_outcome(name, check_version_case(build, change, tl), check_version_case(build, change, torch),
+                                1e-12, ('modified by an in-place operation', 'expected version'))
+
+
+def test_inplace_methods_update_parameters_under_no_grad_as_pytorch():
+    """The parameter updates of training code (an EMA of weights, copies, clamps) under no_grad on Parameters: torch's
+    values, nothing recorded, the parameters still leaves requiring grad, each update advancing the version counter as
+    PyTorch's does (a backward that saved the parameter then raises)."""
+    need_torch()
+    r = rng('ema')
+    p0, q0 = r.standard_normal((3, 4)), r.standard_normal((3, 4))
+    results = []
+    for m, nn in ((tl, tl), (torch, torch.nn)):
+        p, ema, q = nn.Parameter(m.tensor(p0.copy())), nn.Parameter(m.tensor(p0 * 0)), m.tensor(q0)
+        y = (p * p).sum()
+        version = lambda t: t._version if m is torch else t._version[0]
+        versions = [version(p)]
+        with m.no_grad():
+            ema.copy_(p)
+            for _ in range(3):
+                assert ema.mul_(0.99).add_(p, alpha=0.01) is ema
+                p.add_(q, alpha=-0.1)
+                versions.append(version(p))
+            p.clamp_(-1, 1)
+            p.sub_(q * 0.1).div_(2).mul_(1.5)
+            versions.append(version(p))
+        assert p.is_leaf and p.requires_grad and p.grad is None and ema.is_leaf and ema.requires_grad
+        raises(RuntimeError, y.backward, 'modified by an in')
+        results.append((p.detach().numpy().copy(), ema.detach().numpy().copy(), versions, version(ema)))
+    (p_ours, ema_ours, v_ours, e_ours), (p_theirs, ema_theirs, v_theirs, e_theirs) = results
+    assert_close(p_ours, p_theirs, 1e-12, 1e-12, 'parameter')
+    assert_close(ema_ours, ema_theirs, 1e-12, 1e-12, 'ema')
+    assert v_ours == v_theirs and e_ours == e_theirs, (v_ours, v_theirs, e_ours, e_theirs)
+    for m, nn in ((tl, tl), (torch, torch.nn)):   # copy_ and fill_ on a parameter (a load, a reset), versions too
+        p = nn.Parameter(m.tensor(p0.copy()))
+        with m.no_grad():
+            p.copy_(m.tensor(q0[0]))
+            p.fill_(0.5)
+        assert np.array_equal(p.detach().numpy(), np.full((3, 4), 0.5)) and p.is_leaf and p.requires_grad
+        assert (p._version if m is torch else p._version[0]) == 2
+
+
+def test_detach__as_pytorch():
+    """detach_() makes a tensor a leaf that requires no gradient and returns it, as PyTorch's: a non-leaf after its
+    backward, a leaf (which then gets no gradient); refused (a clear error, nothing changed) on a non-leaf that a
+    recorded op still reaches the history through, where PyTorch keeps that op's path."""
+    need_torch()
+    a = sample(rng('detach_'), (3,))
+    for m in (tl, torch):
+        x = m.tensor(a, requires_grad=True)
+        h = x * 2
+        (h * 3).sum().backward()
+        assert h.detach_() is h and not h.requires_grad and h.is_leaf
+        w = m.tensor(a, requires_grad=True)
+        y = (w * 2).sum()
+        assert w.detach_() is w and not w.requires_grad and w.is_leaf
+        y.backward()
+        assert w.grad is None, m.__name__
+    x = tl.tensor(a, requires_grad=True)
+    h = x * 2
+    y = (h * 3).sum()
+    raises(RuntimeError, h.detach_, 'recorded op', '.detach()')
+    assert h.requires_grad and not h.is_leaf
+    y.backward()
+    assert np.array_equal(x.grad.numpy(), np.full(3, 6.0))
+    assert h.detach_() is h and h.is_leaf
 
 
 def test_error_window_sizes_name_the_argument():

@@ -3669,6 +3669,92 @@ class Tensor:
     new_full = lambda self, size, fill_value, **kw: self._new(full, size, fill_value, **kw)
     new_tensor = lambda self, data, **kw: self._new(tensor, data, **kw)   # (a tensor's values copied, as PyTorch's)
 
+    # in-place methods, on the in-place operators' and item assignment's machinery: the same checks, recorded where
+    # autograd records (a leaf that requires grad refused), else written into the tensor's memory, its version advanced
+    def _alpha_scaled(self, other, alpha):
+        """other * alpha for add_ and sub_, alpha checked as PyTorch's; other itself for alpha 1. For a float16 result,
+        a tensor is scaled in float32 (an integer one rounded to float16 first, as PyTorch's), so the update rounds once."""
+        result = _result_dtype(self, self._operand(other))
+        if not isinstance(alpha, _NUMBERS):
+            raise TypeError(f"alpha must be a number, not {type(alpha).__name__}")
+        if isinstance(alpha, (bool, np.bool_)) and result != np.bool_:
+            raise TypeError(f"a bool alpha is only supported for bool results, not {result} (as PyTorch's)")
+        if isinstance(alpha, (float, np.floating)) and result.kind != 'f':
+            raise TypeError(f"for integral input tensors ({result}), alpha must not be a floating point number "
+                            "(as PyTorch's)")
+        if alpha == 1 or result == np.bool_:   # (bools: alpha taken as a bool, as PyTorch's)
+            return other if alpha else other & False
+        if not isinstance(other, Tensor):
+            return other * alpha
+        return (other.to(np.float16).float() if result == np.float16 else other) * alpha   # (float16 rounds it first)
+
+    add_ = lambda self, other, *, alpha=1: self.__iadd__(self._alpha_scaled(other, alpha))
+    mul_ = lambda self, other: self.__imul__(other)
+    div_ = lambda self, other: self.__itruediv__(other)
+    pow_ = lambda self, exponent: self.__ipow__(exponent)
+
+    def sub_(self, other, *, alpha=1):
+        self._no_bool_subtraction(other)
+        return self.__isub__(self._alpha_scaled(other, alpha))
+
+    def clamp_(self, min=None, max=None):
+        """clamp in place: a result of a dtype of a higher kind than this tensor's (a float bound of an integer tensor)
+        or of another shape (tensor bounds broadcasting wider) refused, as the in-place operators refuse theirs."""
+        def clamped(t):
+            out = t.clamp(min, max)
+            if _KIND_RANK[out.dtype.kind] > _KIND_RANK[self.dtype.kind]:
+                raise TypeError(f"clamp_: result type {out.dtype} can't be cast to the tensor's dtype {self.dtype}")
+            if out.shape != self.shape:
+                raise ValueError(f"clamp_: bounds make a result of shape {out.shape}, not the tensor's {self.shape}")
+            return out.to(self.dtype)
+        if _GradMode.enabled and any(t._requires_grad for t in (self, min, max) if isinstance(t, Tensor)):
+            return self._recorded_update('clamp_', clamped)
+        self._refuse_expanded('clamp_')
+        self.data[...] = clamped(self).data
+        self._version[0] += 1
+        return self
+
+    def _assign(self, what, value, shared=False):
+        """Every element set to `value` (a tensor, moved to this device, broadcast to this shape and cast to this dtype,
+        as PyTorch's copy_ and fill_ take it): item assignment's SetItem where autograd records, else a write into
+        this tensor's memory (shared: also where its elements share memory, as PyTorch's fill_ writes an expand())."""
+        value = value.to(self.device)
+        if _check_broadcast(what, self.shape, value.shape) != self.shape:
+            raise ValueError(f"{what}: a value of shape {value.shape} cannot be broadcast to the tensor's shape "
+                             f"{self.shape}")
+        if _GradMode.enabled and (self._requires_grad or value._requires_grad):
+            return self._recorded_update(what, lambda before: SetItem.apply(
+                before, before if value is self else value, steps=[(Ellipsis,)]))
+        if not shared:
+            self._refuse_expanded(what)
+        with np.errstate(invalid='ignore'):   # NaN or inf cast to an integer: as PyTorch, no warning
+            self.data[...] = value.data
+        self._version[0] += 1
+        return self
+
+    def copy_(self, src, non_blocking=False):
+        """src's values (a tensor broadcast, cast to this dtype, from any device; or a number), as PyTorch's copy_;
+        differentiable to src."""
+        if not isinstance(src, (Tensor,) + _NUMBERS):
+            raise TypeError(f"copy_: src must be a Tensor or a number, not {type(src).__name__}")
+        return self._assign('copy_', self._operand(src))
+
+    def fill_(self, value):
+        """Every element `value` (a number, or a 0-d tensor from any device), as PyTorch's fill_."""
+        if isinstance(value, Tensor) and value.ndim:
+            raise ValueError(f"fill_: the value must be a number or a 0-d tensor, got one of shape {value.shape}")
+        _check_fits(value, self.dtype, 'fill_')
+        return self._assign('fill_', value if isinstance(value, Tensor) else self._operand(value), shared=True)
+
+    def detach_(self):
+        """This tensor made a leaf that requires no gradient, as PyTorch's detach_. Refused where a recorded op still
+        reaches its history through it: that op's backward would lose the way (PyTorch's keeps it)."""
+        if self._ctx is not None and self._held:
+            raise RuntimeError(f"detach_() on a tensor of shape {self.shape} that a recorded op took as an input (its "
+                               "backward would lose the path through it): use .detach(), or detach_() after the backward")
+        self._ctx, self._requires_grad = None, False
+        return self
+
     def _index_steps(self, index):
         """`index` (lists as arrays) as the index tuples to apply one after another: itself, or, where it mixes
         integers with arrays, the integers first (PyTorch applies them as selects, so that an integer and an array
