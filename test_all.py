@@ -517,6 +517,32 @@ op('cat_neg', lambda m, a, b, c: m.cat([a, b, c], -1), (2, 3), (2, 1), (2, 2))
 op('stack', lambda m, a, b: m.stack([a, b], 0), (2, 3), (2, 3))
 op('stack_mid', lambda m, a, b: m.stack([a, b], 1), (2, 3), (2, 3))
 op('stack_neg', lambda m, a, b, c: m.stack([a, b, c], -1), (3,), (3,), (3,))
+op('expand_as', lambda m, x: x.expand_as(const(m, np.zeros((2, 3, 4)), x)), (3, 1))
+op('view_as', lambda m, x: x.view_as(const(m, np.zeros((4, 6)), x)), S)
+op('reshape_as', lambda m, x: x.transpose(0, 1).reshape_as(const(m, np.zeros(24), x)), S)
+op('swapaxes', lambda m, x: x.swapaxes(0, 2), S)
+op('swapdims', lambda m, x: x.swapdims(-1, 1), S)
+op('movedim', lambda m, x: x.movedim(0, -1), S)
+op('movedim_pairs', lambda m, x: x.movedim((0, 1), (2, 0)), S)
+op('moveaxis', lambda m, x: x.moveaxis(-1, 0), S)
+op('unflatten', lambda m, x: x.unflatten(1, (3, 1)), S)
+op('unflatten_neg', lambda m, x: x.unflatten(-1, (2, -1)), S)
+op('bmm', lambda m, a, b: a.bmm(b), (2, 3, 4), (2, 4, 5))
+op('fn_bmm', lambda m, a, b: m.bmm(a, b), (3, 1, 2), (3, 2, 4))
+op('outer', lambda m, a, b: a.outer(b), (3,), (4,))
+op('fn_outer', lambda m, a, b: m.outer(a, b), (2,), (5,))
+op('dot', lambda m, a, b: a.dot(b), (4,), (4,))
+op('fn_dot', lambda m, a, b: m.dot(a, b), (3,), (3,))
+for _name, _eq, *_shapes in [
+        ('matmul', 'ij,jk->ik', (3, 4), (4, 5)), ('batched', 'bij,bjk->bik', (2, 3, 4), (2, 4, 2)),
+        ('attention', 'bhqd,bhkd->bhqk', (2, 2, 3, 4), (2, 2, 5, 4)), ('diagonal', 'ii->i', (3, 3)),
+        ('trace', 'ii->', (3, 3)), ('trace_implicit', 'ii', (3, 3)), ('inner', 'i,i->', (4,), (4,)),
+        ('transpose', 'ij->ji', (2, 3)), ('sum', 'ij->', (2, 3)), ('row_sums', 'ij->i', (3, 4)),
+        ('outer', 'i,j->ij', (3,), (2,)), ('implicit', 'ij,jk', (3, 4), (4, 2)), ('implicit_order', 'ba', (2, 3)),
+        ('ellipsis', '...ij,...jk->...ik', (2, 1, 3, 4), (5, 4, 2)), ('ellipsis_mid', 'i...j,j...->...', (3, 1, 2, 4), (4, 5, 2)),
+        ('broadcast_letter', 'ij,ij->i', (3, 1), (3, 4)), ('repeated_free', 'iij->ji', (2, 2, 3)),
+        ('three', 'bn,anm,bm->ba', (2, 3), (4, 3, 5), (2, 5)), ('chain', 'ij,jk,kl->il', (2, 3), (3, 4), (4, 2))]:
+    op(f'einsum_{_name}', lambda m, *xs, _eq=_eq: m.einsum(_eq, *xs), *_shapes)
 # functions
 op('linear', lambda m, x, w, b: m.linear(x, w, b), (2, 4), (3, 4), (3,))
 op('linear_nobias', lambda m, x, w: m.linear(x, w), (2, 5, 4), (3, 4))
@@ -5187,6 +5213,461 @@ def test_pytorch_keyword_names():
                  lambda: tl.ones(3, requires_grad=True).sum().backward(tl.tensor(1.), gradient=tl.tensor(1.))):
         raises(TypeError, both)
     assert x.sum(axis=1).shape == (2, 4) and tl.softmax(x, axis=0).shape == x.shape   # API.md's names still
+
+
+# ===== PyTorch's conveniences: shapes and products, new tensors and factories, in-place methods =====
+
+for _name in ('bmm', 'outer', 'dot', 'einsum_attention', 'einsum_trace', 'einsum_three'):
+    _o = next(o for o in OPS if o.name == _name)
+    for _dt in (np.float16, np.float32, np.float64):
+        register(f'test_dtype_{_name}_{np.dtype(_dt).name}', lambda o=_o, dt=_dt: check_dtype(o, dt))
+    register(f'test_gpu_float16_{_name}', lambda o=_o: check_dtype(o, np.float16, device='cuda'))
+
+
+def torch_dtype(dtype):
+    return getattr(torch, np.dtype(dtype).name)
+
+
+def same_as_torch(ours, theirs, what, tol=0.0):
+    """ours (tl) has theirs' (torch) shape and dtype and values (NaNs in the same places)."""
+    assert ours.shape == tuple(theirs.shape) and same_dtype(ours, theirs), (what, ours.shape, ours.dtype, theirs.dtype)
+    a, b = ours.numpy().astype(np.float64), theirs.detach().numpy().astype(np.float64)
+    assert np.allclose(a, b, tol, tol, equal_nan=True), (what, a, b)
+
+
+def test_shape_conveniences_as_pytorch():
+    """expand_as, view_as, reshape_as, type_as (the other's dtype and, as PyTorch's, device), unflatten, swapaxes,
+    swapdims, movedim, moveaxis (PyTorch's keyword names), bmm, outer, dot: shapes, dtypes (outer promotes, bmm of
+    integers) and values against PyTorch's; where PyTorch raises these raise, naming the shapes or dtypes."""
+    need_torch()
+    a = sample(rng('shape conveniences'), (2, 3, 4))
+    x, p = tl.tensor(a), torch.tensor(a)
+    assert x.dim() == p.dim() == 3 and x.size() == tuple(p.size()) and x.size(-1) == p.size(-1) == 4
+    cases = [lambda m, t: t.swapaxes(axis0=0, axis1=2), lambda m, t: t.swapdims(dim0=-1, dim1=0),
+             lambda m, t: t.movedim(source=(0, 2), destination=(-1, 0)), lambda m, t: t.moveaxis(1, 1),
+             lambda m, t: t.movedim([], []), lambda m, t: m.tensor(2.5).movedim(0, -1),
+             lambda m, t: t.unflatten(dim=0, sizes=[1, 2, 1]), lambda m, t: t.unflatten(2, (-1, 2)),
+             lambda m, t: t[:, :0].unflatten(1, (0, 5)), lambda m, t: t.expand_as(m.zeros(5, 2, 3, 4)),
+             lambda m, t: t.view_as(m.zeros(6, 4, dtype=m.int32)), lambda m, t: t.reshape_as(m.zeros(24)),
+             lambda m, t: t.type_as(m.zeros(1, dtype=m.int32)), lambda m, t: t.type_as(m.zeros(1, dtype=m.float16)),
+             lambda m, t: t[0, 0].outer(t[1, 1, :3]), lambda m, t: t[0, 0].long().outer(t[1, 0]),
+             lambda m, t: m.outer(t[0, 0], t[0, 1].float()), lambda m, t: t[0, 0].dot(t[1, 1]),
+             lambda m, t: m.dot(t[0, 0].long(), t[1, 1].long()), lambda m, t: m.bmm(t, t.transpose(1, 2)),
+             lambda m, t: (t * 4).long().bmm((t * 4).long().transpose(1, 2))]
+    for k, f in enumerate(cases):
+        same_as_torch(f(tl, x), f(torch, p), f'case {k}', 1e-12)
+    errors = [(lambda m, t: t.unflatten(1, (2, 2)), ValueError, ('(2, 2)', '(2, 3, 4)')),
+              (lambda m, t: t.unflatten(1, (-1, -1)), ValueError, ()), (lambda m, t: t.unflatten(1, ()), ValueError, ()),
+              (lambda m, t: t.unflatten(1, (3, 1.0)), TypeError, ()),
+              (lambda m, t: m.tensor(1.0).unflatten(0, (1,)), IndexError, ()),
+              (lambda m, t: t.movedim((0, 1), (2,)), ValueError, ()),
+              (lambda m, t: t.movedim((0, 0), (2, 1)), ValueError, ('repeated',)),
+              (lambda m, t: t.movedim((0, 1), (2, 2)), ValueError, ('repeated',)),
+              (lambda m, t: t.movedim(3, 0), IndexError, ()),
+              (lambda m, t: t.expand_as(m.zeros(2, 3)), ValueError, ('(2, 3, 4)', '(2, 3)')),
+              (lambda m, t: t.view_as(m.zeros(5)), ValueError, ('(2, 3, 4)',)),
+              (lambda m, t: t.transpose(0, 1).view_as(m.zeros(24)), RuntimeError, ('reshape',)),
+              (lambda m, t: t.bmm(m.zeros(3, 4, 5, dtype=m.float64)), ValueError, ('(2, 3, 4)', '(3, 4, 5)')),
+              (lambda m, t: t.bmm(m.zeros(2, 5, 5, dtype=m.float64)), ValueError, ('(2, 3, 4)', '(2, 5, 5)')),
+              (lambda m, t: t[0].bmm(t), ValueError, ('(3, 4)', '(2, 3, 4)')),
+              (lambda m, t: t.bmm(m.zeros(2, 4, 5)), TypeError, ('float64', 'float32')),
+              (lambda m, t: t[0].outer(t[0, 0]), ValueError, ('(3, 4)', '(4,)')),
+              (lambda m, t: t[0, 0].outer(t[0, 0, 0]), ValueError, ('(4,)', '()')),
+              (lambda m, t: t[0, 0].dot(t[0, 0, :3]), ValueError, ('(4,)', '(3,)')),
+              (lambda m, t: t[0].dot(t[0]), ValueError, ('(3, 4)',)),
+              (lambda m, t: t[0, 0].dot(t[0, 0].float()), TypeError, ('float64', 'float32'))]
+    for k, (f, exc, needles) in enumerate(errors):
+        raises(exc, lambda: f(tl, x), *needles)
+        raises(Exception, lambda: f(torch, p))
+    assert np.array_equal(x.numpy(), a)
+
+
+def test_einsum_as_pytorch():
+    """tl.einsum beyond the op table, against torch.einsum: operands in a list, spaces, one tensor twice, implicit
+    output in PyTorch's order (capitals first), integer operands (their dtype kept), float16 accumulated in float32, a
+    permutation of one operand a view as PyTorch's (a write shows through) and a diagonal a copy; a backward that read
+    an operand changed in place raises as PyTorch's; what PyTorch refuses raises here, naming the problem."""
+    need_torch()
+    r = rng('einsum')
+    a, b, v = sample(r, (3, 4)), sample(r, (4, 2)), sample(r, (4,))
+    cases = [lambda m, x, y, w: m.einsum('ij,jk->ik', [x, y]), lambda m, x, y, w: m.einsum(' i j , j k -> k i ', x, y),
+             lambda m, x, y, w: m.einsum('i,i->', w, w), lambda m, x, y, w: m.einsum('i,i,j->j', w, w, w),
+             lambda m, x, y, w: m.einsum('bA', x), lambda m, x, y, w: m.einsum('Ab,bA', x, x.T),
+             lambda m, x, y, w: m.einsum('...j,j', x, w), lambda m, x, y, w: m.einsum('i...->...', x),
+             lambda m, x, y, w: m.einsum('ij,jk,k->i', x, y, y[0])]
+    for k, f in enumerate(cases):
+        results = []
+        for m in (tl, torch):
+            ts = [m.tensor(t, requires_grad=True) for t in (a, b, v)]
+            out = f(m, *ts)
+            out.backward(m.tensor(upstream(k, tuple(out.shape))))
+            results.append([out] + [t.grad if t.grad is not None else m.zeros(t.shape, dtype=m.float64) for t in ts])
+        for n, (ours, theirs) in enumerate(zip(*results)):
+            same_as_torch(ours, theirs, f'case {k}, result {n}', 1e-12)
+    ints = r.integers(-50, 50, (3, 4))
+    for dtype in (np.int32, np.int64):
+        for eq, ops in (('ij,kj->ik', (ints, ints)), ('ij->j', (ints,)), ('ii->i', (ints[:, :3],))):
+            same_as_torch(tl.einsum(eq, *[tl.tensor(o.astype(dtype)) for o in ops]),
+                          torch.einsum(eq, *[torch.tensor(o.astype(dtype)) for o in ops]), eq)
+    ones = np.ones(3000, np.float16)   # float16 sums stop at 2048 (2049 rounds back); float32's reach 3000
+    for eq in ('i,i->', 'i->'):
+        same_as_torch(tl.einsum(eq, *[tl.tensor(ones)] * len(eq.split(','))),
+                      torch.einsum(eq, *[torch.tensor(ones)] * len(eq.split(','))), eq)
+    for m in (tl, torch):   # a permutation is a view, as PyTorch's
+        x = m.tensor(a.copy())
+        y = m.einsum('ij->ji', x)
+        y += 1
+        assert np.array_equal(x.numpy(), a + 1), m.__name__
+    x = tl.tensor(a[:, :3].copy())
+    d = tl.einsum('ii->i', x)   # PyTorch's diagonal is a view; a copy here
+    d += 1
+    assert np.array_equal(x.numpy(), a[:, :3])
+    def bump_w(m, w, x, y):
+        with m.no_grad():
+            w += 1.0
+    cases = {'an operand the other gradient reads changed': (lambda m, w, x: m.einsum('ij,kj->ik', w, x),
+                                                             lambda m, w, x, y: x.__iadd__(1.0)),
+             'its own operand changed (its gradient reads the other)': (lambda m, w, x: m.einsum('ij,kj->ik', w, x),
+                                                                        bump_w),
+             'a square reads both': (lambda m, w, x: m.einsum('ij,ij->i', w, w), bump_w)}
+    for name, (build, change) in cases.items():
+        assert_same_outcome(name, check_version_case(build, change, tl), check_version_case(build, change, torch),
+                            1e-12, ('modified by an in-place operation', 'expected version'))
+    errors = [(lambda m: m.einsum('ij,jk->ik', m.ones(2, 2), m.ones(3, 4)), ValueError, ('(2, 2)', '(3, 4)')),
+              (lambda m: m.einsum('ij,jk->ik', m.ones(2, 3), m.ones(3, 4, dtype=m.float64)), TypeError,
+               ('float32', 'float64')),
+              (lambda m: m.einsum('ii->i', m.ones(3, 4)), ValueError, ('(3, 4)', 'repeated')),
+              (lambda m: m.einsum('ij->ii', m.ones(3, 3)), ValueError, ('more than once',)),
+              (lambda m: m.einsum('ij->k', m.ones(3, 3)), ValueError, ('for no operand',)),
+              (lambda m: m.einsum('ij,jk->ik', m.ones(3, 3)), ValueError, ('2 operand',)),
+              (lambda m: m.einsum('i,i', m.ones(2), m.ones(2), m.ones(2)), ValueError, ('2 operand',)),
+              (lambda m: m.einsum('ijk->ik', m.ones(3, 3)), ValueError, ('(3, 3)', "'ijk'")),
+              (lambda m: m.einsum('i...jk', m.ones(3, 3)), ValueError, ('(3, 3)',)),
+              (lambda m: m.einsum('i1->i', m.ones(3, 3)), ValueError, ('invalid',)),
+              (lambda m: m.einsum('i..', m.ones(2)), ValueError, ('invalid',)),
+              (lambda m: m.einsum('i'), (TypeError, RuntimeError), ())]
+    for k, (f, exc, needles) in enumerate(errors):
+        raises(exc, lambda: f(tl), *needles)
+        raises(Exception, lambda: f(torch))
+    raises(TypeError, lambda: tl.einsum('i->', tl.ones(3, dtype=tl.bool_)), 'bool')   # (PyTorch's sums them as int64)
+
+
+def test_new_tensors_as_pytorch():
+    """new_zeros, new_ones, new_full, new_empty (zeros here), new_tensor: the tensor's dtype and device unless given,
+    requires_grad as asked, the size as separate ints, a tuple or size=; as PyTorch's."""
+    need_torch()
+    for dtype in (np.float64, np.float16, np.int32, np.bool_):
+        x, p = tl.zeros(2, dtype=dtype), torch.zeros(2, dtype=torch_dtype(dtype))
+        cases = [lambda t, m: t.new_zeros(2, 3), lambda t, m: t.new_zeros((2, 3)), lambda t, m: t.new_ones(size=(1, 2)),
+                 lambda t, m: t.new_ones([3], dtype=m.int64), lambda t, m: t.new_full((2,), 2.5),
+                 lambda t, m: t.new_full(size=(2, 1), fill_value=-1, dtype=m.float32), lambda t, m: t.new_zeros(()),
+                 lambda t, m: t.new_tensor([1, 0, 3]), lambda t, m: t.new_tensor(np.array([1.5, 0.0, -2])),
+                 lambda t, m: t.new_tensor(4), lambda t, m: t.new_tensor([[1, 2]], dtype=m.float16),
+                 lambda t, m: t.new_ones(2, dtype=m.float32, requires_grad=True),
+                 lambda t, m: t.new_tensor(m.tensor([2.5, 1.0]))]
+        for k, f in enumerate(cases):
+            with warnings.catch_warnings():
+                warnings.simplefilter('ignore')   # PyTorch's about new_tensor(tensor)
+                ours, theirs = f(x, tl), f(p, torch)
+            same_as_torch(ours, theirs, (np.dtype(dtype).name, k))
+            assert ours.device == 'cpu' and ours.requires_grad == theirs.requires_grad and ours.is_leaf, k
+        assert tuple(x.new_empty(2, 3).shape) == tuple(p.new_empty(2, 3).shape) and x.new_empty(2).dtype == dtype
+        assert not x.new_empty(4).numpy().any()
+    raises(TypeError, lambda: tl.zeros(2, dtype=tl.int64).new_zeros(2, requires_grad=True), 'floating')
+    raises(TypeError, lambda: tl.zeros(2).new_zeros(2, size=(2,)), 'size')
+
+
+def test_creation_factories_as_pytorch():
+    """tl.eye, linspace (PyTorch's values: exactly for integer dtypes, within a float32 rounding of its), empty and
+    empty_like (zeros here), randint (both signatures, [low, high), int64 or dtype), randn_like and rand_like (the
+    tensor's shape, dtype and device unless given); their argument errors as PyTorch's."""
+    need_torch()
+    for args, kw in [((3,), {}), ((2, 4), {}), ((4, 2), {'dtype': np.int64}), ((0,), {}), ((2,), {'dtype': np.bool_}),
+                     ((3,), {'m': 1, 'dtype': np.float16})]:
+        tkw = {k: torch_dtype(v) if k == 'dtype' else v for k, v in kw.items()}
+        same_as_torch(tl.eye(*args, **kw), torch.eye(*args, **tkw), (args, kw))
+    assert tl.eye(2, requires_grad=True).requires_grad
+    for args, kw in [((0, 1, 5), {}), ((0, 1, 1), {}), ((0, 1, 0), {}), ((5, 1, 3), {}), ((-2.5, 7.25, 50), {}),
+                     ((0.1, 0.7, 13), {'dtype': np.float64}), ((-1, 1, 9), {'dtype': np.float16}),
+                     ((0, 10, 4), {'dtype': np.int64}), ((-3.7, 10.2, 7), {'dtype': np.int64}),
+                     ((100, -7, 23), {'dtype': np.int32}), ((tl.tensor(0.5), tl.tensor(1.5), 3), {})]:
+        tkw = {k: torch_dtype(v) for k, v in kw.items()}
+        targs = tuple(torch.tensor(v.item()) if isinstance(v, tl.Tensor) else v for v in args)
+        ours, theirs = tl.linspace(*args, **kw), torch.linspace(*targs, **tkw)
+        dtype = np.dtype(kw.get('dtype', np.float32))
+        tol = float(np.finfo(dtype).eps) * 16 if dtype.kind == 'f' else 0.0
+        same_as_torch(ours, theirs, (args, kw), tol)
+    assert tl.linspace(start=0, end=1, steps=3, requires_grad=True).requires_grad
+    for m in (tl, torch):
+        raises(Exception, lambda: m.linspace(0, 1, -1))
+        raises(TypeError, lambda: m.linspace(0, 1, 2.0))
+        raises(Exception, lambda: m.linspace(0, 1, 3, dtype=m.bool))
+        raises(Exception, lambda: m.eye(-1))
+        raises(Exception, lambda: m.eye(2, -1))
+        raises(TypeError, lambda: m.eye(2.0))
+    for made in (tl.empty(2, 3), tl.empty((2, 3), dtype=tl.int32), tl.empty(size=(2, 3)),
+                 tl.empty_like(tl.ones(2, 3, dtype=tl.int32))):
+        assert made.shape == (2, 3) and not made.numpy().any()
+    assert tl.empty(2, dtype=tl.float16, requires_grad=True).requires_grad
+    tl.manual_seed(5)
+    for args, kw, low, high in [((10, (1000,)), {}, 0, 10), ((3, 10, (20, 50)), {}, 3, 10),
+                                ((10,), {'size': (500,)}, 0, 10), ((), {'high': 4, 'size': [300]}, 0, 4),
+                                ((), {'low': -5, 'high': 5, 'size': (400,)}, -5, 5),
+                                ((0, 256, (2000,)), {'dtype': np.uint8}, 0, 256), ((0, 10, (100,)), {'dtype': np.float32}, 0, 10),
+                                ((0, 2, (100,)), {'dtype': np.bool_}, 0, 2), ((-2**40, 2**40, (100,)), {}, -2**40, 2**40)]:
+        ours = tl.randint(*args, **kw)
+        theirs = torch.randint(*args, **{k: torch_dtype(v) if k == 'dtype' else v for k, v in kw.items()})
+        assert ours.shape == tuple(theirs.shape) and same_dtype(ours, theirs), (args, kw)
+        values = ours.numpy().astype(np.int64)
+        assert values.min() >= low and values.max() < high and (values == np.round(values)).all(), (args, kw)
+        if values.size >= 100:
+            assert len(np.unique(values)) == min(high - low, values.size) or high - low > 100, (args, kw)
+    assert tl.randint(0, 10, ()).shape == () and tl.randint(5, (0, 3)).shape == (0, 3)
+    tl.manual_seed(7)
+    first = tl.randint(1000, (50,)).numpy()
+    tl.manual_seed(7)
+    assert np.array_equal(first, tl.randint(1000, (50,)).numpy()), 'manual_seed does not reproduce randint'
+    for bad in (lambda m: m.randint(10, 3), lambda m: m.randint(10), lambda m: m.randint(0.5, 10.7, (3,))):
+        raises(TypeError, lambda: bad(tl))
+        raises(TypeError, lambda: bad(torch))
+    for bad in (lambda m: m.randint(5, 5, (3,)), lambda m: m.randint(5, 3, (3,)),
+                lambda m: m.randint(0, 300, (3,), dtype=m.uint8), lambda m: m.randint(-1, 3, (3,), dtype=m.uint8),
+                lambda m: m.randint(0, 10, (3,), requires_grad=True)):
+        raises((ValueError, RuntimeError, TypeError), lambda: bad(tl))
+        raises(RuntimeError, lambda: bad(torch))
+    x = tl.zeros(3, 2, dtype=tl.float64)
+    for like in (tl.randn_like, tl.rand_like, tl.empty_like):
+        made = like(x)
+        assert made.shape == (3, 2) and made.dtype == np.float64 and made.device == 'cpu' and not made.requires_grad
+        made = like(x, dtype=tl.float16, requires_grad=True)
+        assert made.dtype == np.float16 and made.requires_grad
+    u = tl.rand_like(tl.zeros(20000)).numpy()
+    assert u.min() >= 0 and u.max() < 1 and abs(u.mean() - 0.5) < 0.01
+    n = tl.randn_like(tl.zeros(20000)).numpy()
+    assert abs(n.mean()) < 0.03 and abs(n.std() - 1) < 0.03
+    for like in ('randn_like', 'rand_like'):   # integer tensors: PyTorch raises NotImplementedError
+        raises(TypeError, lambda: getattr(tl, like)(tl.zeros(2, dtype=tl.int64)), 'floating')
+        raises(NotImplementedError, lambda: getattr(torch, like)(torch.zeros(2, dtype=torch.int64)))
+        assert getattr(tl, like)(tl.zeros(2, dtype=tl.int64), dtype=tl.float64).dtype == np.float64
+
+
+def test_gpu_factories_and_copies_on_cuda():
+    """The factories and new_* make their tensors on the device asked for (new_* on the tensor's), randint's values in
+    range there; type_as and copy_ move across devices (copy_'s gradient comes back), fill_ takes a 0-d tensor from
+    the CPU; in-place methods on the GPU give the CPU's values."""
+    need_cuda()
+    made = [tl.eye(3, device='cuda'), tl.linspace(0, 1, 5, device='cuda'), tl.empty(2, device='cuda'),
+            tl.randint(3, 9, (500,), device='cuda'), tl.randn_like(tl.zeros(2, device='cuda')),
+            tl.rand_like(tl.zeros(2), device='cuda'), tl.empty_like(tl.zeros(2, device='cuda')),
+            tl.zeros(2, device='cuda').new_ones(3), tl.zeros(2, device='cuda').new_tensor([1, 2]),
+            tl.zeros(2).new_full((2,), 3.0, device='cuda'), tl.zeros(2, device='cuda', dtype=tl.float16).new_empty(2),
+            tl.ones(2).type_as(tl.zeros(1, device='cuda', dtype=tl.float64))]
+    for k, t in enumerate(made):
+        assert t.device == 'cuda:0' and t.data.__class__.__module__.startswith('cupy'), (k, t.device)
+    assert_close(made[0], np.eye(3), 0, 0)
+    assert_close(made[1], np.linspace(0, 1, 5), 1e-7, 0)
+    values = made[3].numpy()
+    assert values.dtype == np.int64 and values.min() >= 3 and values.max() < 9 and len(np.unique(values)) == 6
+    assert made[-1].dtype == np.float64 and made[-2].dtype == np.float16
+    src = tl.tensor(np.arange(3.0), requires_grad=True)
+    dst = tl.zeros(2, 3, device='cuda', dtype=tl.float16) * 1
+    dst.copy_(src)
+    (dst.float() * tl.tensor([[1.0], [2.0]], device='cuda')).sum().backward()
+    assert dst.device == 'cuda:0' and dst.dtype == np.float16 and np.array_equal(dst.numpy(), np.tile(np.arange(3.0), (2, 1)))
+    assert src.grad.device == 'cpu' and np.array_equal(src.grad.numpy(), [3.0, 3.0, 3.0])
+    back = tl.zeros(3).copy_(tl.tensor([1.5, 2.5, 3.5], device='cuda'))
+    assert back.device == 'cpu' and back.tolist() == [1.5, 2.5, 3.5]
+    assert tl.zeros(2, device='cuda').fill_(tl.tensor(2.5)).tolist() == [2.5, 2.5]
+    a, b = sample(rng('gpu inplace methods'), (2, 3)), sample(rng('gpu inplace methods'), (3,), 'pos')
+
+    def chain(d):
+        t = tl.tensor(a, device=d)
+        return t.add_(tl.tensor(b, device=d), alpha=0.5).sub_(1.5, alpha=2).mul_(2).div_(tl.tensor(b, device=d)) \
+            .clamp_(min=-1.0).clamp_(max=tl.tensor(b, device=d)).pow_(2)
+    assert_close(chain('cuda').numpy(), chain('cpu').numpy(), 1e-12, 1e-12)
+
+
+def _inplace_method_outcome(m, start, other, call):
+    """call(t, other) on t, a tensor of `start` in framework m: t's values afterwards, or the exception's type (then
+    t and its version must be as they were)."""
+    t = m.tensor(start.copy())
+    version = t._version if m is torch else t._version[0]
+    try:
+        assert call(t, other) is t
+    except (TypeError, RuntimeError, ValueError, NotImplementedError) as e:
+        assert np.array_equal(t.numpy(), start, equal_nan=True) and \
+            (t._version if m is torch else t._version[0]) == version, 'a failed in-place method changed the tensor'
+        return type(e)
+    return t
+
+
+INPLACE_METHODS = [('add_', lambda t, o: t.add_(o)), ('add_alpha2', lambda t, o: t.add_(o, alpha=2)),
+                   ('add_alpha_half', lambda t, o: t.add_(o, alpha=0.5)), ('sub_', lambda t, o: t.sub_(o)),
+                   ('sub_alpha3', lambda t, o: t.sub_(o, alpha=3)), ('mul_', lambda t, o: t.mul_(o)),
+                   ('div_', lambda t, o: t.div_(o)), ('pow_', lambda t, o: t.pow_(o)),
+                   ('clamp_min', lambda t, o: t.clamp_(min=o)), ('clamp_max', lambda t, o: t.clamp_(None, o)),
+                   ('copy_', lambda t, o: t.copy_(o)), ('fill_', lambda t, o: t.fill_(o.flatten()[0] if hasattr(o, 'shape') else o))]
+
+
+def test_inplace_methods_values_as_pytorch():
+    """add_/sub_ (alpha), mul_, div_, pow_, clamp_, copy_, fill_ on float16/32/64, int32/64 and bool tensors with
+    tensors of each dtype and Python numbers: PyTorch's values in the tensor's dtype (float16 rounded once), or an
+    error where PyTorch raises (a result type of a higher kind, a float alpha for integers, a bool alpha for floats,
+    bool subtraction, integer division), leaving the tensor and its version as they were."""
+    need_torch()
+    r = rng('inplace methods')
+    start0, other0 = np.round(r.uniform(-4, 4, 6) * 8) / 8, np.round(r.uniform(0.5, 4, 6) * 8) / 8
+    dtypes = (np.float16, np.float32, np.float64, np.int32, np.int64, np.bool_)
+    for dtype in dtypes:
+        start = start0.astype(dtype)
+        for name, call in INPLACE_METHODS:
+            for k, make in enumerate([lambda m, d=d: m.tensor(other0.astype(d)) for d in dtypes] +
+                                     [lambda m: 3, lambda m: 1.5, lambda m: True]):
+                if dtype == np.bool_ and name.startswith('clamp') and k == len(dtypes) + 2:
+                    continue   # PyTorch's clamp of bools by a bool number is not implemented (by bool tensors it is)
+                if name == 'fill_' and k < len(dtypes):   # fill_ takes a 0-d tensor
+                    make = lambda m, d=dtypes[k]: m.tensor(other0[0].astype(d))
+                with np.errstate(invalid='ignore'):   # (negative numbers to fractional powers: NaN)
+                    ours, theirs = [_inplace_method_outcome(m, start, make(m), call) for m in (tl, torch)]
+                what = (np.dtype(dtype).name, name, k)
+                if isinstance(theirs, type):
+                    assert isinstance(ours, type), f'{what}: PyTorch raised {theirs.__name__}, ours gave {ours}'
+                else:
+                    assert not isinstance(ours, type), f'{what}: ours raised {ours.__name__}, PyTorch gave {theirs}'
+                    same_as_torch(ours, theirs, what, {np.float16: 1e-3, np.float32: 1e-6}.get(dtype, 1e-12))
+    t = tl.tensor([1.0, 2.0])
+    raises(TypeError, lambda: t.add_(1.0, 2), 'positional')   # alpha is keyword-only, as PyTorch's
+    raises(TypeError, lambda: t.add_(1.0, alpha=tl.tensor(2.0)), 'number')
+    raises(ValueError, lambda: t.clamp_(), 'min')
+    raises(TypeError, lambda: t.copy_([1.0, 2.0]), 'Tensor')   # (a number it takes, as PyTorch's)
+    raises(ValueError, lambda: t.copy_(tl.ones(2, 2)), '(2,)', '(2, 2)')
+    raises(ValueError, lambda: t.copy_(tl.ones(1, 2)), '(2,)', '(1, 2)')   # as PyTorch's: no leading size-1 axis dropped
+    raises(ValueError, lambda: t.clamp_(tl.zeros(3, 2), tl.ones(3, 2)), '(2,)', '(3, 2)')
+    raises(ValueError, lambda: t.fill_(tl.ones(1)), '(1,)')
+    raises(RuntimeError, lambda: tl.zeros(2, dtype=tl.uint8).fill_(300), '300', 'uint8')
+    raises(RuntimeError, lambda: tl.zeros(2, dtype=tl.int64).fill_(math.nan), 'int64')
+    assert t.tolist() == [1.0, 2.0]
+    u = tl.zeros(2, dtype=tl.int64)
+    u.copy_(tl.tensor([math.nan, 2.7]))   # as PyTorch: no error, no warning (the NaN's integer is undefined)
+    assert u.tolist()[1] == 2
+    base = tl.zeros(1, 3)
+    wide = base.expand(2, 3)
+    wide.fill_(1.25)   # as PyTorch's fill_ (and zero_): elements sharing memory take one value
+    assert base.tolist() == [[1.25] * 3]
+    for write in (lambda w: w.copy_(tl.ones(2, 3)), lambda w: w.clamp_(0, 1), lambda w: w.add_(1.0), lambda w: w.mul_(2)):
+        raises(RuntimeError, lambda: write(wide), 'single memory location')
+    assert base.tolist() == [[1.25] * 3]
+    x = tl.tensor(np.arange(6.0).reshape(2, 3))
+    assert x.copy_(x).tolist() == np.arange(6.0).reshape(2, 3).tolist() and x._version[0] == 1
+
+
+def _recorded_methods(m, x, y, b):
+    """The in-place methods recorded on non-leaves: arithmetic with alpha, clamp_ with numbers and a tensor bound,
+    copy_ and fill_ (their gradients: to the source, none to the overwritten history)."""
+    h = x * 2
+    h.add_(y, alpha=0.5).sub_(b, alpha=2)
+    h.mul_(y).div_(x + 3).pow_(2)
+    h.clamp_(0.01, 1.2).clamp_(min=b * 0.2)
+    g = x * 1
+    g.copy_(y * b)
+    k = x * 1
+    k.fill_(b[0] * 2)
+    c = y.sum() * 1
+    c.fill_(4.0)
+    return [(h * h).sum() + (g * x).sum() + (k * y).sum() + c]
+
+
+def test_inplace_methods_recorded_as_pytorch():
+    """In grad mode, in-place methods on non-leaves are recorded as PyTorch records them (the same gradients), on a
+    tensor that required none too (a buffer taking a parameter's values); on a leaf that requires grad they raise as
+    PyTorch's, changing nothing; a backward that saved a tensor they changed raises as PyTorch's."""
+    need_torch()
+    x0, y0, b0 = _inplace_inputs('inplace methods recorded')
+    assert_same_outcome('chain', outcome(tl, lambda m: _backward_of(_recorded_methods, m, x0, y0, b0)),
+                        outcome(torch, lambda m: _backward_of(_recorded_methods, m, x0, y0, b0)), 1e-12, ())
+
+    def buffer(m, x, y, b):
+        acc = m.zeros(2, 3, dtype=m.float64)
+        acc.copy_(x)
+        acc.mul_(b).add_(y, alpha=-0.5)
+        return [(acc * acc).sum()]
+    assert_same_outcome('buffer', outcome(tl, lambda m: _backward_of(buffer, m, x0, y0, b0)),
+                        outcome(torch, lambda m: _backward_of(buffer, m, x0, y0, b0)), 1e-12, ())
+    for name, call in INPLACE_METHODS:
+        for m in (tl, torch):
+            w = m.tensor(x0, requires_grad=True)
+            raises(RuntimeError, lambda: call(w, m.tensor(y0)), *(('leaf', 'in-place') if m is tl else ('leaf',)))
+            assert np.array_equal(w.detach().numpy(), x0) and w.is_leaf and w.grad is None, (name, m.__name__)
+    changes = {name: (lambda m, w, x, y, call=call: call(x, m.tensor(y0[0]))) for name, call in INPLACE_METHODS}
+    changes['fill_'] = lambda m, w, x, y: x.fill_(2.0)
+    for name, change in changes.items():
+        for build in (lambda m, w, x: w * x, lambda m, w, x: w + x):   # a product saves x, a sum nothing
+            assert_same_outcome(name, check_version_case(build, change, tl), check_version_case(build, change, torch),
+                                1e-12, ('modified by an in-place operation', 'expected version'))
+
+
+def test_inplace_methods_update_parameters_under_no_grad_as_pytorch():
+    """The parameter updates of training code (an EMA of weights, copies, clamps) under no_grad on Parameters: torch's
+    values, nothing recorded, the parameters still leaves requiring grad, each update advancing the version counter as
+    PyTorch's does (a backward that saved the parameter then raises)."""
+    need_torch()
+    r = rng('ema')
+    p0, q0 = r.standard_normal((3, 4)), r.standard_normal((3, 4))
+    results = []
+    for m, nn in ((tl, tl), (torch, torch.nn)):
+        p, ema, q = nn.Parameter(m.tensor(p0.copy())), nn.Parameter(m.tensor(p0 * 0)), m.tensor(q0)
+        y = (p * p).sum()
+        version = lambda t: t._version if m is torch else t._version[0]
+        versions = [version(p)]
+        with m.no_grad():
+            ema.copy_(p)
+            for _ in range(3):
+                assert ema.mul_(0.99).add_(p, alpha=0.01) is ema
+                p.add_(q, alpha=-0.1)
+                versions.append(version(p))
+            p.clamp_(-1, 1)
+            p.sub_(q * 0.1).div_(2).mul_(1.5)
+            versions.append(version(p))
+        assert p.is_leaf and p.requires_grad and p.grad is None and ema.is_leaf and ema.requires_grad
+        raises(RuntimeError, y.backward, 'modified by an in')
+        results.append((p.detach().numpy().copy(), ema.detach().numpy().copy(), versions, version(ema)))
+    (p_ours, ema_ours, v_ours, e_ours), (p_theirs, ema_theirs, v_theirs, e_theirs) = results
+    assert_close(p_ours, p_theirs, 1e-12, 1e-12, 'parameter')
+    assert_close(ema_ours, ema_theirs, 1e-12, 1e-12, 'ema')
+    assert v_ours == v_theirs and e_ours == e_theirs, (v_ours, v_theirs, e_ours, e_theirs)
+    for m, nn in ((tl, tl), (torch, torch.nn)):   # copy_ and fill_ on a parameter (a load, a reset), versions too
+        p = nn.Parameter(m.tensor(p0.copy()))
+        with m.no_grad():
+            p.copy_(m.tensor(q0[0]))
+            p.fill_(0.5)
+        assert np.array_equal(p.detach().numpy(), np.full((3, 4), 0.5)) and p.is_leaf and p.requires_grad
+        assert (p._version if m is torch else p._version[0]) == 2
+
+
+def test_detach__as_pytorch():
+    """detach_() makes a tensor a leaf that requires no gradient and returns it, as PyTorch's: a non-leaf after its
+    backward, a leaf (which then gets no gradient); refused (a clear error, nothing changed) on a non-leaf that a
+    recorded op still reaches the history through, where PyTorch keeps that op's path."""
+    need_torch()
+    a = sample(rng('detach_'), (3,))
+    for m in (tl, torch):
+        x = m.tensor(a, requires_grad=True)
+        h = x * 2
+        (h * 3).sum().backward()
+        assert h.detach_() is h and not h.requires_grad and h.is_leaf
+        w = m.tensor(a, requires_grad=True)
+        y = (w * 2).sum()
+        assert w.detach_() is w and not w.requires_grad and w.is_leaf
+        y.backward()
+        assert w.grad is None, m.__name__
+    x = tl.tensor(a, requires_grad=True)
+    h = x * 2
+    y = (h * 3).sum()
+    raises(RuntimeError, h.detach_, 'recorded op', '.detach()')
+    assert h.requires_grad and not h.is_leaf
+    y.backward()
+    assert np.array_equal(x.grad.numpy(), np.full(3, 6.0))
+    assert h.detach_() is h and h.is_leaf
 
 
 def test_error_window_sizes_name_the_argument():

@@ -1065,6 +1065,53 @@ class MatMul(Function):
 _INPLACE_UFUNCS = {operator.add: 'add', operator.sub: 'subtract', operator.mul: 'multiply', operator.truediv: 'divide'}
 
 
+_LETTERS = ''.join(c for c in map(chr, range(65, 123)) if c.isalpha())   # einsum's subscripts: A-Z, a-z
+
+
+def _einsum(equation, *arrays):
+    """xp.einsum as a fresh array (NumPy's and CuPy's may return a view of an operand); NumPy's contraction order
+    optimised (BLAS where it can), float16 computed in float32 and rounded once (NumPy's accumulates in float16)."""
+    xp, half = _xp(arrays[0]), arrays[0].dtype == np.float16
+    out = xp.asarray(xp.einsum(equation, *[a.astype(np.float32) for a in arrays] if half else arrays,
+                               **({'optimize': True} if xp is np else {})))
+    if half:
+        return out.astype(np.float16)
+    return out.copy() if any(_memory_owner(out) is _memory_owner(a) for a in arrays) else out
+
+
+class Einsum(Function):
+    """xp.einsum of operands whose subscripts are letters alone, each of one size everywhere (tl.einsum writes out
+    ellipses and broadcast dims). Operand k's gradient is the einsum of g with the other operands into k's subscripts,
+    where an identity matrix puts it on the diagonal of a repeated subscript and a ones vector spreads it along a
+    subscript of k's alone."""
+    def forward(self, *arrays, terms, output):
+        self.terms, self.output, self.shapes = terms, output, [a.shape for a in arrays]
+        self.saves = sorted({j for k, needs in enumerate(self.needs_grad) if needs for j in range(len(arrays)) if j != k})
+        self.arrays = [a if j in self.saves else None for j, a in enumerate(arrays)]
+        return _einsum(','.join(terms) + '->' + output, *arrays)
+
+    def backward(self, g):
+        xp, grads = _xp(g), []
+        for k, (term, shape) in enumerate(zip(self.terms, self.shapes)):
+            if not self.needs_grad[k]:
+                grads.append(None)
+                continue
+            terms = [self.output] + [t for j, t in enumerate(self.terms) if j != k]
+            arrays = [g] + [a for j, a in enumerate(self.arrays) if j != k]
+            fresh, written = iter(c for c in _LETTERS if c not in ''.join(self.terms)), ''
+            for c, n in zip(term, shape):
+                if c in written:   # a repeated subscript: a new one, tied to it by an identity matrix
+                    terms.append(c + next(fresh))
+                    arrays.append(xp.eye(n, dtype=g.dtype))
+                    c = terms[-1][1]
+                elif term.count(c) == 1 and all(c not in t for t in terms):
+                    terms.append(c)
+                    arrays.append(xp.ones(n, g.dtype))
+                written += c
+            grads.append(_einsum(','.join(terms) + '->' + written, *arrays))
+        return tuple(grads)
+
+
 # ================================================================ primitive ops: reduce
 
 class Sum(Function):
@@ -3986,6 +4033,162 @@ class Tensor:
             raise TypeError(f"pad: widths must be ints, got {tuple(pad)}")
         return Pad.apply(self, pad=tuple(int(p) for p in pad), value=value) if pad else self.clone()
 
+    # ---- PyTorch's conveniences, composed of the ops above
+    expand_as = lambda self, other: self.expand(other.shape)
+    view_as = lambda self, other: self.view(other.shape)
+    reshape_as = lambda self, other: self.reshape(other.shape)
+    type_as = lambda self, other: self.to(device=other.device, dtype=other.dtype)   # PyTorch's: its device too
+
+    def swapaxes(self, axis0, axis1):
+        return self.transpose(axis0, axis1)
+
+    def swapdims(self, dim0, dim1):
+        return self.transpose(dim0, dim1)
+
+    def unflatten(self, dim, sizes):
+        """dim split into `sizes` (one of them may be -1), as PyTorch's."""
+        if self.ndim == 0:
+            raise IndexError(f"unflatten: a 0-d tensor has no dim {dim}")
+        d, sizes = _dim(dim, self.ndim), tuple(sizes)
+        if not all(map(_is_int, sizes)):
+            raise TypeError(f"unflatten: sizes must be ints, got {sizes}")
+        known, n = math.prod(s for s in sizes if s != -1), self.shape[d]
+        if not sizes or sizes.count(-1) > 1 or min(sizes) < -1 or (
+                n % known if -1 in sizes and known else n != known or -1 in sizes):
+            raise ValueError(f"unflatten: sizes {sizes} (non-empty, at most one -1) don't multiply up to the size of "
+                             f"dim {dim} ({n}) of a tensor of shape {self.shape}")
+        return self.reshape(self.shape[:d] + tuple(n // known if s == -1 else s for s in sizes) + self.shape[d + 1:])
+
+    def movedim(self, source, destination):
+        """The dims `source` (an int or a sequence) moved to the places `destination`, the others keeping their order."""
+        source, destination = ((tuple(x) if isinstance(x, (tuple, list)) else (x,)) for x in (source, destination))
+        if len(source) != len(destination):
+            raise ValueError(f"movedim: source {source} and destination {destination} name different numbers of dims")
+        source, destination = ([_dim(d, self.ndim) for d in x] for x in (source, destination))
+        for name, dims in (('source', source), ('destination', destination)):
+            if len(set(dims)) < len(dims):
+                raise ValueError(f"movedim: repeated dim in {name} {dims}")
+        rest = iter(d for d in range(self.ndim) if d not in source)
+        placed = dict(zip(destination, source))
+        return self.permute(*[placed[i] if i in placed else next(rest) for i in range(self.ndim)])
+
+    moveaxis = movedim
+
+    def bmm(self, mat2):
+        """Batched matrix product of two 3-D tensors, (b, n, m) @ (b, m, p), as PyTorch's (no broadcasting)."""
+        if self.ndim != 3 or mat2.ndim != 3 or self.shape[0] != mat2.shape[0] or self.shape[2] != mat2.shape[1]:
+            raise ValueError(f"bmm: expected 3-D tensors (b, n, m) and (b, m, p), got shapes {self.shape} and "
+                             f"{mat2.shape}")
+        return self @ mat2
+
+    def outer(self, vec2):
+        """The outer product of two 1-D tensors (their dtypes promoted), as PyTorch's."""
+        if self.ndim != 1 or vec2.ndim != 1:
+            raise ValueError(f"outer: expected 1-D tensors, got shapes {self.shape} and {vec2.shape}")
+        return self.unsqueeze(1) * vec2
+
+    def dot(self, tensor):
+        """The inner product of two 1-D tensors of one size and dtype, as PyTorch's."""
+        if self.ndim != 1 or tensor.ndim != 1 or self.shape != tensor.shape:
+            raise ValueError(f"dot: expected 1-D tensors of one size, got shapes {self.shape} and {tensor.shape}")
+        return self @ tensor
+
+    # new tensors of this one's dtype and device unless given, as PyTorch's new_*
+    def _new(self, factory, *args, device=None, dtype=None, requires_grad=False, **size):
+        return factory(*args, device=device or self.device, dtype=dtype or self.dtype, requires_grad=requires_grad, **size)
+
+    new_zeros = lambda self, *size, **kw: self._new(zeros, *size, **kw)
+    new_ones = lambda self, *size, **kw: self._new(ones, *size, **kw)
+    new_empty = lambda self, *size, **kw: self._new(empty, *size, **kw)
+    new_full = lambda self, size, fill_value, **kw: self._new(full, size, fill_value, **kw)
+    new_tensor = lambda self, data, **kw: self._new(tensor, data, **kw)   # (a tensor's values copied, as PyTorch's)
+
+    # in-place methods, on the in-place operators' and item assignment's machinery: the same checks, recorded where
+    # autograd records (a leaf that requires grad refused), else written into the tensor's memory, its version advanced
+    def _alpha_scaled(self, other, alpha):
+        """other * alpha for add_ and sub_, alpha checked as PyTorch's; other itself for alpha 1. For a float16 result,
+        a tensor is scaled in float32 (an integer one rounded to float16 first, as PyTorch's), so the update rounds once."""
+        result = _result_dtype(self, self._operand(other))
+        if not isinstance(alpha, _NUMBERS):
+            raise TypeError(f"alpha must be a number, not {type(alpha).__name__}")
+        if isinstance(alpha, (bool, np.bool_)) and result != np.bool_:
+            raise TypeError(f"a bool alpha is only supported for bool results, not {result} (as PyTorch's)")
+        if isinstance(alpha, (float, np.floating)) and result.kind != 'f':
+            raise TypeError(f"for integral input tensors ({result}), alpha must not be a floating point number "
+                            "(as PyTorch's)")
+        if alpha == 1 or result == np.bool_:   # (bools: alpha taken as a bool, as PyTorch's)
+            return other if alpha else other & False
+        if not isinstance(other, Tensor):
+            return other * alpha
+        return (other.to(np.float16).float() if result == np.float16 else other) * alpha   # (float16 rounds it first)
+
+    add_ = lambda self, other, *, alpha=1: self.__iadd__(self._alpha_scaled(other, alpha))
+    mul_ = lambda self, other: self.__imul__(other)
+    div_ = lambda self, other: self.__itruediv__(other)
+    pow_ = lambda self, exponent: self.__ipow__(exponent)
+
+    def sub_(self, other, *, alpha=1):
+        self._no_bool_subtraction(other)
+        return self.__isub__(self._alpha_scaled(other, alpha))
+
+    def clamp_(self, min=None, max=None):
+        """clamp in place: a result of a dtype of a higher kind than this tensor's (a float bound of an integer tensor)
+        or of another shape (tensor bounds broadcasting wider) refused, as the in-place operators refuse theirs."""
+        def clamped(t):
+            out = t.clamp(min, max)
+            if _KIND_RANK[out.dtype.kind] > _KIND_RANK[self.dtype.kind]:
+                raise TypeError(f"clamp_: result type {out.dtype} can't be cast to the tensor's dtype {self.dtype}")
+            if out.shape != self.shape:
+                raise ValueError(f"clamp_: bounds make a result of shape {out.shape}, not the tensor's {self.shape}")
+            return out.to(self.dtype)
+        if _GradMode.enabled and any(t._requires_grad for t in (self, min, max) if isinstance(t, Tensor)):
+            return self._recorded_update('clamp_', clamped)
+        self._refuse_expanded('clamp_')
+        self.data[...] = clamped(self).data
+        self._version[0] += 1
+        return self
+
+    def _assign(self, what, value, shared=False):
+        """Every element set to `value` (a tensor, moved to this device, broadcast to this shape and cast to this dtype,
+        as PyTorch's copy_ and fill_ take it): item assignment's SetItem where autograd records, else a write into
+        this tensor's memory (shared: also where its elements share memory, as PyTorch's fill_ writes an expand())."""
+        value = value.to(self.device)
+        if _check_broadcast(what, self.shape, value.shape) != self.shape:
+            raise ValueError(f"{what}: a value of shape {value.shape} cannot be broadcast to the tensor's shape "
+                             f"{self.shape}")
+        if _GradMode.enabled and (self._requires_grad or value._requires_grad):
+            return self._recorded_update(what, lambda before: SetItem.apply(
+                before, before if value is self else value, steps=[(Ellipsis,)]))
+        if not shared:
+            self._refuse_expanded(what)
+        with np.errstate(invalid='ignore'):   # NaN or inf cast to an integer: as PyTorch, no warning
+            self.data[...] = value.data
+        self._version[0] += 1
+        return self
+
+    def copy_(self, src, non_blocking=False):
+        """src's values (a tensor broadcast, cast to this dtype, from any device; or a number), as PyTorch's copy_;
+        differentiable to src."""
+        if not isinstance(src, (Tensor,) + _NUMBERS):
+            raise TypeError(f"copy_: src must be a Tensor or a number, not {type(src).__name__}")
+        return self._assign('copy_', self._operand(src))
+
+    def fill_(self, value):
+        """Every element `value` (a number, or a 0-d tensor from any device), as PyTorch's fill_."""
+        if isinstance(value, Tensor) and value.ndim:
+            raise ValueError(f"fill_: the value must be a number or a 0-d tensor, got one of shape {value.shape}")
+        _check_fits(value, self.dtype, 'fill_')
+        return self._assign('fill_', value if isinstance(value, Tensor) else self._operand(value), shared=True)
+
+    def detach_(self):
+        """This tensor made a leaf that requires no gradient, as PyTorch's detach_. Refused where a recorded op still
+        reaches its history through it: that op's backward would lose the way (PyTorch's keeps it)."""
+        if self._ctx is not None and self._held:
+            raise RuntimeError(f"detach_() on a tensor of shape {self.shape} that a recorded op took as an input (its "
+                               "backward would lose the path through it): use .detach(), or detach_() after the backward")
+        self._ctx, self._requires_grad = None, False
+        return self
+
     def _index_steps(self, index):
         """`index` (lists as arrays) as the index tuples to apply one after another: itself, or, where it mixes
         integers with arrays, the integers first (PyTorch applies them as selects, so that an integer and an array
@@ -4149,6 +4352,71 @@ def arange(start, end=None, step=1, device=None, dtype=None, requires_grad=False
     return _factory(lambda xp, s, d: xp.arange(start, end, step).astype(d), ((),), device, dtype, requires_grad)
 
 
+@_aliases(size='shape')
+def empty(*shape, device=None, dtype=None, requires_grad=False):
+    """zeros: PyTorch leaves the values unspecified; zeros make every read of them reproducible."""
+    return zeros(*shape, device=device, dtype=dtype, requires_grad=requires_grad)
+
+
+def eye(n, m=None, device=None, dtype=None, requires_grad=False):
+    """The n x m (n x n) matrix of ones on the diagonal, as PyTorch's."""
+    m = n if m is None else m
+    for name, v in (('n', n), ('m', m)):
+        if not _is_int(v):
+            raise TypeError(f"eye: {name} must be an int, not {type(v).__name__}")
+        if v < 0:
+            raise ValueError(f"eye: {name} must be greater or equal to 0, got {v}")
+    return _factory(lambda xp, s, d: xp.eye(n, m, dtype=d), ((),), device, dtype, requires_grad)
+
+
+def linspace(start, end, steps, device=None, dtype=None, requires_grad=False):
+    """steps values from start to end, float32 by default, with PyTorch's formula: the first half start + step * i,
+    the second end - step * (steps - 1 - i), here in float64 rounded once to dtype (PyTorch's computes in dtype: the
+    values may differ from its in the last bit); an integer dtype truncates start and end first, then each value."""
+    if not _is_int(steps):
+        raise TypeError(f"linspace: steps must be an int, not {type(steps).__name__}")
+    if steps < 0:
+        raise ValueError(f"linspace: the number of steps must be non-negative, got {steps}")
+    dtype = _dtype(dtype or np.float32)
+    if dtype == np.bool_:
+        raise TypeError("linspace: not defined for bool (as in PyTorch)")
+    start, end = (int(v) if dtype.kind in 'iu' else float(v) for v in (start, end))
+    i, step = np.arange(steps), (end - start) / max(steps - 1, 1)
+    values = np.where(i < max(steps // 2, 1), start + step * i, end - step * (steps - 1 - i))
+    return _factory(lambda xp, s, d: xp.asarray(values).astype(d), ((),), device, dtype, requires_grad)
+
+
+def randint(low=0, high=None, size=None, device=None, dtype=None, requires_grad=False):
+    """Integers drawn uniformly from [low, high), int64 unless dtype says, as PyTorch's randint(high, size) and
+    randint(low, high, size), size a tuple."""
+    if size is None:   # randint(high, size)
+        low, high, size = 0, low, high
+    elif high is None:   # randint(high, size=size)
+        low, high = 0, low
+    if not (_is_int(low) and _is_int(high) and isinstance(size, (tuple, list))):
+        raise TypeError(f"randint: expected (low, high, size) or (high, size), ints and a tuple, got low={low!r}, "
+                        f"high={high!r}, size={size!r}")
+    if low >= high:
+        raise ValueError(f"randint: low must be less than high, got low={low} >= high={high}")
+    dtype = _dtype(dtype or np.int64)
+    for bound in (low, high - 1):
+        _check_fits(bound, dtype, 'randint')
+    return _factory(lambda xp, s, d: xp.random.randint(low, high, s, np.int64).astype(d), (size,), device, dtype,
+                    requires_grad)
+
+
+def randn_like(t, device=None, dtype=None, requires_grad=False):
+    return randn(*t.shape, device=device or t.device, dtype=dtype or t.dtype, requires_grad=requires_grad)
+
+
+def rand_like(t, device=None, dtype=None, requires_grad=False):
+    return rand(*t.shape, device=device or t.device, dtype=dtype or t.dtype, requires_grad=requires_grad)
+
+
+def empty_like(t, device=None, dtype=None, requires_grad=False):
+    return zeros_like(t, device, dtype, requires_grad)
+
+
 def manual_seed(seed):
     """Seed NumPy's global generator and, where present, CuPy's. As PyTorch's: any integer in [-2**63, 2**64), a
     negative one taken modulo 2**64, and what int() takes (NumPy takes seeds of 32 bits or more as 32-bit words)."""
@@ -4241,6 +4509,64 @@ def softmax(x, axis=-1):
 @_aliases(dim='axis')
 def log_softmax(x, axis=-1):
     return x.log_softmax(axis)
+
+
+bmm = lambda input, mat2: input.bmm(mat2)
+outer = lambda input, vec2: input.outer(vec2)
+dot = lambda input, tensor: input.dot(tensor)
+
+
+def einsum(equation, *operands):
+    """torch.einsum: the sum of products an equation names, with a subscript (a letter) for each dim of each operand,
+    '...' for the dims of an ellipsis, and '->' before the output's subscripts (else the ellipsis's dims, then the
+    subscripts named once, in alphabetical order); operands separate or in a list; size-1 dims broadcast. One dtype for
+    every operand (not bool). A permutation of one operand's dims is a view of it (as PyTorch's; its diagonals are
+    copies here). Ellipses and broadcast dims are written out here: Einsum sees letters alone."""
+    operands = tuple(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else operands
+    if not isinstance(equation, str) or not operands or not all(isinstance(t, Tensor) for t in operands):
+        raise TypeError("einsum: expected an equation string and one or more tensors")
+    lhs, arrow, rhs = equation.replace(' ', '').partition('->')
+    terms = lhs.split(',')
+    named = lhs.replace('...', '').replace(',', '') + rhs.replace('...', '')
+    if not all(c in _LETTERS for c in named) or any(t.count('...') > 1 for t in terms + [rhs]):
+        raise ValueError(f"einsum: invalid equation {equation!r}: subscripts are letters (a-z, A-Z), '...' (once per "
+                         "operand) an ellipsis, ',' between operands, '->' before the output")
+    if len(terms) != len(operands):
+        raise ValueError(f"einsum: the equation {equation!r} names {len(terms)} operand(s), {len(operands)} given")
+    if len({t.dtype for t in operands}) > 1 or operands[0].dtype == np.bool_:
+        raise TypeError(f"einsum: expected operands of one dtype, not bool, got {', '.join(str(t.dtype) for t in operands)}")
+    for i, (term, t) in enumerate(zip(terms, operands)):
+        if len(term) - 3 * ('...' in term) > t.ndim or '...' not in term and len(term) != t.ndim:
+            raise ValueError(f"einsum: operand {i} of shape {t.shape} has {t.ndim} dims, its subscripts {term!r} do "
+                             "not name them")
+    ellipsis = [t.ndim - len(term) + 3 for term, t in zip(terms, operands) if '...' in term]
+    dots = ''.join(c for c in _LETTERS if c not in equation)[:max(ellipsis, default=0)]   # the ellipsis's dims
+    terms = [term.replace('...', dots[len(dots) - t.ndim + len(term) - 3:]) for term, t in zip(terms, operands)]
+    once = sorted(c for c in named if ''.join(terms).count(c) == 1)
+    output = rhs.replace('...', dots) if arrow else dots + ''.join(once)
+    for c in output:
+        if output.count(c) > 1 or c not in ''.join(terms):
+            raise ValueError(f"einsum: output subscript {c} of {equation!r} appears "
+                             f"{'more than once' if output.count(c) > 1 else 'for no operand'}")
+    size = {}   # each subscript's size (the one not 1), with the shape of an operand where it has it
+    for i, (term, t) in enumerate(zip(terms, operands)):
+        for c, n in zip(term, t.shape):
+            if n != t.shape[term.index(c)]:
+                raise ValueError(f"einsum: subscript {c} is repeated in operand {i} of shape {t.shape} with sizes "
+                                 f"{t.shape[term.index(c)]} and {n}")
+            if n != 1 and size.setdefault(c, (n, t.shape))[0] != n:
+                raise ValueError(f"einsum: subscript {c} has size {n} in operand {i} of shape {t.shape}, {size[c][0]} "
+                                 f"in one of shape {size[c][1]}")
+    kept = [[k for k, (c, n) in enumerate(zip(term, t.shape)) if n != 1 or c not in size]
+            for term, t in zip(terms, operands)]   # size-1 dims broadcast against larger ones: squeezed out
+    operands = [t if len(k) == t.ndim else t.reshape(tuple(t.shape[i] for i in k)) for t, k in zip(operands, kept)]
+    terms = tuple(''.join(term[i] for i in k) for term, k in zip(terms, kept))
+    if operands[0].dtype.kind in 'iu' and any(c not in output and ''.join(terms).count(c) == term.count(c)
+                                               for term in terms for c in term):
+        operands = [t.long() for t in operands]   # as PyTorch's: a dim of one operand alone is summed first, into int64
+    if len(terms) == 1 and len(output) == len(terms[0]) == len(set(terms[0])):   # a permutation: a view, as PyTorch's
+        return operands[0].permute([terms[0].index(c) for c in output])
+    return Einsum.apply(*operands, terms=terms, output=output)
 
 
 def linear(x, weight, bias=None):
