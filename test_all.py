@@ -5228,7 +5228,7 @@ def torch_dtype(dtype):
     return getattr(torch, np.dtype(dtype).name)
 
 
-def same_as_torch(ours, theirs, what, tol=0.0):
+def close_to_torch(ours, theirs, what, tol=0.0):
     """ours (tl) has theirs' (torch) shape and dtype and values (NaNs in the same places)."""
     assert ours.shape == tuple(theirs.shape) and same_dtype(ours, theirs), (what, ours.shape, ours.dtype, theirs.dtype)
     a, b = ours.numpy().astype(np.float64), theirs.detach().numpy().astype(np.float64)
@@ -5255,7 +5255,7 @@ def test_shape_conveniences_as_pytorch():
              lambda m, t: m.dot(t[0, 0].long(), t[1, 1].long()), lambda m, t: m.bmm(t, t.transpose(1, 2)),
              lambda m, t: (t * 4).long().bmm((t * 4).long().transpose(1, 2))]
     for k, f in enumerate(cases):
-        same_as_torch(f(tl, x), f(torch, p), f'case {k}', 1e-12)
+        close_to_torch(f(tl, x), f(torch, p), f'case {k}', 1e-12)
     errors = [(lambda m, t: t.unflatten(1, (2, 2)), ValueError, ('(2, 2)', '(2, 3, 4)')),
               (lambda m, t: t.unflatten(1, (-1, -1)), ValueError, ()), (lambda m, t: t.unflatten(1, ()), ValueError, ()),
               (lambda m, t: t.unflatten(1, (3, 1.0)), TypeError, ()),
@@ -5303,15 +5303,15 @@ def test_einsum_as_pytorch():
             out.backward(m.tensor(upstream(k, tuple(out.shape))))
             results.append([out] + [t.grad if t.grad is not None else m.zeros(t.shape, dtype=m.float64) for t in ts])
         for n, (ours, theirs) in enumerate(zip(*results)):
-            same_as_torch(ours, theirs, f'case {k}, result {n}', 1e-12)
+            close_to_torch(ours, theirs, f'case {k}, result {n}', 1e-12)
     ints = r.integers(-50, 50, (3, 4))
     for dtype in (np.int32, np.int64):
         for eq, ops in (('ij,kj->ik', (ints, ints)), ('ij->j', (ints,)), ('ii->i', (ints[:, :3],))):
-            same_as_torch(tl.einsum(eq, *[tl.tensor(o.astype(dtype)) for o in ops]),
+            close_to_torch(tl.einsum(eq, *[tl.tensor(o.astype(dtype)) for o in ops]),
                           torch.einsum(eq, *[torch.tensor(o.astype(dtype)) for o in ops]), eq)
     ones = np.ones(3000, np.float16)   # float16 sums stop at 2048 (2049 rounds back); float32's reach 3000
     for eq in ('i,i->', 'i->'):
-        same_as_torch(tl.einsum(eq, *[tl.tensor(ones)] * len(eq.split(','))),
+        close_to_torch(tl.einsum(eq, *[tl.tensor(ones)] * len(eq.split(','))),
                       torch.einsum(eq, *[torch.tensor(ones)] * len(eq.split(','))), eq)
     for m in (tl, torch):   # a permutation is a view, as PyTorch's
         x = m.tensor(a.copy())
@@ -5369,7 +5369,7 @@ def test_new_tensors_as_pytorch():
             with warnings.catch_warnings():
                 warnings.simplefilter('ignore')   # PyTorch's about new_tensor(tensor)
                 ours, theirs = f(x, tl), f(p, torch)
-            same_as_torch(ours, theirs, (np.dtype(dtype).name, k))
+            close_to_torch(ours, theirs, (np.dtype(dtype).name, k))
             assert ours.device == 'cpu' and ours.requires_grad == theirs.requires_grad and ours.is_leaf, k
         assert tuple(x.new_empty(2, 3).shape) == tuple(p.new_empty(2, 3).shape) and x.new_empty(2).dtype == dtype
         assert not x.new_empty(4).numpy().any()
@@ -5385,7 +5385,7 @@ def test_creation_factories_as_pytorch():
     for args, kw in [((3,), {}), ((2, 4), {}), ((4, 2), {'dtype': np.int64}), ((0,), {}), ((2,), {'dtype': np.bool_}),
                      ((3,), {'m': 1, 'dtype': np.float16})]:
         tkw = {k: torch_dtype(v) if k == 'dtype' else v for k, v in kw.items()}
-        same_as_torch(tl.eye(*args, **kw), torch.eye(*args, **tkw), (args, kw))
+        close_to_torch(tl.eye(*args, **kw), torch.eye(*args, **tkw), (args, kw))
     assert tl.eye(2, requires_grad=True).requires_grad
     for args, kw in [((0, 1, 5), {}), ((0, 1, 1), {}), ((0, 1, 0), {}), ((5, 1, 3), {}), ((-2.5, 7.25, 50), {}),
                      ((0.1, 0.7, 13), {'dtype': np.float64}), ((-1, 1, 9), {'dtype': np.float16}),
@@ -5396,7 +5396,7 @@ def test_creation_factories_as_pytorch():
         ours, theirs = tl.linspace(*args, **kw), torch.linspace(*targs, **tkw)
         dtype = np.dtype(kw.get('dtype', np.float32))
         tol = float(np.finfo(dtype).eps) * 16 if dtype.kind == 'f' else 0.0
-        same_as_torch(ours, theirs, (args, kw), tol)
+        close_to_torch(ours, theirs, (args, kw), tol)
     assert tl.linspace(start=0, end=1, steps=3, requires_grad=True).requires_grad
     for m in (tl, torch):
         raises(Exception, lambda: m.linspace(0, 1, -1))
@@ -5534,7 +5534,7 @@ def test_inplace_methods_values_as_pytorch():
                     assert isinstance(ours, type), f'{what}: PyTorch raised {theirs.__name__}, ours gave {ours}'
                 else:
                     assert not isinstance(ours, type), f'{what}: ours raised {ours.__name__}, PyTorch gave {theirs}'
-                    same_as_torch(ours, theirs, what, {np.float16: 1e-3, np.float32: 1e-6}.get(dtype, 1e-12))
+                    close_to_torch(ours, theirs, what, {np.float16: 1e-3, np.float32: 1e-6}.get(dtype, 1e-12))
     t = tl.tensor([1.0, 2.0])
     raises(TypeError, lambda: t.add_(1.0, 2), 'positional')   # alpha is keyword-only, as PyTorch's
     raises(TypeError, lambda: t.add_(1.0, alpha=tl.tensor(2.0)), 'number')
