@@ -313,18 +313,28 @@ def _number_dtype(value):
     return np.dtype({'b': np.bool_, 'i': np.int64, 'u': np.int64}.get(kind, np.float32))
 
 
+_ERF_SERIES = tuple(2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(10))
+
+
 def _erf(x):
-    """erf elementwise: CuPy's on the GPU. On the CPU, float64 gets double precision from a positive
+    """erf elementwise, erf(-0) = -0: CuPy's on the GPU. On the CPU, float64 gets double precision from a positive
     series for |x| < 3 (A&S 7.1.6: erf x = 2/sqrt(pi) e^-x^2 sum 2^n x^(2n+1) / (1*3*...*(2n+1))) and the
-    erfc continued fraction beyond (A&S 7.1.14); float32 and float16 get A&S 7.1.26 (|error| < 1.5e-7,
-    below float32's resolution of erf), fifteen times cheaper."""
+    erfc continued fraction beyond (A&S 7.1.14); float32 and float16 get (in float32) the Maclaurin series
+    2/sqrt(pi) sum (-1)^n x^(2n+1) / (n! (2n+1)) to 10 terms for |x| < 1 (relative accuracy near 0) and A&S 7.1.26
+    beyond (|error| < 1.5e-7): within 2.1e-7 of erf relatively, several times cheaper than float64's."""
     if _xp(x) is not np:
         return cupyx.scipy.special.erf(x.astype(np.promote_types(x.dtype, np.float32))).astype(x.dtype)
     if x.dtype != np.float64:
-        a = np.abs(x.astype(np.float32))
+        z = x.astype(np.float32)
+        a = np.abs(z)
         t = 1 / (1 + 0.3275911 * a)
         poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-        return (np.sign(x) * (1 - poly * np.exp(-a * a))).astype(x.dtype)
+        near = a < 1
+        s = np.where(near, z, 0)   # (0 where the series is not used: no inf - inf there)
+        series, s2 = 0, s * s
+        for c in reversed(_ERF_SERIES):
+            series = series * s2 + c
+        return np.where(near, s * series, np.copysign(1 - poly * np.exp(-a * a), z)).astype(x.dtype)
     a, out = np.abs(x), np.empty(x.shape)
     near = a < 3
     s = a[near]
@@ -338,7 +348,7 @@ def _erf(x):
     for k in range(60, 0, -1):
         f = b + (k / 2) / f
     out[~near] = 1 - np.exp(-b * b) / (math.sqrt(math.pi) * f)
-    return np.sign(x) * out
+    return np.copysign(out, x)
 
 
 # ================================================================ the kernel loader
