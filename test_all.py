@@ -338,6 +338,11 @@ op('lerp_tensor_weight', lambda m, a, b, w: a.lerp(b, w), (3, 4), (3, 4), (3, 4)
 op('lerp_bcast', lambda m, a, b, w: a.lerp(b, w), (4,), (2, 3, 4), (3, 1))
 op('addcmul', lambda m, a, b, c: a.addcmul(b, c, value=0.5), (3, 4), (4,), (3, 1))
 op('addcdiv', lambda m, a, b, c: a.addcdiv(b, c, value=-2), (3, 4), (3, 4), (4,), dom=('any', 'any', 'pos'))
+op('fn_softplus', lambda m, x: m.softplus(x), U)
+op('fn_softplus_beta_threshold', lambda m, x: m.softplus(x, beta=2.0, threshold=1.0), (4, 5))   # kink at 0.5
+op('fn_softplus_negative_beta', lambda m, x: m.softplus(x, -1.5), U)
+op('fn_elu', lambda m, x: m.elu(x), U)
+op('fn_elu_alpha', lambda m, x: m.elu(x, alpha=0.3), (2, 3, 2))
 op('fn_math', lambda m, x: m.sin(x) * m.cos(x) + m.erf(x) - m.expm1(m.neg(x)) + m.log1p(m.square(x)) + m.rsqrt(
     m.exp(x)) * m.reciprocal(m.sqrt(m.abs(x))) + m.log(m.abs(x)) + m.clamp(x, -0.5, 0.5), (4, 5))
 op('fn_rounding', lambda m, x: x * (m.floor(x) + m.ceil(x) - m.trunc(x) + m.round(x) + m.round(x, decimals=1)
@@ -555,7 +560,8 @@ DTYPE_OPS = ['exp', 'log', 'sqrt', 'sigmoid', 'tanh', 'relu', 'gelu', 'gelu_tanh
              'avg_pool2', 'batch_norm_train_4d', 'cross_entropy_mean_smooth', 'mse_loss_mean', 'layer_norm',
              'layer_norm_2d', 'layer_norm_noaffine', 'fn_silu', 'fn_leaky_relu_slope']
 DTYPE_OPS += ['sin', 'cos', 'log1p', 'expm1', 'erf', 'reciprocal', 'rsqrt', 'square', 'round_decimals', 'nan_to_num',
-              'lerp', 'lerp_tensor_weight', 'addcmul', 'addcdiv']
+              'lerp', 'lerp_tensor_weight', 'addcmul', 'addcdiv', 'fn_softplus', 'fn_softplus_beta_threshold',
+              'fn_elu_alpha']
 DTYPE_TOL = {np.float16: (1e-2, 1e-2), np.float32: (1e-4, 1e-5), np.float64: (1e-7, 1e-8)}
 
 
@@ -1645,6 +1651,10 @@ LAYERS = [
     Layer('silu', lambda nn: nn.SiLU(), shapes_in((2, 5))),
     Layer('leakyrelu', lambda nn: nn.LeakyReLU(), shapes_in((2, 5))),
     Layer('leakyrelu_slope', lambda nn: nn.LeakyReLU(0.2), shapes_in((2, 3, 2))),
+    Layer('elu', lambda nn: nn.ELU(), shapes_in((2, 5))),
+    Layer('elu_alpha', lambda nn: nn.ELU(alpha=0.4), shapes_in((2, 3, 2))),
+    Layer('softplus', lambda nn: nn.Softplus(), shapes_in((2, 5))),
+    Layer('softplus_beta_threshold', lambda nn: nn.Softplus(2.0, 1.0), shapes_in((3, 4))),   # linear beyond 0.5
     Layer('softmax', lambda nn: nn.Softmax(dim=1), shapes_in((2, 3, 4))),
     Layer('logsoftmax', lambda nn: nn.LogSoftmax(dim=-1), shapes_in((3, 5))),
     Layer('layernorm', lambda nn: nn.LayerNorm(4), shapes_in((3, 4))),
@@ -2140,6 +2150,10 @@ MATH_CALLS = [   # (name, f(m, x)), m tl or TH
     ('isfinite', lambda m, x: m.isfinite(x)), ('nan_to_num', lambda m, x: m.nan_to_num(x)),
     ('nan_to_num_given', lambda m, x: m.nan_to_num(x, 1.0, 2.0, neginf=-3.0)),
     ('nan_to_num_1e10', lambda m, x: m.nan_to_num(x, posinf=1e10, neginf=-1e10)),   # inf in float16
+    ('softplus', lambda m, x: m.softplus(x)), ('softplus_2_5', lambda m, x: m.softplus(x, 2.0, 5.0)),
+    ('softplus_half_1000', lambda m, x: m.softplus(x, beta=0.5, threshold=1000.0)),
+    ('softplus_-1', lambda m, x: m.softplus(x, -1.0)), ('elu', lambda m, x: m.elu(x)),
+    ('elu_0.3', lambda m, x: m.elu(x, alpha=0.3)),
     ('lerp_0.3', lambda m, x: m.lerp(x, m.flip(x, [0]), 0.3)),
     ('lerp_0.5', lambda m, x: m.lerp(x, m.flip(x, [0]), 0.5)),
     ('lerp_1', lambda m, x: m.lerp(x, m.flip(x, [0]), 1.0)),   # end exactly: -1e30 + (1e-30 + 1e30) would be 0
@@ -2153,8 +2167,9 @@ def test_elementwise_math_special_values_as_pytorch():
     """Each of MATH_CALLS at 0, -0, tiny, 1e-10, the kinks, large, huge, +-inf and NaN, in float64, float32 and float16,
     against PyTorch in the same dtype: dtypes, values and gradients within a few units in the last place (relatively,
     down to the smallest normal number), NaN where PyTorch's, the sign of a zero value as PyTorch's. The naive forms
-    fail: log(1 + x) and e^x - 1 at 1e-10, erf's A&S 7.1.26 near 0, a + w (b - a) at w = 1. expm1's gradient is e^x
-    (PyTorch's y + 1 cancels to 0 at -20 in float32): against torch.exp."""
+    fail: log(1 + x) and e^x - 1 at 1e-10, erf's A&S 7.1.26 near 0, log(1 + e^x) at -100 (0) and at 100 in float32
+    (inf), e^x - 1 in elu at -1e-10, a + w (b - a) at w = 1. expm1's gradient is e^x (PyTorch's y + 1 cancels to 0 at
+    -20 in float32): against torch.exp."""
     need_torch()
     for dtype, rtol in ((np.float64, 2e-15), (np.float32, 4e-7), (np.float16, 1e-3)):
         with np.errstate(over='ignore'):   # (1e300 is inf in float32 and float16)
@@ -2193,7 +2208,7 @@ def test_elementwise_math_functions_warn_nothing():
 def test_elementwise_math_integer_and_bool_inputs_as_pytorch():
     """MATH_CALLS (and more) on int64, int32, int16, int8, uint8 and bool tensors as PyTorch's: float32 results, but
     floor, ceil, round, trunc, sign, square and nan_to_num keep the dtype (square of bools: int64); where PyTorch raises
-    (floor of bools, lerp of ints, addcdiv, round with decimals), a TypeError naming the op."""
+    (floor of bools, softplus, elu, lerp and addcdiv of integers, round with decimals), a TypeError naming the op."""
     need_torch()
     calls = MATH_CALLS + [('addcmul_2', lambda m, x: m.addcmul(x, x, m.flip(x, [0]), value=2)),
                           ('exp', lambda m, x: m.exp(x)), ('abs', lambda m, x: m.abs(x))]
@@ -2219,7 +2234,7 @@ def test_elementwise_math_integer_and_bool_inputs_as_pytorch():
 
 def test_elementwise_math_errors_as_pytorch():
     """As PyTorch refuses (RuntimeError or NotImplementedError there): floor, ceil, round and trunc of bool tensors,
-    round with decimals of integers, lerp of integers, addcdiv of integers, lerp's end of another
+    round with decimals of integers, softplus, elu and lerp of integers, addcdiv of integers, lerp's end of another
     dtype and a weight tensor of another dtype with dimensions (a 0-d one is taken, as PyTorch's); lerp's shapes
     that do not broadcast: ValueError naming them."""
     need_torch()
@@ -2229,8 +2244,9 @@ def test_elementwise_math_errors_as_pytorch():
         raises(TypeError, lambda: getattr(tl, name)(tl.tensor(bools)), name, 'bool')
     raises((RuntimeError, NotImplementedError), lambda: torch.round(torch.tensor(ints), decimals=1))
     raises(TypeError, lambda: tl.tensor(ints).round(decimals=1), 'round', 'decimals=1', 'int64')
-    raises((RuntimeError, NotImplementedError), lambda: torch.lerp(torch.tensor(ints), torch.tensor(ints), 0.5))
-    raises(TypeError, lambda: tl.lerp(tl.tensor(ints), tl.tensor(ints), 0.5), 'lerp', 'int64')
+    for f in (lambda m, t: m.softplus(t), lambda m, t: m.elu(t), lambda m, t: m.lerp(t, t, 0.5)):
+        raises((RuntimeError, NotImplementedError), lambda: f(TH, torch.tensor(ints)))
+        raises(TypeError, lambda: f(tl, tl.tensor(ints)), 'int64')
     raises(RuntimeError, lambda: torch.addcdiv(*[torch.tensor(ints)] * 3), 'integer division')
     raises(TypeError, lambda: tl.addcdiv(*[tl.tensor(ints)] * 3), 'addcdiv', 'int64', 'integer division')
     for end, weight in ((x.astype(np.float64), 0.5), (x, x.astype(np.float64)), (x, x.astype(np.float16))):
@@ -2245,15 +2261,35 @@ def test_elementwise_math_errors_as_pytorch():
 
 
 def test_elementwise_math_names_and_builtins():
-    """The module-level names are PyTorch's torch.X; tl.abs and tl.round, which shadow Python's builtins inside
-    tinygrad_lite, still answer numbers and arrays as the builtins do."""
+    """The module-level names are PyTorch's torch.X (elu, softplus: torch.nn.functional's, not Tensor methods, as in
+    PyTorch); tl.abs and tl.round, which shadow Python's builtins inside tinygrad_lite, still answer numbers and arrays
+    as the builtins do."""
     need_torch()
     for name in ('exp', 'log', 'sqrt', 'abs', 'neg', 'clamp', 'sin', 'cos', 'log1p', 'expm1', 'erf', 'reciprocal',
                  'rsqrt', 'square', 'floor', 'ceil', 'trunc', 'round', 'sign', 'isnan', 'isinf', 'isfinite',
                  'nan_to_num', 'lerp', 'addcmul', 'addcdiv'):
         assert callable(getattr(tl, name)) and hasattr(torch, name) and hasattr(tl.Tensor, name), name
+    for name in ('elu', 'softplus'):
+        assert callable(getattr(tl, name)) and hasattr(F, name), name
+        assert not hasattr(tl.Tensor, name) and not hasattr(torch.Tensor, name), name
     assert tl.abs(-3) == 3 and tl.abs(-2.5) == 2.5 and np.array_equal(tl.abs(np.array([-1, 2])), [1, 2])
     assert tl.round(2.5) == 2 and type(tl.round(2.5)) is int and tl.round(2.567, 2) == 2.57 and tl.round(7, -1) == 10
+
+
+def test_elu_softplus_modules_as_pytorch():
+    """ELU and Softplus as torch.nn's: reprs, argument names (but inplace), settings, no parameters nor state."""
+    need_torch()
+    build = lambda nn: nn.Sequential(nn.ELU(), nn.ELU(0.5), nn.ELU(alpha=2), nn.Softplus(), nn.Softplus(2, 10),
+                                     nn.Softplus(beta=0.5, threshold=5.0))
+    ours, theirs = build(tl), build(torch.nn)
+    assert repr(ours) == repr(theirs), f'{ours}\n-- PyTorch --\n{theirs}'
+    assert not list(ours.parameters()) and ours.state_dict() == {}
+    for a, b in zip(ours, theirs, strict=True):
+        for setting in ('alpha', 'beta', 'threshold'):
+            assert getattr(a, setting, None) == getattr(b, setting, None), (a, setting)
+    for name in ('ELU', 'Softplus'):
+        names = lambda cls: [p for p in inspect.signature(cls).parameters if p != 'inplace']
+        assert names(getattr(tl, name)) == names(getattr(torch.nn, name)), name
 
 
 def test_softmax_modules_implicit_dim_as_pytorch():

@@ -3944,6 +3944,25 @@ addcmul = lambda input, tensor1, tensor2, *, value=1: input.addcmul(tensor1, ten
 addcdiv = lambda input, tensor1, tensor2, *, value=1: input.addcdiv(tensor1, tensor2, value=value)
 
 
+def softplus(x, beta=1.0, threshold=20.0):
+    """log(1 + e^(beta x)) / beta, and x itself where beta x > threshold, as PyTorch's (float16 in float32, rounded
+    once). The other branch sees 0 there, so that an e^(beta x) overflowing in it gives no NaN gradient."""
+    if _need_float(x, 'softplus').dtype == np.float16:
+        return softplus(x.float(), beta, threshold).half()
+    z = x * beta
+    linear = z > threshold
+    return where(linear, x, where(linear, 0, z).exp().log1p() / beta)
+
+
+def elu(x, alpha=1.0):
+    """x where x > 0, else alpha (e^x - 1), as PyTorch's: its gradient alpha at 0 and 1 at NaN, float16 in float32
+    (rounded once)."""
+    if _need_float(x, 'elu').dtype == np.float16:
+        return elu(x.float(), alpha).half()
+    negative = x <= 0
+    return where(negative, where(negative, x, 0).expm1() * alpha, x)
+
+
 maximum = lambda a, b: a.maximum(b)
 minimum = lambda a, b: a.minimum(b)
 pad = lambda x, pad, value=0.0: x.pad(pad, value)
@@ -4743,6 +4762,30 @@ class LeakyReLU(Module):
 
     def extra_repr(self):
         return f"negative_slope={self.negative_slope}"
+
+
+class ELU(Module):
+    def __init__(self, alpha=1.0):
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, x):
+        return elu(x, self.alpha)
+
+    def extra_repr(self):
+        return f"alpha={self.alpha}"
+
+
+class Softplus(Module):
+    def __init__(self, beta=1.0, threshold=20.0):
+        super().__init__()
+        self.beta, self.threshold = beta, threshold
+
+    def forward(self, x):
+        return softplus(x, self.beta, self.threshold)
+
+    def extra_repr(self):
+        return f"beta={self.beta}, threshold={self.threshold}"
 
 
 class _Softmax(Module):
