@@ -2274,6 +2274,9 @@ def test_elementwise_math_names_and_builtins():
         assert not hasattr(tl.Tensor, name) and not hasattr(torch.Tensor, name), name
     assert tl.abs(-3) == 3 and tl.abs(-2.5) == 2.5 and np.array_equal(tl.abs(np.array([-1, 2])), [1, 2])
     assert tl.round(2.5) == 2 and type(tl.round(2.5)) is int and tl.round(2.567, 2) == 2.57 and tl.round(7, -1) == 10
+    raises(TypeError, lambda: torch.round(torch.tensor([1.25]), 1))   # decimals keyword-only, not ignored
+    raises(TypeError, lambda: tl.round(tl.tensor([1.25]), 1))
+    assert tl.round(tl.tensor([1.25]), decimals=1).item() == np.float32(1.2)
 
 
 def test_elu_softplus_modules_as_pytorch():

@@ -3917,7 +3917,8 @@ leaky_relu = lambda x, negative_slope=0.01: where(_need_float(x, 'leaky_relu') >
 # torch.X's elementwise functions (abs and round shadow Python's builtins in this file: given no tensor, they are the
 # builtins)
 abs = lambda x: x.abs() if isinstance(x, Tensor) else builtins.abs(x)
-round = lambda x, *digits, decimals=0: x.round(decimals=decimals) if isinstance(x, Tensor) else builtins.round(x, *digits)
+round = lambda x, *digits, decimals=0: x.round(*digits, decimals=decimals) if isinstance(x, Tensor) else builtins.round(
+    x, *digits)   # (a tensor's decimals keyword-only, as PyTorch's)
 exp = lambda x: x.exp()
 log = lambda x: x.log()
 sqrt = lambda x: x.sqrt()
