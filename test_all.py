@@ -318,6 +318,37 @@ op('mul_scalar', lambda m, x: x * 3, U)
 op('rmul', lambda m, x: 3 * x, U)
 op('div_scalar', lambda m, x: x / 4, U)
 op('rdiv', lambda m, x: 1 / x, U, dom='pos')
+op('sin', lambda m, x: x.sin(), U)
+op('cos', lambda m, x: x.cos(), U)
+op('log1p', lambda m, x: (x - 1.4).log1p(), U, dom='pos')   # on (-0.9, 0.6)
+op('expm1', lambda m, x: x.expm1(), U)
+op('erf', lambda m, x: x.erf(), (4, 5))
+op('reciprocal', lambda m, x: x.reciprocal(), U)
+op('rsqrt', lambda m, x: x.rsqrt(), U, dom='pos')
+op('square', lambda m, x: x.square(), U)
+op('floor_ceil_trunc', lambda m, x: x * x.floor() + x.ceil() * x.trunc() + x.floor(), (4, 5))   # 0 gradient in each
+op('round_sign', lambda m, x: x * x.round() + (3 * x).round() * x.sign() + x.sign(), (4, 5))
+op('round_decimals', lambda m, x: x * (10 * x).round(decimals=1) + x.round(decimals=-1) * x, (4, 5))
+SPECIALS = np.array([np.nan, np.inf, -np.inf, 1.0, np.nan, -2.0, np.inf, 3.0, -np.inf, 0.5, 0.25, np.nan])
+op('nan_to_num', lambda m, x: m.where(const(m, np.isfinite(SPECIALS).reshape(U), x), x, const(
+    m, SPECIALS.reshape(U), x)).nan_to_num(nan=1.5, posinf=2.0, neginf=-3.0) * x, U)
+op('lerp', lambda m, a, b: a.lerp(b, 0.3), U, U)
+op('lerp_weight_above_half', lambda m, a, b: a.lerp(b, 0.75), U, (4,))
+op('lerp_tensor_weight', lambda m, a, b, w: a.lerp(b, w), (3, 4), (3, 4), (3, 4))   # |w| on both sides of 0.5
+op('lerp_bcast', lambda m, a, b, w: a.lerp(b, w), (4,), (2, 3, 4), (3, 1))
+op('addcmul', lambda m, a, b, c: a.addcmul(b, c, value=0.5), (3, 4), (4,), (3, 1))
+op('addcdiv', lambda m, a, b, c: a.addcdiv(b, c, value=-2), (3, 4), (3, 4), (4,), dom=('any', 'any', 'pos'))
+op('fn_softplus', lambda m, x: m.softplus(x), U)
+op('fn_softplus_beta_threshold', lambda m, x: m.softplus(x, beta=2.0, threshold=1.0), (4, 5))   # kink at 0.5
+op('fn_softplus_negative_beta', lambda m, x: m.softplus(x, -1.5), U)
+op('fn_elu', lambda m, x: m.elu(x), U)
+op('fn_elu_alpha', lambda m, x: m.elu(x, alpha=0.3), (2, 3, 2))
+op('fn_math', lambda m, x: m.sin(x) * m.cos(x) + m.erf(x) - m.expm1(m.neg(x)) + m.log1p(m.square(x)) + m.rsqrt(
+    m.exp(x)) * m.reciprocal(m.sqrt(m.abs(x))) + m.log(m.abs(x)) + m.clamp(x, -0.5, 0.5), (4, 5))
+op('fn_rounding', lambda m, x: x * (m.floor(x) + m.ceil(x) - m.trunc(x) + m.round(x) + m.round(x, decimals=1)
+                                    + m.sign(x)), (4, 5))
+op('fn_lerp_nan_to_num_addc', lambda m, a, b: m.nan_to_num(m.lerp(a, b, 0.6)) + m.addcmul(a, a, b, value=2)
+   + m.addcdiv(a, b, a), (3, 4), (4,))
 # binary, with broadcasting
 op('add', lambda m, a, b: a + b, (3, 4), (4,))
 op('add_bcast', lambda m, a, b: a + b, (2, 1, 4), (3, 1))
@@ -619,6 +650,9 @@ DTYPE_OPS = ['exp', 'log', 'sqrt', 'sigmoid', 'tanh', 'relu', 'gelu', 'gelu_tanh
              'softmax', 'log_softmax', 'idx_array', 'cat', 'pad_two', 'linear', 'conv3x3_pad1', 'max_pool2',
              'avg_pool2', 'batch_norm_train_4d', 'cross_entropy_mean_smooth', 'mse_loss_mean', 'layer_norm',
              'layer_norm_2d', 'layer_norm_noaffine', 'fn_silu', 'fn_leaky_relu_slope']
+DTYPE_OPS += ['sin', 'cos', 'log1p', 'expm1', 'erf', 'reciprocal', 'rsqrt', 'square', 'round_decimals', 'nan_to_num',
+              'lerp', 'lerp_tensor_weight', 'addcmul', 'addcdiv', 'fn_softplus', 'fn_softplus_beta_threshold',
+              'fn_elu_alpha']
 DTYPE_TOL = {np.float16: (1e-2, 1e-2), np.float32: (1e-4, 1e-5), np.float64: (1e-7, 1e-8)}
 
 
@@ -2064,6 +2098,10 @@ LAYERS = [
     Layer('silu', lambda nn: nn.SiLU(), shapes_in((2, 5))),
     Layer('leakyrelu', lambda nn: nn.LeakyReLU(), shapes_in((2, 5))),
     Layer('leakyrelu_slope', lambda nn: nn.LeakyReLU(0.2), shapes_in((2, 3, 2))),
+    Layer('elu', lambda nn: nn.ELU(), shapes_in((2, 5))),
+    Layer('elu_alpha', lambda nn: nn.ELU(alpha=0.4), shapes_in((2, 3, 2))),
+    Layer('softplus', lambda nn: nn.Softplus(), shapes_in((2, 5))),
+    Layer('softplus_beta_threshold', lambda nn: nn.Softplus(2.0, 1.0), shapes_in((3, 4))),   # linear beyond 0.5
     Layer('softmax', lambda nn: nn.Softmax(dim=1), shapes_in((2, 3, 4))),
     Layer('logsoftmax', lambda nn: nn.LogSoftmax(dim=-1), shapes_in((3, 5))),
     Layer('layernorm', lambda nn: nn.LayerNorm(4), shapes_in((3, 4))),
@@ -2544,6 +2582,164 @@ def test_sigmoid_keeps_small_values_as_pytorch():
             assert np.isclose(a, b, rtol, np.finfo(dtype).tiny, equal_nan=True).all(), f'sigmoid {what} {dtype}: {a} vs {b}'
     log_sigmoid = tl.tensor(np.array([-100.0, -30.0])).sigmoid().log().numpy()
     assert np.allclose(log_sigmoid, [-100.0, -30.0], rtol=1e-12), log_sigmoid
+
+
+MATH_SPECIALS = np.array([0.0, -0.0, 1e-300, -1e-300, 1e-30, -1e-30, 1e-10, -1e-10, 1e-4, -1e-4, 0.3, -0.7, 0.5, -0.5,
+                          1.0, 1.5, -2.5, 3.0, -3.0, 10.0, -10.0, 20.0, -20.0, 30.0, 100.0, -100.0, 1e4, -1e4, 1e30,
+                          -1e30, 1e300, np.inf, -np.inf, np.nan])
+MATH_CALLS = [   # (name, f(m, x)), m tl or TH
+    ('sin', lambda m, x: m.sin(x)), ('cos', lambda m, x: m.cos(x)), ('log1p', lambda m, x: m.log1p(x)),
+    ('expm1', lambda m, x: m.expm1(x)), ('erf', lambda m, x: m.erf(x)), ('floor', lambda m, x: m.floor(x)),
+    ('ceil', lambda m, x: m.ceil(x)), ('trunc', lambda m, x: m.trunc(x)), ('round', lambda m, x: m.round(x)),
+    ('round_2', lambda m, x: m.round(x, decimals=2)), ('round_-1', lambda m, x: m.round(x, decimals=-1)),
+    ('sign', lambda m, x: m.sign(x)), ('reciprocal', lambda m, x: m.reciprocal(x)), ('rsqrt', lambda m, x: m.rsqrt(x)),
+    ('square', lambda m, x: m.square(x)), ('isnan', lambda m, x: m.isnan(x)), ('isinf', lambda m, x: m.isinf(x)),
+    ('isfinite', lambda m, x: m.isfinite(x)), ('nan_to_num', lambda m, x: m.nan_to_num(x)),
+    ('nan_to_num_given', lambda m, x: m.nan_to_num(x, 1.0, 2.0, neginf=-3.0)),
+    ('nan_to_num_1e10', lambda m, x: m.nan_to_num(x, posinf=1e10, neginf=-1e10)),   # inf in float16
+    ('softplus', lambda m, x: m.softplus(x)), ('softplus_2_5', lambda m, x: m.softplus(x, 2.0, 5.0)),
+    ('softplus_half_1000', lambda m, x: m.softplus(x, beta=0.5, threshold=1000.0)),
+    ('softplus_-1', lambda m, x: m.softplus(x, -1.0)), ('elu', lambda m, x: m.elu(x)),
+    ('elu_0.3', lambda m, x: m.elu(x, alpha=0.3)),
+    ('lerp_0.3', lambda m, x: m.lerp(x, m.flip(x, [0]), 0.3)),
+    ('lerp_0.5', lambda m, x: m.lerp(x, m.flip(x, [0]), 0.5)),
+    ('lerp_1', lambda m, x: m.lerp(x, m.flip(x, [0]), 1.0)),   # end exactly: -1e30 + (1e-30 + 1e30) would be 0
+    ('lerp_tensor', lambda m, x: m.lerp(m.flip(x, [0]), m.flip(x, [0]) * 0 + 2.0, x)),
+    ('addcmul', lambda m, x: m.addcmul(x, x, m.flip(x, [0]), value=0.5)),
+    ('addcdiv', lambda m, x: m.addcdiv(x, x, m.flip(x, [0]), value=-3)),
+]
+
+
+def test_elementwise_math_special_values_as_pytorch():
+    """Each of MATH_CALLS at 0, -0, tiny, 1e-10, the kinks, large, huge, +-inf and NaN, in float64, float32 and float16,
+    against PyTorch in the same dtype: dtypes, values and gradients within a few units in the last place (relatively,
+    down to the smallest normal number), NaN where PyTorch's, the sign of a zero value as PyTorch's. The naive forms
+    fail: log(1 + x) and e^x - 1 at 1e-10, erf's A&S 7.1.26 near 0, log(1 + e^x) at -100 (0) and at 100 in float32
+    (inf), e^x - 1 in elu at -1e-10, a + w (b - a) at w = 1. expm1's gradient is e^x (PyTorch's y + 1 cancels to 0 at
+    -20 in float32): against torch.exp."""
+    need_torch()
+    for dtype, rtol in ((np.float64, 2e-15), (np.float32, 4e-7), (np.float16, 1e-3)):
+        with np.errstate(over='ignore'):   # (1e300 is inf in float32 and float16)
+            x0 = MATH_SPECIALS.astype(dtype)
+        for name, f in MATH_CALLS:
+            x, x_t = tl.tensor(x0, requires_grad=True), torch.tensor(x0, requires_grad=True)
+            with np.errstate(all='ignore'):   # (1 / 0 and inf - inf of / and - warn in NumPy)
+                y = f(tl, x)
+                if y.requires_grad:
+                    y.backward(tl.ones_like(y))
+            y_t = f(TH, x_t)
+            if y_t.requires_grad:
+                y_t.backward(torch.ones_like(y_t))
+            grad_t = torch.exp(x_t.detach()) if name == 'expm1' else x_t.grad
+            for ours, theirs, what in ((y, y_t, 'value'), (x.grad, grad_t, 'gradient')):
+                msg = f'{name} {what} in {np.dtype(dtype).name}'
+                assert (ours is None) == (theirs is None), msg
+                if ours is not None:
+                    assert same_dtype(ours, theirs), f'{msg}: {ours.dtype}'
+                    a, b = to_np(ours).astype(np.float64), to_np(theirs).astype(np.float64)
+                    close = np.isclose(a, b, rtol, np.finfo(dtype).tiny, equal_nan=True)
+                    assert close.all(), f'{msg} at {x0[~close]}: {a[~close]} vs {b[~close]}'
+                    zeros = (a == 0) & (b == 0)
+                    assert what != 'value' or (np.signbit(a) == np.signbit(b))[zeros].all(), f'{msg}: signs of 0'
+
+
+def test_elementwise_math_functions_warn_nothing():
+    """sin, cos, log1p, expm1 and erf give inf and NaN (at inf, -1, -2, 1000) without NumPy's warnings, as PyTorch."""
+    x = tl.tensor([np.inf, -np.inf, -1.0, -2.0, 1000.0, np.nan], dtype=np.float64, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        for name in ('sin', 'cos', 'log1p', 'expm1', 'erf'):
+            getattr(x, name)().sum().backward()
+
+
+def test_elementwise_math_integer_and_bool_inputs_as_pytorch():
+    """MATH_CALLS (and more) on int64, int32, int16, int8, uint8 and bool tensors as PyTorch's: float32 results, but
+    floor, ceil, round, trunc, sign, square and nan_to_num keep the dtype (square of bools: int64); where PyTorch raises
+    (floor of bools, softplus, elu, lerp and addcdiv of integers, round with decimals), a TypeError naming the op."""
+    need_torch()
+    calls = MATH_CALLS + [('addcmul_2', lambda m, x: m.addcmul(x, x, m.flip(x, [0]), value=2)),
+                          ('exp', lambda m, x: m.exp(x)), ('abs', lambda m, x: m.abs(x))]
+    for dtype in (np.int64, np.int32, np.int16, np.int8, np.uint8, np.bool_):
+        a = np.array([-3, -1, 0, 1, 2, 5, 7]).astype(dtype)
+        for name, f in calls:
+            msg = f'{name} of {np.dtype(dtype).name}'
+            try:
+                want = f(TH, torch.tensor(a))
+            except (RuntimeError, NotImplementedError, TypeError):
+                raises(TypeError, lambda: f(tl, tl.tensor(a)), name.split('_')[0])
+                continue
+            if name == 'addcmul':   # PyTorch truncates the value 0.5 to 0; refused here
+                assert torch.equal(want, torch.tensor(a)), msg
+                raises(TypeError, lambda: f(tl, tl.tensor(a)), 'addcmul', 'value=0.5', 'truncates')
+                continue
+            with np.errstate(all='ignore'):
+                got = f(tl, tl.tensor(a))
+            assert same_dtype(got, want), f'{msg}: {got.dtype}, not {want.dtype}'
+            assert np.allclose(to_np(got).astype(np.float64), to_np(want).astype(np.float64), 1e-6, 0,
+                               equal_nan=True), f'{msg}: {to_np(got)} vs {to_np(want)}'
+
+
+def test_elementwise_math_errors_as_pytorch():
+    """As PyTorch refuses (RuntimeError or NotImplementedError there): floor, ceil, round and trunc of bool tensors,
+    round with decimals of integers, softplus, elu and lerp of integers, addcdiv of integers, lerp's end of another
+    dtype and a weight tensor of another dtype with dimensions (a 0-d one is taken, as PyTorch's); lerp's shapes
+    that do not broadcast: ValueError naming them."""
+    need_torch()
+    ints, bools, x = np.arange(-2, 3), np.arange(-2, 3) > 0, np.linspace(-1, 1, 3).astype(np.float32)
+    for name in ('floor', 'ceil', 'round', 'trunc'):
+        raises((RuntimeError, NotImplementedError), lambda: getattr(torch, name)(torch.tensor(bools)))
+        raises(TypeError, lambda: getattr(tl, name)(tl.tensor(bools)), name, 'bool')
+    raises((RuntimeError, NotImplementedError), lambda: torch.round(torch.tensor(ints), decimals=1))
+    raises(TypeError, lambda: tl.tensor(ints).round(decimals=1), 'round', 'decimals=1', 'int64')
+    for f in (lambda m, t: m.softplus(t), lambda m, t: m.elu(t), lambda m, t: m.lerp(t, t, 0.5)):
+        raises((RuntimeError, NotImplementedError), lambda: f(TH, torch.tensor(ints)))
+        raises(TypeError, lambda: f(tl, tl.tensor(ints)), 'int64')
+    raises(RuntimeError, lambda: torch.addcdiv(*[torch.tensor(ints)] * 3), 'integer division')
+    raises(TypeError, lambda: tl.addcdiv(*[tl.tensor(ints)] * 3), 'addcdiv', 'int64', 'integer division')
+    for end, weight in ((x.astype(np.float64), 0.5), (x, x.astype(np.float64)), (x, x.astype(np.float16))):
+        raises(RuntimeError, lambda: torch.lerp(torch.tensor(x), torch.tensor(end), torch.tensor(weight)), 'dtype')
+        raises(TypeError, lambda: tl.lerp(tl.tensor(x), tl.tensor(end), tl.tensor(weight)), 'lerp', 'float32')
+    for weight in (np.float64(0.25), np.int64(1)):   # 0-d weights of another dtype
+        want = torch.lerp(torch.tensor(x), torch.tensor(x[::-1].copy()), torch.tensor(weight))
+        got = tl.lerp(tl.tensor(x), tl.tensor(x[::-1].copy()), tl.tensor(weight))
+        assert same_dtype(got, want) and np.allclose(to_np(got), to_np(want), 1e-6, 1e-7), weight
+    raises(RuntimeError, lambda: torch.lerp(torch.tensor(x), torch.zeros(4), 0.5))
+    assert_names_shapes(raises(ValueError, lambda: tl.lerp(tl.tensor(x), tl.zeros(4), 0.5), 'lerp'), (3,), (4,))
+
+
+def test_elementwise_math_names_and_builtins():
+    """The module-level names are PyTorch's torch.X (elu, softplus: torch.nn.functional's, not Tensor methods, as in
+    PyTorch); tl.abs and tl.round, which shadow Python's builtins inside tinygrad_lite, still answer numbers and arrays
+    as the builtins do."""
+    need_torch()
+    for name in ('exp', 'log', 'sqrt', 'abs', 'neg', 'clamp', 'sin', 'cos', 'log1p', 'expm1', 'erf', 'reciprocal',
+                 'rsqrt', 'square', 'floor', 'ceil', 'trunc', 'round', 'sign', 'isnan', 'isinf', 'isfinite',
+                 'nan_to_num', 'lerp', 'addcmul', 'addcdiv'):
+        assert callable(getattr(tl, name)) and hasattr(torch, name) and hasattr(tl.Tensor, name), name
+    for name in ('elu', 'softplus'):
+        assert callable(getattr(tl, name)) and hasattr(F, name), name
+        assert not hasattr(tl.Tensor, name) and not hasattr(torch.Tensor, name), name
+    assert tl.abs(-3) == 3 and tl.abs(-2.5) == 2.5 and np.array_equal(tl.abs(np.array([-1, 2])), [1, 2])
+    assert tl.round(2.5) == 2 and type(tl.round(2.5)) is int and tl.round(2.567, 2) == 2.57 and tl.round(7, -1) == 10
+    raises(TypeError, lambda: torch.round(torch.tensor([1.25]), 1))   # decimals keyword-only, not ignored
+    raises(TypeError, lambda: tl.round(tl.tensor([1.25]), 1))
+    assert tl.round(tl.tensor([1.25]), decimals=1).item() == np.float32(1.2)
+
+
+def test_elu_softplus_modules_as_pytorch():
+    """ELU and Softplus as torch.nn's: reprs, argument names (but inplace), settings, no parameters nor state."""
+    need_torch()
+    build = lambda nn: nn.Sequential(nn.ELU(), nn.ELU(0.5), nn.ELU(alpha=2), nn.Softplus(), nn.Softplus(2, 10),
+                                     nn.Softplus(beta=0.5, threshold=5.0))
+    ours, theirs = build(tl), build(torch.nn)
+    assert repr(ours) == repr(theirs), f'{ours}\n-- PyTorch --\n{theirs}'
+    assert not list(ours.parameters()) and ours.state_dict() == {}
+    for a, b in zip(ours, theirs, strict=True):
+        for setting in ('alpha', 'beta', 'threshold'):
+            assert getattr(a, setting, None) == getattr(b, setting, None), (a, setting)
+    for name in ('ELU', 'Softplus'):
+        names = lambda cls: [p for p in inspect.signature(cls).parameters if p != 'inplace']
+        assert names(getattr(tl, name)) == names(getattr(torch.nn, name)), name
 
 
 def test_softmax_modules_implicit_dim_as_pytorch():

@@ -3,6 +3,7 @@
 NumPy on the CPU, CuPy on the GPU (optional), fused GPU kernels from kernels.cu beside this file.
 The public interface follows PyTorch's names and semantics: see README.md.
 """
+import builtins
 import collections
 import collections.abc
 import contextlib
@@ -313,18 +314,28 @@ def _number_dtype(value):
     return np.dtype({'b': np.bool_, 'i': np.int64, 'u': np.int64}.get(kind, np.float32))
 
 
+_ERF_SERIES = tuple(2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(10))
+
+
 def _erf(x):
-    """erf elementwise: CuPy's on the GPU. On the CPU, float64 gets double precision from a positive
+    """erf elementwise, erf(-0) = -0: CuPy's on the GPU. On the CPU, float64 gets double precision from a positive
     series for |x| < 3 (A&S 7.1.6: erf x = 2/sqrt(pi) e^-x^2 sum 2^n x^(2n+1) / (1*3*...*(2n+1))) and the
-    erfc continued fraction beyond (A&S 7.1.14); float32 and float16 get A&S 7.1.26 (|error| < 1.5e-7,
-    below float32's resolution of erf), fifteen times cheaper."""
+    erfc continued fraction beyond (A&S 7.1.14); float32 and float16 get (in float32) the Maclaurin series
+    2/sqrt(pi) sum (-1)^n x^(2n+1) / (n! (2n+1)) to 10 terms for |x| < 1 (relative accuracy near 0) and A&S 7.1.26
+    beyond (|error| < 1.5e-7): within 2.1e-7 of erf relatively, several times cheaper than float64's."""
     if _xp(x) is not np:
         return cupyx.scipy.special.erf(x.astype(np.promote_types(x.dtype, np.float32))).astype(x.dtype)
     if x.dtype != np.float64:
-        a = np.abs(x.astype(np.float32))
+        z = x.astype(np.float32)
+        a = np.abs(z)
         t = 1 / (1 + 0.3275911 * a)
         poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-        return (np.sign(x) * (1 - poly * np.exp(-a * a))).astype(x.dtype)
+        near = a < 1
+        s = np.where(near, z, 0)   # (0 where the series is not used: no inf - inf there)
+        series, s2 = 0, s * s
+        for c in reversed(_ERF_SERIES):
+            series = series * s2 + c
+        return np.where(near, s * series, np.copysign(1 - poly * np.exp(-a * a), z)).astype(x.dtype)
     a, out = np.abs(x), np.empty(x.shape)
     near = a < 3
     s = a[near]
@@ -338,7 +349,7 @@ def _erf(x):
     for k in range(60, 0, -1):
         f = b + (k / 2) / f
     out[~near] = 1 - np.exp(-b * b) / (math.sqrt(math.pi) * f)
-    return np.sign(x) * out
+    return np.copysign(out, x)
 
 
 # ================================================================ the kernel loader
@@ -866,6 +877,53 @@ class SigmoidOp(Function):
 
     def backward(self, g):
         return g * self.out * (1 - self.out)
+
+
+class _Unary(Function):
+    """y = f(x) elementwise and its gradient grad(g, x), NaN and inf where PyTorch gives them, without NumPy's
+    warnings."""
+    saves = (0,)
+
+    def forward(self, x):
+        self.x = x
+        with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
+            return self.f(x)
+
+    def backward(self, g):
+        with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
+            return self.grad(g, self.x)
+
+
+class Sin(_Unary):
+    f, grad = lambda self, x: _xp(x).sin(x), lambda self, g, x: g * _xp(x).cos(x)
+
+
+class Cos(_Unary):
+    f, grad = lambda self, x: _xp(x).cos(x), lambda self, g, x: -g * _xp(x).sin(x)
+
+
+class Log1p(_Unary):   # log(1 + x), exact where x is tiny (1 + x would round it away)
+    f, grad = lambda self, x: _xp(x).log1p(x), lambda self, g, x: g / (1 + x)
+
+
+class Expm1(_Unary):   # e^x - 1, exact where x is tiny; the derivative e^x from x (PyTorch's y + 1 is 0 beyond -37)
+    f, grad = lambda self, x: _xp(x).expm1(x), lambda self, g, x: g * _xp(x).exp(x)
+
+
+class Erf(_Unary):
+    f = lambda self, x: _erf(x)
+    grad = lambda self, g, x: g * (_xp(x).exp(-x * x) * x.dtype.type(2 / math.sqrt(math.pi)))
+
+
+class Step(Function):
+    """A piecewise-constant fn(x) (floor, ceil, round, trunc, sign): the gradient 0 everywhere, as PyTorch's."""
+    saves = ()
+
+    def forward(self, x, fn):
+        return fn(x)
+
+    def backward(self, g):
+        return _xp(g).zeros_like(g)
 
 
 class Clamp(Function):
@@ -3458,6 +3516,83 @@ class Tensor:
     tanh = lambda self: TanhOp.apply(self._floating())
     sigmoid = lambda self: SigmoidOp.apply(self._floating())
     relu = lambda self: Relu.apply(self)
+    # PyTorch's elementwise math: integer and bool tensors give float32, but floor, ceil, round, trunc, sign, square
+    # and nan_to_num keep their dtype (square of bools: int64), and isnan, isinf and isfinite give bools
+    sin = lambda self: Sin.apply(self._floating())
+    cos = lambda self: Cos.apply(self._floating())
+    log1p = lambda self: Log1p.apply(self._floating())
+    expm1 = lambda self: Expm1.apply(self._floating())
+    erf = lambda self: Erf.apply(self._floating())
+    reciprocal = lambda self: 1 / self
+    rsqrt = lambda self: 1 / self.sqrt()   # (x ** -0.5 would give +inf at -0 and 0 at -inf, not -inf and NaN)
+    square = lambda self: self ** 2
+    floor = lambda self: self._rounded('floor', _xp(self.data).floor)
+    ceil = lambda self: self._rounded('ceil', _xp(self.data).ceil)
+    trunc = lambda self: self._rounded('trunc', _xp(self.data).trunc)
+    isnan = lambda self: Tensor._wrap(_xp(self.data).isnan(self.data), self.device)
+    isinf = lambda self: Tensor._wrap(_xp(self.data).isinf(self.data), self.device)
+    isfinite = lambda self: Tensor._wrap(_xp(self.data).isfinite(self.data), self.device)
+    addcmul = lambda self, tensor1, tensor2, *, value=1: self._addc('addcmul', tensor1, tensor2, value)
+    addcdiv = lambda self, tensor1, tensor2, *, value=1: self._addc('addcdiv', tensor1, tensor2, value)
+
+    def _rounded(self, what, fn):
+        """fn(x) with no gradient (floor, ceil, round, trunc); integer tensors as they are, bool ones refused, as
+        PyTorch's."""
+        if self.dtype == np.bool_:
+            raise TypeError(f"{what}: not defined for bool tensors (as in PyTorch)")
+        return Step.apply(self, fn=fn) if self.dtype.kind == 'f' else self.clone()
+
+    def _addc(self, what, tensor1, tensor2, value):
+        """self + value tensor1 * tensor2 (addcmul) or / tensor2 (addcdiv), as PyTorch's; of integer and bool tensors
+        alone, refused for addcdiv, bools and a value that is no int (PyTorch refuses the first two, truncates it)."""
+        tensor1, tensor2 = self._operand(tensor1), self._operand(tensor2)
+        tensors = self, tensor1, tensor2
+        if all(t.dtype.kind != 'f' for t in tensors) and (what == 'addcdiv' or not _is_int(value) or all(
+                t.dtype == np.bool_ for t in tensors)):
+            raise TypeError(f"{what}: not defined for {self.dtype}, {tensor1.dtype} and {tensor2.dtype} tensors with "
+                            f"value={value!r} (PyTorch refuses integer division and bools, and truncates a value that "
+                            "is no int)")
+        return self + (value * tensor1 * tensor2 if what == 'addcmul' else value * tensor1 / tensor2)
+
+    def round(self, *, decimals=0):
+        """Half to even, as PyTorch's: at `decimals` places (negative: left of the point) x 10^d rounded, / 10^d
+        (float16 in float32); integer tensors only with decimals=0 (PyTorch refuses any given decimals)."""
+        if decimals != 0 and self.dtype.kind != 'f':
+            raise TypeError(f"round: decimals={decimals} for {self.dtype} tensors: floating-point ones only (as in "
+                            "PyTorch)")
+        xp = _xp(self.data)
+        return self._rounded('round', lambda a: xp.round(a.astype(_opmath(a.dtype)), decimals).astype(a.dtype))
+
+    def sign(self):   # as PyTorch's: 0 at NaN and at -0, a bool tensor as it is
+        if self.dtype == np.bool_:
+            return self.clone()
+        return Step.apply(self, fn=lambda a: (a > 0).astype(a.dtype) - (a < 0).astype(a.dtype))
+
+    def nan_to_num(self, nan=0.0, posinf=None, neginf=None):
+        """NaN, +inf and -inf replaced (by default with 0 and the dtype's largest finite values), their gradient 0, as
+        PyTorch's; integer and bool tensors as they are."""
+        if self.dtype.kind != 'f':
+            return self.clone()
+        with np.errstate(over='ignore'):   # (a replacement beyond the dtype's range becomes inf, as in PyTorch)
+            filled = _xp(self.data).nan_to_num(self.data, nan=nan, posinf=posinf, neginf=neginf)
+        return where(self.isfinite(), self, Tensor._wrap(filled, self.device))
+
+    def lerp(self, end, weight):
+        """self + weight (end - self), as PyTorch's: end + (weight - 1) (end - self) where |weight| >= 0.5 (end itself
+        at weight 1), float16 in float32 and rounded once; end of this tensor's dtype, and a weight tensor too unless
+        it is 0-d (a number weight gets no gradient)."""
+        end = self._operand(end)
+        _check_broadcast('lerp', self.shape, end.shape, *[w.shape for w in [weight] if isinstance(w, Tensor)])
+        _need_float(self, 'lerp')
+        if end.dtype != self.dtype or isinstance(weight, Tensor) and weight.ndim and weight.dtype != self.dtype:
+            raise TypeError(f"lerp: end and a weight tensor must be of the input's dtype {self.dtype}, got "
+                            f"{end.dtype} and {getattr(weight, 'dtype', type(weight).__name__)}")
+        if self.dtype == np.float16:
+            return self.float().lerp(end.float(), weight.float() if isinstance(weight, Tensor) else weight).half()
+        if not isinstance(weight, Tensor):
+            return self + weight * (end - self) if -0.5 < weight < 0.5 else end + (weight - 1) * (end - self)
+        weight = weight.to(self.dtype)
+        return where((weight < 0.5) & (weight > -0.5), self + weight * (end - self), end + (weight - 1) * (end - self))
 
     def abs(self):
         if self.dtype == np.bool_:
@@ -4495,6 +4630,56 @@ gelu = lambda x, approximate='none': x.gelu(approximate)
 # (torch.nn.functional's; PyTorch has no Tensor.silu nor Tensor.leaky_relu)
 silu = lambda x: _need_float(x, 'silu') * x.sigmoid()
 leaky_relu = lambda x, negative_slope=0.01: where(_need_float(x, 'leaky_relu') > 0, x, x * negative_slope)
+# torch.X's elementwise functions (abs and round shadow Python's builtins in this file: given no tensor, they are the
+# builtins)
+abs = lambda x: x.abs() if isinstance(x, Tensor) else builtins.abs(x)
+round = lambda x, *digits, decimals=0: x.round(*digits, decimals=decimals) if isinstance(x, Tensor) else builtins.round(
+    x, *digits)   # (a tensor's decimals keyword-only, as PyTorch's)
+exp = lambda x: x.exp()
+log = lambda x: x.log()
+sqrt = lambda x: x.sqrt()
+neg = lambda x: -x
+clamp = lambda x, min=None, max=None: x.clamp(min, max)
+sin = lambda x: x.sin()
+cos = lambda x: x.cos()
+log1p = lambda x: x.log1p()
+expm1 = lambda x: x.expm1()
+erf = lambda x: x.erf()
+reciprocal = lambda x: x.reciprocal()
+rsqrt = lambda x: x.rsqrt()
+square = lambda x: x.square()
+floor = lambda x: x.floor()
+ceil = lambda x: x.ceil()
+trunc = lambda x: x.trunc()
+sign = lambda x: x.sign()
+isnan = lambda x: x.isnan()
+isinf = lambda x: x.isinf()
+isfinite = lambda x: x.isfinite()
+nan_to_num = lambda x, nan=0.0, posinf=None, neginf=None: x.nan_to_num(nan, posinf, neginf)
+lerp = lambda input, end, weight: input.lerp(end, weight)
+addcmul = lambda input, tensor1, tensor2, *, value=1: input.addcmul(tensor1, tensor2, value=value)
+addcdiv = lambda input, tensor1, tensor2, *, value=1: input.addcdiv(tensor1, tensor2, value=value)
+
+
+def softplus(x, beta=1.0, threshold=20.0):
+    """log(1 + e^(beta x)) / beta, and x itself where beta x > threshold, as PyTorch's (float16 in float32, rounded
+    once). The other branch sees 0 there, so that an e^(beta x) overflowing in it gives no NaN gradient."""
+    if _need_float(x, 'softplus').dtype == np.float16:
+        return softplus(x.float(), beta, threshold).half()
+    z = x * beta
+    linear = z > threshold
+    return where(linear, x, where(linear, 0, z).exp().log1p() / beta)
+
+
+def elu(x, alpha=1.0):
+    """x where x > 0, else alpha (e^x - 1), as PyTorch's: its gradient alpha at 0 and 1 at NaN, float16 in float32
+    (rounded once)."""
+    if _need_float(x, 'elu').dtype == np.float16:
+        return elu(x.float(), alpha).half()
+    negative = x <= 0
+    return where(negative, where(negative, x, 0).expm1() * alpha, x)
+
+
 maximum = lambda a, b: a.maximum(b)
 minimum = lambda a, b: a.minimum(b)
 pad = lambda x, pad, value=0.0: x.pad(pad, value)
@@ -5352,6 +5537,30 @@ class LeakyReLU(Module):
 
     def extra_repr(self):
         return f"negative_slope={self.negative_slope}"
+
+
+class ELU(Module):
+    def __init__(self, alpha=1.0):
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, x):
+        return elu(x, self.alpha)
+
+    def extra_repr(self):
+        return f"alpha={self.alpha}"
+
+
+class Softplus(Module):
+    def __init__(self, beta=1.0, threshold=20.0):
+        super().__init__()
+        self.beta, self.threshold = beta, threshold
+
+    def forward(self, x):
+        return softplus(x, self.beta, self.threshold)
+
+    def extra_repr(self):
+        return f"beta={self.beta}, threshold={self.threshold}"
 
 
 class _Softmax(Module):
