@@ -5503,18 +5503,6 @@ class Identity(Module):
     forward = staticmethod(lambda x: x)
 
 
-class GELU(Module):
-    def __init__(self, approximate='none'):
-        super().__init__()
-        self.approximate = approximate
-
-    def forward(self, x):
-        return x.gelu(self.approximate)
-
-    def extra_repr(self):
-        return f"approximate={self.approximate!r}"
-
-
 class Tanh(Module):
     forward = staticmethod(tanh)
 
@@ -5527,40 +5515,44 @@ class SiLU(Module):
     forward = staticmethod(silu)
 
 
-class LeakyReLU(Module):
-    def __init__(self, negative_slope=0.01):
+class _Activation(Module):
+    """An activation with settings: fn(x, *settings), the settings' names and defaults PyTorch's (`defaults`, which make
+    the class's signature), given by position or by name, and shown by repr as PyTorch's."""
+    defaults = {}
+
+    def __init_subclass__(cls):
+        super().__init_subclass__()
+        cls.__signature__ = inspect.Signature([inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                                 default=value) for name, value in cls.defaults.items()])
+
+    def __init__(self, *args, **kwargs):
         super().__init__()
-        self.negative_slope = negative_slope
+        settings = self.__signature__.bind(*args, **kwargs)   # (a TypeError for other arguments)
+        settings.apply_defaults()
+        for name, value in settings.arguments.items():
+            setattr(self, name, value)
 
     def forward(self, x):
-        return leaky_relu(x, self.negative_slope)
+        return self.fn(x, *(getattr(self, name) for name in self.defaults))
 
     def extra_repr(self):
-        return f"negative_slope={self.negative_slope}"
+        return ', '.join(f"{name}={getattr(self, name)!r}" for name in self.defaults)
 
 
-class ELU(Module):
-    def __init__(self, alpha=1.0):
-        super().__init__()
-        self.alpha = alpha
-
-    def forward(self, x):
-        return elu(x, self.alpha)
-
-    def extra_repr(self):
-        return f"alpha={self.alpha}"
+class GELU(_Activation):
+    fn, defaults = staticmethod(gelu), {'approximate': 'none'}
 
 
-class Softplus(Module):
-    def __init__(self, beta=1.0, threshold=20.0):
-        super().__init__()
-        self.beta, self.threshold = beta, threshold
+class LeakyReLU(_Activation):
+    fn, defaults = staticmethod(leaky_relu), {'negative_slope': 0.01}
 
-    def forward(self, x):
-        return softplus(x, self.beta, self.threshold)
 
-    def extra_repr(self):
-        return f"beta={self.beta}, threshold={self.threshold}"
+class ELU(_Activation):
+    fn, defaults = staticmethod(elu), {'alpha': 1.0}
+
+
+class Softplus(_Activation):
+    fn, defaults = staticmethod(softplus), {'beta': 1.0, 'threshold': 20.0}
 
 
 class _Softmax(Module):
