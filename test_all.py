@@ -2709,18 +2709,31 @@ def test_elementwise_math_errors_as_pytorch():
 
 def test_elementwise_math_names_and_builtins():
     """The module-level names are PyTorch's torch.X (elu, softplus: torch.nn.functional's, not Tensor methods, as in
-    PyTorch); tl.abs and tl.round, which shadow Python's builtins inside tinygrad_lite, still answer numbers and arrays
-    as the builtins do."""
+    PyTorch); those named as Python's builtins (tl.sum, tl.max, tl.abs, ...) come from the module's __getattr__, so
+    that tinygrad_lite's own sum(), max(), ... stay Python's: values against torch.X, tl.max(a, b) as torch.max(a, b),
+    tl.pow(number, tensor)."""
     need_torch()
     for name in ('exp', 'log', 'sqrt', 'abs', 'neg', 'clamp', 'sin', 'cos', 'log1p', 'expm1', 'erf', 'reciprocal',
                  'rsqrt', 'square', 'floor', 'ceil', 'trunc', 'round', 'sign', 'isnan', 'isinf', 'isfinite',
-                 'nan_to_num', 'lerp', 'addcmul', 'addcdiv'):
+                 'nan_to_num', 'lerp', 'addcmul', 'addcdiv', 'mean', 'var', 'std', 'argmax', 'argmin', 'reshape',
+                 'flatten', 'unflatten', 'transpose', 'swapaxes', 'permute', 'movedim', 'unsqueeze', 'squeeze',
+                 'matmul', 'sum', 'max', 'min', 'all', 'any', 'pow'):
         assert callable(getattr(tl, name)) and hasattr(torch, name) and hasattr(tl.Tensor, name), name
     for name in ('elu', 'softplus'):
         assert callable(getattr(tl, name)) and hasattr(F, name), name
         assert not hasattr(tl.Tensor, name) and not hasattr(torch.Tensor, name), name
-    assert tl.abs(-3) == 3 and tl.abs(-2.5) == 2.5 and np.array_equal(tl.abs(np.array([-1, 2])), [1, 2])
-    assert tl.round(2.5) == 2 and type(tl.round(2.5)) is int and tl.round(2.567, 2) == 2.57 and tl.round(7, -1) == 10
+    assert not {'sum', 'max', 'min', 'all', 'any', 'pow', 'abs', 'round'} & set(vars(tl)), 'a builtin shadowed'
+    raises(AttributeError, lambda: tl.no_such_name)
+    a0, b0 = sample(rng('builtin names a'), (3, 4)), sample(rng('builtin names b'), (3, 4))
+    a, b, a_t, b_t = tl.tensor(a0), tl.tensor(b0), torch.tensor(a0), torch.tensor(b0)
+    for ours, theirs in ((tl.sum(a), torch.sum(a_t)), (tl.sum(a, 1), torch.sum(a_t, 1)), (tl.max(a), torch.max(a_t)),
+                         (tl.max(a, b), torch.max(a_t, b_t)), (tl.min(a, b), torch.min(a_t, b_t)),
+                         (tl.max(a, dim=1).values, torch.max(a_t, dim=1).values), (tl.abs(a), torch.abs(a_t)),
+                         (tl.pow(a.abs(), b), torch.pow(a_t.abs(), b_t)), (tl.pow(2.0, a), torch.pow(2.0, a_t)),
+                         (tl.all(a > -1), torch.all(a_t > -1)), (tl.any(a > 1), torch.any(a_t > 1)),
+                         (tl.round(a, decimals=1), torch.round(a_t, decimals=1)), (tl.mean(a, 0), torch.mean(a_t, 0)),
+                         (tl.transpose(a, 0, 1), torch.transpose(a_t, 0, 1)), (tl.matmul(a, b.T), torch.matmul(a_t, b_t.T))):
+        assert same_dtype(ours, theirs) and np.allclose(to_np(ours), to_np(theirs), 1e-12, 1e-12), (ours, theirs)
     raises(TypeError, lambda: torch.round(torch.tensor([1.25]), 1))   # decimals keyword-only, not ignored
     raises(TypeError, lambda: tl.round(tl.tensor([1.25]), 1))
     assert tl.round(tl.tensor([1.25]), decimals=1).item() == np.float32(1.2)

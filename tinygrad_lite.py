@@ -3,7 +3,6 @@
 NumPy on the CPU, CuPy on the GPU (optional), fused GPU kernels from kernels.cu beside this file.
 The public interface follows PyTorch's names and semantics: see README.md.
 """
-import builtins
 import collections
 import collections.abc
 import contextlib
@@ -4604,10 +4603,29 @@ def _method(name):
 
 
 (gather, scatter, scatter_add, index_select, masked_fill, masked_select, repeat_interleave, split, chunk, unbind,
- narrow, roll, tril, triu, cumsum, prod, logsumexp, norm, sort, argsort, topk) = map(_method, (
+ narrow, roll, tril, triu, cumsum, prod, logsumexp, norm, sort, argsort, topk, mean, var, std, argmax, argmin, reshape,
+ flatten, unflatten, transpose, swapaxes, permute, movedim, unsqueeze, squeeze, matmul) = map(_method, (
     'gather', 'scatter', 'scatter_add', 'index_select', 'masked_fill', 'masked_select', 'repeat_interleave', 'split',
     'chunk', 'unbind', 'narrow', 'roll', 'tril', 'triu', 'cumsum', 'prod', 'logsumexp', 'norm', 'sort', 'argsort',
-    'topk'))
+    'topk', 'mean', 'var', 'std', 'argmax', 'argmin', 'reshape', 'flatten', 'unflatten', 'transpose', 'swapaxes',
+    'permute', 'movedim', 'unsqueeze', 'squeeze', 'matmul'))
+_BUILTIN_NAMES = ('abs', 'all', 'any', 'max', 'min', 'pow', 'round', 'sum')   # torch.X forms looked up by __getattr__
+
+
+def __getattr__(name):
+    """tl.sum, tl.max, ... (_BUILTIN_NAMES): torch.X's forms of the Tensor methods named as Python's builtins, found
+    here (a module's __getattr__ answers for names it lacks) so that this file's own sum(), max(), ... stay Python's.
+    As torch's, tl.max(a, b) and tl.min(a, b) of two tensors are maximum and minimum, tl.pow(number, tensor) works."""
+    if name not in _BUILTIN_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name == 'pow':
+        return lambda input, exponent: input.pow(exponent) if isinstance(input, Tensor) else exponent.__rpow__(input)
+    method = _method(name)
+    if name in ('max', 'min'):
+        pairwise = maximum if name == 'max' else minimum
+        return lambda input, *args, **kwargs: (pairwise(input, *args) if len(args) == 1 and not kwargs and
+                                               isinstance(args[0], Tensor) else method(input, *args, **kwargs))
+    return method
 
 
 def where(condition, a, b):
@@ -4630,11 +4648,7 @@ gelu = lambda x, approximate='none': x.gelu(approximate)
 # (torch.nn.functional's; PyTorch has no Tensor.silu nor Tensor.leaky_relu)
 silu = lambda x: _need_float(x, 'silu') * x.sigmoid()
 leaky_relu = lambda x, negative_slope=0.01: where(_need_float(x, 'leaky_relu') > 0, x, x * negative_slope)
-# torch.X's elementwise functions (abs and round shadow Python's builtins in this file: given no tensor, they are the
-# builtins)
-abs = lambda x: x.abs() if isinstance(x, Tensor) else builtins.abs(x)
-round = lambda x, *digits, decimals=0: x.round(*digits, decimals=decimals) if isinstance(x, Tensor) else builtins.round(
-    x, *digits)   # (a tensor's decimals keyword-only, as PyTorch's)
+# torch.X's elementwise functions (abs and round, named as Python's builtins: __getattr__'s)
 exp = lambda x: x.exp()
 log = lambda x: x.log()
 sqrt = lambda x: x.sqrt()
