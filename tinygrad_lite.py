@@ -5162,13 +5162,18 @@ class Module:
 
     def to(self, *args, device=None, dtype=None):
         """Move and/or cast every parameter and buffer in place (floating-point ones only change dtype)."""
-        device, dtype = _device_and_dtype(args, device, dtype)
+        return self._to(*_device_and_dtype(args, device, dtype), 'Module.to')
+
+    def _to(self, device, dtype, what, recurse=True):
+        """to()'s work, `what` naming the caller in errors; recurse=False: this module's own tensors alone (a layer's
+        device= and dtype=, see _factory_kwargs)."""
         device = None if device is None else _parse_device(device)
         dtype = None if dtype is None else _dtype(dtype)
         if dtype is not None and dtype.kind != 'f':
-            raise TypeError(f"Module.to: only floating-point dtypes, got {dtype}")
+            raise TypeError(f"{what}: only floating-point dtypes, got {dtype}")
         converted = []
-        for u in {id(u): u for _, t, _ in self._named_tensors() for u in (t, t.grad) if u is not None}.values():
+        tensors = self._named_tensors(recurse=recurse)
+        for u in {id(u): u for _, t, _ in tensors for u in (t, t.grad) if u is not None}.values():
             data = u.data.astype(dtype) if dtype is not None and u.dtype.kind == 'f' else u.data
             converted.append((u, data if device is None else _move(data, device)))
         for u, data in converted:   # only once all are converted: a failure leaves the module as it was
@@ -5230,6 +5235,17 @@ def _uniform_parameter(shape, fan):
     init.uniform_ (NumPy's float64 draws rounded: the stream these layers always drew), at version 1 as PyTorch's."""
     bound = 1 / math.sqrt(fan) if fan else 0.0
     return init.uniform_(Parameter(np.empty(shape, np.float32)), -bound, bound)
+
+
+def _factory_kwargs(module, device, dtype):
+    """PyTorch's device= and dtype= of a layer, applied at the end of its __init__: its own parameters and buffers, drawn
+    and filled as by default (float32, on the CPU, from NumPy's generator), converted once to `dtype` (floating-point
+    tensors only: num_batches_tracked stays int64) and moved to `device`. So a layer built with them equals one built
+    without them and then .to(device, dtype): the same values from the same random stream on every device and in every
+    dtype (PyTorch draws on the device, with its generator, in the dtype). A dtype that is not floating-point raises
+    TypeError naming it (PyTorch's RuntimeError: only floating-point tensors can require gradients); a device as
+    Tensor's (RuntimeError for 'cuda' without CuPy or a GPU)."""
+    module._to(device, dtype, type(module).__name__, recurse=False)
 
 
 # tl.init, as torch.nn.init: each initializer writes its tensor in place as PyTorch's do under no_grad (nothing
@@ -5431,10 +5447,11 @@ class init:
 
 
 class Linear(Module):
-    def __init__(self, in_features, out_features, bias=True):
+    def __init__(self, in_features, out_features, bias=True, device=None, dtype=None):
         super().__init__()
         self.weight = _uniform_parameter((out_features, in_features), in_features)
         self.bias = _uniform_parameter((out_features,), in_features) if bias else None
+        _factory_kwargs(self, device, dtype)
 
     def forward(self, x):
         return linear(x, self.weight, self.bias)
@@ -5446,7 +5463,8 @@ class Linear(Module):
 
 class Conv2d(Module):
     # bias keyword-only: PyTorch's 6th argument is dilation, which a positional bias would silently stand for
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, *, bias=True):
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, *, bias=True, device=None,
+                 dtype=None):
         super().__init__()
         kh, kw = _pair(kernel_size, 'Conv2d: kernel_size')
         if isinstance(padding, str):   # as PyTorch: a bad padding string refused here, not at the first forward
@@ -5455,6 +5473,7 @@ class Conv2d(Module):
         fan = in_channels * kh * kw
         self.weight = _uniform_parameter((out_channels, in_channels, kh, kw), fan)
         self.bias = _uniform_parameter((out_channels,), fan) if bias else None
+        _factory_kwargs(self, device, dtype)
 
     def forward(self, x):
         return conv2d(x, self.weight, self.bias, self.stride, self.padding)
@@ -5470,7 +5489,8 @@ class _BatchNorm(Module):
     input_dims = ()
     _optional_buffers = ('num_batches_tracked',)   # as PyTorch: a state dict without it keeps the count
 
-    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True):
+    # device and dtype keyword-only: PyTorch's 5th argument is track_running_stats (always True here)
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, *, device=None, dtype=None):
         super().__init__()
         self.eps, self.momentum = eps, momentum
         self.weight = Parameter(np.ones(num_features, np.float32)) if affine else None
@@ -5478,6 +5498,7 @@ class _BatchNorm(Module):
         self.register_buffer('running_mean', Tensor(np.zeros(num_features, np.float32)))
         self.register_buffer('running_var', Tensor(np.ones(num_features, np.float32)))
         self.register_buffer('num_batches_tracked', Tensor(np.array(0, np.int64)))
+        _factory_kwargs(self, device, dtype)
 
     def forward(self, x):
         if x.ndim not in self.input_dims:
@@ -5595,12 +5616,13 @@ class LogSoftmax(_Softmax):
 
 
 class LayerNorm(Module):
-    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, device=None, dtype=None):
         super().__init__()
         self.normalized_shape = _normalized_shape(normalized_shape, 'LayerNorm')
         self.eps, self.elementwise_affine = eps, elementwise_affine
         self.weight = Parameter(np.ones(self.normalized_shape, np.float32)) if elementwise_affine else None
         self.bias = Parameter(np.zeros(self.normalized_shape, np.float32)) if elementwise_affine and bias else None
+        _factory_kwargs(self, device, dtype)
 
     def forward(self, x):
         return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -5656,9 +5678,11 @@ class Dropout(Module):
 
 
 class Embedding(Module):
-    def __init__(self, num_embeddings, embedding_dim):
+    # device and dtype keyword-only: PyTorch's 3rd argument is padding_idx (not here)
+    def __init__(self, num_embeddings, embedding_dim, *, device=None, dtype=None):
         super().__init__()
         self.weight = init.normal_(Parameter(np.empty((num_embeddings, embedding_dim), np.float32)))   # N(0, 1)
+        _factory_kwargs(self, device, dtype)
 
     def forward(self, index):
         index = index if isinstance(index, Tensor) else Tensor(np.asarray(index), device=self.weight.device)
@@ -5909,10 +5933,11 @@ def _gru_repr(m):
 class GRUCell(Module):
     extra_repr = _gru_repr
 
-    def __init__(self, input_size, hidden_size, bias=True):
+    def __init__(self, input_size, hidden_size, bias=True, device=None, dtype=None):
         super().__init__()
         self.input_size, self.hidden_size = input_size, hidden_size
         _gru_parameters(self, '', input_size, hidden_size, bias)
+        _factory_kwargs(self, device, dtype)
 
     def forward(self, x, h=None):
         if x.ndim not in (1, 2) or x.shape[-1] != self.input_size:   # as PyTorch: (B, in) or one unbatched (in,)
@@ -5932,8 +5957,9 @@ class GRU(Module):
     forward one's; h0 and h_n hold layer 0 forward, layer 0 reverse, layer 1 forward, ..."""
     extra_repr = _gru_repr
 
+    # device and dtype keyword-only: PyTorch's 8th argument is proj_size (LSTM's alone: GRU refuses it)
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
-                 bidirectional=False):
+                 bidirectional=False, *, device=None, dtype=None):
         super().__init__()
         if hidden_size <= 0:
             raise ValueError(f"GRU: hidden_size must be greater than zero, got {hidden_size}")
@@ -5953,6 +5979,7 @@ class GRU(Module):
             for suffix in self._suffixes():   # PyTorch's order: layer by layer, forward before reverse
                 size = input_size if k == 0 else hidden_size * len(self._suffixes())
                 _gru_parameters(self, f'_l{k}{suffix}', size, hidden_size, bias)
+        _factory_kwargs(self, device, dtype)
 
     def _suffixes(self):
         """The directions' parameter name suffixes."""
