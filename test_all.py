@@ -2407,7 +2407,7 @@ def test_layer_norm_module_as_pytorch():
     for a, b in zip(ours, theirs, strict=True):
         for setting in ('normalized_shape', 'eps', 'elementwise_affine'):
             assert getattr(a, setting) == getattr(b, setting), (a, setting)
-    names = lambda cls: [p for p in inspect.signature(cls).parameters if p not in ('device', 'dtype')]
+    names = lambda cls: list(inspect.signature(cls).parameters)   # (device and dtype too)
     assert names(tl.LayerNorm) == names(torch.nn.LayerNorm)
     assert not hasattr(tl.Tensor, 'layer_norm') and not hasattr(torch.Tensor, 'layer_norm')
 
@@ -3139,6 +3139,142 @@ def check_init(make):
 
 for _name, _make in INITS:
     register(f'test_init_{_name}', lambda mk=_make: check_init(mk))
+
+
+# ===== layers' device= and dtype= (PyTorch's factory keywords) =====
+# A layer built with dtype= / device= equals the default one converted after (tl.manual_seed(0); Linear(3, 4,
+# dtype=float64) == Linear(3, 4).double()): the default draws (float32, CPU, NumPy's generator), converted once.
+# make(nn, **kw) builds the layer with nn = tl or torch.nn; inputs(r) its input arrays (float64, or indices).
+
+FACTORY_LAYERS = [
+    ('linear', lambda nn, **kw: nn.Linear(4, 3, **kw), shapes_in((2, 4))),
+    ('conv2d', lambda nn, **kw: nn.Conv2d(2, 3, 3, padding=1, **kw), shapes_in((2, 2, 5, 5))),
+    ('batchnorm1d', lambda nn, **kw: nn.BatchNorm1d(3, **kw), shapes_in((6, 3))),
+    ('batchnorm2d', lambda nn, **kw: nn.BatchNorm2d(3, **kw), shapes_in((4, 3, 2, 2))),
+    ('layernorm', lambda nn, **kw: nn.LayerNorm((2, 3), **kw), shapes_in((4, 2, 3))),
+    ('embedding', lambda nn, **kw: nn.Embedding(10, 4, **kw), lambda r: [np.array([[1, 7, 1], [3, 1, 9]])]),
+    ('grucell', lambda nn, **kw: nn.GRUCell(3, 4, **kw), shapes_in((2, 3), (2, 4))),
+    ('gru', lambda nn, **kw: nn.GRU(3, 4, 2, bidirectional=True, **kw), shapes_in((5, 2, 3))),
+]
+# torch's arguments tinygrad_lite's constructors lack (signatures compared without them)
+FACTORY_SKIPPED = {'Conv2d': {'dilation', 'groups', 'padding_mode'}, 'BatchNorm1d': {'track_running_stats', 'bias'},
+                   'BatchNorm2d': {'track_running_stats', 'bias'}, 'GRU': {'proj_size'},
+                   'Embedding': {'padding_idx', 'max_norm', 'norm_type', 'scale_grad_by_freq', 'sparse', '_weight',
+                                 '_freeze'}}
+
+
+def run_layer(m, arrays, dtype):
+    """m's outputs (a tuple) and its parameters' gradients after sum(outputs).backward(), the float inputs in dtype."""
+    outs = m(*[tl.Tensor(a.astype(dtype) if a.dtype.kind == 'f' else a) for a in arrays])
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    sum(o.float().sum() for o in outs).backward()
+    return outs, {n: p.grad for n, p in m.named_parameters()}
+
+
+def check_factory_dtype(make, inputs):
+    """dtype= as None, NumPy dtypes and names: each parameter and buffer in that dtype (num_batches_tracked int64, as
+    PyTorch's) equal to the default layer's converted after, the state dict's keys and dtypes PyTorch's; a forward and
+    backward in that dtype give the converted layer's outputs and gradients."""
+    need_torch()
+    default_keys = list(make(tl).state_dict())
+    for dtype in (None, np.float64, 'float64', np.float16, 'float16'):
+        tl.manual_seed(0)
+        built = make(tl, dtype=dtype)
+        tl.manual_seed(0)
+        converted = make(tl) if dtype is None else make(tl).to(dtype)
+        want_dtype = np.dtype(dtype or np.float32)
+        theirs = make(torch.nn, dtype=getattr(torch, want_dtype.name)).state_dict()
+        assert list(built.state_dict()) == default_keys == list(theirs), (list(built.state_dict()), list(theirs))
+        want = converted.state_dict()
+        for k, v in built.state_dict().items():
+            assert v.dtype == want[k].dtype == (np.int64 if k == 'num_batches_tracked' else want_dtype), (k, v.dtype)
+            assert same_dtype(tl.Tensor(v), theirs[k]) and np.array_equal(v, want[k]), (dtype, k)
+        for n, p in built.named_parameters():
+            assert isinstance(p, tl.Parameter) and p.requires_grad and p.is_leaf and p.device == 'cpu', n
+        arrays = inputs(rng(('factory', default_keys)))
+        (outs, grads), (want_outs, want_grads) = run_layer(built, arrays, want_dtype), run_layer(converted, arrays,
+                                                                                                 want_dtype)
+        for o, w in zip(outs, want_outs, strict=True):
+            assert o.dtype == want_dtype and np.array_equal(o.numpy(), w.numpy()), (dtype, o.dtype)
+        for n, g in grads.items():
+            assert g.dtype == want_dtype and np.isfinite(g.numpy()).all(), (dtype, n)
+            assert np.array_equal(g.numpy(), want_grads[n].numpy()), (dtype, n)
+
+
+for _name, _make, _inputs in FACTORY_LAYERS:
+    register(f'test_layer_dtype_keyword_{_name}', lambda mk=_make, i=_inputs: check_factory_dtype(mk, i))
+
+
+def test_layer_factory_keywords_signatures_as_pytorch():
+    """Each layer's arguments are torch.nn's, in torch's order, leaving out those of FACTORY_SKIPPED (GRU's compared
+    with torch.nn.RNNBase's, as torch.nn.GRU's signature is (*args, **kwargs)); device and dtype last, None by default;
+    our positional arguments are a prefix of torch's (so a positional call means what it means in PyTorch: device and
+    dtype keyword-only where torch has an argument before them that we lack)."""
+    need_torch()
+    for name in ('Linear', 'Conv2d', 'BatchNorm1d', 'BatchNorm2d', 'LayerNorm', 'Embedding', 'GRUCell', 'GRU'):
+        ours = inspect.signature(getattr(tl, name)).parameters
+        theirs = dict(inspect.signature(torch.nn.RNNBase.__init__ if name == 'GRU' else getattr(torch.nn, name))
+                      .parameters)
+        for extra in ('self', 'mode') if name == 'GRU' else ():
+            del theirs[extra]
+        skipped = FACTORY_SKIPPED.get(name, set())
+        assert skipped <= set(theirs), (name, skipped - set(theirs))
+        assert list(ours) == [p for p in theirs if p not in skipped], (name, list(ours), list(theirs))
+        assert list(ours)[-2:] == ['device', 'dtype'] and ours['device'].default is ours['dtype'].default is None
+        positional = lambda ps: [p for p, v in ps.items() if v.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD]
+        assert positional(ours) == positional(theirs)[:len(positional(ours))], (name, positional(ours))
+    raises(TypeError, lambda: tl.Embedding(10, 4, 0), 'positional')   # torch's padding_idx is not our device
+    raises(TypeError, lambda: tl.BatchNorm1d(3, 1e-5, 0.1, True, False), 'positional')   # nor track_running_stats
+
+
+def test_error_layer_factory_keywords():
+    """A dtype that is not floating-point raises TypeError naming it and the layer (PyTorch refuses it too, with a
+    RuntimeError: its parameters cannot require gradients); an unsupported dtype (complex64) TypeError naming it; an
+    unknown device ValueError naming it; 'cuda' without CuPy or a GPU RuntimeError naming it and saying how to install
+    CuPy."""
+    need_torch()
+    for name, make, _ in FACTORY_LAYERS:
+        layer = type(make(tl)).__name__
+        raises(RuntimeError, lambda: make(torch.nn, dtype=torch.int64), 'floating point')
+        for dtype in (np.int64, 'int32', np.bool_, np.uint8):
+            raises(TypeError, lambda: make(tl, dtype=dtype), layer, np.dtype(dtype).name)
+        raises(TypeError, lambda: make(tl, dtype='complex64'), 'complex64')
+        for device in ('tpu', 'gpu:0', 3):
+            raises(ValueError, lambda: make(tl, device=device), repr(device))
+        if not tl.cuda_is_available():
+            for device in ('cuda', 'cuda:1'):
+                raises(RuntimeError, lambda: make(tl, device=device), repr(device), 'install CuPy')
+        m = make(tl, device='cpu:0', dtype=np.float32)   # PyTorch's names for the defaults
+        assert {t.device for _, t, _ in m._named_tensors()} == {'cpu'}
+
+
+def test_gpu_layer_factory_keywords():
+    """device='cuda' (and 'cuda:0', with dtype float16): every parameter and buffer on the GPU in the dtype, the values
+    those of the default CPU layer (the same draws, moved), and a forward on the GPU giving the CPU layer's outputs (its
+    weights copied from the GPU one)."""
+    need_cuda()
+    for name, make, inputs in FACTORY_LAYERS:
+        for device, dtype, tol in (('cuda', None, 1e-4), ('cuda:0', 'float16', 1e-2)):
+            tl.manual_seed(0)
+            gpu = make(tl, device=device, dtype=dtype)
+            tl.manual_seed(0)
+            default = make(tl)
+            want_dtype = np.dtype(dtype or np.float32)
+            for k, t, _ in gpu._named_tensors():
+                assert t.device == 'cuda:0', (name, k, t.device)
+                assert t.dtype == (np.int64 if k == 'num_batches_tracked' else want_dtype), (name, k, t.dtype)
+            want = default.to(want_dtype).state_dict()
+            for k, v in gpu.state_dict().items():
+                assert np.array_equal(v, want[k]), (name, k)
+            cpu = make(tl, dtype=dtype)
+            cpu.load_state_dict(gpu.state_dict())
+            arrays = [a.astype(want_dtype) if a.dtype.kind == 'f' else a for a in inputs(rng(('factory gpu', name)))]
+            with tl.no_grad():
+                got = gpu(*[tl.Tensor(a, device='cuda') for a in arrays])
+                expected = cpu(*[tl.Tensor(a) for a in arrays])
+            for g, w in zip(*(o if isinstance(o, tuple) else (o,) for o in (got, expected)), strict=True):
+                assert g.device == 'cuda:0' and g.dtype == want_dtype
+                assert_close(g.cpu(), w, tol, tol, f'{name} on {device}')
 
 
 # ===== tl.init against torch.nn.init =====
