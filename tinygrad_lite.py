@@ -866,17 +866,18 @@ class TanhOp(Function):
 
 
 class SigmoidOp(Function):
+    """1 / (1 + e^-x); float16 computed in float32 and rounded once (as PyTorch's)."""
     saves, saves_output = (), True
 
     def forward(self, x):
-        xp = _xp(x)
-        e = xp.exp(-xp.abs(x))   # 1 / (1 + e^-x) without overflow, and e^x / (1 + e^x) for x < 0: the small values kept
+        xp, z = _xp(x), x.astype(_opmath(x.dtype), copy=False)
+        e = xp.exp(-xp.abs(z))   # 1 / (1 + e^-x) without overflow, and e^x / (1 + e^x) for x < 0: the small values kept
         s = 1 / (1 + e)
-        self.out = xp.where(x >= 0, s, e * s)
+        self.out = xp.where(z >= 0, s, e * s).astype(x.dtype, copy=False)
         return self.out
 
-    def backward(self, g):
-        return g * self.out * (1 - self.out)
+    def backward(self, g):   # (in float16 arithmetic for float16, as PyTorch's CPU kernel)
+        return g * (1 - self.out) * self.out
 
 
 class _Unary(Function):
@@ -3524,7 +3525,8 @@ class Tensor:
     expm1 = lambda self: Expm1.apply(self._floating())
     erf = lambda self: Erf.apply(self._floating())
     reciprocal = lambda self: 1 / self
-    rsqrt = lambda self: 1 / self.sqrt()   # (x ** -0.5 would give +inf at -0 and 0 at -inf, not -inf and NaN)
+    rsqrt = lambda self: self.float().rsqrt().half() if self.dtype == np.float16 else 1 / self.sqrt()   # (float16
+    # in float32, rounded once, as PyTorch's; x ** -0.5 would give +inf at -0 and 0 at -inf, not -inf and NaN)
     square = lambda self: self ** 2
     floor = lambda self: self._rounded('floor', _xp(self.data).floor)
     ceil = lambda self: self._rounded('ceil', _xp(self.data).ceil)
@@ -4627,8 +4629,16 @@ relu = lambda x: x.relu()
 sigmoid = lambda x: x.sigmoid()
 tanh = lambda x: x.tanh()
 gelu = lambda x, approximate='none': x.gelu(approximate)
-# (torch.nn.functional's; PyTorch has no Tensor.silu nor Tensor.leaky_relu)
-silu = lambda x: _need_float(x, 'silu') * x.sigmoid()
+
+
+# (silu and leaky_relu: torch.nn.functional's; PyTorch has no Tensor.silu nor Tensor.leaky_relu)
+def silu(x):
+    """x sigmoid(x), float16 in float32 (rounded once), as PyTorch's."""
+    if _need_float(x, 'silu').dtype == np.float16:
+        return silu(x.float()).half()
+    return x * x.sigmoid()
+
+
 leaky_relu = lambda x, negative_slope=0.01: where(_need_float(x, 'leaky_relu') > 0, x, x * negative_slope)
 # torch.X's elementwise functions (abs and round shadow Python's builtins in this file: given no tensor, they are the
 # builtins)
