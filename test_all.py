@@ -2606,6 +2606,30 @@ def test_float16_sigmoid_silu_rsqrt_round_once_as_pytorch():
             assert np.array_equal(to_np(x.grad), to_np(x_t.grad)), 'sigmoid gradient'
 
 
+def test_addcmul_addcdiv_dtype_and_float16_rounding_as_pytorch():
+    """addcmul and addcdiv give the three tensors' result dtype, the value taking no part (float16 self with int64
+    tensors and value=0.5: float16, not the float32 that value * an int64 tensor made), and float16 computes in
+    float32, rounded once (rounded after each product, a quarter of the values were off, some by far more than an
+    ulp where the sum cancels); gradients reach all three tensors."""
+    need_torch()
+    f16, i64, f64 = (np.float16, torch.float16), (np.int64, torch.int64), (np.float64, torch.float64)
+    for what, kinds in (('addcmul', (f16, i64, i64)), ('addcmul', (f64, i64, i64)), ('addcdiv', (f16, i64, f16)),
+                        ('addcdiv', (f64, i64, (np.float32, torch.float32)))):
+        ours = getattr(tl, what)(*[tl.ones(3, dtype=d) for d, _ in kinds], value=0.5)
+        theirs = getattr(torch, what)(*[torch.ones(3, dtype=d) for _, d in kinds], value=0.5)
+        assert same_dtype(ours, theirs), f'{what} of {[d.__name__ for d, _ in kinds]}: {ours.dtype}'
+    rng = np.random.default_rng(0)
+    x, y, z = [(rng.standard_normal((64, 50)) * 3).astype(np.float16) for _ in range(3)]
+    z = np.abs(z) + np.float16(0.5)
+    for what in ('addcmul', 'addcdiv'):
+        leaves = [tl.tensor(a, requires_grad=True) for a in (x, y, z)]
+        got = getattr(tl, what)(*leaves, value=0.3)
+        want = to_np(getattr(torch, what)(*map(torch.tensor, (x, y, z)), value=0.3))
+        assert got.dtype == np.float16 and (to_np(got) != want).sum() <= 2, f'{what}: {(to_np(got) != want).sum()} differ'
+        got.sum().backward()
+        assert all(t.grad is not None and t.grad.dtype == np.float16 for t in leaves), what
+
+
 MATH_SPECIALS = np.array([0.0, -0.0, 1e-300, -1e-300, 1e-30, -1e-30, 1e-10, -1e-10, 1e-4, -1e-4, 0.3, -0.7, 0.5, -0.5,
                           1.0, 1.5, -2.5, 3.0, -3.0, 10.0, -10.0, 20.0, -20.0, 30.0, 100.0, -100.0, 1e4, -1e4, 1e30,
                           -1e30, 1e300, np.inf, -np.inf, np.nan])

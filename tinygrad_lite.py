@@ -285,15 +285,14 @@ def _need_float(t, what):
     return t
 
 
-def _result_dtype(a, b, divide=False):
-    """PyTorch's result dtype of a binary op on tensors a and b: as _promote, except that a 0-d tensor does not widen
-    a tensor with dimensions within its kind (bool < integer < float): float16 (3,) * float32 () is float16, and
-    int64 (3,) * float64 () float64."""
-    if (a.ndim == 0) != (b.ndim == 0):
-        shaped, scalar = (a, b) if b.ndim == 0 else (b, a)
-        if _KIND_RANK[scalar.dtype.kind] <= _KIND_RANK[shaped.dtype.kind]:
-            return _promote(shaped.dtype, divide=divide)
-    return _promote(a.dtype, b.dtype, divide=divide)
+def _result_dtype(*tensors, divide=False):
+    """PyTorch's result dtype of an op on `tensors` (two for a binary op): as _promote, except that 0-d tensors do not
+    widen tensors with dimensions within their kind (bool < integer < float): float16 (3,) * float32 () is float16,
+    and int64 (3,) * float64 () float64."""
+    shaped, scalars = [t.dtype for t in tensors if t.ndim], [t.dtype for t in tensors if not t.ndim]
+    if shaped and scalars and max(_KIND_RANK[d.kind] for d in scalars) <= max(_KIND_RANK[d.kind] for d in shaped):
+        return _promote(*shaped, divide=divide)
+    return _promote(*shaped, *scalars, divide=divide)
 
 
 def _opmath(dtype):
@@ -3545,7 +3544,8 @@ class Tensor:
         return Step.apply(self, fn=fn) if self.dtype.kind == 'f' else self.clone()
 
     def _addc(self, what, tensor1, tensor2, value):
-        """self + value tensor1 * tensor2 (addcmul) or / tensor2 (addcdiv), as PyTorch's; of integer and bool tensors
+        """self + value tensor1 * tensor2 (addcmul) or / tensor2 (addcdiv), as PyTorch's: in the three tensors' result
+        dtype (value takes no part in it), float16 computed in float32 and rounded once; of integer and bool tensors
         alone, refused for addcdiv, bools and a value that is no int (PyTorch refuses the first two, truncates it)."""
         tensor1, tensor2 = self._operand(tensor1), self._operand(tensor2)
         tensors = self, tensor1, tensor2
@@ -3554,7 +3554,9 @@ class Tensor:
             raise TypeError(f"{what}: not defined for {self.dtype}, {tensor1.dtype} and {tensor2.dtype} tensors with "
                             f"value={value!r} (PyTorch refuses integer division and bools, and truncates a value that "
                             "is no int)")
-        return self + (value * tensor1 * tensor2 if what == 'addcmul' else value * tensor1 / tensor2)
+        dtype = _result_dtype(*tensors)
+        a, b, c = (t.to(_opmath(dtype)) for t in tensors)
+        return (a + (value * b * c if what == 'addcmul' else value * b / c)).to(dtype)
 
     def round(self, *, decimals=0):
         """Half to even, as PyTorch's: at `decimals` places (negative: left of the point) x 10^d rounded, / 10^d
