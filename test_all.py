@@ -5161,6 +5161,8 @@ def test_error_cat_reshape_linear_conv_shapes():
     logits, target = tl.Tensor(sample(r, (4, 3))), tl.Tensor(np.array([0, 1, 2]))
     assert_names_shapes(raises(ValueError, lambda: tl.cross_entropy(logits, target)), (4, 3), (3,))
     assert_names_shapes(raises(ValueError, lambda: tl.cat([tl.tensor(1.), tl.tensor(2.)]), 'zero-dimensional'), ())
+    for join in (tl.cat, tl.stack):   # the error names the function called (stack's named cat)
+        raises(ValueError, lambda: join([]), join.__name__, 'at least one tensor')
     mask, z = tl.tensor([True, False]), tl.zeros(3)
     assert_names_shapes(raises(ValueError, lambda: tl.where(mask, z, z)), (2,), (3,))
     assert_names_shapes(raises(ValueError, lambda: tl.conv2d(x[0], k)), (3, 5, 5), (2, 2, 3, 3))   # one image

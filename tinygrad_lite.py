@@ -4593,10 +4593,12 @@ def cat(tensors, axis=0):
 @_aliases(dim='axis')
 def stack(tensors, axis=0):
     tensors = list(tensors)
+    if not tensors:
+        raise ValueError("stack: needs at least one tensor")
     for t in tensors[1:]:
         if t.shape != tensors[0].shape:
             raise ValueError(f"stack: shapes {tensors[0].shape} and {t.shape} differ")
-    axis = _dim(axis, tensors[0].ndim, new=True) if tensors else axis
+    axis = _dim(axis, tensors[0].ndim, new=True)
     return cat([t.unsqueeze(axis) for t in tensors], axis)
 
 
