@@ -2630,6 +2630,19 @@ def test_addcmul_addcdiv_dtype_and_float16_rounding_as_pytorch():
         assert all(t.grad is not None and t.grad.dtype == np.float16 for t in leaves), what
 
 
+def test_module_functions_forward_to_methods_by_name():
+    """tl.X(input, ...) for the tensor methods torch.X mirrors is made one way (_method): named X (not '<lambda>'),
+    taking torch's keyword name input= for the tensor, and passing the rest on as the method takes it."""
+    need_torch()
+    x = tl.tensor([0.5, -2.0, 3.0])
+    for name in ('exp', 'sigmoid', 'tanh', 'relu', 'sin', 'erf', 'rsqrt', 'sign', 'isnan', 'neg', 'flip', 'gather',
+                 'clamp', 'lerp', 'addcmul', 'maximum', 'dot'):
+        assert getattr(tl, name).__name__ == name, f'tl.{name} is named {getattr(tl, name).__name__!r}'
+    assert np.array_equal(to_np(tl.exp(input=x)), to_np(torch.exp(input=torch.tensor([0.5, -2.0, 3.0]))))
+    assert np.array_equal(to_np(tl.clamp(x, max=1.0)), [0.5, -2.0, 1.0])
+    assert np.array_equal(to_np(tl.addcmul(x, x, x, value=2)), to_np(x + 2 * x * x))
+
+
 MATH_SPECIALS = np.array([0.0, -0.0, 1e-300, -1e-300, 1e-30, -1e-30, 1e-10, -1e-10, 1e-4, -1e-4, 0.3, -0.7, 0.5, -0.5,
                           1.0, 1.5, -2.5, 3.0, -3.0, 10.0, -10.0, 20.0, -20.0, 30.0, 100.0, -100.0, 1e4, -1e4, 1e30,
                           -1e30, 1e300, np.inf, -np.inf, np.nan])

@@ -4610,10 +4610,15 @@ def _method(name):
 
 
 (gather, scatter, scatter_add, index_select, masked_fill, masked_select, repeat_interleave, split, chunk, unbind,
- narrow, roll, tril, triu, cumsum, prod, logsumexp, norm, sort, argsort, topk) = map(_method, (
-    'gather', 'scatter', 'scatter_add', 'index_select', 'masked_fill', 'masked_select', 'repeat_interleave', 'split',
-    'chunk', 'unbind', 'narrow', 'roll', 'tril', 'triu', 'cumsum', 'prod', 'logsumexp', 'norm', 'sort', 'argsort',
-    'topk'))
+ narrow, roll, tril, triu, cumsum, prod, logsumexp, norm, sort, argsort, topk, relu, sigmoid, tanh, gelu, exp, log,
+ sqrt, neg, clamp, sin, cos, log1p, expm1, erf, reciprocal, rsqrt, square, floor, ceil, trunc, sign, isnan, isinf,
+ isfinite, nan_to_num, lerp, addcmul, addcdiv, maximum, minimum, pad, flip, bmm, outer, dot) = map(_method, (
+    'gather', 'scatter', 'scatter_add', 'index_select', 'masked_fill', 'masked_select', 'repeat_interleave',
+    'split', 'chunk', 'unbind', 'narrow', 'roll', 'tril', 'triu', 'cumsum', 'prod', 'logsumexp', 'norm', 'sort',
+    'argsort', 'topk', 'relu', 'sigmoid', 'tanh', 'gelu', 'exp', 'log', 'sqrt', 'neg', 'clamp', 'sin', 'cos',
+    'log1p', 'expm1', 'erf', 'reciprocal', 'rsqrt', 'square', 'floor', 'ceil', 'trunc', 'sign', 'isnan', 'isinf',
+    'isfinite', 'nan_to_num', 'lerp', 'addcmul', 'addcdiv', 'maximum', 'minimum', 'pad', 'flip', 'bmm', 'outer',
+    'dot'))
 
 
 def where(condition, a, b):
@@ -4629,12 +4634,6 @@ def where(condition, a, b):
     return Where.apply(a, b, condition=condition.data.astype(bool))
 
 
-relu = lambda x: x.relu()
-sigmoid = lambda x: x.sigmoid()
-tanh = lambda x: x.tanh()
-gelu = lambda x, approximate='none': x.gelu(approximate)
-
-
 # (silu and leaky_relu: torch.nn.functional's; PyTorch has no Tensor.silu nor Tensor.leaky_relu)
 def silu(x):
     """x sigmoid(x), float16 in float32 (rounded once), as PyTorch's."""
@@ -4644,35 +4643,11 @@ def silu(x):
 
 
 leaky_relu = lambda x, negative_slope=0.01: where(_need_float(x, 'leaky_relu') > 0, x, x * negative_slope)
-# torch.X's elementwise functions (abs and round shadow Python's builtins in this file: given no tensor, they are the
-# builtins)
+# abs and round, torch's elementwise functions, shadow Python's builtins in this file: given no tensor, they are the
+# builtins
 abs = lambda x: x.abs() if isinstance(x, Tensor) else builtins.abs(x)
 round = lambda x, *digits, decimals=0: x.round(*digits, decimals=decimals) if isinstance(x, Tensor) else builtins.round(
     x, *digits)   # (a tensor's decimals keyword-only, as PyTorch's)
-exp = lambda x: x.exp()
-log = lambda x: x.log()
-sqrt = lambda x: x.sqrt()
-neg = lambda x: -x
-clamp = lambda x, min=None, max=None: x.clamp(min, max)
-sin = lambda x: x.sin()
-cos = lambda x: x.cos()
-log1p = lambda x: x.log1p()
-expm1 = lambda x: x.expm1()
-erf = lambda x: x.erf()
-reciprocal = lambda x: x.reciprocal()
-rsqrt = lambda x: x.rsqrt()
-square = lambda x: x.square()
-floor = lambda x: x.floor()
-ceil = lambda x: x.ceil()
-trunc = lambda x: x.trunc()
-sign = lambda x: x.sign()
-isnan = lambda x: x.isnan()
-isinf = lambda x: x.isinf()
-isfinite = lambda x: x.isfinite()
-nan_to_num = lambda x, nan=0.0, posinf=None, neginf=None: x.nan_to_num(nan, posinf, neginf)
-lerp = lambda input, end, weight: input.lerp(end, weight)
-addcmul = lambda input, tensor1, tensor2, *, value=1: input.addcmul(tensor1, tensor2, value=value)
-addcdiv = lambda input, tensor1, tensor2, *, value=1: input.addcdiv(tensor1, tensor2, value=value)
 
 
 def softplus(x, beta=1.0, threshold=20.0):
@@ -4694,12 +4669,6 @@ def elu(x, alpha=1.0):
     return where(negative, where(negative, x, 0).expm1() * alpha, x)
 
 
-maximum = lambda a, b: a.maximum(b)
-minimum = lambda a, b: a.minimum(b)
-pad = lambda x, pad, value=0.0: x.pad(pad, value)
-flip = lambda x, dims: x.flip(dims)
-
-
 @_aliases(dim='axis')
 def softmax(x, axis=-1):
     return x.softmax(axis)
@@ -4708,11 +4677,6 @@ def softmax(x, axis=-1):
 @_aliases(dim='axis')
 def log_softmax(x, axis=-1):
     return x.log_softmax(axis)
-
-
-bmm = lambda input, mat2: input.bmm(mat2)
-outer = lambda input, vec2: input.outer(vec2)
-dot = lambda input, tensor: input.dot(tensor)
 
 
 def einsum(equation, *operands):
