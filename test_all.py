@@ -2833,11 +2833,16 @@ def test_embedding_repeated_indices_scatter_add():
 
 
 def test_embedding_index_out_of_range():
+    """Indices outside [0, num_embeddings) raise IndexError, and indices of a dtype other than int32 and int64
+    TypeError, as PyTorch's (Tensor._index_tensor's and _check_range's checks, as index_select's)."""
     need_torch()
     emb, te = tl.Embedding(5, 3), torch.nn.Embedding(5, 3)
     for index in ([-1], [0, 5], [[1, 2], [7, 0]]):
         raises(IndexError, lambda: te(torch.tensor(index)))
-        raises(IndexError, lambda: emb(tl.Tensor(np.array(index))), 'out of range', '0 to 4')
+        raises(IndexError, lambda: emb(tl.Tensor(np.array(index))), 'Embedding', 'out of bounds', 'size 5')
+    for dtype in (np.uint8, np.int16):
+        raises((RuntimeError, IndexError), lambda: te(torch.tensor(np.array([1, 2], dtype))))
+        raises(TypeError, lambda: emb(tl.tensor(np.array([1, 2], dtype))), 'Embedding', 'int32 or int64')
     assert emb(tl.Tensor(np.array([0, 4]))).shape == (2, 3) and emb(tl.Tensor(np.zeros(0, np.int64))).shape == (0, 3)
 
 

@@ -5632,17 +5632,9 @@ class Embedding(Module):
         super().__init__()
         self.weight = init.normal_(Parameter(np.empty((num_embeddings, embedding_dim), np.float32)))   # N(0, 1)
 
-    def forward(self, index):
-        index = index if isinstance(index, Tensor) else Tensor(np.asarray(index), device=self.weight.device)
-        if index.dtype.kind not in 'iu':
-            raise TypeError(f"Embedding: indices must be integers, not {index.dtype}")
-        n = self.weight.shape[0]
-        capturing = index.device != 'cpu' and cp.cuda.get_current_stream().is_capturing()
-        if index.numel() and not capturing:   # the check reads the indices back: a sync a CUDA graph cannot hold
-            lo, hi = int(index.data.min()), int(index.data.max())
-            if lo < 0 or hi >= n:
-                raise IndexError(f"Embedding: index {lo if lo < 0 else hi} out of range for {n} embeddings "
-                                 f"(valid 0 to {n - 1})")
+    def forward(self, index):   # (int32 or int64 indices in [0, num_embeddings), as PyTorch's)
+        index = self.weight._index_tensor('Embedding', index)
+        Tensor._check_range('Embedding', index, self.weight.shape[0], 0, IndexError)
         return self.weight[index]
 
     def extra_repr(self):
