@@ -2643,6 +2643,16 @@ def test_module_functions_forward_to_methods_by_name():
     assert np.array_equal(to_np(tl.addcmul(x, x, x, value=2)), to_np(x + 2 * x * x))
 
 
+def test_float16_std_rounds_once_as_pytorch():
+    """float16 std is the float32 std rounded once, as PyTorch's (the root of the variance rounded to float16 was off
+    by an ulp in about one row in eight)."""
+    need_torch()
+    x = (np.random.default_rng(0).standard_normal((2000, 50)) * 3).astype(np.float16)
+    for call in (lambda t: t.std(1), lambda t: t.std(1, keepdim=True, correction=0), lambda t: t.std()):
+        ours, theirs = to_np(call(tl.tensor(x))), to_np(call(torch.tensor(x)))
+        assert ours.dtype == np.float16 and np.array_equal(ours, theirs), f'{(ours != theirs).sum()} differ'
+
+
 MATH_SPECIALS = np.array([0.0, -0.0, 1e-300, -1e-300, 1e-30, -1e-30, 1e-10, -1e-10, 1e-4, -1e-4, 0.3, -0.7, 0.5, -0.5,
                           1.0, 1.5, -2.5, 3.0, -3.0, 10.0, -10.0, 20.0, -20.0, 30.0, 100.0, -100.0, 1e4, -1e4, 1e30,
                           -1e30, 1e300, np.inf, -np.inf, np.nan])

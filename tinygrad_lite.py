@@ -3690,6 +3690,8 @@ class Tensor:
 
     @_aliases(dim='axis')
     def std(self, axis=None, keepdim=False, correction=None, *, unbiased=None):
+        if self.dtype == np.float16:   # in float32, rounded once, as PyTorch (not the float16 variance's root)
+            return self.float().std(axis, keepdim, correction, unbiased=unbiased).half()
         variance = self.var(axis, keepdim, correction, unbiased=unbiased)
         nonzero = variance != 0   # as PyTorch: 0, not NaN (0 * inf from sqrt), the gradient where the variance is 0
         return where(nonzero, where(nonzero, variance, 1).sqrt(), 0)
