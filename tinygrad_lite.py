@@ -216,6 +216,13 @@ def _dim(d, ndim, new=False):
     return d % n
 
 
+def _fill(values, given, missing=None):
+    """`values` placed in the True slots of `given`, `missing` in the others (a Function's optional inputs: Clamp's
+    bounds, LayerNormOp's weight and bias, GRULayer's biases and h0)."""
+    values = iter(values)
+    return [next(values) if g else missing for g in given]
+
+
 def _aliases(**names):
     """A decorator: the function also takes PyTorch's keyword names (dim= for axis=; a name for *shape gives the
     shape), a TypeError where a call gives both."""
@@ -2004,12 +2011,6 @@ _gru_chunk_cap = None   # None, or the k-split kernels' staging chunk at most th
 _GRU_MACS = {(4, 0): 96, (4, 1): 512, (2, 1): 1024}   # multiply-adds per clock and SM: FMA, TF32 mma, f16 mma
 _gru_devices = {}   # GPU index -> (multiprocessors, shared memory per block, the persistent kernels' barrier flags)
 _gru_layouts = {}   # (multiprocessors, shared memory, B, H, itemsize, TC, clusters loaded) -> both layouts
-
-
-def _fill(values, given, missing=None):
-    """`values` placed in the True slots of `given`, `missing` in the others."""
-    values = iter(values)
-    return [next(values) if g else missing for g in given]
 
 
 class GRULayer(Function):
