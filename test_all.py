@@ -2653,6 +2653,23 @@ def test_float16_std_rounds_once_as_pytorch():
         assert ours.dtype == np.float16 and np.array_equal(ours, theirs), f'{(ours != theirs).sum()} differ'
 
 
+def test_remainder_saves_only_what_its_backward_reads():
+    """x % y: x's gradient is g, read from neither operand, so x changed in place (under no_grad) after the op does not
+    stop the backward, as in PyTorch; where y needs a gradient (which reads x and y), it does."""
+    need_torch()
+    for m in (tl, torch):
+        w = m.tensor([0.5, 2.5], requires_grad=True)
+        z = w % 3.0
+        with m.no_grad():
+            w.add_(1.0)
+        z.sum().backward()
+        assert np.array_equal(to_np(w.grad), [1.0, 1.0]), m.__name__
+    x, y = tl.tensor([5.0, 7.0]), tl.tensor([2.0, 3.0], requires_grad=True)
+    z = x % y
+    x += 1
+    raises(RuntimeError, lambda: z.sum().backward(), 'modified by an in-place operation')
+
+
 MATH_SPECIALS = np.array([0.0, -0.0, 1e-300, -1e-300, 1e-30, -1e-30, 1e-10, -1e-10, 1e-4, -1e-4, 0.3, -0.7, 0.5, -0.5,
                           1.0, 1.5, -2.5, 3.0, -3.0, 10.0, -10.0, 20.0, -20.0, 30.0, 100.0, -100.0, 1e4, -1e4, 1e30,
                           -1e30, 1e300, np.inf, -np.inf, np.nan])

@@ -1064,6 +1064,7 @@ class Remainder(Function):
     whose backward PyTorch does not define."""
     def forward(self, a, b, floor=False):
         xp, self.a, self.b, self.floor = _xp(a), a, b, floor
+        self.saves = (0, 1) if self.needs_grad[1] else ()   # b's gradient reads both; a's neither (it is g)
         if a.dtype == np.bool_:
             raise TypeError(f"{'//' if floor else '%'}: not defined for bool tensors (as in PyTorch)")
         if a.dtype.kind in 'iu' and (b == 0).any():   # NumPy would give 0 and a warning
