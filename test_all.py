@@ -2670,6 +2670,22 @@ def test_remainder_saves_only_what_its_backward_reads():
     raises(RuntimeError, lambda: z.sum().backward(), 'modified by an in-place operation')
 
 
+def test_scheduler_writing_a_tensor_rate_advances_its_version():
+    """A scheduler that writes a group's tensor lr in place advances its version, as PyTorch's fill_ does: a backward
+    that saved the rate raises (it used the new rate silently: a wrong gradient); so does ReduceLROnPlateau's."""
+    need_torch()
+    for m, sched in ((tl, tl), (torch, torch.optim.lr_scheduler)):
+        for make, step in ((lambda o: sched.ExponentialLR(o, 0.5), lambda s: s.step()),
+                           (lambda o: sched.ReduceLROnPlateau(o, patience=0), lambda s: [s.step(1.0), s.step(1.0)])):
+            w, lr = m.tensor([1.0, 2.0], requires_grad=True), m.tensor(0.1)
+            opt = (tl.SGD if m is tl else torch.optim.SGD)([w], lr=lr)
+            scheduler = make(opt)
+            y = (w * lr).sum()
+            opt.step()
+            step(scheduler)
+            raises(RuntimeError, lambda: y.backward(), 'modified by an in')
+
+
 MATH_SPECIALS = np.array([0.0, -0.0, 1e-300, -1e-300, 1e-30, -1e-30, 1e-10, -1e-10, 1e-4, -1e-4, 0.3, -0.7, 0.5, -0.5,
                           1.0, 1.5, -2.5, 3.0, -3.0, 10.0, -10.0, 20.0, -20.0, 30.0, 100.0, -100.0, 1e4, -1e4, 1e30,
                           -1e30, 1e300, np.inf, -np.inf, np.nan])

@@ -6337,8 +6337,11 @@ def _group_values(optimizer, key):
 
 
 def _set_group_value(group, key, value):
+    """group[key] = value, written into the group's tensor where it holds one (its version advanced, as PyTorch's
+    fill_: a backward that saved the rate then raises rather than read the new one)."""
     if isinstance(group[key], Tensor):
         group[key].data[...] = value.data if isinstance(value, Tensor) else value
+        group[key]._version[0] += 1
     else:
         group[key] = value
 
