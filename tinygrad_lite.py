@@ -215,6 +215,13 @@ def _dim(d, ndim, new=False):
     return d % n
 
 
+def _fill(values, given, missing=None):
+    """`values` placed in the True slots of `given`, `missing` in the others (a Function's optional inputs: Clamp's
+    bounds, LayerNormOp's weight and bias, GRULayer's biases and h0)."""
+    values = iter(values)
+    return [next(values) if g else missing for g in given]
+
+
 def _aliases(**names):
     """A decorator: the function also takes PyTorch's keyword names (dim= for axis=; a name for *shape gives the
     shape), a TypeError where a call gives both."""
@@ -284,15 +291,14 @@ def _need_float(t, what):
     return t
 
 
-def _result_dtype(a, b, divide=False):
-    """PyTorch's result dtype of a binary op on tensors a and b: as _promote, except that a 0-d tensor does not widen
-    a tensor with dimensions within its kind (bool < integer < float): float16 (3,) * float32 () is float16, and
-    int64 (3,) * float64 () float64."""
-    if (a.ndim == 0) != (b.ndim == 0):
-        shaped, scalar = (a, b) if b.ndim == 0 else (b, a)
-        if _KIND_RANK[scalar.dtype.kind] <= _KIND_RANK[shaped.dtype.kind]:
-            return _promote(shaped.dtype, divide=divide)
-    return _promote(a.dtype, b.dtype, divide=divide)
+def _result_dtype(*tensors, divide=False):
+    """PyTorch's result dtype of an op on `tensors` (two for a binary op): as _promote, except that 0-d tensors do not
+    widen tensors with dimensions within their kind (bool < integer < float): float16 (3,) * float32 () is float16,
+    and int64 (3,) * float64 () float64."""
+    shaped, scalars = [t.dtype for t in tensors if t.ndim], [t.dtype for t in tensors if not t.ndim]
+    if shaped and scalars and max(_KIND_RANK[d.kind] for d in scalars) <= max(_KIND_RANK[d.kind] for d in shaped):
+        return _promote(*shaped, divide=divide)
+    return _promote(*shaped, *scalars, divide=divide)
 
 
 def _opmath(dtype):
@@ -865,17 +871,18 @@ class TanhOp(Function):
 
 
 class SigmoidOp(Function):
+    """1 / (1 + e^-x); float16 computed in float32 and rounded once (as PyTorch's)."""
     saves, saves_output = (), True
 
     def forward(self, x):
-        xp = _xp(x)
-        e = xp.exp(-xp.abs(x))   # 1 / (1 + e^-x) without overflow, and e^x / (1 + e^x) for x < 0: the small values kept
+        xp, z = _xp(x), x.astype(_opmath(x.dtype), copy=False)
+        e = xp.exp(-xp.abs(z))   # 1 / (1 + e^-x) without overflow, and e^x / (1 + e^x) for x < 0: the small values kept
         s = 1 / (1 + e)
-        self.out = xp.where(x >= 0, s, e * s)
+        self.out = xp.where(z >= 0, s, e * s).astype(x.dtype, copy=False)
         return self.out
 
-    def backward(self, g):
-        return g * self.out * (1 - self.out)
+    def backward(self, g):   # (in float16 arithmetic for float16, as PyTorch's CPU kernel)
+        return g * (1 - self.out) * self.out
 
 
 class _Unary(Function):
@@ -1056,6 +1063,7 @@ class Remainder(Function):
     whose backward PyTorch does not define."""
     def forward(self, a, b, floor=False):
         xp, self.a, self.b, self.floor = _xp(a), a, b, floor
+        self.saves = (0, 1) if self.needs_grad[1] else ()   # b's gradient reads both; a's neither (it is g)
         if a.dtype == np.bool_:
             raise TypeError(f"{'//' if floor else '%'}: not defined for bool tensors (as in PyTorch)")
         if a.dtype.kind in 'iu' and (b == 0).any():   # NumPy would give 0 and a warning
@@ -2003,12 +2011,6 @@ _gru_chunk_cap = None   # None, or the k-split kernels' staging chunk at most th
 _GRU_MACS = {(4, 0): 96, (4, 1): 512, (2, 1): 1024}   # multiply-adds per clock and SM: FMA, TF32 mma, f16 mma
 _gru_devices = {}   # GPU index -> (multiprocessors, shared memory per block, the persistent kernels' barrier flags)
 _gru_layouts = {}   # (multiprocessors, shared memory, B, H, itemsize, TC, clusters loaded) -> both layouts
-
-
-def _fill(values, given, missing=None):
-    """`values` placed in the True slots of `given`, `missing` in the others."""
-    values = iter(values)
-    return [next(values) if g else missing for g in given]
 
 
 class GRULayer(Function):
@@ -3523,7 +3525,8 @@ class Tensor:
     expm1 = lambda self: Expm1.apply(self._floating())
     erf = lambda self: Erf.apply(self._floating())
     reciprocal = lambda self: 1 / self
-    rsqrt = lambda self: 1 / self.sqrt()   # (x ** -0.5 would give +inf at -0 and 0 at -inf, not -inf and NaN)
+    rsqrt = lambda self: self.float().rsqrt().half() if self.dtype == np.float16 else 1 / self.sqrt()   # (float16
+    # in float32, rounded once, as PyTorch's; x ** -0.5 would give +inf at -0 and 0 at -inf, not -inf and NaN)
     square = lambda self: self ** 2
     floor = lambda self: self._rounded('floor', _xp(self.data).floor)
     ceil = lambda self: self._rounded('ceil', _xp(self.data).ceil)
@@ -3542,7 +3545,8 @@ class Tensor:
         return Step.apply(self, fn=fn) if self.dtype.kind == 'f' else self.clone()
 
     def _addc(self, what, tensor1, tensor2, value):
-        """self + value tensor1 * tensor2 (addcmul) or / tensor2 (addcdiv), as PyTorch's; of integer and bool tensors
+        """self + value tensor1 * tensor2 (addcmul) or / tensor2 (addcdiv), as PyTorch's: in the three tensors' result
+        dtype (value takes no part in it), float16 computed in float32 and rounded once; of integer and bool tensors
         alone, refused for addcdiv, bools and a value that is no int (PyTorch refuses the first two, truncates it)."""
         tensor1, tensor2 = self._operand(tensor1), self._operand(tensor2)
         tensors = self, tensor1, tensor2
@@ -3551,7 +3555,9 @@ class Tensor:
             raise TypeError(f"{what}: not defined for {self.dtype}, {tensor1.dtype} and {tensor2.dtype} tensors with "
                             f"value={value!r} (PyTorch refuses integer division and bools, and truncates a value that "
                             "is no int)")
-        return self + (value * tensor1 * tensor2 if what == 'addcmul' else value * tensor1 / tensor2)
+        dtype = _result_dtype(*tensors)
+        a, b, c = (t.to(_opmath(dtype)) for t in tensors)
+        return (a + (value * b * c if what == 'addcmul' else value * b / c)).to(dtype)
 
     def round(self, *, decimals=0):
         """Half to even, as PyTorch's: at `decimals` places (negative: left of the point) x 10^d rounded, / 10^d
@@ -3685,6 +3691,8 @@ class Tensor:
 
     @_aliases(dim='axis')
     def std(self, axis=None, keepdim=False, correction=None, *, unbiased=None):
+        if self.dtype == np.float16:   # in float32, rounded once, as PyTorch (not the float16 variance's root)
+            return self.float().std(axis, keepdim, correction, unbiased=unbiased).half()
         variance = self.var(axis, keepdim, correction, unbiased=unbiased)
         nonzero = variance != 0   # as PyTorch: 0, not NaN (0 * inf from sqrt), the gradient where the variance is 0
         return where(nonzero, where(nonzero, variance, 1).sqrt(), 0)
@@ -4588,10 +4596,12 @@ def cat(tensors, axis=0):
 @_aliases(dim='axis')
 def stack(tensors, axis=0):
     tensors = list(tensors)
+    if not tensors:
+        raise ValueError("stack: needs at least one tensor")
     for t in tensors[1:]:
         if t.shape != tensors[0].shape:
             raise ValueError(f"stack: shapes {tensors[0].shape} and {t.shape} differ")
-    axis = _dim(axis, tensors[0].ndim, new=True) if tensors else axis
+    axis = _dim(axis, tensors[0].ndim, new=True)
     return cat([t.unsqueeze(axis) for t in tensors], axis)
 
 
@@ -4603,11 +4613,16 @@ def _method(name):
 
 
 (gather, scatter, scatter_add, index_select, masked_fill, masked_select, repeat_interleave, split, chunk, unbind,
- narrow, roll, tril, triu, cumsum, prod, logsumexp, norm, sort, argsort, topk, mean, var, std, argmax, argmin, reshape,
- flatten, unflatten, transpose, swapaxes, permute, movedim, unsqueeze, squeeze, matmul) = map(_method, (
-    'gather', 'scatter', 'scatter_add', 'index_select', 'masked_fill', 'masked_select', 'repeat_interleave', 'split',
-    'chunk', 'unbind', 'narrow', 'roll', 'tril', 'triu', 'cumsum', 'prod', 'logsumexp', 'norm', 'sort', 'argsort',
-    'topk', 'mean', 'var', 'std', 'argmax', 'argmin', 'reshape', 'flatten', 'unflatten', 'transpose', 'swapaxes',
+ narrow, roll, tril, triu, cumsum, prod, logsumexp, norm, sort, argsort, topk, relu, sigmoid, tanh, gelu, exp, log,
+ sqrt, neg, clamp, sin, cos, log1p, expm1, erf, reciprocal, rsqrt, square, floor, ceil, trunc, sign, isnan, isinf,
+ isfinite, nan_to_num, lerp, addcmul, addcdiv, maximum, minimum, pad, flip, bmm, outer, dot, mean, var, std, argmax,
+ argmin, reshape, flatten, unflatten, transpose, swapaxes, permute, movedim, unsqueeze, squeeze, matmul) = map(_method, (
+    'gather', 'scatter', 'scatter_add', 'index_select', 'masked_fill', 'masked_select', 'repeat_interleave',
+    'split', 'chunk', 'unbind', 'narrow', 'roll', 'tril', 'triu', 'cumsum', 'prod', 'logsumexp', 'norm', 'sort',
+    'argsort', 'topk', 'relu', 'sigmoid', 'tanh', 'gelu', 'exp', 'log', 'sqrt', 'neg', 'clamp', 'sin', 'cos',
+    'log1p', 'expm1', 'erf', 'reciprocal', 'rsqrt', 'square', 'floor', 'ceil', 'trunc', 'sign', 'isnan', 'isinf',
+    'isfinite', 'nan_to_num', 'lerp', 'addcmul', 'addcdiv', 'maximum', 'minimum', 'pad', 'flip', 'bmm', 'outer',
+    'dot', 'mean', 'var', 'std', 'argmax', 'argmin', 'reshape', 'flatten', 'unflatten', 'transpose', 'swapaxes',
     'permute', 'movedim', 'unsqueeze', 'squeeze', 'matmul'))
 _BUILTIN_NAMES = ('abs', 'all', 'any', 'max', 'min', 'pow', 'round', 'sum')   # torch.X forms looked up by __getattr__
 
@@ -4641,38 +4656,15 @@ def where(condition, a, b):
     return Where.apply(a, b, condition=condition.data.astype(bool))
 
 
-relu = lambda x: x.relu()
-sigmoid = lambda x: x.sigmoid()
-tanh = lambda x: x.tanh()
-gelu = lambda x, approximate='none': x.gelu(approximate)
-# (torch.nn.functional's; PyTorch has no Tensor.silu nor Tensor.leaky_relu)
-silu = lambda x: _need_float(x, 'silu') * x.sigmoid()
+# (silu and leaky_relu: torch.nn.functional's; PyTorch has no Tensor.silu nor Tensor.leaky_relu)
+def silu(x):
+    """x sigmoid(x), float16 in float32 (rounded once), as PyTorch's."""
+    if _need_float(x, 'silu').dtype == np.float16:
+        return silu(x.float()).half()
+    return x * x.sigmoid()
+
+
 leaky_relu = lambda x, negative_slope=0.01: where(_need_float(x, 'leaky_relu') > 0, x, x * negative_slope)
-# torch.X's elementwise functions (abs and round, named as Python's builtins: __getattr__'s)
-exp = lambda x: x.exp()
-log = lambda x: x.log()
-sqrt = lambda x: x.sqrt()
-neg = lambda x: -x
-clamp = lambda x, min=None, max=None: x.clamp(min, max)
-sin = lambda x: x.sin()
-cos = lambda x: x.cos()
-log1p = lambda x: x.log1p()
-expm1 = lambda x: x.expm1()
-erf = lambda x: x.erf()
-reciprocal = lambda x: x.reciprocal()
-rsqrt = lambda x: x.rsqrt()
-square = lambda x: x.square()
-floor = lambda x: x.floor()
-ceil = lambda x: x.ceil()
-trunc = lambda x: x.trunc()
-sign = lambda x: x.sign()
-isnan = lambda x: x.isnan()
-isinf = lambda x: x.isinf()
-isfinite = lambda x: x.isfinite()
-nan_to_num = lambda x, nan=0.0, posinf=None, neginf=None: x.nan_to_num(nan, posinf, neginf)
-lerp = lambda input, end, weight: input.lerp(end, weight)
-addcmul = lambda input, tensor1, tensor2, *, value=1: input.addcmul(tensor1, tensor2, value=value)
-addcdiv = lambda input, tensor1, tensor2, *, value=1: input.addcdiv(tensor1, tensor2, value=value)
 
 
 def softplus(x, beta=1.0, threshold=20.0):
@@ -4694,12 +4686,6 @@ def elu(x, alpha=1.0):
     return where(negative, where(negative, x, 0).expm1() * alpha, x)
 
 
-maximum = lambda a, b: a.maximum(b)
-minimum = lambda a, b: a.minimum(b)
-pad = lambda x, pad, value=0.0: x.pad(pad, value)
-flip = lambda x, dims: x.flip(dims)
-
-
 @_aliases(dim='axis')
 def softmax(x, axis=-1):
     return x.softmax(axis)
@@ -4708,11 +4694,6 @@ def softmax(x, axis=-1):
 @_aliases(dim='axis')
 def log_softmax(x, axis=-1):
     return x.log_softmax(axis)
-
-
-bmm = lambda input, mat2: input.bmm(mat2)
-outer = lambda input, vec2: input.outer(vec2)
-dot = lambda input, tensor: input.dot(tensor)
 
 
 def einsum(equation, *operands):
@@ -5684,17 +5665,9 @@ class Embedding(Module):
         self.weight = init.normal_(Parameter(np.empty((num_embeddings, embedding_dim), np.float32)))   # N(0, 1)
         _factory_kwargs(self, device, dtype)
 
-    def forward(self, index):
-        index = index if isinstance(index, Tensor) else Tensor(np.asarray(index), device=self.weight.device)
-        if index.dtype.kind not in 'iu':
-            raise TypeError(f"Embedding: indices must be integers, not {index.dtype}")
-        n = self.weight.shape[0]
-        capturing = index.device != 'cpu' and cp.cuda.get_current_stream().is_capturing()
-        if index.numel() and not capturing:   # the check reads the indices back: a sync a CUDA graph cannot hold
-            lo, hi = int(index.data.min()), int(index.data.max())
-            if lo < 0 or hi >= n:
-                raise IndexError(f"Embedding: index {lo if lo < 0 else hi} out of range for {n} embeddings "
-                                 f"(valid 0 to {n - 1})")
+    def forward(self, index):   # (int32 or int64 indices in [0, num_embeddings), as PyTorch's)
+        index = self.weight._index_tensor('Embedding', index)
+        Tensor._check_range('Embedding', index, self.weight.shape[0], 0, IndexError)
         return self.weight[index]
 
     def extra_repr(self):
@@ -6396,8 +6369,11 @@ def _group_values(optimizer, key):
 
 
 def _set_group_value(group, key, value):
+    """group[key] = value, written into the group's tensor where it holds one (its version advanced, as PyTorch's
+    fill_: a backward that saved the rate then raises rather than read the new one)."""
     if isinstance(group[key], Tensor):
         group[key].data[...] = value.data if isinstance(value, Tensor) else value
+        group[key]._version[0] += 1
     else:
         group[key] = value
 
