@@ -4,17 +4,21 @@ NumPy on the CPU, CuPy on the GPU (optional), fused GPU kernels from kernels.cu 
 The public interface follows PyTorch's names and semantics: see README.md.
 """
 import collections
+import collections.abc
 import contextlib
 import ctypes
 import functools
 import inspect
+import itertools
 import json
 import math
+import operator
 import os
 import sys
 import threading
 import types
 import warnings
+import weakref
 
 from concurrent.futures import ThreadPoolExecutor, wait
 
@@ -222,6 +226,13 @@ def _dim(d, ndim, new=False):
     return d % n
 
 
+def _fill(values, given, missing=None):
+    """`values` placed in the True slots of `given`, `missing` in the others (a Function's optional inputs: Clamp's
+    bounds, LayerNormOp's weight and bias, GRULayer's biases and h0)."""
+    values = iter(values)
+    return [next(values) if g else missing for g in given]
+
+
 def _aliases(**names):
     """A decorator: the function also takes PyTorch's keyword names (dim= for axis=; a name for *shape gives the
     shape), a TypeError where a call gives both."""
@@ -263,6 +274,7 @@ def _axes(axis, ndim):
 
 _KIND_RANK = {'b': 0, 'u': 1, 'i': 1, 'f': 2}
 _NUMBERS = (bool, int, float, np.generic)   # Python numbers, and NumPy scalars treated as they are
+_ARRAYS = (np.ndarray,) if cp is None else (np.ndarray, cp.ndarray)
 
 
 def _promote(*dtypes, divide=False):
@@ -290,15 +302,14 @@ def _need_float(t, what):
     return t
 
 
-def _result_dtype(a, b, divide=False):
-    """PyTorch's result dtype of a binary op on tensors a and b: as _promote, except that a 0-d tensor does not widen
-    a tensor with dimensions within its kind (bool < integer < float): float16 (3,) * float32 () is float16, and
-    int64 (3,) * float64 () float64."""
-    if (a.ndim == 0) != (b.ndim == 0):
-        shaped, scalar = (a, b) if b.ndim == 0 else (b, a)
-        if _KIND_RANK[scalar.dtype.kind] <= _KIND_RANK[shaped.dtype.kind]:
-            return _promote(shaped.dtype, divide=divide)
-    return _promote(a.dtype, b.dtype, divide=divide)
+def _result_dtype(*tensors, divide=False):
+    """PyTorch's result dtype of an op on `tensors` (two for a binary op): as _promote, except that 0-d tensors do not
+    widen tensors with dimensions within their kind (bool < integer < float): float16 (3,) * float32 () is float16,
+    and int64 (3,) * float64 () float64."""
+    shaped, scalars = [t.dtype for t in tensors if t.ndim], [t.dtype for t in tensors if not t.ndim]
+    if shaped and scalars and max(_KIND_RANK[d.kind] for d in scalars) <= max(_KIND_RANK[d.kind] for d in shaped):
+        return _promote(*shaped, divide=divide)
+    return _promote(*shaped, *scalars, divide=divide)
 
 
 def _opmath(dtype):
@@ -319,18 +330,28 @@ def _number_dtype(value):
     return np.dtype({'b': np.bool_, 'i': np.int64, 'u': np.int64}.get(kind, np.float32))
 
 
+_ERF_SERIES = tuple(2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(10))
+
+
 def _erf(x):
-    """erf elementwise: CuPy's on the GPU. On the CPU, float64 gets double precision from a positive
+    """erf elementwise, erf(-0) = -0: CuPy's on the GPU. On the CPU, float64 gets double precision from a positive
     series for |x| < 3 (A&S 7.1.6: erf x = 2/sqrt(pi) e^-x^2 sum 2^n x^(2n+1) / (1*3*...*(2n+1))) and the
-    erfc continued fraction beyond (A&S 7.1.14); float32 and float16 get A&S 7.1.26 (|error| < 1.5e-7,
-    below float32's resolution of erf), fifteen times cheaper."""
+    erfc continued fraction beyond (A&S 7.1.14); float32 and float16 get (in float32) the Maclaurin series
+    2/sqrt(pi) sum (-1)^n x^(2n+1) / (n! (2n+1)) to 10 terms for |x| < 1 (relative accuracy near 0) and A&S 7.1.26
+    beyond (|error| < 1.5e-7): within 2.1e-7 of erf relatively, several times cheaper than float64's."""
     if _xp(x) is not np:
         return cupyx.scipy.special.erf(x.astype(np.promote_types(x.dtype, np.float32))).astype(x.dtype)
     if x.dtype != np.float64:
-        a = np.abs(x.astype(np.float32))
+        z = x.astype(np.float32)
+        a = np.abs(z)
         t = 1 / (1 + 0.3275911 * a)
         poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-        return (np.sign(x) * (1 - poly * np.exp(-a * a))).astype(x.dtype)
+        near = a < 1
+        s = np.where(near, z, 0)   # (0 where the series is not used: no inf - inf there)
+        series, s2 = 0, s * s
+        for c in reversed(_ERF_SERIES):
+            series = series * s2 + c
+        return np.where(near, s * series, np.copysign(1 - poly * np.exp(-a * a), z)).astype(x.dtype)
     a, out = np.abs(x), np.empty(x.shape)
     near = a < 3
     s = a[near]
@@ -344,7 +365,7 @@ def _erf(x):
     for k in range(60, 0, -1):
         f = b + (k / 2) / f
     out[~near] = 1 - np.exp(-b * b) / (math.sqrt(math.pi) * f)
-    return np.sign(x) * out
+    return np.copysign(out, x)
 
 
 # ================================================================ the kernel loader
@@ -850,7 +871,8 @@ class Abs(Function):
         return g * _xp(g).sign(self.x)
 
 
-class Tanh(Function):
+# (Op where torch.nn's module takes the name: tl.Tanh, tl.Sigmoid, tl.Softmax, tl.LogSoftmax, tl.LayerNorm are modules)
+class TanhOp(Function):
     saves, saves_output = (), True
 
     def forward(self, x):
@@ -861,16 +883,66 @@ class Tanh(Function):
         return g * (1 - self.out * self.out)
 
 
-class Sigmoid(Function):
+class SigmoidOp(Function):
+    """1 / (1 + e^-x); float16 computed in float32 and rounded once (as PyTorch's)."""
     saves, saves_output = (), True
 
     def forward(self, x):
-        xp = _xp(x)
-        self.out = (xp.tanh(x * 0.5) + 1) * 0.5   # overflow-free form of 1 / (1 + e^-x)
+        xp, z = _xp(x), x.astype(_opmath(x.dtype), copy=False)
+        e = xp.exp(-xp.abs(z))   # 1 / (1 + e^-x) without overflow, and e^x / (1 + e^x) for x < 0: the small values kept
+        s = 1 / (1 + e)
+        self.out = xp.where(z >= 0, s, e * s).astype(x.dtype, copy=False)
         return self.out
 
+    def backward(self, g):   # (in float16 arithmetic for float16, as PyTorch's CPU kernel)
+        return g * (1 - self.out) * self.out
+
+
+class _Unary(Function):
+    """y = f(x) elementwise and its gradient grad(g, x), NaN and inf where PyTorch gives them, without NumPy's
+    warnings."""
+    saves = (0,)
+
+    def forward(self, x):
+        self.x = x
+        with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
+            return self.f(x)
+
     def backward(self, g):
-        return g * self.out * (1 - self.out)
+        with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
+            return self.grad(g, self.x)
+
+
+class Sin(_Unary):
+    f, grad = lambda self, x: _xp(x).sin(x), lambda self, g, x: g * _xp(x).cos(x)
+
+
+class Cos(_Unary):
+    f, grad = lambda self, x: _xp(x).cos(x), lambda self, g, x: -g * _xp(x).sin(x)
+
+
+class Log1p(_Unary):   # log(1 + x), exact where x is tiny (1 + x would round it away)
+    f, grad = lambda self, x: _xp(x).log1p(x), lambda self, g, x: g / (1 + x)
+
+
+class Expm1(_Unary):   # e^x - 1, exact where x is tiny; the derivative e^x from x (PyTorch's y + 1 is 0 beyond -37)
+    f, grad = lambda self, x: _xp(x).expm1(x), lambda self, g, x: g * _xp(x).exp(x)
+
+
+class Erf(_Unary):
+    f = lambda self, x: _erf(x)
+    grad = lambda self, g, x: g * (_xp(x).exp(-x * x) * x.dtype.type(2 / math.sqrt(math.pi)))
+
+
+class Step(Function):
+    """A piecewise-constant fn(x) (floor, ceil, round, trunc, sign): the gradient 0 everywhere, as PyTorch's."""
+    saves = ()
+
+    def forward(self, x, fn):
+        return fn(x)
+
+    def backward(self, g):
+        return _xp(g).zeros_like(g)
 
 
 class Clamp(Function):
@@ -975,13 +1047,16 @@ class Div(Function):
 class Pow(Function):
     def forward(self, a, b):
         xp, self.a, self.b = _xp(a), a, b
+        if a.dtype == np.bool_:   # (NumPy would give int8)
+            raise TypeError("**: not defined for two bool operands (as in PyTorch)")
         if a.dtype.kind == 'i' and (b < 0).any():   # as PyTorch: 1 / a^|b| truncated (NumPy refuses negative powers)
             reciprocal = xp.where(a == 1, 1, xp.where(a == -1, 1 - 2 * (b % 2 != 0), 0))
-            self.out = xp.where(b >= 0, a ** xp.where(b >= 0, b, 0), reciprocal).astype(a.dtype)
+            out = xp.where(b >= 0, a ** xp.where(b >= 0, b, 0), reciprocal).astype(a.dtype)
         else:
-            self.out = a ** b
-        self.saves_output = self.needs_grad[1]   # the exponent's gradient reads the output
-        return self.out
+            out = a ** b
+        self.saves_output = self.needs_grad[1]   # the exponent's gradient reads the output (kept for it alone)
+        self.out = out if self.saves_output else None
+        return out
 
     def backward(self, g):
         # PyTorch's masks: no gradient for a where b == 0 (b a^(b-1) at a == 0 would be 0 * inf), none for b
@@ -1001,6 +1076,7 @@ class Remainder(Function):
     whose backward PyTorch does not define."""
     def forward(self, a, b, floor=False):
         xp, self.a, self.b, self.floor = _xp(a), a, b, floor
+        self.saves = (0, 1) if self.needs_grad[1] else ()   # b's gradient reads both; a's neither (it is g)
         if a.dtype == np.bool_:
             raise TypeError(f"{'//' if floor else '%'}: not defined for bool tensors (as in PyTorch)")
         if a.dtype.kind in 'iu' and (b == 0).any():   # NumPy would give 0 and a warning
@@ -1063,7 +1139,55 @@ class MatMul(Function):
         return da, db
 
 
-_INPLACE_OPS = {'add': Add, 'subtract': Sub, 'multiply': Mul, 'divide': Div}   # Tensor._inplace's ufunc -> op
+# Tensor._inplace's op -> the NumPy ufunc that updates in place where the dtypes allow (%=, //= and **= have none)
+_INPLACE_UFUNCS = {operator.add: 'add', operator.sub: 'subtract', operator.mul: 'multiply', operator.truediv: 'divide'}
+
+
+_LETTERS = ''.join(c for c in map(chr, range(65, 123)) if c.isalpha())   # einsum's subscripts: A-Z, a-z
+
+
+def _einsum(equation, *arrays):
+    """xp.einsum as a fresh array (NumPy's and CuPy's may return a view of an operand); NumPy's contraction order
+    optimised (BLAS where it can), float16 computed in float32 and rounded once (NumPy's accumulates in float16)."""
+    xp, half = _xp(arrays[0]), arrays[0].dtype == np.float16
+    out = xp.asarray(xp.einsum(equation, *[a.astype(np.float32) for a in arrays] if half else arrays,
+                               **({'optimize': True} if xp is np else {})))
+    if half:
+        return out.astype(np.float16)
+    return out.copy() if any(_memory_owner(out) is _memory_owner(a) for a in arrays) else out
+
+
+class Einsum(Function):
+    """xp.einsum of operands whose subscripts are letters alone, each of one size everywhere (tl.einsum writes out
+    ellipses and broadcast dims). Operand k's gradient is the einsum of g with the other operands into k's subscripts,
+    where an identity matrix puts it on the diagonal of a repeated subscript and a ones vector spreads it along a
+    subscript of k's alone."""
+    def forward(self, *arrays, terms, output):
+        self.terms, self.output, self.shapes = terms, output, [a.shape for a in arrays]
+        self.saves = sorted({j for k, needs in enumerate(self.needs_grad) if needs for j in range(len(arrays)) if j != k})
+        self.arrays = [a if j in self.saves else None for j, a in enumerate(arrays)]
+        return _einsum(','.join(terms) + '->' + output, *arrays)
+
+    def backward(self, g):
+        xp, grads = _xp(g), []
+        for k, (term, shape) in enumerate(zip(self.terms, self.shapes)):
+            if not self.needs_grad[k]:
+                grads.append(None)
+                continue
+            terms = [self.output] + [t for j, t in enumerate(self.terms) if j != k]
+            arrays = [g] + [a for j, a in enumerate(self.arrays) if j != k]
+            fresh, written = iter(c for c in _LETTERS if c not in ''.join(self.terms)), ''
+            for c, n in zip(term, shape):
+                if c in written:   # a repeated subscript: a new one, tied to it by an identity matrix
+                    terms.append(c + next(fresh))
+                    arrays.append(xp.eye(n, dtype=g.dtype))
+                    c = terms[-1][1]
+                elif term.count(c) == 1 and all(c not in t for t in terms):
+                    terms.append(c)
+                    arrays.append(xp.ones(n, g.dtype))
+                written += c
+            grads.append(_einsum(','.join(terms) + '->' + written, *arrays))
+        return tuple(grads)
 
 
 # ================================================================ primitive ops: reduce
@@ -1102,6 +1226,46 @@ class Max(Function):
         return hit * (g.reshape(self.out.shape) / _sum(hit.astype(g.dtype), self.axes, keepdims=True))
 
 
+def _wide(a):
+    """a, float16 as float32 (_opmath's rule for one array: PyTorch's float16 running sums and products, and
+    torch.optim's float16 ops, compute in float32, each result rounded once)."""
+    return a.astype(np.float32) if a.dtype == np.float16 else a
+
+
+class Cumsum(Function):
+    """Running sums along axis; the gradient is g's running sums taken from the far end."""
+    saves = ()
+
+    def forward(self, x, axis):
+        self.axis = axis
+        return _wide(x).cumsum(axis).astype(x.dtype, copy=False)
+
+    def backward(self, g):
+        reverse = (slice(None),) * self.axis + (slice(None, None, -1),)
+        return _wide(g[reverse]).cumsum(self.axis).astype(g.dtype, copy=False)[reverse]
+
+
+class Prod(Function):
+    """The product over axes. Its gradient, the product of the other elements, is out / x where the product holds no
+    zero; where it holds one, the zero gets the product of the others and the rest 0 (out / x, out being 0); two zeros
+    or more give 0 throughout, as PyTorch's."""
+    saves, saves_output = (0,), True
+
+    def forward(self, x, axes, keepdim):
+        self.x, self.axes = x, axes
+        self.out = _wide(x).prod(axis=axes, keepdims=True)
+        out = self.out.astype(x.dtype, copy=False)
+        return out if keepdim else out.reshape([n for i, n in enumerate(x.shape) if i not in axes])
+
+    def backward(self, g):
+        x = _wide(self.x)
+        zero = x == 0
+        safe = _xp(x).where(zero, x.dtype.type(1), x)
+        lone = zero & (zero.sum(axis=self.axes, keepdims=True) == 1)
+        others = _xp(x).where(lone, safe.prod(axis=self.axes, keepdims=True), self.out / safe)
+        return (g.reshape(self.out.shape) * others).astype(g.dtype, copy=False)
+
+
 # ================================================================ primitive ops: movement
 
 class Reshape(Function):
@@ -1124,6 +1288,19 @@ class Permute(Function):
 
     def backward(self, g):
         return g.transpose(np.argsort(self.dims))
+
+
+class Flip(Function):
+    """x reversed along dims, a copy as PyTorch's; the gradient is g reversed along them. (Slices, not xp.flip: CuPy's
+    refuses a 0-d array; the Ellipsis keeps NumPy's 0-d result an array.)"""
+    saves = ()
+
+    def forward(self, x, dims):
+        self.index = tuple(slice(None, None, -1 if i in dims else 1) for i in range(x.ndim)) + (Ellipsis,)
+        return x[self.index].copy()
+
+    def backward(self, g):
+        return g[self.index]
 
 
 class Expand(Function):
@@ -1203,11 +1380,56 @@ class GetItem(Function):
         grad = xp.zeros(self.shape, self.dtype)
         if _is_basic_index(self.index):
             grad[self.index] = g
-        elif xp is np:
-            np.add.at(grad, self.index, g)
         else:
-            cupyx.scatter_add(grad, self.index, g)
+            _index_add(grad, self.index, g)
         return (grad,) + (None,) * (len(self.inputs) - 1)   # none for the index tensors
+
+
+def _index_add(a, index, values):
+    """a[index] += values in place, repeated indices adding up (np.add.at; on the GPU cupyx.scatter_add, whose atomics
+    take floats, int32 and unsigned ints: other integers and bools add as uint64, whose wrapping sum has the bits of
+    int64's)."""
+    if _xp(a) is np:
+        np.add.at(a, index, values)
+    elif a.dtype.char in 'efdiILQ':
+        cupyx.scatter_add(a, index, values)
+    else:
+        wide = a.astype(np.int64).view(np.uint64)
+        cupyx.scatter_add(wide, index, cp.asarray(values).astype(np.int64).view(np.uint64))
+        a[...] = wide.view(np.int64).astype(a.dtype)
+
+
+def _along(axis, index, xp=np):
+    """NumPy's take_along_axis / put_along_axis index: `index` (an array or a tensor) on axis and, on every other axis,
+    the positions of index's own shape (index may be smaller than the indexed tensor there, as PyTorch's gather's)."""
+    grids = [xp.arange(n).reshape([-1 if k == i else 1 for k in range(index.ndim)]) for i, n in enumerate(index.shape)]
+    grids[axis] = index
+    return tuple(grids)
+
+
+class IndexPut(Function):
+    """x with values (broadcast) written at index (a tuple of index arrays, copies), or added there where accumulate
+    (repeated indices adding up), out of place: PyTorch's index_put, the primitive of scatter and scatter_add. x's
+    gradient is g (accumulate) or g with the written elements zeroed; values' is g at index, GetItem's forward (gather
+    and scatter_add are adjoint: GetItem's backward is this forward)."""
+    saves = ()   # backward reads only the index
+
+    def forward(self, x, values, index, accumulate):
+        self.index, self.accumulate, self.shape = index, accumulate, values.shape
+        out = x.copy()
+        if accumulate:
+            _index_add(out, index, values)
+        else:
+            out[index] = values
+        return out
+
+    def backward(self, g):
+        dx = None
+        if self.needs_grad[0]:
+            dx = g if self.accumulate else g.copy()
+            if not self.accumulate:
+                dx[self.index] = 0
+        return dx, _unbroadcast(g[self.index], self.shape) if self.needs_grad[1] else None
 
 
 class Pad(Function):
@@ -1742,6 +1964,48 @@ def _bn_backward_fused(x, stats, weight, bias, g, training, act):
     return dx, sums[1], sums[0]
 
 
+class LayerNormOp(Function):
+    """y = (x - mean) / sqrt(var + eps) [* weight] [+ bias] over the trailing axes `axes` (the biased variance), as
+    torch.nn.functional.layer_norm; `given` says which of weight and bias are there. float16 is computed in float32
+    and rounded once. Keeps x itself and each row's mean and 1 / std (as PyTorch); backward recomputes x-hat and,
+    with gh = g * weight and the means over `axes`, gives dx = (gh - mean(gh) - x-hat mean(gh x-hat)) / std, and
+    dweight = sum of g x-hat, dbias = sum of g over the other axes."""
+    def forward(self, x, *affine, given, axes, eps):
+        (weight, bias), a = _fill(affine, given), _opmath(x.dtype)
+        self.x, self.weight, self.given, self.axes = x, weight, given, axes
+        self.saves = (0, 1) if weight is not None else (0,)   # backward reads x and the weight, never the bias
+        z = x.astype(a)   # a fresh array, normalised in place
+        self.mean = self._mean(z)
+        z -= self.mean
+        self.rstd = 1 / _xp(x).sqrt(self._mean(z * z) + eps)
+        z *= self.rstd
+        if weight is not None:
+            z *= weight.astype(a, copy=False)
+        if bias is not None:
+            z += bias.astype(a, copy=False)
+        return z.astype(x.dtype, copy=False)
+
+    def _mean(self, v):   # over the normalised axes, kept (0 where they hold no element)
+        return v.sum(axis=self.axes, keepdims=True) / max(1, math.prod(v.shape[i] for i in self.axes))
+
+    def backward(self, g):
+        a, weight = self.mean.dtype, self.weight
+        xhat = self.x.astype(a)
+        xhat -= self.mean
+        xhat *= self.rstd
+        g = g.astype(a, copy=False)
+        need_x, need_weight, need_bias = _fill(self.needs_grad, (True,) + self.given, False)
+        rows = tuple(range(g.ndim - len(self.axes)))
+        dx = None
+        if need_x:
+            gh = g if weight is None else g * weight.astype(a, copy=False)
+            dx = gh - self._mean(gh) - xhat * self._mean(gh * xhat)
+            dx *= self.rstd
+        grads = (dx, _sum(g * xhat, rows) if need_weight else None, _sum(g, rows) if need_bias else None)
+        grads = [d for d, there in zip(grads, (True,) + self.given) if there]
+        return tuple(None if d is None else d.astype(t.dtype, copy=False) for d, t in zip(grads, self.inputs))
+
+
 # GRU, one layer over every step, gates r, z, n as in torch.nn.GRU. With xg = x W_ih^T + b_ih (all steps in
 # one product) and hg = h W_hh^T + b_hh:
 #   r = sigmoid(xg_r + hg_r), z = sigmoid(xg_z + hg_z), n = tanh(xg_n + r hg_n), h' = n + z (h - n),
@@ -1762,12 +2026,6 @@ _gru_wgmma = True   # the k-split kernels' products on wgmma where the model pic
 _GRU_MACS = {(4, 0): 96, (4, 1): 512, (2, 1): 1024}   # multiply-adds per clock and SM: FMA, TF32 mma, f16 mma
 _gru_devices = {}   # GPU index -> (multiprocessors, shared memory per block, the persistent kernels' barrier flags)
 _gru_layouts = {}   # (multiprocessors, shared memory, B, H, itemsize, TC, clusters loaded) -> both layouts
-
-
-def _fill(values, given, missing=None):
-    """`values` placed in the True slots of `given`, `missing` in the others."""
-    values = iter(values)
-    return [next(values) if g else missing for g in given]
 
 
 class GRULayer(Function):
@@ -2764,7 +3022,7 @@ def _log_softmax(x, axis):
     return z - xp.log(xp.exp(z).sum(axis=axis, keepdims=True))
 
 
-class LogSoftmax(Function):
+class LogSoftmaxOp(Function):
     saves, saves_output = (), True
 
     def forward(self, x, axis):
@@ -2777,7 +3035,7 @@ class LogSoftmax(Function):
         return g - xp.exp(self.out) * _sum(g, self.axis, keepdims=True)
 
 
-class Softmax(Function):
+class SoftmaxOp(Function):
     saves, saves_output = (), True
 
     def forward(self, x, axis):
@@ -3086,13 +3344,25 @@ class Tensor:
             return Tensor._wrap(np.asarray(other).astype(dtype)[()], self.device)
         return Tensor(other, device=self.device)
 
+    def _no_bool_subtraction(self, other):
+        """As PyTorch: no - of a bool tensor or a Python bool, with its messages (~ or ^ is what such code means)."""
+        bools = self.dtype == np.bool_, isinstance(other, bool) or isinstance(other, Tensor) and other.dtype == bool
+        if all(bools):
+            raise TypeError("Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or "
+                            "`logical_xor()` operator instead (as in PyTorch).")
+        if any(bools):
+            raise TypeError("Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to "
+                            "invert a mask, use the `~` or `logical_not()` operator instead (as in PyTorch).")
+
     def _binary(self, fn, other, reflected=False, **params):
-        remainder = fn is Remainder and not params.get('floor')
-        if isinstance(other, _NUMBERS) and (self.dtype == np.float16 and not remainder or
+        if fn is Sub:
+            self._no_bool_subtraction(other)
+        rounds = fn is Pow or fn is Remainder and not params.get('floor')
+        if isinstance(other, _NUMBERS) and (self.dtype == np.float16 and not rounds or
                                             fn is Div and self.dtype.kind != 'f'):
-            # as PyTorch: float16 meets a Python number in float32 and rounds the result once (but for %, which
-            # rounds the number to float16 first), and an integer tensor is divided by one in float32 (not by the
-            # number cast to the tensor's dtype)
+            # as PyTorch: float16 meets a Python number in float32 and rounds the result once (but for % and **,
+            # which round the number to float16 first), and an integer tensor is divided by one in float32 (not by
+            # the number cast to the tensor's dtype)
             out = self.float()._binary(fn, other, reflected, **params)
             return out.half() if self.dtype == np.float16 else out
         other = self._operand(other)
@@ -3101,10 +3371,11 @@ class Tensor:
         if a.dtype == b.dtype and not (fn is Div and a.dtype.kind != 'f'):
             return fn.apply(a, b, **params)
         common = _result_dtype(a, b, divide=fn is Div)
-        if common == np.float16:   # as PyTorch, an integer or bool operand (any one of % and //) is rounded to
+        if common == np.float16:   # as PyTorch, an integer or bool operand (any one of %, // and **) is rounded to
             # float16 first, but a one-element one after * or / (PyTorch's CPU scalar there) meets it in float32
             scalar = fn in (Mul, Div) and b.numel() == 1
-            keep = lambda t: t.dtype == common or t is b and scalar or t.dtype.kind == 'f' and fn is not Remainder
+            rounded = fn in (Remainder, Pow)
+            keep = lambda t: t.dtype == common or t is b and scalar or t.dtype.kind == 'f' and not rounded
             a, b = (t if keep(t) else t.to(common) for t in (a, b))
         compute = _opmath(common)   # float16 meets a wider 0-d operand in float32
         return fn.apply(a.to(compute), b.to(compute), **params).to(common)
@@ -3121,6 +3392,8 @@ class Tensor:
     def __pow__(self, other):
         if self.dtype.kind in 'biu' and isinstance(other, (int, np.integer)) and other < 0:   # NumPy would wrap it
             raise RuntimeError(f"{self.dtype} tensor ** {other}: integers to negative integer powers are not allowed")
+        if self.dtype == np.bool_ and isinstance(other, bool):   # as PyTorch: x ** True is x, x ** False all True
+            return Tensor._wrap(self.data.copy() if other else _xp(self.data).ones_like(self.data), self.device)
         return self._binary(Pow, other)
 
     __rpow__ = lambda self, o: self._binary(Pow, o, True)
@@ -3128,7 +3401,13 @@ class Tensor:
     __rmod__ = lambda self, o: self._binary(Remainder, o, True)
     __floordiv__ = lambda self, o: self._binary(Remainder, o, floor=True)
     __rfloordiv__ = lambda self, o: self._binary(Remainder, o, True, floor=True)
-    __neg__ = lambda self: Neg.apply(self)
+
+    def __neg__(self):
+        if self.dtype == np.bool_:
+            raise TypeError("Negation, the `-` operator, on a bool tensor is not supported. If you are trying to "
+                            "invert a mask, use the `~` or `logical_not()` operator instead (as in PyTorch).")
+        return Neg.apply(self)
+
     __abs__ = lambda self: self.abs()
 
     def __pos__(self):
@@ -3154,11 +3433,15 @@ class Tensor:
     __rmatmul__ = lambda self, o: self._operand(o).__matmul__(self)
     matmul = __matmul__
 
-    def _inplace(self, ufunc, other):
-        given = other
+    def _inplace(self, op, other):
+        """self op= other (op: operator.add, sub, mul, truediv, mod, floordiv or pow), as PyTorch's in-place ops: the
+        result in the tensor's dtype (refused where its type is of a higher kind), recorded where autograd records."""
+        given, ufunc = other, _INPLACE_UFUNCS.get(op)
+        if op is operator.sub:
+            self._no_bool_subtraction(other)
         number = other if isinstance(other, _NUMBERS) and self.dtype == np.float16 else None   # not rounded first
         other = self._operand(other)
-        result = _result_dtype(self, other, divide=ufunc == 'divide')
+        result = _result_dtype(self, other, divide=op is operator.truediv)
         if _KIND_RANK[result.kind] > _KIND_RANK[self.dtype.kind]:
             raise TypeError(f"in-place op: result type {result} can't be cast to the tensor's dtype {self.dtype}")
         if other.device != self.device:
@@ -3166,14 +3449,16 @@ class Tensor:
         if _check_broadcast('in-place op', self.shape, other.shape) != self.shape:
             raise ValueError(f"in-place op: shape {other.shape} cannot update a tensor of shape {self.shape}")
         if _GradMode.enabled and (self._requires_grad or other._requires_grad):   # refuses an expanded tensor too
-            return self._recorded_update('op', lambda before: before._binary(
-                _INPLACE_OPS[ufunc], before if given is self else given).to(self.dtype))
+            return self._recorded_update('op', lambda before: op(before, before if given is self else given).to(
+                self.dtype))
         self._refuse_expanded('op')
-        if other.dtype == self.dtype and number is None:
+        if ufunc is None:   # %, //, **: the op's own result (its checks: integer division by zero, negative powers)
+            self.data[...] = op(self, given).data
+        elif other.dtype == self.dtype and number is None:
             getattr(_xp(self.data), ufunc)(self.data, other.data, out=self.data)
         else:   # as PyTorch: both operands in the result's arithmetic dtype, rounded once into the tensor's
             compute = _opmath(result)
-            scalar = other.numel() == 1 and ufunc in ('multiply', 'divide')   # integers rounded first as in _binary
+            scalar = other.numel() == 1 and op in (operator.mul, operator.truediv)   # as in _binary
             rounded = other.data if other.dtype.kind == 'f' or scalar else other.data.astype(result)
             operand = compute.type(number) if number is not None else rounded.astype(compute)
             self.data[...] = getattr(_xp(self.data), ufunc)(self.data.astype(compute), operand)
@@ -3217,10 +3502,13 @@ class Tensor:
             raise RuntimeError(f"in-place {what}: more than one element of the written-to tensor refers to a single "
                                "memory location (an expanded tensor): clone() it first")
 
-    __iadd__ = lambda self, o: self._inplace('add', o)
-    __isub__ = lambda self, o: self._inplace('subtract', o)
-    __imul__ = lambda self, o: self._inplace('multiply', o)
-    __itruediv__ = lambda self, o: self._inplace('divide', o)
+    __iadd__ = lambda self, o: self._inplace(operator.add, o)
+    __isub__ = lambda self, o: self._inplace(operator.sub, o)
+    __imul__ = lambda self, o: self._inplace(operator.mul, o)
+    __itruediv__ = lambda self, o: self._inplace(operator.truediv, o)
+    __imod__ = lambda self, o: self._inplace(operator.mod, o)
+    __ifloordiv__ = lambda self, o: self._inplace(operator.floordiv, o)
+    __ipow__ = lambda self, o: self._inplace(operator.pow, o)
 
     def _untracked(self, what, op, other, integral=False):
         """op(self, other), no gradient, on both operands in the dtype PyTorch computes in, _result_dtype's (int32 ==
@@ -3235,13 +3523,19 @@ class Tensor:
         a, b = (t.data.astype(common, copy=False) for t in (self, other))
         return Tensor._wrap(op(a, b), self.device)
 
-    __gt__ = lambda self, o: self._untracked('comparison', lambda a, b: a > b, o)
-    __ge__ = lambda self, o: self._untracked('comparison', lambda a, b: a >= b, o)
-    __lt__ = lambda self, o: self._untracked('comparison', lambda a, b: a < b, o)
-    __le__ = lambda self, o: self._untracked('comparison', lambda a, b: a <= b, o)
-    # (t == None is False, as PyTorch's: NotImplemented lets Python compare identities)
-    __eq__ = lambda self, o: NotImplemented if o is None else self._untracked('comparison', lambda a, b: a == b, o)
-    __ne__ = lambda self, o: NotImplemented if o is None else self._untracked('comparison', lambda a, b: a != b, o)
+    def _compare(self, op, other):
+        """op(self, other), a bool tensor, where other is a tensor, a number or an array. As PyTorch's, anything else
+        (None, a str, a list) is NotImplemented: Python then makes == False, != True and < a TypeError."""
+        if not isinstance(other, (Tensor,) + _ARRAYS + _NUMBERS):
+            return NotImplemented
+        return self._untracked('comparison', op, other)
+
+    __gt__ = lambda self, o: self._compare(operator.gt, o)
+    __ge__ = lambda self, o: self._compare(operator.ge, o)
+    __lt__ = lambda self, o: self._compare(operator.lt, o)
+    __le__ = lambda self, o: self._compare(operator.le, o)
+    __eq__ = lambda self, o: self._compare(operator.eq, o)
+    __ne__ = lambda self, o: self._compare(operator.ne, o)
     __hash__ = object.__hash__
     __and__ = __rand__ = lambda self, o: self._untracked('&', lambda a, b: a & b, o, integral=True)
     __or__ = __ror__ = lambda self, o: self._untracked('|', lambda a, b: a | b, o, integral=True)
@@ -3259,9 +3553,90 @@ class Tensor:
     sqrt = lambda self: Sqrt.apply(self._floating())
     neg = lambda self: -self
     pow = lambda self, exponent: self ** exponent
-    tanh = lambda self: Tanh.apply(self._floating())
-    sigmoid = lambda self: Sigmoid.apply(self._floating())
+    tanh = lambda self: TanhOp.apply(self._floating())
+    sigmoid = lambda self: SigmoidOp.apply(self._floating())
     relu = lambda self: Relu.apply(self)
+    # PyTorch's elementwise math: integer and bool tensors give float32, but floor, ceil, round, trunc, sign, square
+    # and nan_to_num keep their dtype (square of bools: int64), and isnan, isinf and isfinite give bools
+    sin = lambda self: Sin.apply(self._floating())
+    cos = lambda self: Cos.apply(self._floating())
+    log1p = lambda self: Log1p.apply(self._floating())
+    expm1 = lambda self: Expm1.apply(self._floating())
+    erf = lambda self: Erf.apply(self._floating())
+    reciprocal = lambda self: 1 / self
+    rsqrt = lambda self: self.float().rsqrt().half() if self.dtype == np.float16 else 1 / self.sqrt()   # (float16
+    # in float32, rounded once, as PyTorch's; x ** -0.5 would give +inf at -0 and 0 at -inf, not -inf and NaN)
+    square = lambda self: self ** 2
+    floor = lambda self: self._rounded('floor', _xp(self.data).floor)
+    ceil = lambda self: self._rounded('ceil', _xp(self.data).ceil)
+    trunc = lambda self: self._rounded('trunc', _xp(self.data).trunc)
+    isnan = lambda self: Tensor._wrap(_xp(self.data).isnan(self.data), self.device)
+    isinf = lambda self: Tensor._wrap(_xp(self.data).isinf(self.data), self.device)
+    isfinite = lambda self: Tensor._wrap(_xp(self.data).isfinite(self.data), self.device)
+    addcmul = lambda self, tensor1, tensor2, *, value=1: self._addc('addcmul', tensor1, tensor2, value)
+    addcdiv = lambda self, tensor1, tensor2, *, value=1: self._addc('addcdiv', tensor1, tensor2, value)
+
+    def _rounded(self, what, fn):
+        """fn(x) with no gradient (floor, ceil, round, trunc); integer tensors as they are, bool ones refused, as
+        PyTorch's."""
+        if self.dtype == np.bool_:
+            raise TypeError(f"{what}: not defined for bool tensors (as in PyTorch)")
+        return Step.apply(self, fn=fn) if self.dtype.kind == 'f' else self.clone()
+
+    def _addc(self, what, tensor1, tensor2, value):
+        """self + value tensor1 * tensor2 (addcmul) or / tensor2 (addcdiv), as PyTorch's: in the three tensors' result
+        dtype (value takes no part in it), float16 computed in float32 and rounded once; of integer and bool tensors
+        alone, refused for addcdiv, bools and a value that is no int (PyTorch refuses the first two, truncates it)."""
+        tensor1, tensor2 = self._operand(tensor1), self._operand(tensor2)
+        tensors = self, tensor1, tensor2
+        if all(t.dtype.kind != 'f' for t in tensors) and (what == 'addcdiv' or not _is_int(value) or all(
+                t.dtype == np.bool_ for t in tensors)):
+            raise TypeError(f"{what}: not defined for {self.dtype}, {tensor1.dtype} and {tensor2.dtype} tensors with "
+                            f"value={value!r} (PyTorch refuses integer division and bools, and truncates a value that "
+                            "is no int)")
+        dtype = _result_dtype(*tensors)
+        a, b, c = (t.to(_opmath(dtype)) for t in tensors)
+        return (a + (value * b * c if what == 'addcmul' else value * b / c)).to(dtype)
+
+    def round(self, *, decimals=0):
+        """Half to even, as PyTorch's: at `decimals` places (negative: left of the point) x 10^d rounded, / 10^d
+        (float16 in float32); integer tensors only with decimals=0 (PyTorch refuses any given decimals)."""
+        if decimals != 0 and self.dtype.kind != 'f':
+            raise TypeError(f"round: decimals={decimals} for {self.dtype} tensors: floating-point ones only (as in "
+                            "PyTorch)")
+        xp = _xp(self.data)
+        return self._rounded('round', lambda a: xp.round(a.astype(_opmath(a.dtype)), decimals).astype(a.dtype))
+
+    def sign(self):   # as PyTorch's: 0 at NaN and at -0, a bool tensor as it is
+        if self.dtype == np.bool_:
+            return self.clone()
+        return Step.apply(self, fn=lambda a: (a > 0).astype(a.dtype) - (a < 0).astype(a.dtype))
+
+    def nan_to_num(self, nan=0.0, posinf=None, neginf=None):
+        """NaN, +inf and -inf replaced (by default with 0 and the dtype's largest finite values), their gradient 0, as
+        PyTorch's; integer and bool tensors as they are."""
+        if self.dtype.kind != 'f':
+            return self.clone()
+        with np.errstate(over='ignore'):   # (a replacement beyond the dtype's range becomes inf, as in PyTorch)
+            filled = _xp(self.data).nan_to_num(self.data, nan=nan, posinf=posinf, neginf=neginf)
+        return where(self.isfinite(), self, Tensor._wrap(filled, self.device))
+
+    def lerp(self, end, weight):
+        """self + weight (end - self), as PyTorch's: end + (weight - 1) (end - self) where |weight| >= 0.5 (end itself
+        at weight 1), float16 in float32 and rounded once; end of this tensor's dtype, and a weight tensor too unless
+        it is 0-d (a number weight gets no gradient)."""
+        end = self._operand(end)
+        _check_broadcast('lerp', self.shape, end.shape, *[w.shape for w in [weight] if isinstance(w, Tensor)])
+        _need_float(self, 'lerp')
+        if end.dtype != self.dtype or isinstance(weight, Tensor) and weight.ndim and weight.dtype != self.dtype:
+            raise TypeError(f"lerp: end and a weight tensor must be of the input's dtype {self.dtype}, got "
+                            f"{end.dtype} and {getattr(weight, 'dtype', type(weight).__name__)}")
+        if self.dtype == np.float16:
+            return self.float().lerp(end.float(), weight.float() if isinstance(weight, Tensor) else weight).half()
+        if not isinstance(weight, Tensor):
+            return self + weight * (end - self) if -0.5 < weight < 0.5 else end + (weight - 1) * (end - self)
+        weight = weight.to(self.dtype)
+        return where((weight < 0.5) & (weight > -0.5), self + weight * (end - self), end + (weight - 1) * (end - self))
 
     def abs(self):
         if self.dtype == np.bool_:
@@ -3332,7 +3707,18 @@ class Tensor:
         return self._extreme(True, axis, keepdim, dim)
 
     @_aliases(dim='axis')
-    def var(self, axis=None, keepdim=False, correction=1):
+    def var(self, axis=None, keepdim=False, correction=None, *, unbiased=None):
+        """The variance over axis with `correction` (default 1), or PyTorch's unbiased (True: 1, False: 0) by keyword
+        or alone (var(False): PyTorch's var(unbiased), a bool being no axis). A second positional argument is keepdim,
+        in the interface's order (PyTorch's var(dim, unbiased, keepdim) reads it as unbiased: pass unbiased=)."""
+        if isinstance(axis, (bool, np.bool_)):
+            axis, unbiased = None, axis if unbiased is None else 'given twice'
+        if unbiased is not None:
+            if correction is not None or not isinstance(unbiased, (bool, np.bool_)):
+                raise TypeError(f"var/std: unbiased must be one bool, given without correction (as PyTorch's); got "
+                                f"unbiased={unbiased!r}, correction={correction!r}")
+            correction = int(unbiased)
+        correction = 1 if correction is None else correction
         _need_float(self, 'var')
         if self.dtype == np.float16:   # in float32, as PyTorch: the squares overflow float16 long before the variance
             return self.float().var(axis, keepdim, correction).half()
@@ -3343,8 +3729,10 @@ class Tensor:
         return Sum.apply(centred * centred, axes=axes, keepdim=keepdim, scale=scale)
 
     @_aliases(dim='axis')
-    def std(self, axis=None, keepdim=False, correction=1):
-        variance = self.var(axis, keepdim, correction)
+    def std(self, axis=None, keepdim=False, correction=None, *, unbiased=None):
+        if self.dtype == np.float16:   # in float32, rounded once, as PyTorch (not the float16 variance's root)
+            return self.float().std(axis, keepdim, correction, unbiased=unbiased).half()
+        variance = self.var(axis, keepdim, correction, unbiased=unbiased)
         nonzero = variance != 0   # as PyTorch: 0, not NaN (0 * inf from sqrt), the gradient where the variance is 0
         return where(nonzero, where(nonzero, variance, 1).sqrt(), 0)
 
@@ -3362,13 +3750,9 @@ class Tensor:
         return Tensor._wrap(index, self.device)
 
     def _take_along(self, axis, index):
-        """self's elements at `index` (integers, of self's shape but along axis) on axis, as NumPy's
-        take_along_axis; the gradient goes back to them alone."""
-        axis = _dim(axis, self.ndim)
-        grids = [np.arange(n).reshape([-1 if k == i else 1 for k in range(self.ndim)])
-                 for i, n in enumerate(index.shape)]
-        grids[axis] = index
-        return self[tuple(grids)]
+        """self's elements at `index` (integers, of self's number of dims, no larger but on axis) on axis, as NumPy's
+        take_along_axis and PyTorch's gather; the gradient goes back to them alone."""
+        return self[_along(_dim(axis, self.ndim), index)]
 
     @_aliases(dim='axis')
     def argmax(self, axis=None, keepdim=False):
@@ -3394,13 +3778,366 @@ class Tensor:
     def any(self, axis=None, keepdim=False):
         return self._truth('any', axis, keepdim)
 
+    # ---- indexing and reductions as PyTorch's (gather, scatter, sort, ...)
+    def _index_tensor(self, what, index, dtypes=(np.int32, np.int64)):
+        """index as a tensor of integers on this device; TypeError for another dtype (PyTorch takes int32 and int64)."""
+        index = index if isinstance(index, Tensor) else Tensor(index, device=self.device)
+        if index.dtype not in dtypes:
+            raise TypeError(f"{what}: index must be {' or '.join(np.dtype(d).name for d in dtypes)}, not {index.dtype}")
+        if index.device != self.device:
+            raise RuntimeError(f"{what}: index on {index.device} for a tensor on {self.device}")
+        return index
+
+    @staticmethod
+    def _check_range(what, index, size, axis, error=RuntimeError):
+        """As PyTorch's: `error` where index (a tensor) holds one outside [0, size) (no negative ones counted from the
+        end). Not checked inside a CUDA graph capture (reading the indices back is a sync it cannot hold)."""
+        if index.numel() and not (index.device != 'cpu' and cp.cuda.get_current_stream().is_capturing()):
+            lo, hi = int(index.data.min()), int(index.data.max())
+            if lo < 0 or hi >= size:
+                raise error(f"{what}: index {lo if lo < 0 else hi} is out of bounds for dimension {axis} with size "
+                            f"{size}")
+
+    def _gather_check(self, what, axis, index, src=None):
+        """axis as a dim and index as a tensor for gather (src None) and scatter: PyTorch's rules on their shapes."""
+        index = self._index_tensor(what, index)
+        axis = _dim(axis, self.ndim)
+        shapes = [('input', self)] + [('index', index)] + ([('src', src)] if src is not None else [])
+        if len({max(t.ndim, 1) for _, t in shapes}) > 1:
+            raise ValueError(f"{what}: {', '.join(f'{n} of shape {t.shape}' for n, t in shapes)} must have as many "
+                             "dimensions (as PyTorch's)")
+        if (self.ndim and any(i > n for k, (i, n) in enumerate(zip(index.shape, self.shape)) if k != axis) or
+                src is not None and src.ndim and any(i > n for i, n in zip(index.shape, src.shape))):
+            raise ValueError(f"{what}: index of shape {index.shape} must be no larger than the input of shape "
+                             f"{self.shape} apart from dimension {axis}" +
+                             ("" if src is None else f", nor than src of shape {src.shape}"))
+        self._check_range(what, index, self.shape[axis] if self.ndim else 1, axis)
+        return axis, index
+
+    @_aliases(dim='axis')
+    def gather(self, axis, index, *, sparse_grad=False):
+        """out[i][j] = self[index[i][j]][j] for axis 0 (and so on), as PyTorch's; the gradient scatter-adds back."""
+        if sparse_grad:
+            raise ValueError("gather: sparse_grad=True is not supported (tinygrad_lite has no sparse tensors)")
+        axis, index = self._gather_check('gather', axis, index)
+        if self.ndim and index.ndim:
+            return self._take_along(axis, index)
+        return self.reshape(-1)._take_along(0, index.reshape(-1)).reshape(index.shape)
+
+    def _scatter(self, what, axis, index, src, accumulate):
+        """self with src's elements (src cut to index's shape, or a number) written (accumulate: added) where index
+        puts them on axis: IndexPut's out-of-place update."""
+        if isinstance(src, Tensor):
+            if src.dtype != self.dtype:
+                raise TypeError(f"{what}: src of dtype {src.dtype} for a tensor of dtype {self.dtype} (PyTorch "
+                                "wants them equal)")
+            if src.device != self.device:
+                raise RuntimeError(f"{what}: src on {src.device} for a tensor on {self.device}")
+        elif accumulate or not isinstance(src, _NUMBERS):
+            raise TypeError(f"{what}: src must be a tensor{'' if accumulate else ' or a number'}, not "
+                            f"{type(src).__name__}")
+        axis, index = self._gather_check(what, axis, index, src if isinstance(src, Tensor) else None)
+        if not self.ndim or not index.ndim:
+            x, i = self.reshape(-1), index.reshape(-1)
+            s = src.reshape(-1) if isinstance(src, Tensor) else src
+            return x._scatter(what, 0, i, s, accumulate).reshape(self.shape)
+        if isinstance(src, Tensor):
+            values = src[tuple(slice(0, n) for n in index.shape)]
+        else:
+            _check_fits(src, self.dtype, what)
+            values = Tensor._wrap(_xp(self.data).asarray(src).astype(self.dtype), self.device)
+        along = _along(axis, index.data.astype(np.int64), _xp(self.data))   # (a copy of the index: IndexPut keeps it)
+        return IndexPut.apply(self, values, index=along, accumulate=accumulate)
+
+    @_aliases(dim='axis')
+    def scatter(self, axis, index, src=None, *, value=None, reduce=None):
+        """Out of place, as PyTorch's scatter: src (a tensor, or a number as value=) written where index puts it on
+        axis. Where index repeats a position, one of the values written there wins (PyTorch leaves which open)."""
+        if reduce is not None:
+            raise ValueError("scatter: reduce= is not supported (PyTorch deprecates it): use scatter_add")
+        if (src is None) == (value is None):
+            raise TypeError("scatter: give src (a tensor or a number) or value= (a number), not both")
+        return self._scatter('scatter', axis, index, value if src is None else src, False)
+
+    @_aliases(dim='axis')
+    def scatter_add(self, axis, index, src):
+        """Out of place, as PyTorch's scatter_add: src's elements added where index puts them on axis, repeated
+        positions adding up."""
+        return self._scatter('scatter_add', axis, index, src, True)
+
+    @_aliases(dim='axis')
+    def index_select(self, axis, index):
+        """The entries at index (a vector of int32 or int64) along axis; the gradient scatter-adds back."""
+        index = self._index_tensor('index_select', index)
+        if index.ndim > 1:
+            raise IndexError(f"index_select: index must be a vector, not of shape {index.shape}")
+        axis = _dim(axis, self.ndim)
+        if self.ndim == 0:
+            if index.numel() != 1:
+                raise IndexError(f"index_select: the index into a 0-d tensor must hold one value, got {index.numel()}")
+            return self.reshape(1).index_select(0, index).reshape(())
+        self._check_range('index_select', index, self.shape[axis], axis, IndexError)   # (PyTorch's, for dim 0)
+        return self[(slice(None),) * axis + (index.reshape(-1),)]
+
+    def _mask(self, what, mask):
+        if not isinstance(mask, Tensor) or mask.dtype != np.bool_:
+            raise TypeError(f"{what}: mask must be a bool tensor, not "
+                            f"{mask.dtype if isinstance(mask, Tensor) else type(mask).__name__}")
+        return mask
+
+    def masked_fill(self, mask, value):
+        """self with value where mask (bool, broadcast with self) is True; value is a number or a 0-d tensor, cast
+        to self's dtype (its gradient: the sum of the filled elements')."""
+        mask = self._mask('masked_fill', mask)
+        if isinstance(value, Tensor):
+            if value.ndim:
+                raise ValueError(f"masked_fill: value must be a number or a 0-d tensor, not of shape {value.shape}")
+            value = value.to(self.device).to(self.dtype)
+        else:
+            _check_fits(value, self.dtype, 'masked_fill')
+            value = Tensor._wrap(_xp(self.data).asarray(value).astype(self.dtype), self.device)
+        return where(mask, value, self)
+
+    def masked_select(self, mask):
+        """A vector of self's elements where mask (bool) is True, the two broadcast together."""
+        shape = _check_broadcast('masked_select', self.shape, self._mask('masked_select', mask).shape)
+        return self.expand(shape).reshape(-1)[mask.expand(shape).reshape(-1)]
+
+    def repeat(self, *sizes):
+        """self tiled sizes[i] times along each axis (more sizes than axes add leading axes), as PyTorch's."""
+        sizes = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes
+        if not all(map(_is_int, sizes)):
+            raise TypeError(f"repeat: sizes must be ints, got {sizes}")
+        if len(sizes) < self.ndim or min(sizes, default=0) < 0:
+            raise ValueError(f"repeat: sizes {sizes} must be at least as many as the dimensions of shape {self.shape} "
+                             "and none negative")
+        shape = (1,) * (len(sizes) - self.ndim) + self.shape
+        tiles = self.reshape([k for n in shape for k in (1, n)])   # a size-1 axis before each, expanded to its count
+        tiles = tiles.expand([k for r, n in zip(sizes, shape) for k in (r, n)])
+        return tiles.reshape([r * n for r, n in zip(sizes, shape)])
+
+    @_aliases(dim='axis')
+    def repeat_interleave(self, repeats, axis=None, *, output_size=None):
+        """Each entry along axis repeated (repeats: an int, or an int tensor of one count per entry); axis None: of the
+        flattened tensor."""
+        if axis is not None and self.ndim == 0:
+            raise IndexError(f"repeat_interleave: dim {axis} of a 0-d tensor (as PyTorch's)")
+        x, axis = (self.reshape(-1), 0) if axis is None else (self, _dim(axis, self.ndim))
+        if isinstance(repeats, Tensor):
+            if repeats.dtype not in (np.int32, np.int64) or repeats.ndim > 1:
+                raise TypeError(f"repeat_interleave: repeats must be an int or a 0-d or 1-d int32 or int64 tensor, not "
+                                f"{repeats.dtype} of shape {repeats.shape}")
+            if repeats.numel() not in (1, x.shape[axis]):
+                raise ValueError(f"repeat_interleave: {repeats.numel()} repeats for {x.shape[axis]} entries along dim "
+                                 f"{axis} of shape {x.shape}")
+            repeats = repeats.numpy().reshape(-1)
+        elif not _is_int(repeats):
+            raise TypeError(f"repeat_interleave: repeats must be an int or an int tensor, not {type(repeats).__name__}")
+        if np.min(repeats, initial=0) < 0:
+            raise ValueError(f"repeat_interleave: repeats must not be negative, got {repeats}")
+        index = np.repeat(np.arange(x.shape[axis]), repeats)
+        if output_size is not None and output_size != index.size:
+            raise ValueError(f"repeat_interleave: output_size {output_size}, but the repeats make {index.size}")
+        return x[(slice(None),) * axis + (index,)]
+
+    @_aliases(dim='axis', split_size='split_size_or_sections')
+    def split(self, split_size_or_sections, axis=0):
+        """Views of pieces along axis: of split_size_or_sections entries each (the last one smaller), or of the sizes
+        in a list of them."""
+        sizes = split_size_or_sections
+        if self.ndim == 0:
+            raise ValueError("split: expects a tensor of at least one dimension, got a 0-d one")
+        axis = _dim(axis, self.ndim)
+        n = self.shape[axis]
+        if _is_int(sizes):
+            if sizes < 0 or sizes == 0 and n:
+                raise ValueError(f"split: split_size {sizes} for dimension {axis} of size {n} (it must be positive, or "
+                                 "0 for a size of 0)")
+            sizes = [sizes] * (n // sizes) + [n % sizes] * bool(n % sizes) if n else [0]
+        elif isinstance(sizes, (tuple, list)) and all(map(_is_int, sizes)):
+            if min(sizes, default=0) < 0 or sum(sizes) != n:
+                raise ValueError(f"split: sizes {list(sizes)} must be non-negative and sum to {n}, the size of "
+                                 f"dimension {axis} of shape {self.shape}")
+        else:
+            raise TypeError(f"split: split_size_or_sections must be an int or a list of ints, got {sizes!r}")
+        starts = itertools.accumulate(sizes, initial=0)
+        return tuple(self[(slice(None),) * axis + (slice(a, a + k),)] for a, k in zip(starts, sizes))
+
+    @_aliases(dim='axis')
+    def chunk(self, chunks, axis=0):
+        """split into `chunks` pieces of ceil(size / chunks) entries (so maybe fewer pieces), as PyTorch's."""
+        if not _is_int(chunks):
+            raise TypeError(f"chunk: chunks must be an int, not {type(chunks).__name__}")
+        if chunks <= 0 or self.ndim == 0:
+            raise ValueError(f"chunk: chunks must be positive and the tensor not 0-d, got {chunks} for shape "
+                             f"{self.shape}")
+        n = self.shape[_dim(axis, self.ndim)]
+        return self.split(-(-n // chunks) if n else [0] * chunks, axis)
+
+    @_aliases(dim='axis')
+    def unbind(self, axis=0):
+        """The views self[..., i, ...] along axis, a tuple."""
+        if self.ndim == 0:
+            raise IndexError("unbind: dim specified on a 0-d tensor")
+        axis = _dim(axis, self.ndim)
+        return tuple(self[(slice(None),) * axis + (i,)] for i in range(self.shape[axis]))
+
+    @_aliases(dim='axis')
+    def narrow(self, axis, start, length):
+        """The view of `length` entries from `start` (negative: from the end) along axis."""
+        if self.ndim == 0:
+            raise ValueError("narrow: cannot be applied to a 0-d tensor")
+        start = int(start) if isinstance(start, Tensor) and _is_select(start) else start
+        if not _is_int(start) or not _is_int(length):
+            raise TypeError(f"narrow: start and length must be ints, got {start!r} and {length!r}")
+        axis = _dim(axis, self.ndim)
+        n = self.shape[axis]
+        if not -n <= start <= n:
+            raise IndexError(f"narrow: start {start} is out of range [{-n}, {n}] for dimension {axis} of size {n}")
+        start += n if start < 0 else 0
+        if length < 0 or start + length > n:
+            raise ValueError(f"narrow: start ({start}) + length ({length}) exceeds dimension {axis} of size {n} (or "
+                             "length is negative)")
+        return self[(slice(None),) * axis + (slice(start, start + length),)]
+
+    def roll(self, shifts, dims=None):
+        """Entries shifted along dims (each by its shift), those past the end coming round to the front; dims None:
+        of the flattened tensor, shape kept."""
+        shifts = tuple(shifts) if isinstance(shifts, (tuple, list)) else (shifts,)
+        if dims is None and len(shifts) == 1:
+            return self.reshape(-1).roll(shifts, 0).reshape(self.shape)
+        dims = () if dims is None else tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
+        if not all(map(_is_int, shifts + dims)):
+            raise TypeError(f"roll: shifts and dims must be ints, got {shifts} and {dims}")
+        if not shifts or len(shifts) != len(dims):
+            raise ValueError(f"roll: shifts {shifts} and dims {dims} must align")
+        if self.ndim == 0:
+            raise IndexError("roll: dims specified on a 0-d tensor")
+        out = self
+        for shift, axis in zip(shifts, dims):
+            axis = _dim(axis, self.ndim)
+            cut = self.shape[axis] - shift % self.shape[axis] if self.shape[axis] else 0
+            if 0 < cut < self.shape[axis]:
+                out = cat([out[(slice(None),) * axis + part] for part in ((slice(cut, None),), (slice(0, cut),))], axis)
+        return self.clone() if out is self else out
+
+    def _triangle(self, what, diagonal, upper):
+        """self with the elements below (upper) or above the diagonal-th diagonal zeroed, on the last two axes."""
+        if not _is_int(diagonal):
+            raise TypeError(f"{what}: diagonal must be an int, not {type(diagonal).__name__}")
+        if self.ndim < 2:
+            raise ValueError(f"{what}: expects a tensor of at least 2 dimensions, got shape {self.shape}")
+        xp = _xp(self.data)
+        keep = xp.tri(*self.shape[-2:], k=diagonal - upper, dtype=bool)
+        return where(Tensor._wrap(~keep if upper else keep, self.device), self,
+                     Tensor._wrap(xp.zeros((), self.dtype), self.device))
+
+    tril = lambda self, diagonal=0: self._triangle('tril', diagonal, False)
+    triu = lambda self, diagonal=0: self._triangle('triu', diagonal, True)
+
+    def _reduced_dtype(self, dtype):
+        """self in dtype, or, for integers and bools, in int64 (PyTorch's sums and products of them)."""
+        return self.to(dtype) if dtype is not None else self.long() if self.dtype.kind in 'biu' else self
+
+    @_aliases(dim='axis')
+    def cumsum(self, axis, *, dtype=None):
+        """Running sums along axis (float16 accumulated in float32, as PyTorch's)."""
+        x = self._reduced_dtype(dtype)
+        axis = _dim(axis, x.ndim)
+        return Cumsum.apply(x, axis=axis) if x.ndim else x.clone()
+
+    @_aliases(dim='axis')
+    def prod(self, axis=None, keepdim=False, *, dtype=None):
+        """The product over one axis (an int) or all of them; the gradient holds where elements are 0 (Prod)."""
+        if axis is not None and not _is_int(axis):
+            raise TypeError(f"prod: dim must be an int or None (as PyTorch's), not {axis!r}")
+        x = self._reduced_dtype(dtype)
+        return Prod.apply(x, axes=_reduced_axes(axis, x.ndim), keepdim=keepdim)
+
+    @_aliases(dim='axis')
+    def logsumexp(self, axis, keepdim=False):
+        """log(sum(exp(self))) over axis, shifted by the (detached) maximum, an infinite one by 0, as PyTorch's: the
+        gradient is the softmax."""
+        x = self._floating()
+        axes = _reduced_axes(axis, x.ndim)
+        shift = 0
+        if all(x.shape[a] for a in axes):   # (nothing to shift by where an axis is empty: the sum is 0, its log -inf)
+            shift = x.detach().max(axes, keepdim=True)
+            shift = where(shift.abs() == math.inf, 0, shift)
+        with np.errstate(divide='ignore', over='ignore'):   # log(0) and x - shift past float16's range: -inf, quietly
+            out = (x - shift).exp().sum(axes, keepdim=True).log() + shift
+        return out if keepdim else out.squeeze(axes)
+
+    @_aliases(dim='axis')
+    def norm(self, p='fro', axis=None, keepdim=False, dtype=None):
+        """The vector p-norm over axis (all axes where None): p a number (inf, -inf and 0 too) or 'fro' (2). A norm of 0
+        has the gradient 0 (PyTorch's subgradient); float16 runs in float32 (the powers overflow float16)."""
+        if dtype is not None and np.promote_types(self.dtype, _dtype(dtype)) != _dtype(dtype):
+            raise TypeError(f"norm: {self.dtype} cannot be narrowed to dtype={_dtype(dtype)} (as PyTorch's)")
+        x = _need_float(self if dtype is None else self.to(dtype), 'norm')
+        if x.dtype == np.float16:
+            return x.float().norm(p, axis, keepdim).half()
+        p = 2 if p == 'fro' else p
+        if not isinstance(p, _NUMBERS):
+            raise ValueError(f"norm: p must be a number or 'fro', not {p!r} (no matrix norms)")
+        axes = _reduced_axes(axis, x.ndim)
+        if p == 0:   # the count of nonzero elements, without a gradient (as PyTorch's)
+            return (x != 0).sum(axes, keepdim).to(x.dtype)
+        if p in (1, math.inf, -math.inf):
+            return getattr(x.abs(), {1: 'sum', math.inf: 'max', -math.inf: 'min'}[p])(axes, keepdim)
+        nonzero = x != 0   # |x|^p of 0 taken apart: 0 (inf for p < 0) with the gradient 0, not 0 * inf
+        total = where(nonzero, where(nonzero, x, 1).abs() ** p, 0 if p > 0 else math.inf).sum(axes, keepdim)
+        positive = total > 0
+        root = where(positive, total, 1)
+        return where(positive, root.sqrt() if p == 2 else root ** (1 / p), 0)
+
+    def _sorted_index(self, axis, descending):
+        """The int64 indices that sort self along axis, stably (ties keep their order), NaN as the largest value, as
+        PyTorch's sort; descending: ascending of the flipped entries, flipped back (so ties still keep their order)."""
+        a, xp = self.data, _xp(self.data)
+        if a.ndim == 0:
+            return Tensor._wrap(xp.zeros((), np.int64), self.device)
+        flip = (slice(None),) * axis + (slice(None, None, -1),)
+        a = a[flip] if descending else a
+        index = np.argsort(a, axis, kind='stable') if xp is np else a.argsort(axis)   # (CuPy's sort is stable)
+        index = a.shape[axis] - 1 - index[flip] if descending else index
+        return Tensor._wrap(index.astype(np.int64, copy=False), self.device)
+
+    @_aliases(dim='axis')
+    def sort(self, axis=-1, descending=False, *, stable=False):
+        """(values, indices) sorted along axis, stable whatever `stable` says; the values' gradient goes back to the
+        elements they came from."""
+        index = self._sorted_index(_dim(axis, self.ndim), descending)
+        return _ValuesIndices(self._take_along(axis, index) if self.ndim else self.clone(), index)
+
+    @_aliases(dim='axis')
+    def argsort(self, axis=-1, descending=False, *, stable=False):
+        return self._sorted_index(_dim(axis, self.ndim), descending)
+
+    @_aliases(dim='axis')
+    def topk(self, k, axis=-1, largest=True, sorted=True):
+        """(values, indices) of the k largest (smallest where not largest) entries along axis, in order (also where
+        sorted is False, PyTorch leaving the order open then)."""
+        if not _is_int(k):
+            raise TypeError(f"topk: k must be an int, not {type(k).__name__}")
+        if self.dtype == np.bool_:
+            raise TypeError("topk: not defined for bool tensors (as PyTorch's)")
+        axis = _dim(axis, self.ndim)
+        n = self.shape[axis] if self.ndim else 1
+        if not 0 <= k <= n:
+            raise ValueError(f"topk: k {k} is out of range for dimension {axis} of size {n}")
+        if self.ndim == 0:
+            return self.sort()
+        index = self._sorted_index(axis, largest)[(slice(None),) * axis + (slice(0, k),)]
+        return _ValuesIndices(self._take_along(axis, index), index)
+
     @_aliases(dim='axis')
     def softmax(self, axis=-1):
-        return Softmax.apply(_need_float(self, 'softmax'), axis=_dim(axis, self.ndim))
+        return SoftmaxOp.apply(_need_float(self, 'softmax'), axis=_dim(axis, self.ndim))
 
     @_aliases(dim='axis')
     def log_softmax(self, axis=-1):
-        return LogSoftmax.apply(_need_float(self, 'log_softmax'), axis=_dim(axis, self.ndim))
+        return LogSoftmaxOp.apply(_need_float(self, 'log_softmax'), axis=_dim(axis, self.ndim))
 
     # ---- shape
     def reshape(self, *shape):
@@ -3442,6 +4179,13 @@ class Tensor:
             dims[a], dims[b] = dims[b], dims[a]
         return self.permute(*dims)
 
+    def flip(self, dims, *more):
+        """A copy with the elements in reverse order along dims (an int, ints, or a tuple or list of ints), as PyTorch's."""
+        dims = (dims, *more) if more or not isinstance(dims, (tuple, list)) else tuple(dims)
+        if not all(map(_is_int, dims)):
+            raise TypeError(f"flip: dims must be ints, got {dims}")
+        return Flip.apply(self, dims=_axes(dims, self.ndim))
+
     @_aliases(dim='axis')
     def unsqueeze(self, axis):
         axis = _dim(axis, self.ndim, new=True)
@@ -3469,6 +4213,162 @@ class Tensor:
         if not all(map(_is_int, pad)):
             raise TypeError(f"pad: widths must be ints, got {tuple(pad)}")
         return Pad.apply(self, pad=tuple(int(p) for p in pad), value=value) if pad else self.clone()
+
+    # ---- PyTorch's conveniences, composed of the ops above
+    expand_as = lambda self, other: self.expand(other.shape)
+    view_as = lambda self, other: self.view(other.shape)
+    reshape_as = lambda self, other: self.reshape(other.shape)
+    type_as = lambda self, other: self.to(device=other.device, dtype=other.dtype)   # PyTorch's: its device too
+
+    def swapaxes(self, axis0, axis1):
+        return self.transpose(axis0, axis1)
+
+    def swapdims(self, dim0, dim1):
+        return self.transpose(dim0, dim1)
+
+    def unflatten(self, dim, sizes):
+        """dim split into `sizes` (one of them may be -1), as PyTorch's."""
+        if self.ndim == 0:
+            raise IndexError(f"unflatten: a 0-d tensor has no dim {dim}")
+        d, sizes = _dim(dim, self.ndim), tuple(sizes)
+        if not all(map(_is_int, sizes)):
+            raise TypeError(f"unflatten: sizes must be ints, got {sizes}")
+        known, n = math.prod(s for s in sizes if s != -1), self.shape[d]
+        if not sizes or sizes.count(-1) > 1 or min(sizes) < -1 or (
+                n % known if -1 in sizes and known else n != known or -1 in sizes):
+            raise ValueError(f"unflatten: sizes {sizes} (non-empty, at most one -1) don't multiply up to the size of "
+                             f"dim {dim} ({n}) of a tensor of shape {self.shape}")
+        return self.reshape(self.shape[:d] + tuple(n // known if s == -1 else s for s in sizes) + self.shape[d + 1:])
+
+    def movedim(self, source, destination):
+        """The dims `source` (an int or a sequence) moved to the places `destination`, the others keeping their order."""
+        source, destination = ((tuple(x) if isinstance(x, (tuple, list)) else (x,)) for x in (source, destination))
+        if len(source) != len(destination):
+            raise ValueError(f"movedim: source {source} and destination {destination} name different numbers of dims")
+        source, destination = ([_dim(d, self.ndim) for d in x] for x in (source, destination))
+        for name, dims in (('source', source), ('destination', destination)):
+            if len(set(dims)) < len(dims):
+                raise ValueError(f"movedim: repeated dim in {name} {dims}")
+        rest = iter(d for d in range(self.ndim) if d not in source)
+        placed = dict(zip(destination, source))
+        return self.permute(*[placed[i] if i in placed else next(rest) for i in range(self.ndim)])
+
+    moveaxis = movedim
+
+    def bmm(self, mat2):
+        """Batched matrix product of two 3-D tensors, (b, n, m) @ (b, m, p), as PyTorch's (no broadcasting)."""
+        if self.ndim != 3 or mat2.ndim != 3 or self.shape[0] != mat2.shape[0] or self.shape[2] != mat2.shape[1]:
+            raise ValueError(f"bmm: expected 3-D tensors (b, n, m) and (b, m, p), got shapes {self.shape} and "
+                             f"{mat2.shape}")
+        return self @ mat2
+
+    def outer(self, vec2):
+        """The outer product of two 1-D tensors (their dtypes promoted), as PyTorch's."""
+        if self.ndim != 1 or vec2.ndim != 1:
+            raise ValueError(f"outer: expected 1-D tensors, got shapes {self.shape} and {vec2.shape}")
+        return self.unsqueeze(1) * vec2
+
+    def dot(self, tensor):
+        """The inner product of two 1-D tensors of one size and dtype, as PyTorch's."""
+        if self.ndim != 1 or tensor.ndim != 1 or self.shape != tensor.shape:
+            raise ValueError(f"dot: expected 1-D tensors of one size, got shapes {self.shape} and {tensor.shape}")
+        return self @ tensor
+
+    # new tensors of this one's dtype and device unless given, as PyTorch's new_*
+    def _new(self, factory, *args, device=None, dtype=None, requires_grad=False, **size):
+        return factory(*args, device=device or self.device, dtype=dtype or self.dtype, requires_grad=requires_grad, **size)
+
+    new_zeros = lambda self, *size, **kw: self._new(zeros, *size, **kw)
+    new_ones = lambda self, *size, **kw: self._new(ones, *size, **kw)
+    new_empty = lambda self, *size, **kw: self._new(empty, *size, **kw)
+    new_full = lambda self, size, fill_value, **kw: self._new(full, size, fill_value, **kw)
+    new_tensor = lambda self, data, **kw: self._new(tensor, data, **kw)   # (a tensor's values copied, as PyTorch's)
+
+    # in-place methods, on the in-place operators' and item assignment's machinery: the same checks, recorded where
+    # autograd records (a leaf that requires grad refused), else written into the tensor's memory, its version advanced
+    def _alpha_scaled(self, other, alpha):
+        """other * alpha for add_ and sub_, alpha checked as PyTorch's; other itself for alpha 1. For a float16 result,
+        a tensor is scaled in float32 (an integer one rounded to float16 first, as PyTorch's), so the update rounds once."""
+        result = _result_dtype(self, self._operand(other))
+        if not isinstance(alpha, _NUMBERS):
+            raise TypeError(f"alpha must be a number, not {type(alpha).__name__}")
+        if isinstance(alpha, (bool, np.bool_)) and result != np.bool_:
+            raise TypeError(f"a bool alpha is only supported for bool results, not {result} (as PyTorch's)")
+        if isinstance(alpha, (float, np.floating)) and result.kind != 'f':
+            raise TypeError(f"for integral input tensors ({result}), alpha must not be a floating point number "
+                            "(as PyTorch's)")
+        if alpha == 1 or result == np.bool_:   # (bools: alpha taken as a bool, as PyTorch's)
+            return other if alpha else other & False
+        if not isinstance(other, Tensor):
+            return other * alpha
+        return (other.to(np.float16).float() if result == np.float16 else other) * alpha   # (float16 rounds it first)
+
+    add_ = lambda self, other, *, alpha=1: self.__iadd__(self._alpha_scaled(other, alpha))
+    mul_ = lambda self, other: self.__imul__(other)
+    div_ = lambda self, other: self.__itruediv__(other)
+    pow_ = lambda self, exponent: self.__ipow__(exponent)
+
+    def sub_(self, other, *, alpha=1):
+        self._no_bool_subtraction(other)
+        return self.__isub__(self._alpha_scaled(other, alpha))
+
+    def clamp_(self, min=None, max=None):
+        """clamp in place: a result of a dtype of a higher kind than this tensor's (a float bound of an integer tensor)
+        or of another shape (tensor bounds broadcasting wider) refused, as the in-place operators refuse theirs."""
+        def clamped(t):
+            out = t.clamp(min, max)
+            if _KIND_RANK[out.dtype.kind] > _KIND_RANK[self.dtype.kind]:
+                raise TypeError(f"clamp_: result type {out.dtype} can't be cast to the tensor's dtype {self.dtype}")
+            if out.shape != self.shape:
+                raise ValueError(f"clamp_: bounds make a result of shape {out.shape}, not the tensor's {self.shape}")
+            return out.to(self.dtype)
+        if _GradMode.enabled and any(t._requires_grad for t in (self, min, max) if isinstance(t, Tensor)):
+            return self._recorded_update('clamp_', clamped)
+        self._refuse_expanded('clamp_')
+        self.data[...] = clamped(self).data
+        self._version[0] += 1
+        return self
+
+    def _assign(self, what, value, shared=False):
+        """Every element set to `value` (a tensor, moved to this device, broadcast to this shape and cast to this dtype,
+        as PyTorch's copy_ and fill_ take it): item assignment's SetItem where autograd records, else a write into
+        this tensor's memory (shared: also where its elements share memory, as PyTorch's fill_ writes an expand())."""
+        value = value.to(self.device)
+        if _check_broadcast(what, self.shape, value.shape) != self.shape:
+            raise ValueError(f"{what}: a value of shape {value.shape} cannot be broadcast to the tensor's shape "
+                             f"{self.shape}")
+        if _GradMode.enabled and (self._requires_grad or value._requires_grad):
+            return self._recorded_update(what, lambda before: SetItem.apply(
+                before, before if value is self else value, steps=[(Ellipsis,)]))
+        if not shared:
+            self._refuse_expanded(what)
+        with np.errstate(invalid='ignore'):   # NaN or inf cast to an integer: as PyTorch, no warning
+            self.data[...] = value.data
+        self._version[0] += 1
+        return self
+
+    def copy_(self, src, non_blocking=False):
+        """src's values (a tensor broadcast, cast to this dtype, from any device; or a number), as PyTorch's copy_;
+        differentiable to src."""
+        if not isinstance(src, (Tensor,) + _NUMBERS):
+            raise TypeError(f"copy_: src must be a Tensor or a number, not {type(src).__name__}")
+        return self._assign('copy_', self._operand(src))
+
+    def fill_(self, value):
+        """Every element `value` (a number, or a 0-d tensor from any device), as PyTorch's fill_."""
+        if isinstance(value, Tensor) and value.ndim:
+            raise ValueError(f"fill_: the value must be a number or a 0-d tensor, got one of shape {value.shape}")
+        _check_fits(value, self.dtype, 'fill_')
+        return self._assign('fill_', value if isinstance(value, Tensor) else self._operand(value), shared=True)
+
+    def detach_(self):
+        """This tensor made a leaf that requires no gradient, as PyTorch's detach_. Refused where a recorded op still
+        reaches its history through it: that op's backward would lose the way (PyTorch's keeps it)."""
+        if self._ctx is not None and self._held:
+            raise RuntimeError(f"detach_() on a tensor of shape {self.shape} that a recorded op took as an input (its "
+                               "backward would lose the path through it): use .detach(), or detach_() after the backward")
+        self._ctx, self._requires_grad = None, False
+        return self
 
     def _index_steps(self, index):
         """`index` (lists as arrays) as the index tuples to apply one after another: itself, or, where it mixes
@@ -3633,6 +4533,71 @@ def arange(start, end=None, step=1, device=None, dtype=None, requires_grad=False
     return _factory(lambda xp, s, d: xp.arange(start, end, step).astype(d), ((),), device, dtype, requires_grad)
 
 
+@_aliases(size='shape')
+def empty(*shape, device=None, dtype=None, requires_grad=False):
+    """zeros: PyTorch leaves the values unspecified; zeros make every read of them reproducible."""
+    return zeros(*shape, device=device, dtype=dtype, requires_grad=requires_grad)
+
+
+def eye(n, m=None, device=None, dtype=None, requires_grad=False):
+    """The n x m (n x n) matrix of ones on the diagonal, as PyTorch's."""
+    m = n if m is None else m
+    for name, v in (('n', n), ('m', m)):
+        if not _is_int(v):
+            raise TypeError(f"eye: {name} must be an int, not {type(v).__name__}")
+        if v < 0:
+            raise ValueError(f"eye: {name} must be greater or equal to 0, got {v}")
+    return _factory(lambda xp, s, d: xp.eye(n, m, dtype=d), ((),), device, dtype, requires_grad)
+
+
+def linspace(start, end, steps, device=None, dtype=None, requires_grad=False):
+    """steps values from start to end, float32 by default, with PyTorch's formula: the first half start + step * i,
+    the second end - step * (steps - 1 - i), here in float64 rounded once to dtype (PyTorch's computes in dtype: the
+    values may differ from its in the last bit); an integer dtype truncates start and end first, then each value."""
+    if not _is_int(steps):
+        raise TypeError(f"linspace: steps must be an int, not {type(steps).__name__}")
+    if steps < 0:
+        raise ValueError(f"linspace: the number of steps must be non-negative, got {steps}")
+    dtype = _dtype(dtype or np.float32)
+    if dtype == np.bool_:
+        raise TypeError("linspace: not defined for bool (as in PyTorch)")
+    start, end = (int(v) if dtype.kind in 'iu' else float(v) for v in (start, end))
+    i, step = np.arange(steps), (end - start) / max(steps - 1, 1)
+    values = np.where(i < max(steps // 2, 1), start + step * i, end - step * (steps - 1 - i))
+    return _factory(lambda xp, s, d: xp.asarray(values).astype(d), ((),), device, dtype, requires_grad)
+
+
+def randint(low=0, high=None, size=None, device=None, dtype=None, requires_grad=False):
+    """Integers drawn uniformly from [low, high), int64 unless dtype says, as PyTorch's randint(high, size) and
+    randint(low, high, size), size a tuple."""
+    if size is None:   # randint(high, size)
+        low, high, size = 0, low, high
+    elif high is None:   # randint(high, size=size)
+        low, high = 0, low
+    if not (_is_int(low) and _is_int(high) and isinstance(size, (tuple, list))):
+        raise TypeError(f"randint: expected (low, high, size) or (high, size), ints and a tuple, got low={low!r}, "
+                        f"high={high!r}, size={size!r}")
+    if low >= high:
+        raise ValueError(f"randint: low must be less than high, got low={low} >= high={high}")
+    dtype = _dtype(dtype or np.int64)
+    for bound in (low, high - 1):
+        _check_fits(bound, dtype, 'randint')
+    return _factory(lambda xp, s, d: xp.random.randint(low, high, s, np.int64).astype(d), (size,), device, dtype,
+                    requires_grad)
+
+
+def randn_like(t, device=None, dtype=None, requires_grad=False):
+    return randn(*t.shape, device=device or t.device, dtype=dtype or t.dtype, requires_grad=requires_grad)
+
+
+def rand_like(t, device=None, dtype=None, requires_grad=False):
+    return rand(*t.shape, device=device or t.device, dtype=dtype or t.dtype, requires_grad=requires_grad)
+
+
+def empty_like(t, device=None, dtype=None, requires_grad=False):
+    return zeros_like(t, device, dtype, requires_grad)
+
+
 def manual_seed(seed):
     """Seed NumPy's global generator and, where present, CuPy's. As PyTorch's: any integer in [-2**63, 2**64), a
     negative one taken modulo 2**64, and what int() takes (NumPy takes seeds of 32 bits or more as 32-bit words)."""
@@ -3670,11 +4635,51 @@ def cat(tensors, axis=0):
 @_aliases(dim='axis')
 def stack(tensors, axis=0):
     tensors = list(tensors)
+    if not tensors:
+        raise ValueError("stack: needs at least one tensor")
     for t in tensors[1:]:
         if t.shape != tensors[0].shape:
             raise ValueError(f"stack: shapes {tensors[0].shape} and {t.shape} differ")
-    axis = _dim(axis, tensors[0].ndim, new=True) if tensors else axis
+    axis = _dim(axis, tensors[0].ndim, new=True)
     return cat([t.unsqueeze(axis) for t in tensors], axis)
+
+
+def _method(name):
+    """tl.name(input, ...) as torch.name: input.name(...)."""
+    function = lambda input, *args, **kwargs: getattr(input, name)(*args, **kwargs)
+    function.__name__ = function.__qualname__ = name
+    return function
+
+
+(gather, scatter, scatter_add, index_select, masked_fill, masked_select, repeat_interleave, split, chunk, unbind,
+ narrow, roll, tril, triu, cumsum, prod, logsumexp, norm, sort, argsort, topk, relu, sigmoid, tanh, gelu, exp, log,
+ sqrt, neg, clamp, sin, cos, log1p, expm1, erf, reciprocal, rsqrt, square, floor, ceil, trunc, sign, isnan, isinf,
+ isfinite, nan_to_num, lerp, addcmul, addcdiv, maximum, minimum, pad, flip, bmm, outer, dot, mean, var, std, argmax,
+ argmin, reshape, flatten, unflatten, transpose, swapaxes, permute, movedim, unsqueeze, squeeze, matmul) = map(_method, (
+    'gather', 'scatter', 'scatter_add', 'index_select', 'masked_fill', 'masked_select', 'repeat_interleave',
+    'split', 'chunk', 'unbind', 'narrow', 'roll', 'tril', 'triu', 'cumsum', 'prod', 'logsumexp', 'norm', 'sort',
+    'argsort', 'topk', 'relu', 'sigmoid', 'tanh', 'gelu', 'exp', 'log', 'sqrt', 'neg', 'clamp', 'sin', 'cos',
+    'log1p', 'expm1', 'erf', 'reciprocal', 'rsqrt', 'square', 'floor', 'ceil', 'trunc', 'sign', 'isnan', 'isinf',
+    'isfinite', 'nan_to_num', 'lerp', 'addcmul', 'addcdiv', 'maximum', 'minimum', 'pad', 'flip', 'bmm', 'outer',
+    'dot', 'mean', 'var', 'std', 'argmax', 'argmin', 'reshape', 'flatten', 'unflatten', 'transpose', 'swapaxes',
+    'permute', 'movedim', 'unsqueeze', 'squeeze', 'matmul'))
+_BUILTIN_NAMES = ('abs', 'all', 'any', 'max', 'min', 'pow', 'round', 'sum')   # torch.X forms looked up by __getattr__
+
+
+def __getattr__(name):
+    """tl.sum, tl.max, ... (_BUILTIN_NAMES): torch.X's forms of the Tensor methods named as Python's builtins, found
+    here (a module's __getattr__ answers for names it lacks) so that this file's own sum(), max(), ... stay Python's.
+    As torch's, tl.max(a, b) and tl.min(a, b) of two tensors are maximum and minimum, tl.pow(number, tensor) works."""
+    if name not in _BUILTIN_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name == 'pow':
+        return lambda input, exponent: input.pow(exponent) if isinstance(input, Tensor) else exponent.__rpow__(input)
+    method = _method(name)
+    if name in ('max', 'min'):
+        pairwise = maximum if name == 'max' else minimum
+        return lambda input, *args, **kwargs: (pairwise(input, *args) if len(args) == 1 and not kwargs and
+                                               isinstance(args[0], Tensor) else method(input, *args, **kwargs))
+    return method
 
 
 def where(condition, a, b):
@@ -3690,13 +4695,34 @@ def where(condition, a, b):
     return Where.apply(a, b, condition=condition.data.astype(bool))
 
 
-relu = lambda x: x.relu()
-sigmoid = lambda x: x.sigmoid()
-tanh = lambda x: x.tanh()
-gelu = lambda x, approximate='none': x.gelu(approximate)
-maximum = lambda a, b: a.maximum(b)
-minimum = lambda a, b: a.minimum(b)
-pad = lambda x, pad, value=0.0: x.pad(pad, value)
+# (silu and leaky_relu: torch.nn.functional's; PyTorch has no Tensor.silu nor Tensor.leaky_relu)
+def silu(x):
+    """x sigmoid(x), float16 in float32 (rounded once), as PyTorch's."""
+    if _need_float(x, 'silu').dtype == np.float16:
+        return silu(x.float()).half()
+    return x * x.sigmoid()
+
+
+leaky_relu = lambda x, negative_slope=0.01: where(_need_float(x, 'leaky_relu') > 0, x, x * negative_slope)
+
+
+def softplus(x, beta=1.0, threshold=20.0):
+    """log(1 + e^(beta x)) / beta, and x itself where beta x > threshold, as PyTorch's (float16 in float32, rounded
+    once). The other branch sees 0 there, so that an e^(beta x) overflowing in it gives no NaN gradient."""
+    if _need_float(x, 'softplus').dtype == np.float16:
+        return softplus(x.float(), beta, threshold).half()
+    z = x * beta
+    linear = z > threshold
+    return where(linear, x, where(linear, 0, z).exp().log1p() / beta)
+
+
+def elu(x, alpha=1.0):
+    """x where x > 0, else alpha (e^x - 1), as PyTorch's: its gradient alpha at 0 and 1 at NaN, float16 in float32
+    (rounded once)."""
+    if _need_float(x, 'elu').dtype == np.float16:
+        return elu(x.float(), alpha).half()
+    negative = x <= 0
+    return where(negative, where(negative, x, 0).expm1() * alpha, x)
 
 
 @_aliases(dim='axis')
@@ -3707,6 +4733,59 @@ def softmax(x, axis=-1):
 @_aliases(dim='axis')
 def log_softmax(x, axis=-1):
     return x.log_softmax(axis)
+
+
+def einsum(equation, *operands):
+    """torch.einsum: the sum of products an equation names, with a subscript (a letter) for each dim of each operand,
+    '...' for the dims of an ellipsis, and '->' before the output's subscripts (else the ellipsis's dims, then the
+    subscripts named once, in alphabetical order); operands separate or in a list; size-1 dims broadcast. One dtype for
+    every operand (not bool). A permutation of one operand's dims is a view of it (as PyTorch's; its diagonals are
+    copies here). Ellipses and broadcast dims are written out here: Einsum sees letters alone."""
+    operands = tuple(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else operands
+    if not isinstance(equation, str) or not operands or not all(isinstance(t, Tensor) for t in operands):
+        raise TypeError("einsum: expected an equation string and one or more tensors")
+    lhs, arrow, rhs = equation.replace(' ', '').partition('->')
+    terms = lhs.split(',')
+    named = lhs.replace('...', '').replace(',', '') + rhs.replace('...', '')
+    if not all(c in _LETTERS for c in named) or any(t.count('...') > 1 for t in terms + [rhs]):
+        raise ValueError(f"einsum: invalid equation {equation!r}: subscripts are letters (a-z, A-Z), '...' (once per "
+                         "operand) an ellipsis, ',' between operands, '->' before the output")
+    if len(terms) != len(operands):
+        raise ValueError(f"einsum: the equation {equation!r} names {len(terms)} operand(s), {len(operands)} given")
+    if len({t.dtype for t in operands}) > 1 or operands[0].dtype == np.bool_:
+        raise TypeError(f"einsum: expected operands of one dtype, not bool, got {', '.join(str(t.dtype) for t in operands)}")
+    for i, (term, t) in enumerate(zip(terms, operands)):
+        if len(term) - 3 * ('...' in term) > t.ndim or '...' not in term and len(term) != t.ndim:
+            raise ValueError(f"einsum: operand {i} of shape {t.shape} has {t.ndim} dims, its subscripts {term!r} do "
+                             "not name them")
+    ellipsis = [t.ndim - len(term) + 3 for term, t in zip(terms, operands) if '...' in term]
+    dots = ''.join(c for c in _LETTERS if c not in equation)[:max(ellipsis, default=0)]   # the ellipsis's dims
+    terms = [term.replace('...', dots[len(dots) - t.ndim + len(term) - 3:]) for term, t in zip(terms, operands)]
+    once = sorted(c for c in named if ''.join(terms).count(c) == 1)
+    output = rhs.replace('...', dots) if arrow else dots + ''.join(once)
+    for c in output:
+        if output.count(c) > 1 or c not in ''.join(terms):
+            raise ValueError(f"einsum: output subscript {c} of {equation!r} appears "
+                             f"{'more than once' if output.count(c) > 1 else 'for no operand'}")
+    size = {}   # each subscript's size (the one not 1), with the shape of an operand where it has it
+    for i, (term, t) in enumerate(zip(terms, operands)):
+        for c, n in zip(term, t.shape):
+            if n != t.shape[term.index(c)]:
+                raise ValueError(f"einsum: subscript {c} is repeated in operand {i} of shape {t.shape} with sizes "
+                                 f"{t.shape[term.index(c)]} and {n}")
+            if n != 1 and size.setdefault(c, (n, t.shape))[0] != n:
+                raise ValueError(f"einsum: subscript {c} has size {n} in operand {i} of shape {t.shape}, {size[c][0]} "
+                                 f"in one of shape {size[c][1]}")
+    kept = [[k for k, (c, n) in enumerate(zip(term, t.shape)) if n != 1 or c not in size]
+            for term, t in zip(terms, operands)]   # size-1 dims broadcast against larger ones: squeezed out
+    operands = [t if len(k) == t.ndim else t.reshape(tuple(t.shape[i] for i in k)) for t, k in zip(operands, kept)]
+    terms = tuple(''.join(term[i] for i in k) for term, k in zip(terms, kept))
+    if operands[0].dtype.kind in 'iu' and any(c not in output and ''.join(terms).count(c) == term.count(c)
+                                               for term in terms for c in term):
+        operands = [t.long() for t in operands]   # as PyTorch's: a dim of one operand alone is summed first, into int64
+    if len(terms) == 1 and len(output) == len(terms[0]) == len(set(terms[0])):   # a permutation: a view, as PyTorch's
+        return operands[0].permute([terms[0].index(c) for c in output])
+    return Einsum.apply(*operands, terms=terms, output=output)
 
 
 def linear(x, weight, bias=None):
@@ -3810,6 +4889,34 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
                            training=training, momentum=momentum, eps=eps, act=activation)
 
 
+def _normalized_shape(shape, what):
+    """normalized_shape (an int or a sequence of ints) as a tuple of ints."""
+    shape = shape if isinstance(shape, (tuple, list)) else (shape,)
+    if not all(map(_is_int, shape)):
+        raise TypeError(f"{what}: normalized_shape must be an int or a tuple of ints, got {shape!r}")
+    return tuple(map(int, shape))
+
+
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """PyTorch's layer_norm over the last len(normalized_shape) axes (also taking an int, as LayerNorm does)."""
+    shape = _normalized_shape(normalized_shape, 'layer_norm')
+    if not shape:
+        raise ValueError("layer_norm: normalized_shape must hold at least one dimension, got ()")
+    if x.shape[-len(shape):] != shape:
+        raise ValueError(f"layer_norm: normalized_shape {shape} must be the last dimensions of the input, got input "
+                         f"of shape {x.shape}")
+    _need_float(x, 'layer_norm')
+    for name, t in (('weight', weight), ('bias', bias)):
+        if t is not None and t.shape != shape:
+            raise ValueError(f"layer_norm: {name} of shape {t.shape} for normalized_shape {shape}")
+        if t is not None and t.dtype != x.dtype and (x.dtype, t.dtype) != (np.float16, np.float32):   # as PyTorch
+            raise TypeError(f"layer_norm: {name} of dtype {t.dtype} for input of dtype {x.dtype}")
+    affine = [t for t in (weight, bias) if t is not None]
+    _same_device([x] + affine, 'layer_norm')
+    return LayerNormOp.apply(x, *affine, given=(weight is not None, bias is not None), eps=eps,
+                             axes=tuple(range(x.ndim - len(shape), x.ndim)))
+
+
 def cross_entropy(logits, target, label_smoothing=0.0, reduction='mean', ignore_index=-100):
     if reduction not in _CE_REDUCTIONS:
         raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
@@ -3902,19 +5009,41 @@ class Module:
     def __init__(self):
         self.training = True
         self._buffer_names = []
+        self._non_persistent = set()   # buffers left out of the state dict
 
     def __setattr__(self, name, value):
+        """As torch.nn.Module's: a buffer's name takes a Tensor, a parameter's a Parameter, a submodule's a Module or a
+        Parameter, each None too (the name keeps its kind then, as PyTorch keeps the slot), a Parameter or a Module
+        any name, placed last among its kind where the name was of another (as PyTorch's registries order them)."""
         buffers = self.__dict__.get('_buffer_names', [])
-        if name in buffers:   # as PyTorch: a Parameter or a Module takes the name over, else a Tensor or None
-            if isinstance(value, (Parameter, Module)):
+        empty = self.__dict__.get('_empty_slots', {})   # name -> 'parameter' or 'child module', where set to None
+        old = self.__dict__.get(name)
+        kind = 'buffer' if name in buffers else 'parameter' if isinstance(old, Parameter) else \
+            'child module' if isinstance(old, Module) else empty.get(name)
+        new = 'parameter' if isinstance(value, Parameter) else 'child module' if isinstance(value, Module) else None
+        takes = {'buffer': ((Tensor, Module), 'tl.Tensor'), 'parameter': (Parameter, 'tl.Parameter'),
+                 'child module': ((Module, Parameter), 'tl.Module')}
+        if kind and value is not None and not isinstance(value, takes[kind][0]):
+            raise TypeError(f"cannot assign '{type(value).__name__}' as {kind} '{name}' of {type(self).__name__} "
+                            f"(a {takes[kind][1]} or None expected, as in PyTorch)")
+        if new and new != kind:
+            if kind == 'buffer':
                 buffers.remove(name)
-            elif value is not None and not isinstance(value, Tensor):
-                raise TypeError(f"cannot assign '{type(value).__name__}' as buffer '{name}' of {type(self).__name__} "
-                                "(a tl.Tensor or None expected, as in PyTorch)")
-        elif isinstance(self.__dict__.get(name), Parameter) and value is not None and not isinstance(value, Parameter):
-            raise TypeError(f"cannot assign '{type(value).__name__}' as parameter '{name}' of {type(self).__name__} "
-                            "(a tl.Parameter or None expected, as in PyTorch)")
+            self.__dict__.pop(name, None)
+        if value is None and kind in ('parameter', 'child module'):
+            self.__dict__.setdefault('_empty_slots', {})[name] = kind
+        else:
+            empty.pop(name, None)
         object.__setattr__(self, name, value)
+
+    def __delattr__(self, name):
+        """As torch.nn.Module's: a buffer, parameter or submodule deleted is gone from every listing (state_dict,
+        named_buffers, ...); the name is then free for any value."""
+        object.__delattr__(self, name)
+        if name in self.__dict__.get('_buffer_names', ()):
+            self._buffer_names.remove(name)
+            self._non_persistent.discard(name)
+        self.__dict__.get('_empty_slots', {}).pop(name, None)
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
@@ -3923,9 +5052,12 @@ class Module:
         """The module's own settings, shown by repr (PyTorch's hook: a subclass says more)."""
         return ''
 
+    def _child_reprs(self):
+        return [f"({name}): " + repr(m).replace('\n', '\n  ') for name, m in self._named_submodules()]
+
     def __repr__(self):   # as PyTorch's: the settings, then each child under its name, indented
         extra = self.extra_repr()
-        children = [f"({name}): " + repr(m).replace('\n', '\n  ') for name, m in self._named_submodules()]
+        children = self._child_reprs()
         if not children:
             return f"{type(self).__name__}({extra})"
         lines = ([extra] if extra else []) + children
@@ -3934,24 +5066,27 @@ class Module:
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
 
-    def _check_new_name(self, kind, name, replaces=False):
+    def _check_new_name(self, kind, name, existing=()):
         """As PyTorch's register_buffer and add_module: a non-empty string without '.', not yet an attribute unless
-        `replaces` (a buffer registered again)."""
+        one of `existing` (a buffer registered again, a ModuleDict's key given a new module)."""
         if not isinstance(name, str):
             raise TypeError(f"{kind} name should be a string, got {type(name).__name__}")
         if not name or '.' in name:
             raise KeyError(f"{kind} name can't be empty or contain '.', got {name!r}")
-        if hasattr(self, name) and not replaces:
+        if hasattr(self, name) and name not in existing:
             raise KeyError(f"attribute '{name}' already exists")
 
-    def register_buffer(self, name, tensor):
+    def register_buffer(self, name, tensor, persistent=True):
+        """As PyTorch's: a non-persistent buffer moves and casts with the module but is not in its state dict."""
         buffers = self.__dict__.setdefault('_buffer_names', [])
-        self._check_new_name('buffer', name, replaces=name in buffers)
+        self._check_new_name('buffer', name, existing=buffers)
         if tensor is not None and not isinstance(tensor, Tensor):
             raise TypeError(f"cannot assign '{type(tensor).__name__}' object to buffer '{name}' "
                             "(a tl.Tensor or None required, as in PyTorch)")
         if name not in buffers:
             buffers.append(name)
+        non_persistent = self.__dict__.setdefault('_non_persistent', set())
+        (non_persistent.discard if persistent else non_persistent.add)(name)
         object.__setattr__(self, name, tensor)   # a buffer even if a Parameter (setattr would make it a parameter)
 
     def _named_submodules(self):
@@ -3971,8 +5106,8 @@ class Module:
                 seen.add(id(m))
                 yield name, m
 
-    def children(self):
-        return [m for _, m in self.named_children()]
+    def children(self):   # generators, as PyTorch's (here and below)
+        return (m for _, m in self.named_children())
 
     def named_modules(self, memo=None, prefix='', remove_duplicate=True):
         """(dotted name, module) of this module (named prefix) and every module within it, parents first, each once
@@ -3987,7 +5122,7 @@ class Module:
             yield from child.named_modules(memo, _dotted(prefix, name), remove_duplicate)
 
     def modules(self):
-        return [m for _, m in self.named_modules()]
+        return (m for _, m in self.named_modules())
 
     def apply(self, fn):
         """fn applied to every module within (each child's apply), then to this one, as PyTorch; returns the module."""
@@ -3996,17 +5131,19 @@ class Module:
         fn(self)
         return self
 
-    def _named_tensors(self, prefix='', recurse=True):
+    def _named_tensors(self, prefix='', recurse=True, state=False):
         """(name, tensor, is_buffer) in PyTorch's order: module by module, parents first, its parameters then its
-        buffers; a module held twice under each of its names, as state_dict lists it."""
+        buffers; a module held twice under each of its names, as state_dict lists it; with `state`, only what the state
+        dict holds (no non-persistent buffer)."""
         modules = self.named_modules(prefix=prefix, remove_duplicate=False) if recurse else [(prefix, self)]
         for module_name, m in modules:
             buffers = m.__dict__.get('_buffer_names', [])
+            left_out = m.__dict__.get('_non_persistent', ()) if state else ()
             for name, value in vars(m).items():
                 if isinstance(value, Parameter) and name not in buffers:
                     yield _dotted(module_name, name), value, False
             for name in buffers:
-                if getattr(m, name) is not None:
+                if getattr(m, name) is not None and name not in left_out:
                     yield _dotted(module_name, name), getattr(m, name), True
 
     def _named(self, buffers, prefix, recurse):
@@ -4021,13 +5158,13 @@ class Module:
         return self._named(False, prefix, recurse)
 
     def parameters(self, recurse=True):
-        return [p for _, p in self.named_parameters(recurse=recurse)]
+        return (p for _, p in self.named_parameters(recurse=recurse))
 
     def named_buffers(self, prefix='', recurse=True):
         return self._named(True, prefix, recurse)
 
     def buffers(self, recurse=True):
-        return [t for _, t in self.named_buffers(recurse=recurse)]
+        return (t for _, t in self.named_buffers(recurse=recurse))
 
     def train(self, mode=True):
         if not isinstance(mode, bool):   # as PyTorch: train('eval') or train(0) is a mistake, not a mode
@@ -4045,13 +5182,18 @@ class Module:
 
     def to(self, *args, device=None, dtype=None):
         """Move and/or cast every parameter and buffer in place (floating-point ones only change dtype)."""
-        device, dtype = _device_and_dtype(args, device, dtype)
+        return self._to(*_device_and_dtype(args, device, dtype), 'Module.to')
+
+    def _to(self, device, dtype, what, recurse=True):
+        """to()'s work, `what` naming the caller in errors; recurse=False: this module's own tensors alone (a layer's
+        device= and dtype=, see _factory_kwargs)."""
         device = None if device is None else _parse_device(device)
         dtype = None if dtype is None else _dtype(dtype)
         if dtype is not None and dtype.kind != 'f':
-            raise TypeError(f"Module.to: only floating-point dtypes, got {dtype}")
+            raise TypeError(f"{what}: only floating-point dtypes, got {dtype}")
         converted = []
-        for u in {id(u): u for _, t, _ in self._named_tensors() for u in (t, t.grad) if u is not None}.values():
+        tensors = self._named_tensors(recurse=recurse)
+        for u in {id(u): u for _, t, _ in tensors for u in (t, t.grad) if u is not None}.values():
             data = u.data.astype(dtype) if dtype is not None and u.dtype.kind == 'f' else u.data
             converted.append((u, data if device is None else _move(data, device)))
         for u, data in converted:   # only once all are converted: a failure leaves the module as it was
@@ -4065,11 +5207,11 @@ class Module:
     double = lambda self: self.to(np.float64)
 
     def state_dict(self):
-        return {name: t.numpy().copy() for name, t, _ in self._named_tensors()}
+        return {name: t.numpy().copy() for name, t, _ in self._named_tensors(state=True)}
 
     def load_state_dict(self, state_dict, strict=True):
         """Copy values in place; every key, shape and value is checked and converted before anything changes."""
-        own = {name: t for name, t, _ in self._named_tensors()}
+        own = {name: t for name, t, _ in self._named_tensors(state=True)}
         values = {k: _as_array(v) for k, v in state_dict.items()}
         optional = {_dotted(prefix, name) for prefix, m in self.named_modules(remove_duplicate=False)
                     for name in m._optional_buffers}
@@ -4109,16 +5251,227 @@ def _as_array(value):
 
 def _uniform_parameter(shape, fan):
     """PyTorch's default initialisation: uniform within +-1/sqrt(fan) (for weights kaiming_uniform(a=sqrt(5)) is that);
-    zeros for a fan of 0, where PyTorch leaves the (bias) tensor as torch.empty made it."""
+    zeros for a fan of 0, where PyTorch leaves the (bias) tensor as torch.empty made it. A float32 Parameter filled by
+    init.uniform_ (NumPy's float64 draws rounded: the stream these layers always drew), at version 1 as PyTorch's."""
     bound = 1 / math.sqrt(fan) if fan else 0.0
-    return Parameter(np.random.uniform(-bound, bound, shape).astype(np.float32))
+    return init.uniform_(Parameter(np.empty(shape, np.float32)), -bound, bound)
+
+
+def _factory_kwargs(module, device, dtype):
+    """PyTorch's device= and dtype= of a layer, applied at the end of its __init__: its own parameters and buffers, drawn
+    and filled as by default (float32, on the CPU, from NumPy's generator), converted once to `dtype` (floating-point
+    tensors only: num_batches_tracked stays int64) and moved to `device`. So a layer built with them equals one built
+    without them and then .to(device, dtype): the same values from the same random stream on every device and in every
+    dtype (PyTorch draws on the device, with its generator, in the dtype). A dtype that is not floating-point raises
+    TypeError naming it (PyTorch's RuntimeError: only floating-point tensors can require gradients); a device as
+    Tensor's (RuntimeError for 'cuda' without CuPy or a GPU)."""
+    module._to(device, dtype, type(module).__name__, recurse=False)
+
+
+# tl.init, as torch.nn.init: each initializer writes its tensor in place as PyTorch's do under no_grad (nothing
+# recorded, even for a Parameter; the version bumped, so a backward that saved the tensor raises), on the tensor's device
+# and in its dtype, and returns the tensor. Draws come from NumPy's global generator on the CPU (float64, rounded to the
+# dtype), from CuPy's on the GPU (float32, float64 for float64 tensors), both seeded by manual_seed: distributions are
+# PyTorch's, values are not.
+
+def _init_write(t, what, make, floating=True, distinct=True):
+    """t.data[...] = make(xp, shape, dtype) (which may refuse its arguments first) on t's device; the version bumped.
+    floating: a float tensor only (random draws); distinct: not an expand() view (distinct values into shared memory)."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"init.{what}: expected a Tensor, got {type(t).__name__}")
+    if floating and t.dtype.kind != 'f':
+        raise TypeError(f"init.{what}: expected a floating-point tensor, got {t.dtype}")
+    if distinct:
+        t._refuse_expanded(f'init.{what}')
+    xp = _xp(t.data)
+    with contextlib.nullcontext() if xp is np else cp.cuda.Device(int(t.device[5:])):
+        t.data[...] = make(xp, t.shape, t.dtype)
+    t._version[0] += 1
+    return t
+
+
+def _draw(xp, dtype, dist, *args):
+    """xp.random.<dist>(*args, size) for a tensor of `dtype`: NumPy's legacy generator draws float64, CuPy's float32
+    (float64 for float64 tensors); assigning them rounds them to the dtype."""
+    if xp is np:
+        return getattr(np.random, dist)(*args)
+    return getattr(cp.random, dist)(*args, dtype=np.float64 if dtype == np.float64 else np.float32)
+
+
+class init:
+    """torch.nn.init as a namespace: tl.init.xavier_uniform_(w), or `from tinygrad_lite import init`. Also its fan
+    helpers, which ported reset_parameters() code calls (init._calculate_fan_in_and_fan_out(self.weight))."""
+
+    @staticmethod
+    def calculate_gain(nonlinearity, param=None):
+        """PyTorch's recommended gain: 1 (linear, conv*, sigmoid), 5/3 (tanh), sqrt(2) (relu), 3/4 (selu),
+        sqrt(2 / (1 + slope^2)) (leaky_relu, the negative slope param, 0.01 by default)."""
+        linear = ('linear', 'conv1d', 'conv2d', 'conv3d', 'conv_transpose1d', 'conv_transpose2d', 'conv_transpose3d')
+        if nonlinearity in linear or nonlinearity == 'sigmoid':
+            return 1
+        if nonlinearity == 'tanh':
+            return 5.0 / 3
+        if nonlinearity == 'relu':
+            return math.sqrt(2.0)
+        if nonlinearity == 'leaky_relu':
+            if param is not None and not (isinstance(param, int) and not isinstance(param, bool)
+                                          or isinstance(param, float)):
+                raise ValueError(f"negative_slope {param} not a valid number")
+            return math.sqrt(2.0 / (1 + (0.01 if param is None else param) ** 2))
+        if nonlinearity == 'selu':
+            return 3.0 / 4
+        raise ValueError(f"Unsupported nonlinearity {nonlinearity}")
+
+    @staticmethod
+    def _calculate_fan_in_and_fan_out(tensor):
+        """(size(1), size(0)), each times the product of the sizes after them (a conv's kernel)."""
+        shape = tensor.shape
+        if len(shape) < 2:
+            raise ValueError("Fan in and fan out can not be computed for tensor with fewer than 2 dimensions")
+        receptive = math.prod(shape[2:])
+        return shape[1] * receptive, shape[0] * receptive
+
+    @staticmethod
+    def _calculate_correct_fan(tensor, mode):
+        mode = mode.lower()
+        if mode not in ('fan_in', 'fan_out'):
+            raise ValueError(f"Mode {mode} not supported, please use one of ['fan_in', 'fan_out']")
+        fan_in, fan_out = init._calculate_fan_in_and_fan_out(tensor)
+        return fan_in if mode == 'fan_in' else fan_out
+
+    @staticmethod
+    def uniform_(tensor, a=0.0, b=1.0):
+        """U(a, b)."""
+        def make(xp, shape, dtype):
+            top = float(np.finfo(dtype).max)
+            if a > b:
+                raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={a:g} > to={b:g}")
+            if not (-top <= a and b <= top and b - a <= top):
+                raise RuntimeError(f"uniform_: from={a} and to={b} (and to - from) must lie within the range of {dtype}")
+            return _draw(xp, dtype, 'uniform', a, b, shape)
+        return _init_write(tensor, 'uniform_', make)
+
+    @staticmethod
+    def normal_(tensor, mean=0.0, std=1.0):
+        """N(mean, std^2)."""
+        def make(xp, shape, dtype):
+            if std < 0:
+                raise RuntimeError(f"normal expects std >= 0.0, but found std {std:g}")
+            return _draw(xp, dtype, 'normal', mean, std, shape)
+        return _init_write(tensor, 'normal_', make)
+
+    @staticmethod
+    def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0):
+        """N(mean, std^2) truncated to [a, b], by PyTorch's rejection sampling: where [a, b] holds more than 0.3 of the
+        normal's mass, normal draws outside it are drawn again; else draws from U(a, b), each kept with probability
+        pdf(x) / pdf(the mode in [a, b]). Draws in range stay in [a, b] rounded to the dtype (rounding is monotonic)."""
+        cdf = lambda x: (1.0 + math.erf(x / math.sqrt(2.0))) / 2.0
+        if mean < a - 2 * std or mean > b + 2 * std:
+            warnings.warn("mean is more than 2 std from [a, b] in init.trunc_normal_. The distribution of values may "
+                          "be incorrect.", stacklevel=2)
+        p = cdf((b - mean) / std) - cdf((a - mean) / std)
+        peak = -0.5 * ((max(a, min(mean, b)) - mean) / std) ** 2
+
+        def make(xp, shape, dtype):
+            if a > b:
+                raise RuntimeError(f"trunc_normal_ expects a <= b, but found a={a} > b={b}")
+            if p > 0.3:
+                draw, kept = (lambda n: _draw(xp, dtype, 'normal', mean, std, n)), lambda x: (a <= x) & (x <= b)
+            else:
+                draw = lambda n: _draw(xp, dtype, 'uniform', a, b, n)
+                kept = lambda x: xp.log(_draw(xp, dtype, 'random_sample', x.size)) <= -0.5 * ((x - mean) / std) ** 2 - peak
+            x = draw(math.prod(shape))
+            redo = xp.flatnonzero(~kept(x))
+            while redo.size:
+                y = draw(redo.size)
+                x[redo] = y
+                redo = redo[~kept(y)]
+            return x.reshape(shape)
+        return _init_write(tensor, 'trunc_normal_', make)
+
+    @staticmethod
+    def constant_(tensor, val):
+        """Every element val (a number, or a one-element Tensor), any dtype; as PyTorch's fill, an expand() too."""
+        val = val.item() if isinstance(val, Tensor) else val
+        if isinstance(tensor, Tensor):
+            _check_fits(val, tensor.dtype, 'init.constant_')
+        return _init_write(tensor, 'constant_', lambda xp, shape, dtype: val, floating=False, distinct=False)
+
+    @staticmethod
+    def zeros_(tensor):
+        return init.constant_(tensor, 0)
+
+    @staticmethod
+    def ones_(tensor):
+        return init.constant_(tensor, 1)
+
+    @staticmethod
+    def eye_(tensor):
+        """The identity matrix of a 2-D tensor's shape (ones on the main diagonal), any dtype."""
+        if tensor.ndim != 2:
+            raise ValueError("Only tensors with 2 dimensions are supported")
+        return _init_write(tensor, 'eye_', lambda xp, shape, dtype: xp.eye(*shape, dtype=dtype), floating=False)
+
+    @staticmethod
+    def xavier_uniform_(tensor, gain=1.0):
+        """U(-bound, bound), bound = gain sqrt(6 / (fan_in + fan_out)) (Glorot)."""
+        fan_in, fan_out = init._calculate_fan_in_and_fan_out(tensor)
+        bound = math.sqrt(3.0) * (gain * math.sqrt(2.0 / float(fan_in + fan_out)))
+        return init.uniform_(tensor, -bound, bound)
+
+    @staticmethod
+    def xavier_normal_(tensor, gain=1.0):
+        """N(0, std^2), std = gain sqrt(2 / (fan_in + fan_out)) (Glorot)."""
+        fan_in, fan_out = init._calculate_fan_in_and_fan_out(tensor)
+        return init.normal_(tensor, 0.0, gain * math.sqrt(2.0 / float(fan_in + fan_out)))
+
+    @staticmethod
+    def _kaiming_std(tensor, a, mode, nonlinearity):
+        """gain / sqrt(fan), or None (PyTorch's warning given) for a tensor without elements, which stays as it is."""
+        if 0 in tensor.shape:
+            warnings.warn("Initializing zero-element tensors is a no-op", stacklevel=3)
+            return None
+        fan = init._calculate_correct_fan(tensor, mode)
+        return init.calculate_gain(nonlinearity, a) / math.sqrt(fan)
+
+    @staticmethod
+    def kaiming_uniform_(tensor, a=0, mode='fan_in', nonlinearity='leaky_relu'):
+        """U(-bound, bound), bound = gain sqrt(3 / fan), the fan of `mode`, the gain of `nonlinearity` (He)."""
+        std = init._kaiming_std(tensor, a, mode, nonlinearity)
+        return tensor if std is None else init.uniform_(tensor, -math.sqrt(3.0) * std, math.sqrt(3.0) * std)
+
+    @staticmethod
+    def kaiming_normal_(tensor, a=0, mode='fan_in', nonlinearity='leaky_relu'):
+        """N(0, std^2), std = gain / sqrt(fan), the fan of `mode`, the gain of `nonlinearity` (He)."""
+        std = init._kaiming_std(tensor, a, mode, nonlinearity)
+        return tensor if std is None else init.normal_(tensor, 0.0, std)
+
+    @staticmethod
+    def orthogonal_(tensor, gain=1):
+        """A (semi-)orthogonal matrix times gain, the sizes after the first flattened (rows <= cols: W W^T = gain^2 I,
+        else W^T W): the QR decomposition of a normal matrix, Q's columns signed by R's diagonal (then Q is uniform
+        over the orthogonal matrices, arXiv math-ph/0609050). float16 decomposes in float32 (PyTorch's has no float16)."""
+        if tensor.ndim < 2:
+            raise ValueError("Only tensors with 2 or more dimensions are supported")
+        if tensor.numel() == 0:
+            return tensor
+
+        def make(xp, shape, dtype):
+            rows = shape[0]
+            cols = math.prod(shape) // rows
+            flat = _draw(xp, dtype, 'normal', 0.0, 1.0, (rows, cols))
+            q, r = xp.linalg.qr(flat.T if rows < cols else flat)
+            q *= xp.sign(xp.diagonal(r))
+            return ((q.T if rows < cols else q) * gain).reshape(shape)
+        return _init_write(tensor, 'orthogonal_', make)
 
 
 class Linear(Module):
-    def __init__(self, in_features, out_features, bias=True):
+    def __init__(self, in_features, out_features, bias=True, device=None, dtype=None):
         super().__init__()
         self.weight = _uniform_parameter((out_features, in_features), in_features)
         self.bias = _uniform_parameter((out_features,), in_features) if bias else None
+        _factory_kwargs(self, device, dtype)
 
     def forward(self, x):
         return linear(x, self.weight, self.bias)
@@ -4130,7 +5483,8 @@ class Linear(Module):
 
 class Conv2d(Module):
     # bias keyword-only: PyTorch's 6th argument is dilation, which a positional bias would silently stand for
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, *, bias=True):
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, *, bias=True, device=None,
+                 dtype=None):
         super().__init__()
         kh, kw = _pair(kernel_size, 'Conv2d: kernel_size')
         if isinstance(padding, str):   # as PyTorch: a bad padding string refused here, not at the first forward
@@ -4139,6 +5493,7 @@ class Conv2d(Module):
         fan = in_channels * kh * kw
         self.weight = _uniform_parameter((out_channels, in_channels, kh, kw), fan)
         self.bias = _uniform_parameter((out_channels,), fan) if bias else None
+        _factory_kwargs(self, device, dtype)
 
     def forward(self, x):
         return conv2d(x, self.weight, self.bias, self.stride, self.padding)
@@ -4154,7 +5509,8 @@ class _BatchNorm(Module):
     input_dims = ()
     _optional_buffers = ('num_batches_tracked',)   # as PyTorch: a state dict without it keeps the count
 
-    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True):
+    # device and dtype keyword-only: PyTorch's 5th argument is track_running_stats (always True here)
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, *, device=None, dtype=None):
         super().__init__()
         self.eps, self.momentum = eps, momentum
         self.weight = Parameter(np.ones(num_features, np.float32)) if affine else None
@@ -4162,6 +5518,7 @@ class _BatchNorm(Module):
         self.register_buffer('running_mean', Tensor(np.zeros(num_features, np.float32)))
         self.register_buffer('running_var', Tensor(np.ones(num_features, np.float32)))
         self.register_buffer('num_batches_tracked', Tensor(np.array(0, np.int64)))
+        _factory_kwargs(self, device, dtype)
 
     def forward(self, x):
         if x.ndim not in self.input_dims:
@@ -4201,16 +5558,98 @@ class Identity(Module):
     forward = staticmethod(lambda x: x)
 
 
-class GELU(Module):
-    def __init__(self, approximate='none'):
+class Tanh(Module):
+    forward = staticmethod(tanh)
+
+
+class Sigmoid(Module):
+    forward = staticmethod(sigmoid)
+
+
+class SiLU(Module):
+    forward = staticmethod(silu)
+
+
+class _Activation(Module):
+    """An activation with settings: fn(x, *settings), the settings' names and defaults PyTorch's (`defaults`, which make
+    the class's signature), given by position or by name, and shown by repr as PyTorch's."""
+    defaults = {}
+
+    def __init_subclass__(cls):
+        super().__init_subclass__()
+        cls.__signature__ = inspect.Signature([inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                                 default=value) for name, value in cls.defaults.items()])
+
+    def __init__(self, *args, **kwargs):
         super().__init__()
-        self.approximate = approximate
+        settings = self.__signature__.bind(*args, **kwargs)   # (a TypeError for other arguments)
+        settings.apply_defaults()
+        for name, value in settings.arguments.items():
+            setattr(self, name, value)
 
     def forward(self, x):
-        return x.gelu(self.approximate)
+        return self.fn(x, *(getattr(self, name) for name in self.defaults))
 
     def extra_repr(self):
-        return f"approximate={self.approximate!r}"
+        return ', '.join(f"{name}={getattr(self, name)!r}" for name in self.defaults)
+
+
+class GELU(_Activation):
+    fn, defaults = staticmethod(gelu), {'approximate': 'none'}
+
+
+class LeakyReLU(_Activation):
+    fn, defaults = staticmethod(leaky_relu), {'negative_slope': 0.01}
+
+
+class ELU(_Activation):
+    fn, defaults = staticmethod(elu), {'alpha': 1.0}
+
+
+class Softplus(_Activation):
+    fn, defaults = staticmethod(softplus), {'beta': 1.0, 'threshold': 20.0}
+
+
+class _Softmax(Module):
+    def __init__(self, dim=None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        dim = self.dim
+        if dim is None:   # PyTorch's legacy choice, with its warning
+            warnings.warn(f"Implicit dimension choice for {self.fn.__name__} has been deprecated. Change the call to "
+                          "include dim=X as an argument.", stacklevel=3)
+            dim = 0 if x.ndim in (0, 1, 3) else 1
+        return self.fn(x, dim)
+
+    def extra_repr(self):
+        return f"dim={self.dim}"
+
+
+class Softmax(_Softmax):
+    fn = staticmethod(softmax)
+
+
+class LogSoftmax(_Softmax):
+    fn = staticmethod(log_softmax)
+
+
+class LayerNorm(Module):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, device=None, dtype=None):
+        super().__init__()
+        self.normalized_shape = _normalized_shape(normalized_shape, 'LayerNorm')
+        self.eps, self.elementwise_affine = eps, elementwise_affine
+        self.weight = Parameter(np.ones(self.normalized_shape, np.float32)) if elementwise_affine else None
+        self.bias = Parameter(np.zeros(self.normalized_shape, np.float32)) if elementwise_affine and bias else None
+        _factory_kwargs(self, device, dtype)
+
+    def forward(self, x):
+        return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
+                f"bias={self.bias is not None}")
 
 
 class MaxPool2d(Module):
@@ -4259,53 +5698,231 @@ class Dropout(Module):
 
 
 class Embedding(Module):
-    def __init__(self, num_embeddings, embedding_dim):
+    # device and dtype keyword-only: PyTorch's 3rd argument is padding_idx (not here)
+    def __init__(self, num_embeddings, embedding_dim, *, device=None, dtype=None):
         super().__init__()
-        self.weight = Parameter(np.random.standard_normal((num_embeddings, embedding_dim)).astype(np.float32))
+        self.weight = init.normal_(Parameter(np.empty((num_embeddings, embedding_dim), np.float32)))   # N(0, 1)
+        _factory_kwargs(self, device, dtype)
 
-    def forward(self, index):
-        index = index if isinstance(index, Tensor) else Tensor(np.asarray(index), device=self.weight.device)
-        if index.dtype.kind not in 'iu':
-            raise TypeError(f"Embedding: indices must be integers, not {index.dtype}")
-        n = self.weight.shape[0]
-        capturing = index.device != 'cpu' and cp.cuda.get_current_stream().is_capturing()
-        if index.numel() and not capturing:   # the check reads the indices back: a sync a CUDA graph cannot hold
-            lo, hi = int(index.data.min()), int(index.data.max())
-            if lo < 0 or hi >= n:
-                raise IndexError(f"Embedding: index {lo if lo < 0 else hi} out of range for {n} embeddings "
-                                 f"(valid 0 to {n - 1})")
+    def forward(self, index):   # (int32 or int64 indices in [0, num_embeddings), as PyTorch's)
+        index = self.weight._index_tensor('Embedding', index)
+        Tensor._check_range('Embedding', index, self.weight.shape[0], 0, IndexError)
         return self.weight[index]
 
     def extra_repr(self):
         return f"{self.weight.shape[0]}, {self.weight.shape[1]}"
 
 
-class Sequential(Module):
+class _Container(Module):
+    """Sequential's, ModuleList's and ModuleDict's: the children are the module attributes, in order, named by their
+    keys (as any module's), so named_parameters, state_dict and repr treat them as any submodules."""
+    def _items(self):
+        return [(name, m) for name, m in vars(self).items() if isinstance(m, Module)]
+
+    def _set_items(self, items):
+        """Make (name, module) pairs, their names already checked, the children in this order; nothing changes unless
+        each is a Module."""
+        items = list(items)
+        for name, m in items:
+            if not isinstance(m, Module):   # as PyTorch: a function needs a Module around it
+                raise TypeError(f"{type(self).__name__}: module {name!r} is a {type(m).__name__}, "
+                                "not a Module subclass")
+        for name, _ in self._items():
+            del self.__dict__[name]
+        self.__dict__.update(items)
+
+    def _position(self, i):
+        """PyTorch's check of an index into the children: an int in -len..len-1, made non-negative."""
+        i, n = operator.index(i), len(self)
+        if not -n <= i < n:
+            raise IndexError(f"index {i} is out of range")
+        return i % n
+
+    def __len__(self):
+        return len(self._items())
+
+    def __iter__(self):
+        return iter([m for _, m in self._items()])
+
+
+class _ModuleSequence(_Container):
+    """Sequential's and ModuleList's list methods, as PyTorch's (which the two share): item assignment keeps the
+    name, a deletion renumbers the rest '0', '1', ..., insert shifts the names from the index on by one, append and
+    extend name each new module by the count so far; each checks every module before any is added."""
+    def __setitem__(self, i, module):
+        items, i = self._items(), self._position(i)
+        items[i] = items[i][0], module
+        self._set_items(items)
+
+    def __delitem__(self, i):
+        items = self._items()
+        del items[i if isinstance(i, slice) else self._position(i)]
+        self._set_items((str(k), m) for k, (_, m) in enumerate(items))
+
+    def insert(self, index, module):
+        """Before position index (a negative one counts from the end, as a list's; beyond the ends is an error)."""
+        items, n, index = dict(self._items()), len(self), operator.index(index)
+        if not -n <= index <= n:
+            raise IndexError(f"{type(self).__name__}.insert: index {index} is out of range for {n} modules")
+        index += n if index < 0 else 0
+        try:   # PyTorch's shift, the names from index on being positions ('3' -> '4', ...)
+            for k in range(n, index, -1):
+                items[str(k)] = items[str(k - 1)]
+        except KeyError as e:
+            raise KeyError(f"{type(self).__name__}.insert: no module named {e} to shift (as PyTorch's insert, it "
+                           f"renames the modules from position {index} on by number)") from None
+        items[str(index)] = module
+        self._set_items(items.items())
+        return self
+
+    def append(self, module):
+        return self.extend([module])
+
+    def extend(self, modules):
+        if not isinstance(modules, collections.abc.Iterable):
+            raise TypeError(f"{type(self).__name__}.extend should be called with an iterable, but got "
+                            f"{type(modules).__name__}")
+        items = dict(self._items())
+        for m in modules:
+            items[str(len(items))] = m
+        self._set_items(items.items())
+        return self
+
+    def pop(self, i):
+        module = self[i]
+        del self[i]
+        return module
+
+
+class Sequential(_ModuleSequence):
     """Submodules named '0', '1', ..., or by the names of one OrderedDict of modules, as in PyTorch."""
     def __init__(self, *modules):
         super().__init__()
         ordered = len(modules) == 1 and isinstance(modules[0], collections.OrderedDict)
-        for name, m in modules[0].items() if ordered else ((str(i), m) for i, m in enumerate(modules)):
+        items = list(modules[0].items() if ordered else ((str(i), m) for i, m in enumerate(modules)))
+        for name, _ in items:
             self._check_new_name('module', name)
-            if not isinstance(m, Module):   # as PyTorch: a function needs a Module around it
-                raise TypeError(f"Sequential: module {name!r} is a {type(m).__name__}, not a Module subclass")
-            setattr(self, name, m)
+        self._set_items(items)
 
     def __getitem__(self, i):
-        if not isinstance(i, slice):
-            return [m for _, m in self._named_submodules()][i]
-        part = Sequential()
-        for name, m in list(self._named_submodules())[i]:   # their names kept, as PyTorch's
-            setattr(part, name, m)
-        return part
+        if isinstance(i, slice):   # their names kept, as PyTorch's
+            return type(self)(collections.OrderedDict(self._items()[i]))
+        return self._items()[self._position(i)][1]
 
-    def __len__(self):
-        return len(list(self._named_submodules()))
+    def _joined(self, other):   # as PyTorch's + and +=: another Sequential only
+        if not isinstance(other, Sequential):
+            raise ValueError(f"add operator supports only objects of Sequential class, but {type(other)} is given.")
+        return other
+
+    def __add__(self, other):
+        return Sequential(*self, *self._joined(other))
+
+    def __iadd__(self, other):
+        return self.extend(self._joined(other))
+
+    def __mul__(self, count):   # as PyTorch's: the modules themselves, repeated, numbered afresh
+        if not isinstance(count, int):
+            raise TypeError(f"unsupported operand type(s) for *: {type(self)} and {type(count)}")
+        if count <= 0:
+            raise ValueError(f"Non-positive multiplication factor {count} for {type(self)}")
+        return Sequential(*list(self) * count)
+
+    __rmul__ = __mul__
+
+    def __imul__(self, count):
+        return self.extend(list(self * count)[len(self):])
 
     def forward(self, x):
-        for _, m in self._named_submodules():
+        for m in self:
             x = m(x)
         return x
+
+
+class ModuleList(_ModuleSequence):
+    """A list of modules named '0', '1', ... (renumbered after an insertion or a deletion), as PyTorch's; no forward."""
+    def __init__(self, modules=None):
+        super().__init__()
+        if modules is not None:
+            self.extend(modules)
+
+    def __getitem__(self, i):
+        return type(self)(list(self)[i]) if isinstance(i, slice) else list(self)[self._position(i)]
+
+    def insert(self, index, module):   # (returning None, as PyTorch's; Sequential's returns itself)
+        super().insert(index, module)
+
+    __iadd__ = _ModuleSequence.extend
+
+    def __add__(self, other):
+        return ModuleList(list(self) + list(other))
+
+    def _child_reprs(self):   # as PyTorch's: a run of equal children shown once, as '(i-j): n x child'
+        lines, i = [], 0
+        for text, run in itertools.groupby(repr(m).replace('\n', '\n  ') for m in self):
+            n = len(list(run))
+            lines.append((f"({i}): " if n == 1 else f"({i}-{i + n - 1}): {n} x ") + text)
+            i += n
+        return lines
+
+
+class ModuleDict(_Container):
+    """Modules by name (each key checked as PyTorch's add_module checks it), in the order added; no forward. keys(),
+    values() and items() show the modules as they are when called (PyTorch's views follow later changes)."""
+    def __init__(self, modules=None):
+        super().__init__()
+        if modules is not None:
+            self.update(modules)
+
+    def __getitem__(self, key):
+        return dict(self._items())[key]
+
+    def __setitem__(self, key, module):
+        self.update([(key, module)])
+
+    def __delitem__(self, key):
+        items = dict(self._items())
+        del items[key]
+        self._set_items(items.items())
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def __contains__(self, key):
+        return key in self.keys()
+
+    def keys(self):
+        return dict(self._items()).keys()
+
+    def values(self):
+        return dict(self._items()).values()
+
+    def items(self):
+        return dict(self._items()).items()
+
+    def pop(self, key):
+        module = self[key]
+        del self[key]
+        return module
+
+    def clear(self):
+        self._set_items([])
+
+    def update(self, modules):
+        """From a mapping, a ModuleDict or an iterable of (key, module) pairs; a key already here keeps its place."""
+        if not isinstance(modules, collections.abc.Iterable):
+            raise TypeError(f"ModuleDict.update should be called with an iterable of key/value pairs, "
+                            f"but got {type(modules).__name__}")
+        mapping = isinstance(modules, (collections.abc.Mapping, ModuleDict))
+        items = dict(self._items())
+        for j, pair in enumerate(modules.items() if mapping else modules):
+            if not isinstance(pair, collections.abc.Iterable):
+                raise TypeError(f"ModuleDict.update: sequence element #{j} should be a (key, module) pair, "
+                                f"got {type(pair).__name__}")
+            if len(pair := tuple(pair)) != 2:
+                raise ValueError(f"ModuleDict.update: sequence element #{j} has length {len(pair)}; 2 is required")
+            self._check_new_name('module', pair[0], existing=items)
+            items[pair[0]] = pair[1]
+        self._set_items(items.items())
 
 
 def _gru_parameters(module, suffix, input_size, hidden_size, bias):
@@ -4318,18 +5935,21 @@ def _gru_parameters(module, suffix, input_size, hidden_size, bias):
 def _gru_repr(m):
     """A GRU's or GRUCell's extra_repr, as PyTorch's: the sizes, then the settings that are not the defaults."""
     bias = getattr(m, 'bias_ih', getattr(m, 'bias_ih_l0', None)) is not None
-    layers = getattr(m, 'num_layers', 1)
+    layers, dropout = getattr(m, 'num_layers', 1), getattr(m, 'dropout', 0.0)
     return (f"{m.input_size}, {m.hidden_size}" + (f", num_layers={layers}" if layers != 1 else '') +
-            ('' if bias else ', bias=False') + (', batch_first=True' if getattr(m, 'batch_first', False) else ''))
+            ('' if bias else ', bias=False') + (', batch_first=True' if getattr(m, 'batch_first', False) else '') +
+            (f', dropout={dropout}' if dropout else '') +
+            (', bidirectional=True' if getattr(m, 'bidirectional', False) else ''))
 
 
 class GRUCell(Module):
     extra_repr = _gru_repr
 
-    def __init__(self, input_size, hidden_size, bias=True):
+    def __init__(self, input_size, hidden_size, bias=True, device=None, dtype=None):
         super().__init__()
         self.input_size, self.hidden_size = input_size, hidden_size
         _gru_parameters(self, '', input_size, hidden_size, bias)
+        _factory_kwargs(self, device, dtype)
 
     def forward(self, x, h=None):
         if x.ndim not in (1, 2) or x.shape[-1] != self.input_size:   # as PyTorch: (B, in) or one unbatched (in,)
@@ -4344,20 +5964,45 @@ class GRUCell(Module):
 
 
 class GRU(Module):
+    """As torch.nn.GRU. dropout: applied (in training) to each layer's output but the last's. bidirectional: each layer
+    also runs over the steps in reverse order (parameters suffixed '_reverse'), its output concatenated after the
+    forward one's; h0 and h_n hold layer 0 forward, layer 0 reverse, layer 1 forward, ..."""
     extra_repr = _gru_repr
 
-    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False):
+    # device and dtype keyword-only: PyTorch's 8th argument is proj_size (LSTM's alone: GRU refuses it)
+    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
+                 bidirectional=False, *, device=None, dtype=None):
         super().__init__()
         if hidden_size <= 0:
             raise ValueError(f"GRU: hidden_size must be greater than zero, got {hidden_size}")
         if num_layers < 1:
             raise ValueError(f"GRU: num_layers must be at least 1, got {num_layers}")
+        if not (isinstance(dropout, (int, float, np.integer, np.floating)) and not isinstance(dropout, bool)
+                and 0 <= dropout <= 1):
+            raise ValueError(f"GRU: dropout must be a number in [0, 1] (the probability of an element being zeroed), "
+                             f"got {dropout!r}")
+        if dropout > 0 and num_layers == 1:   # PyTorch's warning, word for word
+            warnings.warn("dropout option adds dropout after all but last recurrent layer, so non-zero dropout expects "
+                          f"num_layers greater than 1, but got dropout={dropout} and num_layers={num_layers}",
+                          stacklevel=2)
         self.input_size, self.hidden_size, self.num_layers, self.batch_first = input_size, hidden_size, num_layers, batch_first
+        self.dropout, self.bidirectional = float(dropout), bidirectional
         for k in range(num_layers):
-            _gru_parameters(self, f'_l{k}', input_size if k == 0 else hidden_size, hidden_size, bias)
+            for suffix in self._suffixes():   # PyTorch's order: layer by layer, forward before reverse
+                size = input_size if k == 0 else hidden_size * len(self._suffixes())
+                _gru_parameters(self, f'_l{k}{suffix}', size, hidden_size, bias)
+        _factory_kwargs(self, device, dtype)
+
+    def _suffixes(self):
+        """The directions' parameter name suffixes."""
+        return ('', '_reverse') if self.bidirectional else ('',)
+
+    def flatten_parameters(self):
+        """A no-op, for code written for PyTorch (where it packs the weights for cuDNN): ours are used as they are."""
 
     def forward(self, x, h0=None):
-        """x (T, B, in), (B, T, in) with batch_first, or unbatched (T, in) with h0 (num_layers, H), as PyTorch."""
+        """x (T, B, in), (B, T, in) with batch_first, or unbatched (T, in) with h0 (D * num_layers, H), as PyTorch;
+        D = 2 where bidirectional, else 1. Returns output (T, B, D * H) and h_n (D * num_layers, B, H)."""
         if x.ndim not in (2, 3) or x.shape[-1] != self.input_size:
             steps = 'B, T' if self.batch_first else 'T, B'
             raise ValueError(f"GRU: expected input of shape ({steps}, {self.input_size}) or unbatched "
@@ -4367,18 +6012,26 @@ class GRU(Module):
             raise ValueError(f"GRU: input of shape {x.shape} has a sequence length of 0")
         if self.batch_first and batched:
             x = x.transpose(0, 1)
-        expected = (self.num_layers, *x.shape[1:-1], self.hidden_size)
+        suffixes = self._suffixes()
+        directions = len(suffixes)
+        expected = (directions * self.num_layers, *x.shape[1:-1], self.hidden_size)
         if h0 is not None and h0.shape != expected:
             raise ValueError(f"GRU: h0 of shape {h0.shape}, expected {expected}")
         if not batched:   # a batch of one, removed from the results
             x, h0 = x.unsqueeze(1), None if h0 is None else h0.unsqueeze(1)
         finals = []
         for k in range(self.num_layers):
-            params = (getattr(self, f'{n}_l{k}') for n in ('weight_ih', 'weight_hh', 'bias_ih', 'bias_hh'))
-            x = _gru_layer(x, *params, None if h0 is None else h0[k])
-            finals.append(x[-1:])
-        # one layer: h_n is a view of the output's last step (as a slice of a tensor is), not a copy
-        h_n = finals[0] if self.num_layers == 1 else cat(finals)
+            if k:   # on the output of every layer but the last
+                x = dropout(x, self.dropout, self.training)
+            outs = []
+            for d, suffix in enumerate(suffixes):   # the reverse direction: the same layer over x flipped in time
+                params = (getattr(self, f'{n}_l{k}{suffix}') for n in ('weight_ih', 'weight_hh', 'bias_ih', 'bias_hh'))
+                out = _gru_layer(x.flip(0) if d else x, *params, None if h0 is None else h0[directions * k + d])
+                finals.append(out[-1:])
+                outs.append(out.flip(0) if d else out)
+            x = outs[0] if directions == 1 else cat(outs, -1)
+        # one layer and direction: h_n is a view of the output's last step (as a slice of a tensor is), not a copy
+        h_n = finals[0] if len(finals) == 1 else cat(finals)
         if not batched:
             return x.squeeze(1), h_n.squeeze(1)
         return (x.transpose(0, 1) if self.batch_first else x), h_n
@@ -4390,7 +6043,6 @@ class Optimizer:
     """Parameter groups, per-parameter state, and a step() that checks every gradient and state before it changes
     anything. As torch.optim's, `state` maps each parameter (the tensor itself) to a dict of tensors."""
     state_keys = ()   # what the state of a parameter holds once it is not empty
-    decoupled_weight_decay = False   # AdamW's weight decay (torch.optim's groups carry it as an option)
 
     def __init__(self, params, defaults):
         params = list(params)
@@ -4399,7 +6051,7 @@ class Optimizer:
         groups = params if isinstance(params[0], dict) else [{'params': params}]
         self.defaults, self.param_groups, self.state = defaults, [], collections.defaultdict(dict)
         # as torch.optim: the constructor's options, even where every group has its own
-        _check_options(defaults, self.decoupled_weight_decay)
+        _check_options(defaults, defaults)
         seen = set()
         for g in groups:
             given = g['params']
@@ -4413,7 +6065,7 @@ class Optimizer:
             if ids & seen:
                 raise ValueError("some parameters appear in more than one parameter group")
             seen |= ids
-            _check_options(group, self.decoupled_weight_decay)
+            _check_options(group, defaults)
             self.param_groups.append(group)
 
     def zero_grad(self, set_to_none=True):
@@ -4489,7 +6141,7 @@ class Optimizer:
                         Tensor(_as_array(v).astype(p.dtype), device=p.device) for k, v in s.items() if v is not None}
             self._check_state(i, p, state[p])
         for saved in groups:
-            _check_options(saved, self.decoupled_weight_decay)
+            _check_options(saved, self.defaults)
         for group, saved in zip(self.param_groups, groups):
             group.update({k: (tuple(v) if isinstance(v, list) else v) for k, v in saved.items() if k != 'params'})
         self.state = state
@@ -4499,16 +6151,16 @@ class Optimizer:
 _UNSUPPORTED_OPTIONS = ('amsgrad', 'maximize', 'foreach', 'capturable', 'differentiable', 'fused')
 
 
-def _check_options(group, decoupled):
-    """ValueError, with torch.optim's message, for a hyperparameter out of its range, for a torch.optim option these
-    updates do not implement set to anything but its off value (a loaded PyTorch state dict may carry them), and for
-    decoupled_weight_decay other than `decoupled`, what the optimizer does (torch.optim.AdamW's groups carry True)."""
-    for key in _UNSUPPORTED_OPTIONS:
+def _check_options(group, defaults):
+    """ValueError, with torch.optim's message, for a hyperparameter out of its range, and for a torch.optim option
+    these updates do not implement set to anything but its off value (a loaded PyTorch state dict may carry them):
+    decoupled_weight_decay too where the optimizer's defaults lack it (SGD's); where they have it (Adam's), a bool."""
+    has_decoupling = 'decoupled_weight_decay' in defaults
+    for key in _UNSUPPORTED_OPTIONS + (() if has_decoupling else ('decoupled_weight_decay',)):
         if group.get(key):
             raise ValueError(f"optimizer option {key}={group[key]!r} is not supported (only its default, off)")
-    if group.get('decoupled_weight_decay', decoupled) != decoupled:
-        raise ValueError(f"optimizer option decoupled_weight_decay={group['decoupled_weight_decay']!r} is not "
-                         f"supported here (only {decoupled}: AdamW's weight decay is decoupled, Adam's and SGD's not)")
+    if not isinstance(group.get('decoupled_weight_decay', False), (bool, np.bool_)):
+        raise TypeError(f"decoupled_weight_decay must be a bool, got {group['decoupled_weight_decay']!r}")
     for key, what in (('lr', 'learning rate'), ('momentum', 'momentum value'), ('eps', 'epsilon value'),
                       ('weight_decay', 'weight_decay value')):
         if key in group and not 0 <= group[key]:
@@ -4516,11 +6168,6 @@ def _check_options(group, decoupled):
     for i, beta in enumerate(group.get('betas', ())):
         if not 0 <= beta < 1:
             raise ValueError(f"Invalid beta parameter at index {i}: {beta}")
-
-
-def _wide(a):
-    """a in the dtype torch.optim's ops compute in (_opmath): float16 in float32, each op's result rounded once."""
-    return a.astype(np.float32) if a.dtype == np.float16 else a
 
 
 def _add(a, b, alpha, out=None):
@@ -4575,10 +6222,21 @@ class SGD(Optimizer):
 
 
 class Adam(Optimizer):
+    """torch.optim.Adam's update; with decoupled_weight_decay (a group's option, as torch's) AdamW's."""
     state_keys = ('step', 'exp_avg', 'exp_avg_sq')
+    always_decoupled = False   # AdamW's: True
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
+                 decoupled_weight_decay=False):
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                                      decoupled_weight_decay=decoupled_weight_decay))
+
+    def load_state_dict(self, state_dict):
+        """As torch.optim's: a group saved without decoupled_weight_decay (older PyTorch) loads it False into Adam;
+        AdamW's groups load it True whatever was saved."""
+        groups = [{**g, 'decoupled_weight_decay': self.always_decoupled or g.get('decoupled_weight_decay', False)}
+                  for g in state_dict['param_groups']]
+        super().load_state_dict({**state_dict, 'param_groups': groups})
 
     def _update(self, p, g, group, state):
         xp, (beta1, beta2), lr, decay = _xp(p), group['betas'], _rate(group), group['weight_decay']
@@ -4587,7 +6245,7 @@ class Adam(Optimizer):
                          exp_avg_sq=Tensor(xp.zeros_like(p)))
         state['step'].data += 1
         f = _wide   # torch.optim's ops in torch's float16 arithmetic: each result rounds once to float16
-        if decay and self.decoupled_weight_decay:
+        if decay and group['decoupled_weight_decay']:
             xp.multiply(f(p), 1 - lr * decay, out=p)
         elif decay:
             g = _add(g, p, decay)
@@ -4603,10 +6261,504 @@ class Adam(Optimizer):
 
 
 class AdamW(Adam):
-    decoupled_weight_decay = True
+    always_decoupled = True
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
-        super().__init__(params, lr, betas, eps, weight_decay)
+        super().__init__(params, lr, betas, eps, weight_decay, decoupled_weight_decay=True)
+
+
+# Gradient clipping, as torch.nn.utils': in place on the gradients, between backward() and step(). Nothing here
+# waits for the GPU (the norm stays a device array; only error_if_nonfinite reads it, and gradients on several
+# devices move their norms), so a CUDA graph can capture it. `foreach` is taken for PyTorch's signature: one path
+# serves all, with foreach's results.
+
+def _tensor_list(tensors, what):
+    """A tensor or an iterable of tensors (a generator read once) as a list; TypeError naming anything else."""
+    items = list(tensors) if hasattr(tensors, '__iter__') and not isinstance(tensors, Tensor) else [tensors]
+    for t in items:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{what} takes a tensor or an iterable of tensors, got {type(t).__name__}")
+    return items
+
+
+def _nonnegative(value, what):
+    """value as a float; ValueError unless it is >= 0 (PyTorch takes a negative one and flips the gradients)."""
+    value = float(value)
+    if not value >= 0:
+        raise ValueError(f"{what} must be >= 0, got {value}")
+    return value
+
+
+def _vector_norm(a, p):
+    """torch.linalg.vector_norm(a, p) of a float array: computed in _opmath (float32 for float16), rounded to a's
+    dtype, a 0-d array on a's device."""
+    xp, x = _xp(a), _wide(a)
+    if x.size == 0 and (p < 0 or p == math.inf):
+        raise RuntimeError(f"linalg.vector_norm cannot compute the {p} norm on an empty tensor because the operation "
+                           "does not have an identity")
+    if p == 2:
+        norm = xp.sqrt((x * x).sum())
+    elif p == 1:
+        norm = xp.abs(x).sum()
+    elif p == math.inf:
+        norm = xp.abs(x).max()
+    elif p == -math.inf:
+        norm = xp.abs(x).min()
+    elif p == 0:
+        norm = (x != 0).sum(dtype=x.dtype)
+    else:
+        norm = (xp.abs(x) ** x.dtype.type(p)).sum() ** x.dtype.type(1 / p)
+    return xp.asarray(norm).astype(a.dtype, copy=False)
+
+
+@np.errstate(all='ignore')   # inf and NaN norms are results, as PyTorch's (error_if_nonfinite refuses them)
+def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=None):
+    """torch.nn.utils.get_total_norm: the norm of the tensors' norms, as if they were one vector; a 0-d tensor on the
+    first tensor's device, of their dtypes promoted (float16 alone stays float16), float32 0 for no tensors."""
+    tensors, p = _tensor_list(tensors, 'get_total_norm'), float(norm_type)
+    if math.isnan(p):
+        raise ValueError("norm_type must be a number or 'inf', got nan")
+    for t in tensors:
+        _need_float(t, 'get_total_norm')
+    if not tensors:
+        return Tensor(np.float32(0))
+    device = tensors[0].device
+    norms = [_move(_vector_norm(t.data, p), device) for t in tensors]   # (on the device of each, as PyTorch)
+    dtype = _promote(*(n.dtype for n in norms))
+    # the norms side by side, each copied into its place: not xp.stack, which on CuPy joins more than 8 arrays by
+    # one kernel fed a pointer table copied from the host (cupy.array), which a CUDA graph capture cannot hold
+    with contextlib.nullcontext() if device == 'cpu' else cp.cuda.Device(int(device[5:])):
+        joined = _xp(norms[0]).empty(len(norms), dtype)
+        for i, n in enumerate(norms):
+            joined[i] = n
+        total = _vector_norm(joined, p)
+    if error_if_nonfinite and not bool(_xp(total).isfinite(total)):   # (this reads the GPU's result)
+        raise RuntimeError(f"The total norm of order {p} for gradients from `parameters` is non-finite, so it cannot "
+                           "be clipped. To disable this error and scale the gradients by the non-finite norm anyway, "
+                           "set `error_if_nonfinite=False`")
+    return Tensor._wrap(total, device)
+
+
+@np.errstate(all='ignore')   # as PyTorch: a gradient of inf times 0 is NaN, silently
+def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
+    """torch.nn.utils.clip_grads_with_norm_: each gradient times min(max_norm / (total_norm + 1e-6), 1), in place
+    (even by 1, as PyTorch: no comparison that would wait for the GPU)."""
+    grads = [p.grad for p in _tensor_list(parameters, 'clip_grads_with_norm_') if p.grad is not None]
+    max_norm = _nonnegative(max_norm, 'max_norm')
+    if not isinstance(total_norm, Tensor) or total_norm.numel() != 1 or total_norm.dtype not in _FLOATS:
+        raise TypeError("total_norm must be a one-element float tensor (as get_total_norm returns)")
+    for g in grads:
+        g._refuse_expanded('gradient clipping')
+    total, dtype = total_norm.data.reshape(()), total_norm.dtype
+    xp, f = _xp(total), _opmath(dtype).type   # torch's ops on the norm: each computes in f and rounds to dtype
+    rounded = lambda a: xp.asarray(a).astype(dtype, copy=False)
+    shifted = rounded(_wide(total) + f(1e-6))
+    coef = rounded(_wide(rounded(xp.reciprocal(_wide(shifted)))) * f(max_norm))   # max_norm / x: 1 / x * max_norm
+    coef = xp.minimum(coef, dtype.type(1))   # (NaN stays NaN)
+    for g in grads:   # g * coef: float16 times the coefficient in float32, rounded once, as PyTorch
+        c = _move(coef, g.device).astype(_opmath(g.dtype))
+        _xp(g.data).multiply(_wide(g.data), c, out=g.data)
+        g._version[0] += 1
+
+
+def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):
+    """torch.nn.utils.clip_grad_norm_: scales the gradients of `parameters` (those without one skipped) so that their
+    total norm (get_total_norm) is at most max_norm, in place; returns the total norm before clipping."""
+    params = _tensor_list(parameters, 'clip_grad_norm_')
+    if isinstance(parameters, types.GeneratorType) and not params:
+        warnings.warn("`parameters` is an empty generator, no gradient clipping will occur.", stacklevel=2)
+    _nonnegative(max_norm, 'max_norm')   # (before an error_if_nonfinite wait)
+    total = get_total_norm([p.grad for p in params if p.grad is not None], norm_type, error_if_nonfinite)
+    clip_grads_with_norm_(params, max_norm, total)
+    return total
+
+
+def clip_grad_value_(parameters, clip_value, foreach=None):
+    """torch.nn.utils.clip_grad_value_: each gradient of `parameters` clamped to [-clip_value, clip_value] in place
+    (NaN stays NaN)."""
+    grads = [p.grad for p in _tensor_list(parameters, 'clip_grad_value_') if p.grad is not None]
+    clip_value = _nonnegative(clip_value, 'clip_value')
+    for g in grads:
+        g._refuse_expanded('gradient clipping')
+        _check_fits(clip_value, g.dtype, 'clip_grad_value_')   # (1e6 for float16 raises, as PyTorch)
+    for g in grads:
+        bound = g.dtype.type(clip_value)
+        _xp(g.data).clip(g.data, -bound, bound, out=g.data)
+        g._version[0] += 1
+
+
+# Learning-rate schedulers, as torch.optim.lr_scheduler's: each step() computes the groups' rates with torch's own
+# expressions, in torch's order (its recursive forms where its step() uses them), so the rates are torch's to the last
+# bit. A rate is written to group['lr'], into a one-element tensor in place where the group holds one (which a CUDA
+# graph reads anew each replay). Call step() after optimizer.step(), once per epoch (OneCycleLR: once per batch).
+
+def _is_optimizer(optimizer):
+    if not isinstance(optimizer, Optimizer):
+        raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+    return optimizer
+
+
+def _copied(value):
+    """value, a tensor copied (a rate kept apart from the group's, as torch's)."""
+    return value.clone() if isinstance(value, Tensor) else value
+
+
+def _group_values(optimizer, key):
+    return [_copied(group[key]) for group in optimizer.param_groups]
+
+
+def _set_group_value(group, key, value):
+    """group[key] = value, written into the group's tensor where it holds one (its version advanced, as PyTorch's
+    fill_: a backward that saved the rate then raises rather than read the new one)."""
+    if isinstance(group[key], Tensor):
+        group[key].data[...] = value.data if isinstance(value, Tensor) else value
+        group[key]._version[0] += 1
+    else:
+        group[key] = value
+
+
+def _per_group(name, optimizer, value):
+    """A list or tuple of one value per group, or one value for every group (torch's _format_param)."""
+    n = len(optimizer.param_groups)
+    if isinstance(value, (list, tuple)) and len(value) != n:
+        raise ValueError(f"{name} must have the same length as optimizer.param_groups. {name} has {len(value)} values, "
+                         f"param_groups has {n}.")
+    return [_copied(v) for v in (value if isinstance(value, (list, tuple)) else [value] * n)]
+
+
+def _note_optimizer_steps(optimizer):
+    """Wrap optimizer.step, once, on the instance (as torch does) to note that it ran: LRScheduler.step warns if not."""
+    if hasattr(optimizer.step, '_wrapped_by_lr_sched'):
+        return
+    owner, step = weakref.ref(optimizer), optimizer.step.__func__   # (a weak reference: no cycle keeps it alive)
+
+    @functools.wraps(step)
+    def wrapper(*args, **kwargs):
+        opt = owner()
+        opt._opt_called = True
+        return step(opt, *args, **kwargs)
+    wrapper._wrapped_by_lr_sched = True
+    optimizer.step = wrapper
+
+
+class LRScheduler:
+    """torch.optim.lr_scheduler.LRScheduler: a subclass's get_lr() gives the groups' rates at last_epoch, called by
+    step() once last_epoch has moved on (and by the constructor, with _is_initial set: the rates it starts from).
+    last_epoch=-1 starts the schedule (each group's 'initial_lr' set to its lr unless there); another value resumes it
+    from groups that hold 'initial_lr' (an optimizer's loaded state)."""
+
+    def __init__(self, optimizer, last_epoch=-1):
+        self.optimizer = _is_optimizer(optimizer)
+        for i, group in enumerate(optimizer.param_groups):
+            if last_epoch == -1:
+                group.setdefault('initial_lr', _copied(group['lr']))
+            elif 'initial_lr' not in group:
+                raise KeyError(f"param 'initial_lr' is not specified in param_groups[{i}] when resuming scheduler with "
+                               "last_epoch >= 0 (load the optimizer's state first, or start with last_epoch=-1)")
+        self.base_lrs = _group_values(optimizer, 'initial_lr')
+        self.last_epoch = last_epoch
+        _note_optimizer_steps(optimizer)
+        self._step_count, self._is_initial = 0, True
+        try:
+            self.step()
+        finally:
+            self._is_initial = False
+
+    def get_lr(self):
+        raise NotImplementedError
+
+    def _scaled(self, factor):
+        """Each group's lr as it is now times factor (1: unchanged, exactly)."""
+        return [group['lr'] * factor for group in self.optimizer.param_groups]
+
+    def step(self):
+        if self._step_count == 1 and not hasattr(self.optimizer.step, '_wrapped_by_lr_sched'):
+            warnings.warn("Seems like `optimizer.step()` has been overridden after learning rate scheduler "
+                          "initialization. Please, make sure to call `optimizer.step()` before `lr_scheduler.step()`",
+                          UserWarning, stacklevel=2)
+        elif self._step_count == 1 and not getattr(self.optimizer, '_opt_called', False):
+            warnings.warn("Detected call of `lr_scheduler.step()` before `optimizer.step()`: call `optimizer.step()` "
+                          "first, or the first value of the learning rate schedule is skipped", UserWarning, stacklevel=2)
+        counts = self._step_count, self.last_epoch
+        self._step_count, self.last_epoch = self._step_count + 1, self.last_epoch + 1
+        try:
+            values = self.get_lr()
+        except BaseException:   # (torch leaves the counts moved on)
+            self._step_count, self.last_epoch = counts
+            raise
+        for group, value in zip(self.optimizer.param_groups, values):
+            _set_group_value(group, 'lr', value)
+        self._last_lr = _group_values(self.optimizer, 'lr')
+
+    def get_last_lr(self):
+        """The groups' rates as the last step() left them."""
+        return self._last_lr
+
+    def state_dict(self):
+        """As torch's: every attribute but the optimizer (not copied)."""
+        return {k: v for k, v in self.__dict__.items() if k != 'optimizer'}
+
+    def load_state_dict(self, state_dict):
+        n = len(self.optimizer.param_groups)
+        for key in ('base_lrs', '_last_lr', 'lr_lambdas'):
+            if key in state_dict and len(state_dict[key]) != n:
+                raise ValueError(f"{type(self).__name__}.load_state_dict: {key} has {len(state_dict[key])} values "
+                                 f"for an optimizer with {n} param_groups")
+        self.__dict__.update(state_dict)
+
+
+class LambdaLR(LRScheduler):
+    """Each group's initial lr times lr_lambda(last_epoch): one function, or a list of one per group."""
+
+    def __init__(self, optimizer, lr_lambda, last_epoch=-1):
+        n = len(_is_optimizer(optimizer).param_groups)
+        if isinstance(lr_lambda, (list, tuple)) and len(lr_lambda) != n:
+            raise ValueError(f"Expected {n} lr_lambdas, but got {len(lr_lambda)}")
+        self.lr_lambdas = list(lr_lambda) if isinstance(lr_lambda, (list, tuple)) else [lr_lambda] * n
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        return [base_lr * f(self.last_epoch) for f, base_lr in zip(self.lr_lambdas, self.base_lrs)]
+
+    def state_dict(self):
+        """As torch's: in place of a function (or lambda) None, of a callable object its attributes."""
+        return {**super().state_dict(), 'lr_lambdas': [None if isinstance(f, types.FunctionType) else
+                                                       f.__dict__.copy() for f in self.lr_lambdas]}
+
+    def load_state_dict(self, state_dict):
+        super().load_state_dict({k: v for k, v in state_dict.items() if k != 'lr_lambdas'})
+        for f, saved in zip(self.lr_lambdas, state_dict['lr_lambdas']):
+            if saved is not None:
+                f.__dict__.update(saved)
+
+
+class StepLR(LRScheduler):
+    """The lr times gamma every step_size epochs."""
+
+    def __init__(self, optimizer, step_size, gamma=0.1, last_epoch=-1):
+        if not step_size > 0:   # (torch divides by zero at the first step)
+            raise ValueError(f"step_size must be positive, got {step_size}")
+        self.step_size, self.gamma = step_size, gamma
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        return self._scaled(self.gamma if self.last_epoch != 0 and self.last_epoch % self.step_size == 0 else 1)
+
+
+class MultiStepLR(LRScheduler):
+    """The lr times gamma at each milestone (times gamma ** k at one given k times)."""
+
+    def __init__(self, optimizer, milestones, gamma=0.1, last_epoch=-1):
+        self.milestones, self.gamma = collections.Counter(milestones), gamma
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):   # (.get: a loaded state dict may hold a plain dict)
+        return self._scaled(self.gamma ** self.milestones.get(self.last_epoch, 0))
+
+
+class ExponentialLR(LRScheduler):
+    """The lr times gamma every epoch."""
+
+    def __init__(self, optimizer, gamma, last_epoch=-1):
+        self.gamma = gamma
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        return self._scaled(1 if self._is_initial else self.gamma)
+
+
+class CosineAnnealingLR(LRScheduler):
+    """eta_min + (initial lr - eta_min) (1 + cos(pi last_epoch / T_max)) / 2 in torch's recursive form, which runs on
+    past T_max: back up to the initial lr at 2 T_max, and so on."""
+
+    def __init__(self, optimizer, T_max, eta_min=0.0, last_epoch=-1):
+        if not T_max > 0:   # (torch divides by zero at the first step)
+            raise ValueError(f"T_max must be positive, got {T_max}")
+        self.T_max, self.eta_min = T_max, eta_min
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        groups, e, T, eta_min = self.optimizer.param_groups, self.last_epoch, self.T_max, self.eta_min
+        if self._is_initial:
+            return _group_values(self.optimizer, 'lr')
+        if (e - 1 - T) % (2 * T) == 0:   # the step up from eta_min, where the ratio below would divide by 0
+            return [group['lr'] + (base_lr - eta_min) * (1 - math.cos(math.pi / T)) / 2
+                    for base_lr, group in zip(self.base_lrs, groups)]
+        ratio = (1 + math.cos(math.pi * e / T)) / (1 + math.cos(math.pi * (e - 1) / T))
+        return [ratio * (group['lr'] - eta_min) + eta_min for group in groups]
+
+
+class LinearLR(LRScheduler):
+    """The lr times a factor going linearly from start_factor to end_factor over total_iters epochs, then kept."""
+
+    def __init__(self, optimizer, start_factor=1.0 / 3, end_factor=1.0, total_iters=5, last_epoch=-1):
+        if not 0 < start_factor <= 1:
+            raise ValueError("Starting multiplicative factor expected to be greater than 0 and less or equal to 1, "
+                             f"got {start_factor}")
+        if not 0 <= end_factor <= 1:
+            raise ValueError(f"Ending multiplicative factor expected to be between 0 and 1, got {end_factor}")
+        self.start_factor, self.end_factor, self.total_iters = start_factor, end_factor, total_iters
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        e, start, end = self.last_epoch, self.start_factor, self.end_factor
+        if e == 0:
+            return self._scaled(start)
+        if self._is_initial or e > self.total_iters:
+            return self._scaled(1)
+        return self._scaled(1.0 + (end - start) / (self.total_iters * start + (e - 1) * (end - start)))
+
+
+def _anneal(strategy, start, end, pct):
+    """From start (pct 0) to end (pct 1): 'cos' or 'linear', as torch's OneCycleLR."""
+    if strategy == 'cos':
+        return end + (start - end) / 2.0 * (math.cos(math.pi * pct) + 1)
+    return (end - start) * pct + start
+
+
+class OneCycleLR(LRScheduler):
+    """The 1cycle policy, stepped once per batch: from max_lr / div_factor up to max_lr over the first pct_start of
+    total_steps, then down to that / final_div_factor (three_phase: down to the start first, symmetrically, then on
+    down); the momentum (SGD's momentum, Adam's betas[0]) the other way, between max_momentum and base_momentum.
+    max_lr, base_momentum and max_momentum: one value, or a list of one per group. The groups keep 'initial_lr',
+    'max_lr', 'min_lr', 'max_momentum' and 'base_momentum', as torch's."""
+
+    def __init__(self, optimizer, max_lr, total_steps=None, epochs=None, steps_per_epoch=None, pct_start=0.3,
+                 anneal_strategy='cos', cycle_momentum=True, base_momentum=0.85, max_momentum=0.95, div_factor=25.0,
+                 final_div_factor=1e4, three_phase=False, last_epoch=-1):
+        _is_optimizer(optimizer)   # every argument is checked before a group changes
+        if total_steps is not None:
+            if not isinstance(total_steps, int) or total_steps <= 0:
+                raise ValueError(f"Expected positive integer total_steps, but got {total_steps}")
+        elif epochs is not None and steps_per_epoch is not None:
+            for name, value in (('epochs', epochs), ('steps_per_epoch', steps_per_epoch)):
+                if not isinstance(value, int) or value <= 0:
+                    raise ValueError(f"Expected positive integer {name}, but got {value}")
+            total_steps = epochs * steps_per_epoch
+        else:
+            raise ValueError("You must define either total_steps OR (epochs AND steps_per_epoch)")
+        if not isinstance(pct_start, float) or not 0 <= pct_start <= 1:
+            raise ValueError(f"Expected float between 0 and 1 pct_start, but got {pct_start}")
+        if anneal_strategy not in ('cos', 'linear'):
+            raise ValueError(f"anneal_strategy must be one of 'cos' or 'linear', instead got {anneal_strategy}")
+        max_lrs = _per_group('max_lr', optimizer, max_lr)
+        max_momenta = base_momenta = None
+        if cycle_momentum:
+            if 'momentum' not in optimizer.defaults and 'betas' not in optimizer.defaults:
+                raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
+            max_momenta = _per_group('max_momentum', optimizer, max_momentum)
+            base_momenta = _per_group('base_momentum', optimizer, base_momentum)
+            self.use_beta1 = 'betas' in optimizer.defaults
+        self.total_steps, self._anneal_func_type, self.cycle_momentum = total_steps, anneal_strategy, cycle_momentum
+        # each phase runs from the previous one's end_step to its own, from the groups' [start_*] to their [end_*]
+        phase = lambda end_step, keys: dict(end_step=end_step, **dict(zip(
+            ('start_lr', 'end_lr', 'start_momentum', 'end_momentum'), keys.split())))
+        up = phase(float(pct_start * total_steps) - 1, 'initial_lr max_lr max_momentum base_momentum')
+        self._schedule_phases = [
+            up, phase(float(2 * pct_start * total_steps) - 2, 'max_lr initial_lr base_momentum max_momentum'),
+            phase(total_steps - 1, 'initial_lr min_lr max_momentum max_momentum')] if three_phase else [
+            up, phase(total_steps - 1, 'max_lr min_lr base_momentum max_momentum')]
+        if last_epoch == -1:
+            for i, group in enumerate(optimizer.param_groups):
+                group['initial_lr'] = max_lrs[i] / div_factor
+                group['max_lr'] = max_lrs[i]
+                group['min_lr'] = group['initial_lr'] / final_div_factor
+                if cycle_momentum:
+                    self._set_momentum(group, max_momenta[i])
+                    group['max_momentum'], group['base_momentum'] = max_momenta[i], base_momenta[i]
+        super().__init__(optimizer, last_epoch)
+
+    def _set_momentum(self, group, value):
+        if self.use_beta1:
+            group['betas'] = (value, *group['betas'][1:])
+        else:
+            group['momentum'] = value
+
+    def get_lr(self):
+        step = self.last_epoch
+        if step > self.total_steps:
+            raise ValueError(f"Tried to step {step} times. The specified number of total steps is {self.total_steps}")
+        start_step = 0.0
+        for i, phase in enumerate(self._schedule_phases):
+            if step <= phase['end_step'] or i == len(self._schedule_phases) - 1:
+                pct = (step - start_step) / (phase['end_step'] - start_step)
+                break
+            start_step = phase['end_step']
+        lrs = []
+        for group in self.optimizer.param_groups:
+            lrs.append(_anneal(self._anneal_func_type, group[phase['start_lr']], group[phase['end_lr']], pct))
+            if self.cycle_momentum:
+                self._set_momentum(group, _anneal(self._anneal_func_type, group[phase['start_momentum']],
+                                                  group[phase['end_momentum']], pct))
+        return lrs
+
+
+class ReduceLROnPlateau(LRScheduler):
+    """step(metrics) once per epoch: the lr times factor (not below min_lr, one value or a list of one per group, and
+    only by more than eps) once the metric has not improved on its best (by threshold, relative or absolute) for more
+    than patience epochs; then cooldown epochs in which bad epochs are not counted. mode 'min': lower is better."""
+
+    def __init__(self, optimizer, mode='min', factor=0.1, patience=10, threshold=1e-4, threshold_mode='rel', cooldown=0,
+                 min_lr=0, eps=1e-8):
+        if not factor < 1.0:
+            raise ValueError(f"Factor should be < 1.0, got {factor}")
+        self.factor, self.optimizer = factor, _is_optimizer(optimizer)
+        n = len(optimizer.param_groups)
+        if isinstance(min_lr, (list, tuple)) and len(min_lr) != n:
+            raise ValueError(f"expected {n} min_lrs, got {len(min_lr)}")
+        self.default_min_lr = None if isinstance(min_lr, (list, tuple)) else min_lr
+        self.min_lrs = list(min_lr) if isinstance(min_lr, (list, tuple)) else [min_lr] * n
+        self.patience, self.cooldown, self.eps, self.last_epoch = patience, cooldown, eps, 0
+        self._last_lr = _group_values(optimizer, 'lr')
+        self._init_is_better(mode, threshold, threshold_mode)
+        self.best, self.cooldown_counter, self.num_bad_epochs = self.mode_worse, 0, 0
+
+    def _init_is_better(self, mode, threshold, threshold_mode):
+        if mode not in ('min', 'max'):
+            raise ValueError(f"mode {mode} is unknown!")
+        if threshold_mode not in ('rel', 'abs'):
+            raise ValueError(f"threshold mode {threshold_mode} is unknown!")
+        self.mode_worse = math.inf if mode == 'min' else -math.inf
+        self.mode, self.threshold, self.threshold_mode = mode, threshold, threshold_mode
+
+    @property
+    def in_cooldown(self):
+        return self.cooldown_counter > 0
+
+    def _is_better(self, a, best):
+        if self.mode == 'min':
+            return a < best * (1.0 - self.threshold) if self.threshold_mode == 'rel' else a < best - self.threshold
+        return a > best * (self.threshold + 1.0) if self.threshold_mode == 'rel' else a > best + self.threshold
+
+    def step(self, metrics):
+        current, groups = float(metrics), self.optimizer.param_groups
+        if len(groups) != len(self.min_lrs):   # groups added since (checked here, before anything changes)
+            if self.default_min_lr is None:
+                raise RuntimeError(f"The number of param groups in the `optimizer` ({len(groups)}) differs from when "
+                                   f"`ReduceLROnPlateau` was initialized ({len(self.min_lrs)}), usually due to a new "
+                                   "param group being added to the optimizer. Please modify the `min_lrs` field to "
+                                   "match the length of the `optimizer` param groups.")
+            self.min_lrs = [self.default_min_lr] * len(groups)
+        self.last_epoch += 1
+        if self._is_better(current, self.best):
+            self.best, self.num_bad_epochs = current, 0
+        else:
+            self.num_bad_epochs += 1
+        if self.in_cooldown:   # bad epochs in cooldown are not counted
+            self.cooldown_counter -= 1
+            self.num_bad_epochs = 0
+        if self.num_bad_epochs > self.patience:
+            for group, min_lr in zip(groups, self.min_lrs):
+                old_lr = float(group['lr'])
+                new_lr = max(old_lr * self.factor, min_lr)
+                if old_lr - new_lr > self.eps:
+                    _set_group_value(group, 'lr', new_lr)
+            self.cooldown_counter, self.num_bad_epochs = self.cooldown, 0
+        self._last_lr = _group_values(self.optimizer, 'lr')
+
+    def load_state_dict(self, state_dict):
+        super().load_state_dict(state_dict)
+        self._init_is_better(self.mode, self.threshold, self.threshold_mode)
 
 
 # ================================================================ CUDA graphs
