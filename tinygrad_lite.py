@@ -5900,6 +5900,79 @@ class Dropout(Module):
         return f"p={self.p}, inplace=False"
 
 
+class _Loss(Module):
+    """A loss as torch.nn's: forward(input, target) calls fn with the module's settings, their names, order and defaults
+    PyTorch's (`defaults`, which make the class's signature); a weight is a buffer (out of the state dict where None,
+    as PyTorch's). PyTorch's deprecated size_average and reduce are taken only as None (give reduction instead)."""
+    defaults = {}
+
+    def __init_subclass__(cls):
+        super().__init_subclass__()
+        cls.__signature__ = inspect.Signature([inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                                 default=value) for name, value in cls.defaults.items()])
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+        settings = self.__signature__.bind(*args, **kwargs)   # (a TypeError for other arguments)
+        settings.apply_defaults()
+        for name, value in settings.arguments.items():
+            if name in ('size_average', 'reduce'):
+                if value is not None:
+                    raise ValueError(f"{type(self).__name__}: {name} (deprecated in PyTorch) is not supported; give "
+                                     "reduction='mean', 'sum' or 'none'")
+            elif name in ('weight', 'pos_weight'):
+                self.register_buffer(name, value)
+            else:
+                setattr(self, name, value)
+
+    def forward(self, input, target):
+        return self.fn(input, target, **{name: getattr(self, name) for name in self.defaults
+                                         if name not in ('size_average', 'reduce')})
+
+
+_LEGACY_REDUCTION = {'size_average': None, 'reduce': None}   # PyTorch's deprecated arguments, in its order
+
+
+class CrossEntropyLoss(_Loss):
+    fn = staticmethod(cross_entropy)
+    defaults = {'weight': None, 'size_average': None, 'ignore_index': -100, 'reduce': None, 'reduction': 'mean',
+                'label_smoothing': 0.0}
+
+
+class NLLLoss(_Loss):
+    fn = staticmethod(nll_loss)
+    defaults = {'weight': None, 'size_average': None, 'ignore_index': -100, 'reduce': None, 'reduction': 'mean'}
+
+
+class MSELoss(_Loss):
+    fn, defaults = staticmethod(mse_loss), {**_LEGACY_REDUCTION, 'reduction': 'mean'}
+
+
+class L1Loss(_Loss):
+    fn, defaults = staticmethod(l1_loss), {**_LEGACY_REDUCTION, 'reduction': 'mean'}
+
+
+class SmoothL1Loss(_Loss):
+    fn, defaults = staticmethod(smooth_l1_loss), {**_LEGACY_REDUCTION, 'reduction': 'mean', 'beta': 1.0}
+
+
+class HuberLoss(_Loss):
+    fn, defaults = staticmethod(huber_loss), {'reduction': 'mean', 'delta': 1.0}
+
+
+class BCELoss(_Loss):
+    fn, defaults = staticmethod(binary_cross_entropy), {'weight': None, **_LEGACY_REDUCTION, 'reduction': 'mean'}
+
+
+class BCEWithLogitsLoss(_Loss):
+    fn = staticmethod(binary_cross_entropy_with_logits)
+    defaults = {'weight': None, **_LEGACY_REDUCTION, 'reduction': 'mean', 'pos_weight': None}
+
+
+class KLDivLoss(_Loss):
+    fn, defaults = staticmethod(kl_div), {**_LEGACY_REDUCTION, 'reduction': 'mean', 'log_target': False}
+
+
 class Embedding(Module):
     def __init__(self, num_embeddings, embedding_dim):
         super().__init__()
