@@ -621,6 +621,37 @@ for _red in ('mean', 'sum', 'none'):
         op(f'cross_entropy_{_red}{"_smooth" if _ls else ""}', lambda m, x, _red=_red, _ls=_ls: m.cross_entropy(
             x, const(m, TARGET, x), label_smoothing=_ls, reduction=_red), (5, 4))
     op(f'mse_loss_{_red}', lambda m, a, b, _red=_red: m.mse_loss(a, b, reduction=_red), (3, 4), (3, 4))
+# the other losses (the targets of nll_loss and weighted cross_entropy with an ignored row; probabilities through sigmoid
+# and softmax), each reduction
+CLASS_WEIGHT = np.array([0.5, 1.5, 2.0, 0.75])   # one per class of TARGET's logits (5, 4)
+TARGET_IGNORED = np.array([3, -100, 1, 3, 2])
+POS_WEIGHT = np.array([2.0, 0.5, 1.0, 3.0])
+for _red in ('mean', 'sum', 'none'):
+    op(f'nll_loss_{_red}', lambda m, x, _red=_red: m.nll_loss(
+        x, const(m, TARGET_IGNORED, x), const(m, CLASS_WEIGHT, x), reduction=_red), (5, 4))
+    op(f'nll_loss_3d_{_red}', lambda m, x, _red=_red: m.nll_loss(x, const(m, TARGET[:4].reshape(2, 2), x),
+                                                                 reduction=_red), (2, 4, 2))
+    op(f'cross_entropy_weight_{_red}_smooth', lambda m, x, _red=_red: m.cross_entropy(
+        x, const(m, TARGET_IGNORED, x), weight=const(m, CLASS_WEIGHT, x), label_smoothing=0.1, reduction=_red), (5, 4))
+    op(f'binary_cross_entropy_{_red}', lambda m, x, t, _red=_red: m.binary_cross_entropy(
+        m.sigmoid(x), m.sigmoid(t), const(m, CLASS_WEIGHT, x), reduction=_red), (3, 4), (3, 4))
+    op(f'bce_with_logits_pos_weight_{_red}', lambda m, x, t, _red=_red: m.binary_cross_entropy_with_logits(
+        x, m.sigmoid(t), const(m, CLASS_WEIGHT[:, None], x), reduction=_red, pos_weight=const(m, POS_WEIGHT, x)),
+       (4, 4), (4, 4))
+    op(f'l1_loss_{_red}', lambda m, a, b, _red=_red: m.l1_loss(a, b, reduction=_red), (3, 4), (3, 4))
+    op(f'smooth_l1_loss_{_red}', lambda m, a, b, _red=_red: m.smooth_l1_loss(a, b, reduction=_red, beta=0.5),
+       (3, 4), (3, 4))
+    op(f'huber_loss_{_red}', lambda m, a, b, _red=_red: m.huber_loss(a, b, reduction=_red, delta=0.5), (3, 4), (3, 4))
+for _red in ('batchmean', 'sum', 'none'):
+    op(f'kl_div_{_red}', lambda m, x, t, _red=_red: m.kl_div(m.log_softmax(x, -1), m.softmax(t, -1), reduction=_red),
+       (3, 4), (3, 4))
+    op(f'kl_div_log_target_{_red}', lambda m, x, t, _red=_red: m.kl_div(x, m.log_softmax(t, -1), reduction=_red,
+                                                                         log_target=True), (3, 4), (3, 4))
+op('bce_with_logits_plain', lambda m, x, t: m.binary_cross_entropy_with_logits(x, m.sigmoid(t)), (3, 4), (3, 4))
+op('normalize', lambda m, x: m.normalize(x), (3, 4))
+op('normalize_p1_dim0', lambda m, x: m.normalize(x, 1.0, 0), (3, 4))
+op('cosine_similarity', lambda m, a, b: m.cosine_similarity(a, b), (3, 4), (3, 4))
+op('cosine_similarity_broadcast', lambda m, a, b: m.cosine_similarity(a, b, dim=-1), (4, 1, 3), (5, 3))
 
 
 def check_op_grad(o):
@@ -653,6 +684,9 @@ DTYPE_OPS = ['exp', 'log', 'sqrt', 'sigmoid', 'tanh', 'relu', 'gelu', 'gelu_tanh
 DTYPE_OPS += ['sin', 'cos', 'log1p', 'expm1', 'erf', 'reciprocal', 'rsqrt', 'square', 'round_decimals', 'nan_to_num',
               'lerp', 'lerp_tensor_weight', 'addcmul', 'addcdiv', 'fn_softplus', 'fn_softplus_beta_threshold',
               'fn_elu_alpha']
+DTYPE_OPS += ['nll_loss_mean', 'cross_entropy_weight_mean_smooth', 'binary_cross_entropy_mean',
+              'bce_with_logits_pos_weight_mean', 'l1_loss_mean', 'smooth_l1_loss_mean', 'huber_loss_mean',
+              'kl_div_batchmean', 'kl_div_log_target_sum', 'normalize', 'cosine_similarity']
 DTYPE_TOL = {np.float16: (1e-2, 1e-2), np.float32: (1e-4, 1e-5), np.float64: (1e-7, 1e-8)}
 
 

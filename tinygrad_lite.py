@@ -5005,7 +5005,8 @@ def _pair_loss(what, input, target, reduction, float_target=False, reductions=_L
 
 def _loss_weight(what, name, weight, input, shape=None, dtype=None):
     """A loss's weight (None, or a tensor on input's device, taking no gradient, as PyTorch's): of `shape` and input's
-    dtype (nll_loss's, as PyTorch's), else broadcasting to input's shape, cast to `dtype` (PyTorch's in-place product)."""
+    dtype (nll_loss's, as PyTorch's), else broadcasting to input's shape, cast to `dtype` (PyTorch's in-place
+    product)."""
     if weight is None:
         return None
     if not isinstance(weight, Tensor):
@@ -5019,7 +5020,8 @@ def _loss_weight(what, name, weight, input, shape=None, dtype=None):
             raise ValueError(f"{what}: {name} of shape {weight.shape} for input of shape {input.shape}: one per class, "
                              f"{shape}, expected")
         if weight.dtype != input.dtype:
-            raise TypeError(f"{what}: {name} of dtype {weight.dtype} for input of dtype {input.dtype} (as PyTorch, one dtype)")
+            raise TypeError(f"{what}: {name} of dtype {weight.dtype} for input of dtype {input.dtype} (as PyTorch, "
+                            "one dtype)")
         return weight.detach()
     if _check_broadcast(f"{what} (input, {name})", input.shape, weight.shape) != input.shape:
         raise ValueError(f"{what}: {name} of shape {weight.shape} does not broadcast to input's shape {input.shape}")
@@ -5097,7 +5099,8 @@ def _smooth_l1(what, input, target, reduction, beta, huber):
     dtype = _promote(input.dtype, target.dtype)
     d = input.to(_opmath(dtype)) - target.to(_opmath(dtype))
     z = d.abs()
-    loss = where(z < beta, d * d * 0.5 if huber else d * d * 0.5 / beta, (z - 0.5 * beta) * beta if huber else z - 0.5 * beta)
+    quadratic, linear = (d * d * 0.5, (z - 0.5 * beta) * beta) if huber else (d * d * 0.5 / beta, z - 0.5 * beta)
+    loss = where(z < beta, quadratic, linear)
     return _reduced(loss, reduction).to(dtype)
 
 
