@@ -2153,6 +2153,24 @@ LAYERS = [
     Layer('flatten', lambda nn: nn.Flatten(), shapes_in((2, 3, 2, 2))),
     Layer('dropout_eval', lambda nn: nn.Dropout(0.5), shapes_in((3, 4)), eval_mode=True),
     Layer('embedding', lambda nn: nn.Embedding(10, 4), lambda r: [np.array([[1, 7, 1], [3, 1, 9]])]),
+    # the loss modules: (input, target); weights as buffers (float32 here, float64 after .double())
+    Layer('cross_entropy_loss_weighted', lambda nn: nn.CrossEntropyLoss(loss_weight(nn, CLASS_WEIGHT), ignore_index=1,
+                                                                        label_smoothing=0.1),
+          lambda r: [sample(r, (5, 4)), TARGET]),
+    Layer('nll_loss_weighted_sum', lambda nn: nn.NLLLoss(weight=loss_weight(nn, CLASS_WEIGHT), reduction='sum'),
+          lambda r: [sample(r, (2, 4, 3)), np.array([[0, 3, -100], [2, 1, 1]])]),
+    Layer('mse_loss', lambda nn: nn.MSELoss(), shapes_in((3, 4), (3, 4))),
+    Layer('l1_loss_sum', lambda nn: nn.L1Loss(reduction='sum'), shapes_in((3, 4), (3, 4))),
+    Layer('smooth_l1_loss_beta', lambda nn: nn.SmoothL1Loss(beta=0.5), shapes_in((3, 4), (3, 4))),
+    Layer('huber_loss_delta_none', lambda nn: nn.HuberLoss('none', 0.5), shapes_in((3, 4), (3, 4))),
+    Layer('bce_loss_weighted', lambda nn: nn.BCELoss(loss_weight(nn, CLASS_WEIGHT)),
+          lambda r: [r.uniform(0.05, 0.95, (3, 4)), r.uniform(0.05, 0.95, (3, 4))]),
+    Layer('bce_with_logits_loss_weights', lambda nn: nn.BCEWithLogitsLoss(loss_weight(nn, CLASS_WEIGHT),
+                                                                          pos_weight=loss_weight(nn, POS_WEIGHT)),
+          lambda r: [3 * sample(r, (3, 4)), r.uniform(0.05, 0.95, (3, 4))]),
+    Layer('kl_div_loss_batchmean', lambda nn: nn.KLDivLoss(reduction='batchmean'),
+          lambda r: [sample(r, (3, 4)), r.uniform(0.1, 1.0, (3, 4))]),
+    Layer('kl_div_loss_log_target', lambda nn: nn.KLDivLoss(reduction='sum', log_target=True), shapes_in((3, 4), (3, 4))),
     Layer('sequential', lambda nn: nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 3)), shapes_in((5, 4))),
     Layer('sequential_conv', lambda nn: nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.BatchNorm2d(2), nn.GELU(),
                                                       nn.MaxPool2d(2), nn.Flatten(), nn.Linear(8, 2)),
@@ -2174,6 +2192,11 @@ LAYERS = [
                                                                      bidirectional=True), shapes_in((3, 2, 3)),
           eval_mode=True),
 ]
+
+
+def loss_weight(nn, weight):
+    """A loss module's weight as library nn's float32 tensor."""
+    return (tl.tensor if nn is tl else torch.tensor)(weight.astype(np.float32))
 
 
 def torch_state(tm):
