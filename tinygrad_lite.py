@@ -5075,13 +5075,13 @@ def binary_cross_entropy(input, target, weight=None, reduction='mean'):
 
 def binary_cross_entropy_with_logits(input, target, weight=None, reduction='mean', pos_weight=None):
     """PyTorch's: (1 - t) x + (1 + (pos_weight - 1) t) log(1 + e^-x), the softplus as max(-x, 0) + log1p(e^-|x|), finite
-    at any logit."""
+    at any logit; the result of target's dtype (PyTorch's in-place ops on 1 - target)."""
     what = 'binary_cross_entropy_with_logits'
     target = _pair_loss(what, input, target, reduction, float_target=True)
-    dtype = _promote(input.dtype, target.dtype)
-    weight, pos_weight = (_loss_weight(what, name, w, input, dtype=_opmath(dtype))
+    dtype, wide = target.dtype, _opmath(_promote(input.dtype, target.dtype))
+    weight, pos_weight = (_loss_weight(what, name, w, input, dtype=wide)
                           for name, w in (('weight', weight), ('pos_weight', pos_weight)))
-    x, t = input.to(_opmath(dtype)), target.to(_opmath(dtype))
+    x, t = input.to(wide), target.to(wide)
     softplus = (-x.abs()).exp().log1p() - x.minimum(0)   # -log sigmoid(x); x = 0 takes half of each side's gradient
     loss = (1 - t) * x + (softplus if pos_weight is None else softplus * ((pos_weight - 1) * t + 1))
     return _reduced(loss if weight is None else loss * weight, reduction).to(dtype)
@@ -5094,9 +5094,9 @@ def l1_loss(input, target, reduction='mean'):
 
 def _smooth_l1(what, input, target, reduction, beta, huber):
     """smooth_l1_loss (huber: huber_loss, delta = beta): 0.5 d^2 / beta (huber: 0.5 d^2) where |d| < beta, else
-    |d| - 0.5 beta (huber: beta (|d| - 0.5 beta)), d = input - target."""
+    |d| - 0.5 beta (huber: beta (|d| - 0.5 beta)), d = input - target; huber's result of input's dtype (PyTorch's)."""
     target = _pair_loss(what, input, target, reduction)
-    dtype = _promote(input.dtype, target.dtype)
+    dtype = input.dtype if huber else _promote(input.dtype, target.dtype)
     d = input.to(_opmath(dtype)) - target.to(_opmath(dtype))
     z = d.abs()
     quadratic, linear = (d * d * 0.5, (z - 0.5 * beta) * beta) if huber else (d * d * 0.5 / beta, z - 0.5 * beta)
