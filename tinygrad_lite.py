@@ -5039,7 +5039,8 @@ def _nll(what, logp, target, weight, ignore_index, reduction, smoothing=0.0):
     index = xp.where(kept, target.data, 0)
     rows_weight = kept.astype(dtype) if weight is None else xp.where(kept, weight.data[index], 0).astype(dtype)
     kept = Tensor._wrap(kept, logp.device)
-    loss = where(kept, -logp.gather(1, Tensor._wrap(index[:, None], logp.device))[:, 0] * rows_weight, 0)
+    picked = logp.gather(1, Tensor._wrap(index[:, None], logp.device))[:, 0]
+    loss = where(kept, -picked * Tensor._wrap(rows_weight, logp.device), 0)
     if smoothing:
         spread = -(logp if weight is None else logp * weight).sum(1)
         loss = loss * (1 - smoothing) + where(kept, spread, 0) * (smoothing / classes)
