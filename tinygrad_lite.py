@@ -357,6 +357,11 @@ def _erf(x):
     return np.copysign(out, x)
 
 
+def _capturing(t):
+    """Whether t is on a GPU whose stream captures a CUDA graph: a check reading values back (a sync) cannot run."""
+    return t.device != 'cpu' and cp.cuda.get_current_stream().is_capturing()
+
+
 # ================================================================ the kernel loader
 
 _KERNEL_PATH = os.environ.get('TINYGRAD_LITE_KERNELS') or os.path.join(os.path.dirname(os.path.abspath(__file__)), 'kernels.cu')
@@ -3776,7 +3781,7 @@ class Tensor:
     def _check_range(what, index, size, axis, error=RuntimeError):
         """As PyTorch's: `error` where index (a tensor) holds one outside [0, size) (no negative ones counted from the
         end). Not checked inside a CUDA graph capture (reading the indices back is a sync it cannot hold)."""
-        if index.numel() and not (index.device != 'cpu' and cp.cuda.get_current_stream().is_capturing()):
+        if index.numel() and not _capturing(index):
             lo, hi = int(index.data.min()), int(index.data.max())
             if lo < 0 or hi >= size:
                 raise error(f"{what}: index {lo if lo < 0 else hi} is out of bounds for dimension {axis} with size "
@@ -4958,11 +4963,6 @@ _LOSS_REDUCTIONS = ('mean', 'sum', 'none')
 _KL_MEAN_WARNING = ("reduction: 'mean' divides the total loss by both the batch size and the support size.'batchmean' "
                     "divides only by the batch size, and aligns with the KL div math definition.'mean' will be changed "
                     "to behave the same as 'batchmean' in the next major release.")   # PyTorch's, word for word
-
-
-def _capturing(t):
-    """Whether t is on a GPU whose stream captures a CUDA graph: a check reading values back (a sync) cannot run."""
-    return t.device != 'cpu' and cp.cuda.get_current_stream().is_capturing()
 
 
 def _reduced(loss, reduction):
