@@ -5780,9 +5780,9 @@ class SiLU(Module):
     forward = staticmethod(silu)
 
 
-class _Activation(Module):
-    """An activation with settings: fn(x, *settings), the settings' names and defaults PyTorch's (`defaults`, which make
-    the class's signature), given by position or by name, and shown by repr as PyTorch's."""
+class _Settings(Module):
+    """A module whose constructor takes settings named, ordered and defaulted as PyTorch's (`defaults`, which make the
+    class's signature), by position or by name, each kept by _keep (as an attribute, unless a subclass says more)."""
     defaults = {}
 
     def __init_subclass__(cls):
@@ -5795,7 +5795,14 @@ class _Activation(Module):
         settings = self.__signature__.bind(*args, **kwargs)   # (a TypeError for other arguments)
         settings.apply_defaults()
         for name, value in settings.arguments.items():
-            setattr(self, name, value)
+            self._keep(name, value)
+
+    def _keep(self, name, value):
+        setattr(self, name, value)
+
+
+class _Activation(_Settings):
+    """An activation with settings: fn(x, *settings), shown by repr as PyTorch's."""
 
     def forward(self, x):
         return self.fn(x, *(getattr(self, name) for name in self.defaults))
@@ -5907,30 +5914,20 @@ class Dropout(Module):
         return f"p={self.p}, inplace=False"
 
 
-class _Loss(Module):
+class _Loss(_Settings):
     """A loss as torch.nn's: forward(input, target) calls fn with the module's settings, their names, order and defaults
     PyTorch's (`defaults`, which make the class's signature); a weight is a buffer (out of the state dict where None,
     as PyTorch's). PyTorch's deprecated size_average and reduce are taken only as None (give reduction instead)."""
-    defaults = {}
 
-    def __init_subclass__(cls):
-        super().__init_subclass__()
-        cls.__signature__ = inspect.Signature([inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                                                 default=value) for name, value in cls.defaults.items()])
-
-    def __init__(self, *args, **kwargs):
-        super().__init__()
-        settings = self.__signature__.bind(*args, **kwargs)   # (a TypeError for other arguments)
-        settings.apply_defaults()
-        for name, value in settings.arguments.items():
-            if name in ('size_average', 'reduce'):
-                if value is not None:
-                    raise ValueError(f"{type(self).__name__}: {name} (deprecated in PyTorch) is not supported; give "
-                                     "reduction='mean', 'sum' or 'none'")
-            elif name in ('weight', 'pos_weight'):
-                self.register_buffer(name, value)
-            else:
-                setattr(self, name, value)
+    def _keep(self, name, value):
+        if name in ('size_average', 'reduce'):
+            if value is not None:
+                raise ValueError(f"{type(self).__name__}: {name} (deprecated in PyTorch) is not supported; give "
+                                 "reduction='mean', 'sum' or 'none'")
+        elif name in ('weight', 'pos_weight'):
+            self.register_buffer(name, value)
+        else:
+            setattr(self, name, value)
 
     def forward(self, input, target):
         return self.fn(input, target, **{name: getattr(self, name) for name in self.defaults
