@@ -622,6 +622,37 @@ for _red in ('mean', 'sum', 'none'):
         op(f'cross_entropy_{_red}{"_smooth" if _ls else ""}', lambda m, x, _red=_red, _ls=_ls: m.cross_entropy(
             x, const(m, TARGET, x), label_smoothing=_ls, reduction=_red), (5, 4))
     op(f'mse_loss_{_red}', lambda m, a, b, _red=_red: m.mse_loss(a, b, reduction=_red), (3, 4), (3, 4))
+# the other losses (the targets of nll_loss and weighted cross_entropy with an ignored row; probabilities through
+# sigmoid and softmax), each reduction
+CLASS_WEIGHT = np.array([0.5, 1.5, 2.0, 0.75])   # one per class of TARGET's logits (5, 4)
+TARGET_IGNORED = np.array([3, -100, 1, 3, 2])
+POS_WEIGHT = np.array([2.0, 0.5, 1.0, 3.0])
+for _red in ('mean', 'sum', 'none'):
+    op(f'nll_loss_{_red}', lambda m, x, _red=_red: m.nll_loss(
+        x, const(m, TARGET_IGNORED, x), const(m, CLASS_WEIGHT, x), reduction=_red), (5, 4))
+    op(f'nll_loss_3d_{_red}', lambda m, x, _red=_red: m.nll_loss(x, const(m, TARGET[:4].reshape(2, 2), x),
+                                                                 reduction=_red), (2, 4, 2))
+    op(f'cross_entropy_weight_{_red}_smooth', lambda m, x, _red=_red: m.cross_entropy(
+        x, const(m, TARGET_IGNORED, x), weight=const(m, CLASS_WEIGHT, x), label_smoothing=0.1, reduction=_red), (5, 4))
+    op(f'binary_cross_entropy_{_red}', lambda m, x, t, _red=_red: m.binary_cross_entropy(
+        m.sigmoid(x), m.sigmoid(t), const(m, CLASS_WEIGHT, x), reduction=_red), (3, 4), (3, 4))
+    op(f'bce_with_logits_pos_weight_{_red}', lambda m, x, t, _red=_red: m.binary_cross_entropy_with_logits(
+        x, m.sigmoid(t), const(m, CLASS_WEIGHT[:, None], x), reduction=_red, pos_weight=const(m, POS_WEIGHT, x)),
+       (4, 4), (4, 4))
+    op(f'l1_loss_{_red}', lambda m, a, b, _red=_red: m.l1_loss(a, b, reduction=_red), (3, 4), (3, 4))
+    op(f'smooth_l1_loss_{_red}', lambda m, a, b, _red=_red: m.smooth_l1_loss(a, b, reduction=_red, beta=0.5),
+       (3, 4), (3, 4))
+    op(f'huber_loss_{_red}', lambda m, a, b, _red=_red: m.huber_loss(a, b, reduction=_red, delta=0.5), (3, 4), (3, 4))
+for _red in ('batchmean', 'sum', 'none'):
+    op(f'kl_div_{_red}', lambda m, x, t, _red=_red: m.kl_div(m.log_softmax(x, -1), m.softmax(t, -1), reduction=_red),
+       (3, 4), (3, 4))
+    op(f'kl_div_log_target_{_red}', lambda m, x, t, _red=_red: m.kl_div(x, m.log_softmax(t, -1), reduction=_red,
+                                                                         log_target=True), (3, 4), (3, 4))
+op('bce_with_logits_plain', lambda m, x, t: m.binary_cross_entropy_with_logits(x, m.sigmoid(t)), (3, 4), (3, 4))
+op('normalize', lambda m, x: m.normalize(x), (3, 4))
+op('normalize_p1_dim0', lambda m, x: m.normalize(x, 1.0, 0), (3, 4))
+op('cosine_similarity', lambda m, a, b: m.cosine_similarity(a, b), (3, 4), (3, 4))
+op('cosine_similarity_broadcast', lambda m, a, b: m.cosine_similarity(a, b, dim=-1), (4, 1, 3), (5, 3))
 
 
 def check_op_grad(o):
@@ -654,6 +685,9 @@ DTYPE_OPS = ['exp', 'log', 'sqrt', 'sigmoid', 'tanh', 'relu', 'gelu', 'gelu_tanh
 DTYPE_OPS += ['sin', 'cos', 'log1p', 'expm1', 'erf', 'reciprocal', 'rsqrt', 'square', 'round_decimals', 'nan_to_num',
               'lerp', 'lerp_tensor_weight', 'addcmul', 'addcdiv', 'fn_softplus', 'fn_softplus_beta_threshold',
               'fn_elu_alpha']
+DTYPE_OPS += ['nll_loss_mean', 'cross_entropy_weight_mean_smooth', 'binary_cross_entropy_mean',
+              'bce_with_logits_pos_weight_mean', 'l1_loss_mean', 'smooth_l1_loss_mean', 'huber_loss_mean',
+              'kl_div_batchmean', 'kl_div_log_target_sum', 'normalize', 'cosine_similarity']
 DTYPE_TOL = {np.float16: (1e-2, 1e-2), np.float32: (1e-4, 1e-5), np.float64: (1e-7, 1e-8)}
 
 
@@ -2120,6 +2154,25 @@ LAYERS = [
     Layer('flatten', lambda nn: nn.Flatten(), shapes_in((2, 3, 2, 2))),
     Layer('dropout_eval', lambda nn: nn.Dropout(0.5), shapes_in((3, 4)), eval_mode=True),
     Layer('embedding', lambda nn: nn.Embedding(10, 4), lambda r: [np.array([[1, 7, 1], [3, 1, 9]])]),
+    # the loss modules: (input, target); weights as buffers (float32 here, float64 after .double())
+    Layer('cross_entropy_loss_weighted', lambda nn: nn.CrossEntropyLoss(loss_weight(nn, CLASS_WEIGHT), ignore_index=1,
+                                                                        label_smoothing=0.1),
+          lambda r: [sample(r, (5, 4)), TARGET]),
+    Layer('nll_loss_weighted_sum', lambda nn: nn.NLLLoss(weight=loss_weight(nn, CLASS_WEIGHT), reduction='sum'),
+          lambda r: [sample(r, (2, 4, 3)), np.array([[0, 3, -100], [2, 1, 1]])]),
+    Layer('mse_loss', lambda nn: nn.MSELoss(), shapes_in((3, 4), (3, 4))),
+    Layer('l1_loss_sum', lambda nn: nn.L1Loss(reduction='sum'), shapes_in((3, 4), (3, 4))),
+    Layer('smooth_l1_loss_beta', lambda nn: nn.SmoothL1Loss(beta=0.5), shapes_in((3, 4), (3, 4))),
+    Layer('huber_loss_delta_none', lambda nn: nn.HuberLoss('none', 0.5), shapes_in((3, 4), (3, 4))),
+    Layer('bce_loss_weighted', lambda nn: nn.BCELoss(loss_weight(nn, CLASS_WEIGHT)),
+          lambda r: [r.uniform(0.05, 0.95, (3, 4)), r.uniform(0.05, 0.95, (3, 4))]),
+    Layer('bce_with_logits_loss_weights', lambda nn: nn.BCEWithLogitsLoss(loss_weight(nn, CLASS_WEIGHT),
+                                                                          pos_weight=loss_weight(nn, POS_WEIGHT)),
+          lambda r: [3 * sample(r, (3, 4)), r.uniform(0.05, 0.95, (3, 4))]),
+    Layer('kl_div_loss_batchmean', lambda nn: nn.KLDivLoss(reduction='batchmean'),
+          lambda r: [sample(r, (3, 4)), r.uniform(0.1, 1.0, (3, 4))]),
+    Layer('kl_div_loss_log_target', lambda nn: nn.KLDivLoss(reduction='sum', log_target=True),
+          shapes_in((3, 4), (3, 4))),
     Layer('sequential', lambda nn: nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 3)), shapes_in((5, 4))),
     Layer('sequential_conv', lambda nn: nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.BatchNorm2d(2), nn.GELU(),
                                                       nn.MaxPool2d(2), nn.Flatten(), nn.Linear(8, 2)),
@@ -2141,6 +2194,11 @@ LAYERS = [
                                                                      bidirectional=True), shapes_in((3, 2, 3)),
           eval_mode=True),
 ]
+
+
+def loss_weight(nn, weight):
+    """A loss module's weight as library nn's float32 tensor."""
+    return (tl.tensor if nn is tl else torch.tensor)(weight.astype(np.float32))
 
 
 def torch_state(tm):
@@ -6465,6 +6523,284 @@ def test_cross_entropy_ignore_index_as_pytorch():
     raises(ValueError, lambda: tl.cross_entropy(tl.tensor(x), tl.tensor([0, -1, 2])), 'targets must lie in [0, 4)', '-100')
     raises(ValueError, lambda: tl.cross_entropy(tl.tensor(x), tl.tensor([0, -100, 2]), ignore_index=1), '[0, 4)')
     raises(TypeError, lambda: tl.cross_entropy(tl.tensor(x), tl.tensor([0, 1, 2]), ignore_index=1.5), 'ignore_index')
+
+
+def loss_against_torch(what, f, arrays, tol=1e-12):
+    """f(m, *tensors) with m tl and torch: values and the gradients of every float input, float64."""
+    compare_runs(run_op(tl, f, arrays), run_op(TH, f, arrays), tol, tol, what)
+
+
+def test_loss_functions_as_pytorch():
+    """nll_loss, cross_entropy with weights, binary_cross_entropy(_with_logits), l1, smooth_l1, huber and kl_div
+    against PyTorch in float64: values and the gradients of input and target (where PyTorch differentiates it), each
+    reduction, with and without weights, ignore_index, label smoothing, pos_weight, beta, delta, log_target, class
+    dims."""
+    need_torch()
+    r = rng('loss functions')
+    x, t, t_ignoring_2 = sample(r, (2, 5, 3)), np.array([[0, 4, -100], [2, 2, 1]]), np.array([[0, 4, 2], [2, 3, 1]])
+    x1, w5, w4, pw4 = sample(r, (5,)), r.uniform(0.5, 2.0, 5), r.uniform(0.5, 2.0, 4), r.uniform(0.5, 3.0, 4)
+    p, q, logits = r.uniform(0.02, 0.98, (3, 4)), r.uniform(0.02, 0.98, (3, 4)), 4 * sample(r, (3, 4))
+    for red in ('mean', 'sum', 'none'):
+        for w in (None, w5):
+            kw = lambda m, a, w=w: {} if w is None else {'weight': const(m, w, a)}
+            what = f'{red}, weight {w is not None}'
+            loss_against_torch('nll_loss ' + what, lambda m, a: m.nll_loss(a, const(m, t, a), reduction=red,
+                                                                        **kw(m, a)), [x])
+            loss_against_torch('nll_loss ignore_index 2 ' + what, lambda m, a: m.nll_loss(
+                a, const(m, t_ignoring_2, a), ignore_index=2, reduction=red, **kw(m, a)), [x])
+            loss_against_torch('nll_loss (C,) ' + what, lambda m, a: m.nll_loss(a, const(m, np.array(3), a),
+                                                                             reduction=red, **kw(m, a)), [x1])
+            for ls in (0.0, 0.3):
+                loss_against_torch(f'cross_entropy smoothing {ls} ' + what, lambda m, a: m.cross_entropy(
+                    a, const(m, t, a), reduction=red, label_smoothing=ls, **kw(m, a)), [x])
+        for w in (None, w4):
+            what = f'{red}, weight {w is not None}'
+            kw = lambda m, a, w=w: {} if w is None else {'weight': const(m, w, a)}
+            loss_against_torch('binary_cross_entropy ' + what, lambda m, a, b: m.binary_cross_entropy(
+                a, b, reduction=red, **kw(m, a)), [p, q])
+            for pw in (None, pw4):
+                loss_against_torch(f'binary_cross_entropy_with_logits pos_weight {pw is not None} ' + what,
+                                   lambda m, a, b: m.binary_cross_entropy_with_logits(
+                                       a, b, reduction=red, pos_weight=None if pw is None else const(m, pw, a),
+                                       **kw(m, a)), [logits, q])
+        loss_against_torch(f'l1_loss {red}', lambda m, a, b: m.l1_loss(a, b, reduction=red), [logits, p])
+        for beta in (1.0, 0.3, 0.0):
+            loss_against_torch(f'smooth_l1_loss {red} beta {beta}', lambda m, a, b: m.smooth_l1_loss(
+                a, b, reduction=red, beta=beta), [logits, p])
+        for delta in (1.0, 0.3, 2.5):
+            loss_against_torch(f'huber_loss {red} delta {delta}', lambda m, a, b: m.huber_loss(
+                a, b, reduction=red, delta=delta), [logits, p])
+    for red in ('mean', 'batchmean', 'sum', 'none'):
+        for log_target in (False, True):
+            with warnings.catch_warnings():
+                warnings.simplefilter('ignore')   # 'mean' warns (test_kl_div_mean_warns_as_pytorch)
+                loss_against_torch(f'kl_div {red} log_target {log_target}', lambda m, a, b: m.kl_div(
+                    a, b.log() if log_target else b, reduction=red, log_target=log_target), [logits, q])
+
+
+def test_loss_functions_extremes_as_pytorch():
+    """binary_cross_entropy_with_logits at logits of +-30, +-100 and +-1e4: finite, PyTorch's values and gradients in
+    float16, float32 and float64; binary_cross_entropy at probabilities 0 and 1: PyTorch's -100 clamp (losses of 100)
+    and its gradients (+-1e12 where the target disagrees); every row ignored, or zero weights: NaN means, 0 sums."""
+    need_torch()
+    x = np.array([100., -100., 1e4, -1e4, 100., -100., 30., -30.])
+    t = np.array([0., 1., 0.3, 0.7, 1., 0., 0.5, 0.5])
+    for dtype in (np.float16, np.float32, np.float64):
+        for red in ('mean', 'sum', 'none'):
+            for pw in (None, np.full(8, 3.0)):
+                what = f'bce_with_logits {np.dtype(dtype).name} {red} pos_weight {pw is not None}'
+                ours, theirs = (m.tensor(x.astype(dtype), requires_grad=True) for m in (tl, torch))
+                got, want = (f(o, m.tensor(t.astype(dtype)), reduction=red,
+                               pos_weight=None if pw is None else m.tensor(pw.astype(dtype)))
+                             for f, o, m in ((tl.binary_cross_entropy_with_logits, ours, tl),
+                                             (F.binary_cross_entropy_with_logits, theirs, torch)))
+                got.sum().backward()
+                want.sum().backward()
+                assert same_dtype(got, want) and np.isfinite(got.numpy()).all(), what
+                assert np.isfinite(ours.grad.numpy()).all(), what
+                assert_close(got, want, *DTYPE_TOL[dtype], what)
+                assert_close(ours.grad, theirs.grad, *DTYPE_TOL[dtype], what + ' gradient')
+    p, t = np.array([0., 1., 0., 1., 0.5, 1e-30]), np.array([0., 1., 1., 0., 0.3, 1.])
+    for dtype in (np.float32, np.float64):
+        for red in ('mean', 'sum', 'none'):
+            ours, theirs = (m.tensor(p.astype(dtype), requires_grad=True) for m in (tl, torch))
+            got = tl.binary_cross_entropy(ours, tl.tensor(t.astype(dtype)), reduction=red)
+            want = F.binary_cross_entropy(theirs, torch.tensor(t.astype(dtype)), reduction=red)
+            got.sum().backward()
+            want.sum().backward()
+            what = f'binary_cross_entropy at 0 and 1, {np.dtype(dtype).name} {red}'
+            assert_matches(got.numpy(), want.detach().numpy(), 1e-6, what)
+            assert_matches(ours.grad.numpy(), theirs.grad.numpy(), 1e-6, what + ' gradient')
+    x = sample(rng('all ignored'), (3, 4))
+    for red in ('mean', 'sum'):
+        for call, target, kw in (('nll_loss', [-100, -100, -100], {}),
+                                 ('nll_loss', [0, 1, 1], {'weight': np.zeros(4)}),
+                                 ('cross_entropy', [0, 2, 2], {'weight': np.array([0., 1, 0, 1])}),
+                                 ('cross_entropy', [3, 2, 3], {'weight': np.array([1., 1, 0, 0])})):
+            got = getattr(tl, call)(tl.tensor(x), tl.tensor(target), reduction=red,
+                                    **{k: tl.tensor(v) for k, v in kw.items()})
+            want = getattr(F, call)(torch.tensor(x), torch.tensor(target), reduction=red,
+                                    **{k: torch.tensor(v) for k, v in kw.items()})
+            assert_matches(got.numpy(), want.numpy(), 1e-12, f'{call} {red} {target} {kw}')
+
+
+def test_loss_functions_dtypes_as_pytorch():
+    """Result dtypes as PyTorch's for inputs and targets of two float dtypes (huber_loss: input's,
+    binary_cross_entropy_with_logits: target's), float16 kept, and
+    the values close to PyTorch's on the same values."""
+    need_torch()
+    r = rng('loss dtypes')
+    a, b = r.uniform(0.05, 0.95, (3, 4)), r.uniform(0.05, 0.95, (3, 4))
+    calls = {'l1_loss': {}, 'mse_loss': {}, 'smooth_l1_loss': {'beta': 0.5}, 'huber_loss': {'delta': 0.5},
+             'kl_div': {'reduction': 'batchmean'}, 'binary_cross_entropy_with_logits': {}, 'cosine_similarity': {}}
+    for name, kw in calls.items():
+        for dtypes in ((np.float16, np.float16), (np.float16, np.float32), (np.float32, np.float64),
+                       (np.float64, np.float32), (np.float32, np.float32)):
+            if name == 'mse_loss' and dtypes[0] != dtypes[1]:
+                continue   # (tinygrad_lite's mse_loss computes in the promoted dtype too, PyTorch's in input's)
+            got = getattr(tl, name)(tl.tensor(a.astype(dtypes[0])), tl.tensor(b.astype(dtypes[1])), **kw)
+            want = getattr(F, name)(torch.tensor(a.astype(dtypes[0])), torch.tensor(b.astype(dtypes[1])), **kw)
+            what = f'{name} {[np.dtype(d).name for d in dtypes]}'
+            assert same_dtype(got, want), f'{what}: {got.dtype}, PyTorch {want.dtype}'
+            assert_close(got, want, *DTYPE_TOL[np.dtype(min(dtypes, key=lambda d: np.dtype(d).itemsize)).type], what)
+
+
+def test_kl_div_mean_warns_as_pytorch():
+    """kl_div's reduction='mean' (KLDivLoss's default) warns with PyTorch's words; 'batchmean' does not."""
+    need_torch()
+    x, t = sample(rng('kl warn'), (2, 3)), rng('kl warn t').uniform(0.1, 1, (2, 3))
+    for ours, theirs in ((lambda: tl.kl_div(tl.tensor(x), tl.tensor(t)),
+                          lambda: F.kl_div(torch.tensor(x), torch.tensor(t))),
+                         (lambda: tl.KLDivLoss()(tl.tensor(x), tl.tensor(t)),
+                          lambda: torch.nn.KLDivLoss()(torch.tensor(x), torch.tensor(t)))):
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter('always')
+            ours()
+        with warnings.catch_warnings(record=True) as want:
+            warnings.simplefilter('always')
+            theirs()
+        assert [str(w.message) for w in got] == [str(w.message) for w in want] and len(got) == 1, (got, want)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        tl.kl_div(tl.tensor(x), tl.tensor(t), reduction='batchmean')
+
+
+def test_one_hot_normalize_cosine_similarity_as_pytorch():
+    """one_hot: PyTorch's int64 result without a gradient (num_classes -1: the largest index + 1); normalize and
+    cosine_similarity at vectors shorter than eps and of zeros: PyTorch's values and gradients (cosine_similarity's
+    clamp passing the norm's gradient on)."""
+    need_torch()
+    for index, classes in (([0, 2, 1], -1), ([[1, 0], [3, 1]], 5), (2, 4), (np.zeros((0, 2), np.int64), 3)):
+        got, want = (f(m.tensor(np.asarray(index)), classes) for f, m in ((tl.one_hot, tl), (F.one_hot, torch)))
+        assert got.dtype == np.int64 and not got.requires_grad and np.array_equal(got.numpy(), want.numpy()), index
+    tiny = np.array([[1e-10, 2e-10, -1e-10], [1., 2., 3.], [0., 0., 0.]])
+    other = np.array([[1., -1., 2.], [0., 0., 0.], [0.5, 1., 2.]])
+    loss_against_torch('cosine_similarity at tiny and zero vectors', lambda m, a, b: m.cosine_similarity(a, b),
+                       [tiny, other])
+    loss_against_torch('normalize at tiny and zero vectors', lambda m, a: m.normalize(a, eps=1e-8), [tiny])
+    loss_against_torch('normalize p=3 dim=0', lambda m, a: m.normalize(a, 3, 0), [other + 0.25])
+
+
+def test_error_loss_functions_as_pytorch():
+    """Bad input to the losses gets a clear error where PyTorch raises: shapes named, a bad reduction named, integer
+    inputs (TypeError naming the dtype), targets out of range, weights of a wrong shape, dtype or requiring grad,
+    probabilities outside [0, 1], a negative beta, a delta of 0, one_hot's bad indices."""
+    need_torch()
+    r = rng('loss errors')
+    a, b, ints = r.uniform(0.1, 0.9, (3, 4)), r.uniform(0.1, 0.9, (4,)), np.arange(12).reshape(3, 4)
+    elementwise = ('mse_loss', 'l1_loss', 'smooth_l1_loss', 'huber_loss', 'kl_div', 'binary_cross_entropy',
+                   'binary_cross_entropy_with_logits')
+    with warnings.catch_warnings():
+        warnings.filterwarnings('ignore', "reduction: 'mean' divides")   # (PyTorch's kl_div warns before its error)
+        for name in elementwise:
+            ours, theirs = getattr(tl, name), getattr(F, name)
+            if name == 'binary_cross_entropy' or name == 'binary_cross_entropy_with_logits':
+                raises(ValueError, lambda: theirs(torch.tensor(a), torch.tensor(b)))   # (others broadcast, warning)
+            assert_names_shapes(raises(ValueError, lambda: ours(tl.tensor(a), tl.tensor(b)), name), (3, 4), (4,))
+            raises(ValueError, lambda: theirs(torch.tensor(a), torch.tensor(a), reduction='bogus'))
+            raises(ValueError, lambda: ours(tl.tensor(a), tl.tensor(a), reduction='bogus'), name, 'reduction',
+                   'bogus')
+            raises((RuntimeError, NotImplementedError), lambda: theirs(torch.tensor(ints), torch.tensor(ints)))
+            raises(TypeError, lambda: ours(tl.tensor(ints), tl.tensor(ints), reduction='sum'), name, 'int64')
+    for name in ('kl_div', 'binary_cross_entropy', 'binary_cross_entropy_with_logits'):   # float targets only
+        raises(RuntimeError, lambda: getattr(F, name)(torch.tensor(a), torch.tensor(ints), reduction='sum'))
+        raises(TypeError, lambda: getattr(tl, name)(tl.tensor(a), tl.tensor(ints), reduction='sum'), name,
+               'int64')
+    x, t = sample(r, (3, 4)), np.array([0, 1, 3])
+    for bad in ([0, 4, 1], [0, -1, 1]):
+        raises(IndexError, lambda: F.nll_loss(torch.tensor(x), torch.tensor(bad)))
+        raises(ValueError, lambda: tl.nll_loss(tl.tensor(x), tl.tensor(bad)), 'nll_loss', '[0, 4)')
+    assert_names_shapes(raises(ValueError, lambda: tl.nll_loss(tl.tensor(x), tl.tensor([0, 1]))), (3, 4), (2,))
+    raises(RuntimeError, lambda: F.nll_loss(torch.tensor(x), torch.tensor(t), weight=torch.ones(3).double()))
+    assert_names_shapes(raises(ValueError, lambda: tl.nll_loss(tl.tensor(x), tl.tensor(t), tl.ones(3).double()),
+                               'weight'), (3,), (4,))
+    raises(RuntimeError, lambda: F.cross_entropy(torch.tensor(x), torch.tensor(t), weight=torch.ones(4)))
+    raises(TypeError, lambda: tl.cross_entropy(tl.tensor(x), tl.tensor(t), weight=tl.ones(4)), 'float32', 'float64')
+    raises((RuntimeError, NotImplementedError), lambda: F.nll_loss(torch.tensor(ints), torch.tensor(t)))
+    raises(TypeError, lambda: tl.nll_loss(tl.tensor(ints), tl.tensor(t)), 'nll_loss', 'int64')
+    raises(RuntimeError, lambda: F.nll_loss(torch.tensor(x), torch.tensor(t.astype(np.float64))))
+    raises(TypeError, lambda: tl.nll_loss(tl.tensor(x), tl.tensor(t.astype(np.float64))), 'integer')
+    raises(ValueError, lambda: tl.nll_loss(tl.tensor(x), tl.tensor(t), reduction='batchmean'), 'reduction')
+    w = torch.ones(4, dtype=torch.float64, requires_grad=True)
+    for name, args in (('nll_loss', (x, t)), ('binary_cross_entropy', (a, a))):
+        raises(RuntimeError, lambda: getattr(F, name)(*map(torch.tensor, args), weight=w))
+        needing = tl.ones(4, dtype=tl.float64, requires_grad=True)
+        raises(RuntimeError, lambda: getattr(tl, name)(*map(tl.tensor, args), weight=needing), 'weight')
+        with tl.no_grad():   # (nothing to differentiate)
+            getattr(tl, name)(*map(tl.tensor, args), weight=tl.ones(4, dtype=tl.float64, requires_grad=True))
+    for p, q, which in ((a * 2, a, 'input'), (a, a - 0.5, 'target')):
+        raises(RuntimeError, lambda: F.binary_cross_entropy(torch.tensor(p), torch.tensor(q)))
+        raises(ValueError, lambda: tl.binary_cross_entropy(tl.tensor(p), tl.tensor(q)), which, '[0, 1]')
+    raises(RuntimeError, lambda: F.binary_cross_entropy(torch.tensor(a), torch.tensor(a.astype(np.float32))))
+    raises(TypeError, lambda: tl.binary_cross_entropy(tl.tensor(a), tl.tensor(a.astype(np.float32))), 'float64',
+           'float32')
+    for kw, shape in (({'weight': np.ones(5)}, (5,)), ({'pos_weight': np.ones((2, 3, 4))}, (2, 3, 4))):
+        raises(RuntimeError, lambda: F.binary_cross_entropy_with_logits(
+            torch.tensor(a), torch.tensor(a), **{k: torch.tensor(v) for k, v in kw.items()}))
+        assert_names_shapes(raises(ValueError, lambda: tl.binary_cross_entropy_with_logits(
+            tl.tensor(a), tl.tensor(a), **{k: tl.tensor(v) for k, v in kw.items()}), *kw), (3, 4), shape)
+    raises(RuntimeError, lambda: F.smooth_l1_loss(torch.tensor(a), torch.tensor(a), beta=-1.0))
+    raises(ValueError, lambda: tl.smooth_l1_loss(tl.tensor(a), tl.tensor(a), beta=-1.0), 'beta', '-1.0')
+    raises(RuntimeError, lambda: F.huber_loss(torch.tensor(a), torch.tensor(a), delta=0.0))
+    raises(ValueError, lambda: tl.huber_loss(tl.tensor(a), tl.tensor(a), delta=0.0), 'delta')
+    raises(RuntimeError, lambda: F.cosine_similarity(torch.tensor(ints), torch.tensor(ints)))
+    raises(TypeError, lambda: tl.cosine_similarity(tl.tensor(ints), tl.tensor(ints)), 'int64')
+    raises(RuntimeError, lambda: F.cosine_similarity(torch.tensor(a), torch.tensor(a[:2, :3])))
+    assert_names_shapes(raises(ValueError, lambda: tl.cosine_similarity(tl.tensor(a), tl.tensor(a[:2, :3]))),
+                        (3, 4), (2, 3))
+    raises(RuntimeError, lambda: F.normalize(torch.tensor(ints)))
+    raises(TypeError, lambda: tl.normalize(tl.tensor(ints)), 'normalize', 'int64')
+    for index, classes, error, needle in (([0., 1.], -1, TypeError, 'float64'), ([0, -1], 3, ValueError, '-1'),
+                                          ([0, 3], 3, ValueError, '[0, 3)'),
+                                          (np.zeros(0, np.int64), -1, ValueError, 'empty'),
+                                          ([0, 1], 2.0, TypeError, 'num_classes'), ([True], -1, TypeError, 'bool')):
+        raises((RuntimeError, TypeError), lambda: F.one_hot(torch.tensor(np.asarray(index)), classes))
+        raises(error, lambda: tl.one_hot(tl.tensor(np.asarray(index)), classes), 'one_hot', needle)
+
+
+LOSS_MODULES = ['CrossEntropyLoss', 'NLLLoss', 'MSELoss', 'L1Loss', 'SmoothL1Loss', 'HuberLoss', 'BCELoss',
+                'BCEWithLogitsLoss', 'KLDivLoss']
+
+
+def test_loss_modules_as_pytorch():
+    """The loss modules take PyTorch's arguments (names, order, defaults), keep its attributes, show its reprs, hold
+    weight and pos_weight as buffers under its state_dict keys (None ones left out), cast them with .double(), and
+    refuse the deprecated size_average and reduce unless None."""
+    need_torch()
+    for name in LOSS_MODULES:
+        ours, theirs = inspect.signature(getattr(tl, name)), inspect.signature(getattr(torch.nn, name))
+        assert [(p.name, p.default) for p in ours.parameters.values()] == \
+            [(p.name, p.default) for p in theirs.parameters.values()], (name, ours, theirs)
+        assert repr(getattr(tl, name)()) == repr(getattr(torch.nn, name)()) == f'{name}()'
+        for k in ('size_average', 'reduce'):
+            if k in ours.parameters:
+                raises(ValueError, lambda: getattr(tl, name)(**{k: False}), name, k, 'reduction')
+    w, pw = np.array([0.5, 2.0, 1.0], np.float32), np.array([3.0, 1.0, 0.5], np.float32)
+    for name, kw in (('CrossEntropyLoss', {'weight': w}), ('NLLLoss', {'weight': w}), ('BCELoss', {'weight': w}),
+                     ('BCEWithLogitsLoss', {'pos_weight': pw}),
+                     ('BCEWithLogitsLoss', {'weight': w, 'pos_weight': pw}),
+                     ('CrossEntropyLoss', {})):
+        ours = getattr(tl, name)(**{k: tl.tensor(v) for k, v in kw.items()})
+        theirs = getattr(torch.nn, name)(**{k: torch.tensor(v) for k, v in kw.items()})
+        assert list(ours.state_dict()) == list(theirs.state_dict()), (name, list(ours.state_dict()))
+        assert [n for n, _ in ours.named_buffers()] == [n for n, _ in theirs.named_buffers()], name
+        assert repr(ours) == repr(theirs), name
+        assert all(getattr(ours, k).dtype == np.float64 for k in kw if ours.double() is ours), name
+    ours = tl.CrossEntropyLoss(tl.tensor(w), None, 2, None, 'sum', 0.1)
+    theirs = torch.nn.CrossEntropyLoss(torch.tensor(w), None, 2, None, 'sum', 0.1)
+    assert (ours.ignore_index, ours.reduction, ours.label_smoothing) == (theirs.ignore_index, theirs.reduction,
+                                                                         theirs.label_smoothing)
+    for name, kw in (('SmoothL1Loss', {'beta': 0.3}), ('HuberLoss', {'delta': 0.3}),
+                     ('KLDivLoss', {'log_target': True})):
+        ours, theirs = getattr(tl, name)(**kw), getattr(torch.nn, name)(**kw)
+        assert all(getattr(ours, k) == getattr(theirs, k) for k in [*kw, 'reduction']), name
+    raises(TypeError, lambda: torch.nn.HuberLoss(beta=0.5))
+    raises(TypeError, lambda: tl.HuberLoss(beta=0.5), 'beta')
+    raises(TypeError, lambda: tl.CrossEntropyLoss(weight=[1.0, 2.0]), 'weight')
+    x, t = sample(rng('loss module forward'), (4, 3)), np.array([0, 2, 1, 2])
+    got, want = (nn.CrossEntropyLoss(m.tensor(w.astype(np.float64)), label_smoothing=0.2)(m.tensor(x), m.tensor(t))
+                 for nn, m in ((tl, tl), (torch.nn, torch)))
+    assert_close(got, want, 1e-12, 1e-12, 'CrossEntropyLoss forward')
 
 
 def test_no_grad_decorates_bare():

@@ -368,6 +368,11 @@ def _erf(x):
     return np.copysign(out, x)
 
 
+def _capturing(t):
+    """Whether t is on a GPU whose stream captures a CUDA graph: a check reading values back (a sync) cannot run."""
+    return t.device != 'cpu' and cp.cuda.get_current_stream().is_capturing()
+
+
 # ================================================================ the kernel loader
 
 _KERNEL_PATH = os.environ.get('TINYGRAD_LITE_KERNELS') or os.path.join(os.path.dirname(os.path.abspath(__file__)), 'kernels.cu')
@@ -3124,6 +3129,29 @@ class CrossEntropy(Function):
         return (d * weight[:, None]).astype(self.dtype), None   # ignored rows: 0 (NaN logits: NaN, as PyTorch)
 
 
+class BinaryCrossEntropy(Function):
+    """-(t log x + (1 - t) log(1 - x)) elementwise, each log at least -100, and PyTorch's gradients: (x - t) /
+    max(x (1 - x), 1e-12) for x (finite at 0 and 1, where the clamped logs have none), log(1 - x) - log(x) for t.
+    float16 computes in float32, rounded once."""
+    saves = None
+
+    def forward(self, x, t):
+        xp, self.x, self.t = _xp(x), x, t
+        w, tw = x.astype(_opmath(x.dtype)), t.astype(_opmath(x.dtype))
+        with np.errstate(divide='ignore'):   # log(0): -inf, clamped to -100
+            out = (tw - 1) * xp.maximum(xp.log1p(-w), -100) - tw * xp.maximum(xp.log(w), -100)
+        return out.astype(x.dtype)
+
+    def backward(self, g):
+        xp, x, t = _xp(g), self.x.astype(_opmath(g.dtype)), self.t.astype(_opmath(g.dtype))
+        g = g.astype(x.dtype)
+        eps = x.dtype.type(np.float32(1e-12))   # (PyTorch's is a float32 constant in every dtype)
+        dx = g * (x - t) / xp.maximum(x * (1 - x), eps) if self.needs_grad[0] else None
+        with np.errstate(divide='ignore', invalid='ignore'):
+            dt = g * (xp.log1p(-x) - xp.log(x)) if self.needs_grad[1] else None
+        return tuple(None if d is None else d.astype(self.x.dtype) for d in (dx, dt))
+
+
 # ================================================================ the Tensor
 
 _ValuesIndices = collections.namedtuple('ValuesIndices', 'values indices')   # PyTorch's max(dim=) and min(dim=)
@@ -3792,7 +3820,7 @@ class Tensor:
     def _check_range(what, index, size, axis, error=RuntimeError):
         """As PyTorch's: `error` where index (a tensor) holds one outside [0, size) (no negative ones counted from the
         end). Not checked inside a CUDA graph capture (reading the indices back is a sync it cannot hold)."""
-        if index.numel() and not (index.device != 'cpu' and cp.cuda.get_current_stream().is_capturing()):
+        if index.numel() and not _capturing(index):
             lo, hi = int(index.data.min()), int(index.data.max())
             if lo < 0 or hi >= size:
                 raise error(f"{what}: index {lo if lo < 0 else hi} is out of bounds for dimension {axis} with size "
@@ -4917,31 +4945,43 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
                              axes=tuple(range(x.ndim - len(shape), x.ndim)))
 
 
-def cross_entropy(logits, target, label_smoothing=0.0, reduction='mean', ignore_index=-100):
+def _class_targets(what, input, target, ignore_index):
+    """input and its target of class indices as PyTorch's cross_entropy and nll_loss take them: input (C,) with a 0-d
+    target, (N, C) with (N,), or (N, C, d1, ...) with (N, d1, ...) (checked); returns input as the (rows, C) matrix of
+    every position's scores, classes last, the int64 target (rows,), and the shape of a loss per position."""
+    if not _is_int(ignore_index) or not -2 ** 63 <= ignore_index < 2 ** 63:
+        raise TypeError(f"{what}: ignore_index must be an int64 class index, got {ignore_index!r}")
+    target = target if isinstance(target, Tensor) else Tensor(np.asarray(target), device=input.device)
+    expected = () if input.ndim == 1 else input.shape[:1] + input.shape[2:]
+    if input.ndim == 0 or target.shape != expected:
+        raise ValueError(f"{what}: input of shape {input.shape} ((C,), (N, C) or (N, C, d1, ...)) needs "
+                         f"targets of shape {expected if input.ndim else '(N, d1, ...)'}, got {target.shape}")
+    if target.dtype.kind not in 'iu':
+        raise TypeError(f"{what}: targets must be integer class indices, not {target.dtype}")
+    _need_float(input, what)
+    _same_device([input, target], what)
+    if input.ndim != 2:
+        classes_last = input.permute(0, *range(2, input.ndim), 1) if input.ndim > 2 else input
+        input, target = classes_last.reshape(-1, input.shape[1 if input.ndim > 1 else 0]), target.reshape(-1)
+    target = target if target.dtype == np.int64 else Tensor._wrap(target.data.astype(np.int64), target.device)
+    return input, target, expected
+
+
+def cross_entropy(logits, target, label_smoothing=0.0, reduction='mean', ignore_index=-100, weight=None):
+    """PyTorch's cross_entropy of class indices; with a weight per class (composed: log_softmax, then nll_loss's
+    weighted rows), 'mean' divides by the kept rows' weights, label smoothing weighting each class's share too."""
     if reduction not in _CE_REDUCTIONS:
         raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
     if not 0 <= label_smoothing <= 1:
         raise ValueError(f"cross_entropy: label_smoothing must lie in [0, 1], got {label_smoothing}")
-    if not _is_int(ignore_index) or not -2 ** 63 <= ignore_index < 2 ** 63:
-        raise TypeError(f"cross_entropy: ignore_index must be an int64 class index, got {ignore_index!r}")
-    target = target if isinstance(target, Tensor) else Tensor(np.asarray(target), device=logits.device)
-    # as PyTorch: logits (C,) with a 0-d target, (N, C) with (N,), or (N, C, d1, ...) with (N, d1, ...)
-    expected = () if logits.ndim == 1 else logits.shape[:1] + logits.shape[2:]
-    if logits.ndim == 0 or target.shape != expected:
-        raise ValueError(f"cross_entropy: logits of shape {logits.shape} ((C,), (N, C) or (N, C, d1, ...)) need "
-                         f"targets of shape {expected if logits.ndim else '(N, d1, ...)'}, got {target.shape}")
-    if target.dtype.kind not in 'iu':
-        raise TypeError(f"cross_entropy: targets must be integer class indices, not {target.dtype}")
-    _need_float(logits, 'cross_entropy')
-    _same_device([logits, target], 'cross_entropy')
-    if logits.ndim != 2:   # the (rows, C) matrix of every position's logits, classes last
-        classes_last = logits.permute(0, *range(2, logits.ndim), 1) if logits.ndim > 2 else logits
-        loss = cross_entropy(classes_last.reshape(-1, logits.shape[1 if logits.ndim > 1 else 0]), target.reshape(-1),
-                             label_smoothing, reduction, ignore_index)
-        return loss.reshape(expected) if reduction == 'none' else loss
-    target = target if target.dtype == np.int64 else Tensor._wrap(target.data.astype(np.int64), target.device)
-    return CrossEntropy.apply(logits, target, smoothing=float(label_smoothing), reduction=reduction,
-                              ignore_index=int(ignore_index))
+    rows, target, shape = _class_targets('cross_entropy', logits, target, ignore_index)
+    if weight is not None:
+        weight = _loss_weight('cross_entropy', 'weight', weight, logits, (rows.shape[1],))
+        loss = _nll('cross_entropy', rows.log_softmax(1), target, weight, ignore_index, reduction, label_smoothing)
+    else:
+        loss = CrossEntropy.apply(rows, target, smoothing=float(label_smoothing), reduction=reduction,
+                                  ignore_index=int(ignore_index))
+    return loss.reshape(shape) if reduction == 'none' and loss.shape != shape else loss
 
 
 def mse_loss(input, target, reduction='mean'):
@@ -4953,6 +4993,215 @@ def mse_loss(input, target, reduction='mean'):
     diff = input - target
     loss = diff * diff
     return loss.mean() if reduction == 'mean' else loss.sum() if reduction == 'sum' else loss
+
+
+# ---- losses as torch.nn.functional's (cross_entropy and mse_loss above), composed from the differentiable ops; float16
+# computes in float32 (rounded once) where several ops follow each other
+
+_LOSS_REDUCTIONS = ('mean', 'sum', 'none')
+_KL_MEAN_WARNING = ("reduction: 'mean' divides the total loss by both the batch size and the support size.'batchmean' "
+                    "divides only by the batch size, and aligns with the KL div math definition.'mean' will be changed "
+                    "to behave the same as 'batchmean' in the next major release.")   # PyTorch's, word for word
+
+
+def _reduced(loss, reduction):
+    return loss.mean() if reduction == 'mean' else loss.sum() if reduction == 'sum' else loss
+
+
+def _pair_loss(what, input, target, reduction, float_target=False, reductions=_LOSS_REDUCTIONS):
+    """target (made a tensor on input's device) for an elementwise loss: the reduction one of `reductions`, input of
+    a float dtype (and target where `float_target`, as PyTorch's), of one shape (PyTorch broadcasts with a warning)."""
+    if reduction not in reductions:
+        raise ValueError(f"{what}: reduction must be {', '.join(map(repr, reductions))}, not {reduction!r}")
+    target = target if isinstance(target, Tensor) else Tensor(target, device=input.device)
+    if input.shape != target.shape:
+        raise ValueError(f"{what}: input of shape {input.shape} and target of shape {target.shape} differ")
+    _need_float(input, what)
+    if float_target:
+        _need_float(target, what)
+    _same_device([input, target], what)
+    return target
+
+
+def _loss_weight(what, name, weight, input, shape=None, dtype=None):
+    """A loss's weight (None, or a tensor on input's device, taking no gradient, as PyTorch's): of `shape` and input's
+    dtype (nll_loss's, as PyTorch's), else broadcasting to input's shape, cast to `dtype` (PyTorch's in-place
+    product)."""
+    if weight is None:
+        return None
+    if not isinstance(weight, Tensor):
+        raise TypeError(f"{what}: {name} must be a tl.Tensor or None, not {type(weight).__name__}")
+    if weight.requires_grad and _GradMode.enabled:
+        raise RuntimeError(f"{what} is not differentiable with respect to {name} (as PyTorch's): pass {name}.detach()")
+    _need_float(weight, f"{what}'s {name}")
+    _same_device([input, weight], what)
+    if shape is not None:
+        if weight.shape != shape:
+            raise ValueError(f"{what}: {name} of shape {weight.shape} for input of shape {input.shape}: one per class, "
+                             f"{shape}, expected")
+        if weight.dtype != input.dtype:
+            raise TypeError(f"{what}: {name} of dtype {weight.dtype} for input of dtype {input.dtype} (as PyTorch, "
+                            "one dtype)")
+        return weight.detach()
+    if _check_broadcast(f"{what} (input, {name})", input.shape, weight.shape) != input.shape:
+        raise ValueError(f"{what}: {name} of shape {weight.shape} does not broadcast to input's shape {input.shape}")
+    return weight.detach().to(dtype)
+
+
+def _nll(what, logp, target, weight, ignore_index, reduction, smoothing=0.0):
+    """PyTorch's nll_loss of (rows, C) log-probabilities: row i loses -w[t_i] logp[i, t_i], 0 where t_i is ignore_index,
+    and 'mean' divides by the kept rows' weights (NaN where they sum to 0). cross_entropy's label smoothing s: (1 - s)
+    of that plus s / C of each kept row's -sum_c w_c logp[i, c], under the same divisor."""
+    xp, classes, dtype = _xp(logp.data), logp.shape[1], logp.dtype
+    kept = target.data != ignore_index
+    if not _capturing(target) and bool((((target.data < 0) | (target.data >= classes)) & kept).any()):
+        raise ValueError(f"{what}: targets must lie in [0, {classes}) or be ignore_index ({ignore_index})")
+    index = xp.where(kept, target.data, 0)
+    rows_weight = kept.astype(dtype) if weight is None else xp.where(kept, weight.data[index], 0).astype(dtype)
+    kept = Tensor._wrap(kept, logp.device)
+    picked = logp.gather(1, Tensor._wrap(index[:, None], logp.device))[:, 0]
+    loss = where(kept, -picked * Tensor._wrap(rows_weight, logp.device), 0)
+    if smoothing:
+        spread = -(logp if weight is None else logp * weight).sum(1)
+        loss = loss * (1 - smoothing) + where(kept, spread, 0) * (smoothing / classes)
+    if reduction != 'mean':
+        return _reduced(loss, reduction)
+    with np.errstate(invalid='ignore', divide='ignore'):   # no weight kept: 0 / 0, NaN as PyTorch's
+        return loss.sum() / Tensor._wrap(rows_weight.sum(dtype=_opmath(dtype)).astype(dtype), logp.device)
+
+
+def nll_loss(input, target, weight=None, ignore_index=-100, reduction='mean'):
+    if reduction not in _LOSS_REDUCTIONS:
+        raise ValueError(f"nll_loss: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
+    rows, target, shape = _class_targets('nll_loss', input, target, ignore_index)
+    weight = _loss_weight('nll_loss', 'weight', weight, input, (rows.shape[1],))
+    loss = _nll('nll_loss', rows, target, weight, ignore_index, reduction)
+    return loss.reshape(shape) if reduction == 'none' and loss.shape != shape else loss
+
+
+def binary_cross_entropy(input, target, weight=None, reduction='mean'):
+    """PyTorch's: each log at least -100 (so probabilities of 0 and 1 give finite losses), its gradients (see
+    BinaryCrossEntropy); input and target probabilities of one dtype."""
+    target = _pair_loss('binary_cross_entropy', input, target, reduction, float_target=True)
+    if input.dtype != target.dtype:
+        raise TypeError(f"binary_cross_entropy: input of dtype {input.dtype} with target of dtype {target.dtype} "
+                        "(as PyTorch, one dtype)")
+    for name, t in (('input', input), ('target', target)):
+        if not _capturing(t) and not bool(((t.data >= 0) & (t.data <= 1)).all()):
+            raise ValueError(f"binary_cross_entropy: every element of {name} must lie in [0, 1]")
+    loss = BinaryCrossEntropy.apply(input, target)
+    weight = _loss_weight('binary_cross_entropy', 'weight', weight, input, dtype=input.dtype)
+    return _reduced(loss if weight is None else loss * weight, reduction)
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, reduction='mean', pos_weight=None):
+    """PyTorch's: (1 - t) x + (1 + (pos_weight - 1) t) log(1 + e^-x), the softplus as max(-x, 0) + log1p(e^-|x|), finite
+    at any logit; the result of target's dtype (PyTorch's in-place ops on 1 - target)."""
+    what = 'binary_cross_entropy_with_logits'
+    target = _pair_loss(what, input, target, reduction, float_target=True)
+    dtype, wide = target.dtype, _opmath(_promote(input.dtype, target.dtype))
+    weight, pos_weight = (_loss_weight(what, name, w, input, dtype=wide)
+                          for name, w in (('weight', weight), ('pos_weight', pos_weight)))
+    x, t = input.to(wide), target.to(wide)
+    softplus = (-x.abs()).exp().log1p() - x.minimum(0)   # -log sigmoid(x); x = 0 takes half of each side's gradient
+    loss = (1 - t) * x + (softplus if pos_weight is None else softplus * ((pos_weight - 1) * t + 1))
+    return _reduced(loss if weight is None else loss * weight, reduction).to(dtype)
+
+
+def l1_loss(input, target, reduction='mean'):
+    target = _pair_loss('l1_loss', input, target, reduction)
+    return _reduced((input - target).abs(), reduction)
+
+
+def _smooth_l1(what, input, target, reduction, beta, huber):
+    """smooth_l1_loss (huber: huber_loss, delta = beta): 0.5 d^2 / beta (huber: 0.5 d^2) where |d| < beta, else
+    |d| - 0.5 beta (huber: beta (|d| - 0.5 beta)), d = input - target; huber's result of input's dtype (PyTorch's)."""
+    target = _pair_loss(what, input, target, reduction)
+    dtype = input.dtype if huber else _promote(input.dtype, target.dtype)
+    d = input.to(_opmath(dtype)) - target.to(_opmath(dtype))
+    z = d.abs()
+    quadratic, linear = (d * d * 0.5, (z - 0.5 * beta) * beta) if huber else (d * d * 0.5 / beta, z - 0.5 * beta)
+    loss = where(z < beta, quadratic, linear)
+    return _reduced(loss, reduction).to(dtype)
+
+
+def smooth_l1_loss(input, target, reduction='mean', beta=1.0):
+    if beta < 0:
+        raise ValueError(f"smooth_l1_loss: beta must not be negative, got {beta}")
+    if beta == 0:   # as PyTorch's: l1_loss (the quadratic part is empty)
+        return l1_loss(input, target, reduction)
+    return _smooth_l1('smooth_l1_loss', input, target, reduction, beta, huber=False)
+
+
+def huber_loss(input, target, reduction='mean', delta=1.0):
+    if not delta > 0:
+        raise ValueError(f"huber_loss: delta must be positive, got {delta}")
+    return _smooth_l1('huber_loss', input, target, reduction, delta, huber=True)
+
+
+def kl_div(input, target, reduction='mean', log_target=False):
+    """PyTorch's: target (log target) times its log minus input (log-probabilities), 0 where the target is 0;
+    'batchmean' divides the sum by the batch size, 'mean' (with PyTorch's warning) by the number of elements."""
+    target = _pair_loss('kl_div', input, target, reduction, float_target=True,
+                        reductions=_LOSS_REDUCTIONS + ('batchmean',))
+    if reduction == 'mean':
+        warnings.warn(_KL_MEAN_WARNING, stacklevel=2)
+    dtype = _promote(input.dtype, target.dtype)
+    x, t = input.to(_opmath(dtype)), target.to(_opmath(dtype))
+    if log_target:
+        loss = t.exp() * (t - x)
+    else:
+        zero = t == 0   # xlogy(t, t): 0 there, the log's gradient kept out (not 0 * inf)
+        loss = where(zero, 0, t * where(zero, 1, t).log()) - t * x
+    if reduction == 'batchmean':
+        return (loss.sum() / (input.shape[0] if input.ndim else 1)).to(dtype)
+    return _reduced(loss, reduction).to(dtype)
+
+
+def one_hot(tensor, num_classes=-1):
+    """int64 (*tensor.shape, num_classes) with a 1 at each index, as PyTorch's (-1: the largest index + 1); no
+    gradient."""
+    if tensor.dtype.kind not in 'iu':
+        raise TypeError(f"one_hot: expected a tensor of integer class indices, got {tensor.dtype}")
+    if not _is_int(num_classes):
+        raise TypeError(f"one_hot: num_classes must be an int, not {type(num_classes).__name__}")
+    empty = not tensor.numel()
+    if num_classes == -1:
+        if empty:
+            raise ValueError("one_hot: cannot infer the number of classes from an empty tensor (give num_classes)")
+        num_classes = int(tensor.data.max()) + 1
+    if num_classes < 1:
+        raise ValueError(f"one_hot: num_classes must be positive or -1, got {num_classes}")
+    if not empty and not _capturing(tensor):
+        lo, hi = int(tensor.data.min()), int(tensor.data.max())
+        if lo < 0 or hi >= num_classes:
+            raise ValueError(f"one_hot: class values must lie in [0, {num_classes}), got {lo if lo < 0 else hi}")
+    xp = _xp(tensor.data)
+    return Tensor._wrap((tensor.data[..., None] == xp.arange(num_classes)).astype(np.int64), tensor.device)
+
+
+@_aliases(axis='dim')
+def normalize(input, p=2.0, dim=1, eps=1e-12):
+    """input / max(||input||_p over dim, eps), as PyTorch's."""
+    return input / _need_float(input, 'normalize').norm(p, dim, keepdim=True).clamp(min=eps)
+
+
+@_aliases(axis='dim')
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    """PyTorch 2's: sum over dim of (x1 / ||x1||) (x2 / ||x2||) (normalised first: the result stays in [-1, 1]), the
+    inputs broadcast, each norm at least eps, the clamp passing the norm's gradient on (PyTorch clamps in place
+    under no_grad)."""
+    dtype = _promote(x1.dtype, x2.dtype)
+    if dtype.kind != 'f':
+        raise TypeError(f"cosine_similarity: expected floating-point tensors, got {x1.dtype} and {x2.dtype}")
+    _same_device([x1, x2], 'cosine_similarity')
+    shape = _check_broadcast('cosine_similarity (x1, x2)', x1.shape, x2.shape)
+
+    def unit(x):
+        x = x.to(_opmath(dtype)).expand(*shape)
+        norm = x.norm(2, dim, keepdim=True)
+        return x / (norm + (norm.clamp(min=eps) - norm).detach())
+    return (unit(x1) * unit(x2)).sum(dim).to(dtype)
 
 
 def dropout(x, p=0.5, training=True):
@@ -5570,9 +5819,9 @@ class SiLU(Module):
     forward = staticmethod(silu)
 
 
-class _Activation(Module):
-    """An activation with settings: fn(x, *settings), the settings' names and defaults PyTorch's (`defaults`, which make
-    the class's signature), given by position or by name, and shown by repr as PyTorch's."""
+class _Settings(Module):
+    """A module whose constructor takes settings named, ordered and defaulted as PyTorch's (`defaults`, which make the
+    class's signature), by position or by name, each kept by _keep (as an attribute, unless a subclass says more)."""
     defaults = {}
 
     def __init_subclass__(cls):
@@ -5585,7 +5834,14 @@ class _Activation(Module):
         settings = self.__signature__.bind(*args, **kwargs)   # (a TypeError for other arguments)
         settings.apply_defaults()
         for name, value in settings.arguments.items():
-            setattr(self, name, value)
+            self._keep(name, value)
+
+    def _keep(self, name, value):
+        setattr(self, name, value)
+
+
+class _Activation(_Settings):
+    """An activation with settings: fn(x, *settings), shown by repr as PyTorch's."""
 
     def forward(self, x):
         return self.fn(x, *(getattr(self, name) for name in self.defaults))
@@ -5695,6 +5951,69 @@ class Dropout(Module):
 
     def extra_repr(self):
         return f"p={self.p}, inplace=False"
+
+
+class _Loss(_Settings):
+    """A loss as torch.nn's: forward(input, target) calls fn with the module's settings, their names, order and defaults
+    PyTorch's (`defaults`, which make the class's signature); a weight is a buffer (out of the state dict where None,
+    as PyTorch's). PyTorch's deprecated size_average and reduce are taken only as None (give reduction instead)."""
+
+    def _keep(self, name, value):
+        if name in ('size_average', 'reduce'):
+            if value is not None:
+                raise ValueError(f"{type(self).__name__}: {name} (deprecated in PyTorch) is not supported; give "
+                                 "reduction='mean', 'sum' or 'none'")
+        elif name in ('weight', 'pos_weight'):
+            self.register_buffer(name, value)
+        else:
+            setattr(self, name, value)
+
+    def forward(self, input, target):
+        return self.fn(input, target, **{name: getattr(self, name) for name in self.defaults
+                                         if name not in ('size_average', 'reduce')})
+
+
+_LEGACY_REDUCTION = {'size_average': None, 'reduce': None}   # PyTorch's deprecated arguments, in its order
+
+
+class CrossEntropyLoss(_Loss):
+    fn = staticmethod(cross_entropy)
+    defaults = {'weight': None, 'size_average': None, 'ignore_index': -100, 'reduce': None, 'reduction': 'mean',
+                'label_smoothing': 0.0}
+
+
+class NLLLoss(_Loss):
+    fn = staticmethod(nll_loss)
+    defaults = {'weight': None, 'size_average': None, 'ignore_index': -100, 'reduce': None, 'reduction': 'mean'}
+
+
+class MSELoss(_Loss):
+    fn, defaults = staticmethod(mse_loss), {**_LEGACY_REDUCTION, 'reduction': 'mean'}
+
+
+class L1Loss(_Loss):
+    fn, defaults = staticmethod(l1_loss), {**_LEGACY_REDUCTION, 'reduction': 'mean'}
+
+
+class SmoothL1Loss(_Loss):
+    fn, defaults = staticmethod(smooth_l1_loss), {**_LEGACY_REDUCTION, 'reduction': 'mean', 'beta': 1.0}
+
+
+class HuberLoss(_Loss):
+    fn, defaults = staticmethod(huber_loss), {'reduction': 'mean', 'delta': 1.0}
+
+
+class BCELoss(_Loss):
+    fn, defaults = staticmethod(binary_cross_entropy), {'weight': None, **_LEGACY_REDUCTION, 'reduction': 'mean'}
+
+
+class BCEWithLogitsLoss(_Loss):
+    fn = staticmethod(binary_cross_entropy_with_logits)
+    defaults = {'weight': None, **_LEGACY_REDUCTION, 'reduction': 'mean', 'pos_weight': None}
+
+
+class KLDivLoss(_Loss):
+    fn, defaults = staticmethod(kl_div), {**_LEGACY_REDUCTION, 'reduction': 'mean', 'log_target': False}
 
 
 class Embedding(Module):
