@@ -12,6 +12,7 @@ Comparisons with PyTorch are skipped where `import torch` fails, GPU tests where
 """
 import collections
 import contextlib
+import copy
 import gc
 import hashlib
 import inspect
@@ -6720,6 +6721,25 @@ def test_error_loss_functions_as_pytorch():
                                           ([0, 1], 2.0, TypeError, 'num_classes'), ([True], -1, TypeError, 'bool')):
         raises((RuntimeError, TypeError), lambda: F.one_hot(torch.tensor(np.asarray(index)), classes))
         raises(error, lambda: tl.one_hot(tl.tensor(np.asarray(index)), classes), 'one_hot', needle)
+
+
+def test_settings_signature_only_for_the_class_as_built():
+    """The settings' signature (_Settings) is the class's alone: an instance's is its call's (*args, **kwargs), as
+    torch.nn's, not the constructor's; a subclass with its own __init__ shows that __init__'s; copies and pickles keep
+    the settings."""
+    for name in ('GELU', 'Softplus', 'MSELoss', 'CrossEntropyLoss'):
+        cls = getattr(tl, name)
+        assert list(inspect.signature(cls()).parameters) == ['args', 'kwargs'], (name, inspect.signature(cls()))
+
+    class Scaled(tl.MSELoss):
+        def __init__(self, scale, reduction='sum'):
+            super().__init__(reduction=reduction)
+            self.scale = scale
+    assert list(inspect.signature(Scaled).parameters) == ['scale', 'reduction'], inspect.signature(Scaled)
+    m = Scaled(2.0)
+    assert m.reduction == 'sum' and float(m(tl.tensor([1.0, 2.0]), tl.tensor([0.0, 0.0])).data) == 5.0
+    for copied in (copy.deepcopy(m), pickle.loads(pickle.dumps(tl.Softplus(2, 10)))):
+        assert repr(copied) in ('Scaled()', 'Softplus(beta=2, threshold=10)'), repr(copied)
 
 
 LOSS_MODULES = ['CrossEntropyLoss', 'NLLLoss', 'MSELoss', 'L1Loss', 'SmoothL1Loss', 'HuberLoss', 'BCELoss',

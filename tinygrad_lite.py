@@ -5780,19 +5780,29 @@ class SiLU(Module):
     forward = staticmethod(silu)
 
 
+class _ClassSignature:
+    """_Settings's __signature__ (what inspect.signature and help() read): the settings' signature on the class itself,
+    None (inspect then looks further, as for any class or callable) on an instance, whose signature is its call's, and
+    on a subclass with an __init__ of its own, whose signature is that __init__'s."""
+
+    def __get__(self, obj, cls):
+        return cls._signature if obj is None and cls.__init__ is _Settings.__init__ else None
+
+
 class _Settings(Module):
     """A module whose constructor takes settings named, ordered and defaulted as PyTorch's (`defaults`, which make the
     class's signature), by position or by name, each kept by _keep (as an attribute, unless a subclass says more)."""
     defaults = {}
+    __signature__ = _ClassSignature()
 
     def __init_subclass__(cls):
         super().__init_subclass__()
-        cls.__signature__ = inspect.Signature([inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                                                 default=value) for name, value in cls.defaults.items()])
+        cls._signature = inspect.Signature([inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                              default=value) for name, value in cls.defaults.items()])
 
     def __init__(self, *args, **kwargs):
         super().__init__()
-        settings = self.__signature__.bind(*args, **kwargs)   # (a TypeError for other arguments)
+        settings = self._signature.bind(*args, **kwargs)   # (a TypeError for other arguments)
         settings.apply_defaults()
         for name, value in settings.arguments.items():
             self._keep(name, value)
