@@ -2900,6 +2900,18 @@ def test_elementwise_math_names_and_builtins():
     assert tl.round(tl.tensor([1.25]), decimals=1).item() == np.float32(1.2)
 
 
+def test_builtin_named_forms_listed_named_and_built_once():
+    """tl.sum, tl.max, ... (the module's __getattr__) are in dir(tl), named as torch's (not '<lambda>'), built once
+    (tl.max is tl.max); tl.pow of two numbers raises TypeError as torch.pow (it gave int.__rpow__'s number)."""
+    need_torch()
+    for name in ('abs', 'all', 'any', 'max', 'min', 'pow', 'round', 'sum'):
+        assert name in dir(tl), name
+        assert getattr(tl, name) is getattr(tl, name) and getattr(tl, name).__name__ == name, name
+    assert 'Tensor' in dir(tl) and 'cross_entropy' in dir(tl)
+    raises(TypeError, lambda: torch.pow(2, 3))
+    raises(TypeError, lambda: tl.pow(2, 3))
+
+
 def test_elu_softplus_modules_as_pytorch():
     """ELU and Softplus as torch.nn's: reprs, argument names (but inplace), settings, no parameters nor state."""
     need_torch()

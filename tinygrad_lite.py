@@ -4652,23 +4652,43 @@ def _method(name):
     'isfinite', 'nan_to_num', 'lerp', 'addcmul', 'addcdiv', 'maximum', 'minimum', 'pad', 'flip', 'bmm', 'outer',
     'dot', 'mean', 'var', 'std', 'argmax', 'argmin', 'reshape', 'flatten', 'unflatten', 'transpose', 'swapaxes',
     'permute', 'movedim', 'unsqueeze', 'squeeze', 'matmul'))
-_BUILTIN_NAMES = ('abs', 'all', 'any', 'max', 'min', 'pow', 'round', 'sum')   # torch.X forms looked up by __getattr__
+def _builtin_form(name):
+    """torch.name for a Tensor method named as a Python builtin (see __getattr__): as torch's, max and min of two
+    tensors are maximum and minimum, pow takes a number for input where exponent is a tensor."""
+    if name == 'pow':
+        def function(input, exponent):
+            if not isinstance(input, Tensor) and not isinstance(exponent, Tensor):
+                raise TypeError(f"pow: input or exponent must be a tl.Tensor, got {type(input).__name__} and "
+                                f"{type(exponent).__name__}")
+            return input.pow(exponent) if isinstance(input, Tensor) else exponent.__rpow__(input)
+    elif name in ('max', 'min'):
+        method, pairwise = _method(name), maximum if name == 'max' else minimum
+
+        def function(input, *args, **kwargs):
+            if len(args) == 1 and not kwargs and isinstance(args[0], Tensor):
+                return pairwise(input, *args)
+            return method(input, *args, **kwargs)
+    else:
+        return _method(name)
+    function.__name__ = function.__qualname__ = name
+    return function
+
+
+_BUILTIN_FORMS = {name: _builtin_form(name) for name in ('abs', 'all', 'any', 'max', 'min', 'pow', 'round', 'sum')}
 
 
 def __getattr__(name):
-    """tl.sum, tl.max, ... (_BUILTIN_NAMES): torch.X's forms of the Tensor methods named as Python's builtins, found
-    here (a module's __getattr__ answers for names it lacks) so that this file's own sum(), max(), ... stay Python's.
-    As torch's, tl.max(a, b) and tl.min(a, b) of two tensors are maximum and minimum, tl.pow(number, tensor) works."""
-    if name not in _BUILTIN_NAMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if name == 'pow':
-        return lambda input, exponent: input.pow(exponent) if isinstance(input, Tensor) else exponent.__rpow__(input)
-    method = _method(name)
-    if name in ('max', 'min'):
-        pairwise = maximum if name == 'max' else minimum
-        return lambda input, *args, **kwargs: (pairwise(input, *args) if len(args) == 1 and not kwargs and
-                                               isinstance(args[0], Tensor) else method(input, *args, **kwargs))
-    return method
+    """tl.sum, tl.max, ... (_BUILTIN_FORMS): torch.X's forms of the Tensor methods named as Python's builtins, found
+    here (a module's __getattr__ answers for names it lacks) so that this file's own sum(), max(), ... stay Python's."""
+    try:
+        return _BUILTIN_FORMS[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+
+
+def __dir__():
+    """dir(tl): the module's names and __getattr__'s."""
+    return sorted({*globals(), *_BUILTIN_FORMS})
 
 
 def where(condition, a, b):
