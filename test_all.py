@@ -2912,6 +2912,16 @@ def test_builtin_named_forms_listed_named_and_built_once():
     raises(TypeError, lambda: tl.pow(2, 3))
 
 
+def test_mse_loss_checks_as_the_other_pair_losses():
+    """mse_loss goes through the pair losses' checks (_pair_loss) as l1_loss: a target given as a list or array is made
+    a tensor on input's device (it raised AttributeError), a bad reduction raises ValueError."""
+    x = tl.tensor([1.0, 2.0])
+    for fn in (tl.mse_loss, tl.l1_loss):
+        assert np.isclose(fn(x, [0.0, 0.0], reduction='sum').item(), {tl.mse_loss: 5.0, tl.l1_loss: 3.0}[fn])
+        raises(ValueError, lambda: fn(x, [0.0, 0.0], reduction='batchmean'))
+        raises(ValueError, lambda: fn(x, [0.0, 0.0, 0.0]))
+
+
 def test_elu_softplus_modules_as_pytorch():
     """ELU and Softplus as torch.nn's: reprs, argument names (but inplace), settings, no parameters nor state."""
     need_torch()

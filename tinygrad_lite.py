@@ -4965,18 +4965,7 @@ def cross_entropy(logits, target, label_smoothing=0.0, reduction='mean', ignore_
     return loss.reshape(shape) if reduction == 'none' and loss.shape != shape else loss
 
 
-def mse_loss(input, target, reduction='mean'):
-    if reduction not in ('mean', 'sum', 'none'):
-        raise ValueError(f"mse_loss: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
-    if input.shape != target.shape:
-        raise ValueError(f"mse_loss: input of shape {input.shape} and target of shape {target.shape} differ")
-    _need_float(input, 'mse_loss')
-    diff = input - target
-    loss = diff * diff
-    return loss.mean() if reduction == 'mean' else loss.sum() if reduction == 'sum' else loss
-
-
-# ---- losses as torch.nn.functional's (cross_entropy and mse_loss above), composed from the differentiable ops; float16
+# ---- losses as torch.nn.functional's (cross_entropy above), composed from the differentiable ops; float16
 # computes in float32 (rounded once) where several ops follow each other
 
 _LOSS_REDUCTIONS = ('mean', 'sum', 'none')
@@ -5087,6 +5076,12 @@ def binary_cross_entropy_with_logits(input, target, weight=None, reduction='mean
     softplus = (-x.abs()).exp().log1p() - x.minimum(0)   # -log sigmoid(x); x = 0 takes half of each side's gradient
     loss = (1 - t) * x + (softplus if pos_weight is None else softplus * ((pos_weight - 1) * t + 1))
     return _reduced(loss if weight is None else loss * weight, reduction).to(dtype)
+
+
+def mse_loss(input, target, reduction='mean'):
+    target = _pair_loss('mse_loss', input, target, reduction)
+    diff = input - target
+    return _reduced(diff * diff, reduction)
 
 
 def l1_loss(input, target, reduction='mean'):
