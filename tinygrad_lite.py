@@ -4652,6 +4652,8 @@ def _method(name):
     'isfinite', 'nan_to_num', 'lerp', 'addcmul', 'addcdiv', 'maximum', 'minimum', 'pad', 'flip', 'bmm', 'outer',
     'dot', 'mean', 'var', 'std', 'argmax', 'argmin', 'reshape', 'flatten', 'unflatten', 'transpose', 'swapaxes',
     'permute', 'movedim', 'unsqueeze', 'squeeze', 'matmul'))
+
+
 def _builtin_form(name):
     """torch.name for a Tensor method named as a Python builtin (see __getattr__): as torch's, max and min of two
     tensors are maximum and minimum, pow takes a number for input where exponent is a tensor."""
