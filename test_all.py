@@ -12,6 +12,7 @@ Comparisons with PyTorch are skipped where `import torch` fails, GPU tests where
 """
 import collections
 import contextlib
+import copy
 import gc
 import hashlib
 import inspect
@@ -2898,6 +2899,28 @@ def test_elementwise_math_names_and_builtins():
     raises(TypeError, lambda: torch.round(torch.tensor([1.25]), 1))   # decimals keyword-only, not ignored
     raises(TypeError, lambda: tl.round(tl.tensor([1.25]), 1))
     assert tl.round(tl.tensor([1.25]), decimals=1).item() == np.float32(1.2)
+
+
+def test_builtin_named_forms_listed_named_and_built_once():
+    """tl.sum, tl.max, ... (the module's __getattr__) are in dir(tl), named as torch's (not '<lambda>'), built once
+    (tl.max is tl.max); tl.pow of two numbers raises TypeError as torch.pow (it gave int.__rpow__'s number)."""
+    need_torch()
+    for name in ('abs', 'all', 'any', 'max', 'min', 'pow', 'round', 'sum'):
+        assert name in dir(tl), name
+        assert getattr(tl, name) is getattr(tl, name) and getattr(tl, name).__name__ == name, name
+    assert 'Tensor' in dir(tl) and 'cross_entropy' in dir(tl)
+    raises(TypeError, lambda: torch.pow(2, 3))
+    raises(TypeError, lambda: tl.pow(2, 3))
+
+
+def test_mse_loss_checks_as_the_other_pair_losses():
+    """mse_loss goes through the pair losses' checks (_pair_loss) as l1_loss: a target given as a list or array is made
+    a tensor on input's device (it raised AttributeError), a bad reduction raises ValueError."""
+    x = tl.tensor([1.0, 2.0])
+    for fn in (tl.mse_loss, tl.l1_loss):
+        assert np.isclose(fn(x, [0.0, 0.0], reduction='sum').item(), {tl.mse_loss: 5.0, tl.l1_loss: 3.0}[fn])
+        raises(ValueError, lambda: fn(x, [0.0, 0.0], reduction='batchmean'))
+        raises(ValueError, lambda: fn(x, [0.0, 0.0, 0.0]))
 
 
 def test_elu_softplus_modules_as_pytorch():
@@ -6756,6 +6779,25 @@ def test_error_loss_functions_as_pytorch():
                                           ([0, 1], 2.0, TypeError, 'num_classes'), ([True], -1, TypeError, 'bool')):
         raises((RuntimeError, TypeError), lambda: F.one_hot(torch.tensor(np.asarray(index)), classes))
         raises(error, lambda: tl.one_hot(tl.tensor(np.asarray(index)), classes), 'one_hot', needle)
+
+
+def test_settings_signature_only_for_the_class_as_built():
+    """The settings' signature (_Settings) is the class's alone: an instance's is its call's (*args, **kwargs), as
+    torch.nn's, not the constructor's; a subclass with its own __init__ shows that __init__'s; copies and pickles keep
+    the settings."""
+    for name in ('GELU', 'Softplus', 'MSELoss', 'CrossEntropyLoss'):
+        cls = getattr(tl, name)
+        assert list(inspect.signature(cls()).parameters) == ['args', 'kwargs'], (name, inspect.signature(cls()))
+
+    class Scaled(tl.MSELoss):
+        def __init__(self, scale, reduction='sum'):
+            super().__init__(reduction=reduction)
+            self.scale = scale
+    assert list(inspect.signature(Scaled).parameters) == ['scale', 'reduction'], inspect.signature(Scaled)
+    m = Scaled(2.0)
+    assert m.reduction == 'sum' and float(m(tl.tensor([1.0, 2.0]), tl.tensor([0.0, 0.0])).data) == 5.0
+    for copied in (copy.deepcopy(m), pickle.loads(pickle.dumps(tl.Softplus(2, 10)))):
+        assert repr(copied) in ('Scaled()', 'Softplus(beta=2, threshold=10)'), repr(copied)
 
 
 LOSS_MODULES = ['CrossEntropyLoss', 'NLLLoss', 'MSELoss', 'L1Loss', 'SmoothL1Loss', 'HuberLoss', 'BCELoss',

@@ -4691,23 +4691,45 @@ def _method(name):
     'isfinite', 'nan_to_num', 'lerp', 'addcmul', 'addcdiv', 'maximum', 'minimum', 'pad', 'flip', 'bmm', 'outer',
     'dot', 'mean', 'var', 'std', 'argmax', 'argmin', 'reshape', 'flatten', 'unflatten', 'transpose', 'swapaxes',
     'permute', 'movedim', 'unsqueeze', 'squeeze', 'matmul'))
-_BUILTIN_NAMES = ('abs', 'all', 'any', 'max', 'min', 'pow', 'round', 'sum')   # torch.X forms looked up by __getattr__
+
+
+def _builtin_form(name):
+    """torch.name for a Tensor method named as a Python builtin (see __getattr__): as torch's, max and min of two
+    tensors are maximum and minimum, pow takes a number for input where exponent is a tensor."""
+    if name == 'pow':
+        def function(input, exponent):
+            if not isinstance(input, Tensor) and not isinstance(exponent, Tensor):
+                raise TypeError(f"pow: input or exponent must be a tl.Tensor, got {type(input).__name__} and "
+                                f"{type(exponent).__name__}")
+            return input.pow(exponent) if isinstance(input, Tensor) else exponent.__rpow__(input)
+    elif name in ('max', 'min'):
+        method, pairwise = _method(name), maximum if name == 'max' else minimum
+
+        def function(input, *args, **kwargs):
+            if len(args) == 1 and not kwargs and isinstance(args[0], Tensor):
+                return pairwise(input, *args)
+            return method(input, *args, **kwargs)
+    else:
+        return _method(name)
+    function.__name__ = function.__qualname__ = name
+    return function
+
+
+_BUILTIN_FORMS = {name: _builtin_form(name) for name in ('abs', 'all', 'any', 'max', 'min', 'pow', 'round', 'sum')}
 
 
 def __getattr__(name):
-    """tl.sum, tl.max, ... (_BUILTIN_NAMES): torch.X's forms of the Tensor methods named as Python's builtins, found
-    here (a module's __getattr__ answers for names it lacks) so that this file's own sum(), max(), ... stay Python's.
-    As torch's, tl.max(a, b) and tl.min(a, b) of two tensors are maximum and minimum, tl.pow(number, tensor) works."""
-    if name not in _BUILTIN_NAMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if name == 'pow':
-        return lambda input, exponent: input.pow(exponent) if isinstance(input, Tensor) else exponent.__rpow__(input)
-    method = _method(name)
-    if name in ('max', 'min'):
-        pairwise = maximum if name == 'max' else minimum
-        return lambda input, *args, **kwargs: (pairwise(input, *args) if len(args) == 1 and not kwargs and
-                                               isinstance(args[0], Tensor) else method(input, *args, **kwargs))
-    return method
+    """tl.sum, tl.max, ... (_BUILTIN_FORMS): torch.X's forms of the Tensor methods named as Python's builtins, found
+    here (a module's __getattr__ answers for names it lacks) so that this file's own sum(), max(), ... stay Python's."""
+    try:
+        return _BUILTIN_FORMS[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+
+
+def __dir__():
+    """dir(tl): the module's names and __getattr__'s."""
+    return sorted({*globals(), *_BUILTIN_FORMS})
 
 
 def where(condition, a, b):
@@ -4984,18 +5006,7 @@ def cross_entropy(logits, target, label_smoothing=0.0, reduction='mean', ignore_
     return loss.reshape(shape) if reduction == 'none' and loss.shape != shape else loss
 
 
-def mse_loss(input, target, reduction='mean'):
-    if reduction not in ('mean', 'sum', 'none'):
-        raise ValueError(f"mse_loss: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
-    if input.shape != target.shape:
-        raise ValueError(f"mse_loss: input of shape {input.shape} and target of shape {target.shape} differ")
-    _need_float(input, 'mse_loss')
-    diff = input - target
-    loss = diff * diff
-    return loss.mean() if reduction == 'mean' else loss.sum() if reduction == 'sum' else loss
-
-
-# ---- losses as torch.nn.functional's (cross_entropy and mse_loss above), composed from the differentiable ops; float16
+# ---- losses as torch.nn.functional's (cross_entropy above), composed from the differentiable ops; float16
 # computes in float32 (rounded once) where several ops follow each other
 
 _LOSS_REDUCTIONS = ('mean', 'sum', 'none')
@@ -5106,6 +5117,12 @@ def binary_cross_entropy_with_logits(input, target, weight=None, reduction='mean
     softplus = (-x.abs()).exp().log1p() - x.minimum(0)   # -log sigmoid(x); x = 0 takes half of each side's gradient
     loss = (1 - t) * x + (softplus if pos_weight is None else softplus * ((pos_weight - 1) * t + 1))
     return _reduced(loss if weight is None else loss * weight, reduction).to(dtype)
+
+
+def mse_loss(input, target, reduction='mean'):
+    target = _pair_loss('mse_loss', input, target, reduction)
+    diff = input - target
+    return _reduced(diff * diff, reduction)
 
 
 def l1_loss(input, target, reduction='mean'):
@@ -5819,19 +5836,29 @@ class SiLU(Module):
     forward = staticmethod(silu)
 
 
+class _ClassSignature:
+    """_Settings's __signature__ (what inspect.signature and help() read): the settings' signature on the class itself,
+    None (inspect then looks further, as for any class or callable) on an instance, whose signature is its call's, and
+    on a subclass with an __init__ of its own, whose signature is that __init__'s."""
+
+    def __get__(self, obj, cls):
+        return cls._signature if obj is None and cls.__init__ is _Settings.__init__ else None
+
+
 class _Settings(Module):
     """A module whose constructor takes settings named, ordered and defaulted as PyTorch's (`defaults`, which make the
     class's signature), by position or by name, each kept by _keep (as an attribute, unless a subclass says more)."""
     defaults = {}
+    __signature__ = _ClassSignature()
 
     def __init_subclass__(cls):
         super().__init_subclass__()
-        cls.__signature__ = inspect.Signature([inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                                                 default=value) for name, value in cls.defaults.items()])
+        cls._signature = inspect.Signature([inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                              default=value) for name, value in cls.defaults.items()])
 
     def __init__(self, *args, **kwargs):
         super().__init__()
-        settings = self.__signature__.bind(*args, **kwargs)   # (a TypeError for other arguments)
+        settings = self._signature.bind(*args, **kwargs)   # (a TypeError for other arguments)
         settings.apply_defaults()
         for name, value in settings.arguments.items():
             self._keep(name, value)
