@@ -4989,11 +4989,18 @@ def _class_targets(what, input, target, ignore_index):
     return input, target, expected
 
 
+_LOSS_REDUCTIONS = ('mean', 'sum', 'none')
+
+
+def _check_reduction(what, reduction, reductions=_LOSS_REDUCTIONS):
+    if reduction not in reductions:
+        raise ValueError(f"{what}: reduction must be {', '.join(map(repr, reductions))}, not {reduction!r}")
+
+
 def cross_entropy(logits, target, label_smoothing=0.0, reduction='mean', ignore_index=-100, weight=None):
     """PyTorch's cross_entropy of class indices; with a weight per class (composed: log_softmax, then nll_loss's
     weighted rows), 'mean' divides by the kept rows' weights, label smoothing weighting each class's share too."""
-    if reduction not in _CE_REDUCTIONS:
-        raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
+    _check_reduction('cross_entropy', reduction)
     if not 0 <= label_smoothing <= 1:
         raise ValueError(f"cross_entropy: label_smoothing must lie in [0, 1], got {label_smoothing}")
     rows, target, shape = _class_targets('cross_entropy', logits, target, ignore_index)
@@ -5009,7 +5016,6 @@ def cross_entropy(logits, target, label_smoothing=0.0, reduction='mean', ignore_
 # ---- losses as torch.nn.functional's (cross_entropy above), composed from the differentiable ops; float16
 # computes in float32 (rounded once) where several ops follow each other
 
-_LOSS_REDUCTIONS = ('mean', 'sum', 'none')
 _KL_MEAN_WARNING = ("reduction: 'mean' divides the total loss by both the batch size and the support size.'batchmean' "
                     "divides only by the batch size, and aligns with the KL div math definition.'mean' will be changed "
                     "to behave the same as 'batchmean' in the next major release.")   # PyTorch's, word for word
@@ -5022,8 +5028,7 @@ def _reduced(loss, reduction):
 def _pair_loss(what, input, target, reduction, float_target=False, reductions=_LOSS_REDUCTIONS):
     """target (made a tensor on input's device) for an elementwise loss: the reduction one of `reductions`, input of
     a float dtype (and target where `float_target`, as PyTorch's), of one shape (PyTorch broadcasts with a warning)."""
-    if reduction not in reductions:
-        raise ValueError(f"{what}: reduction must be {', '.join(map(repr, reductions))}, not {reduction!r}")
+    _check_reduction(what, reduction, reductions)
     target = target if isinstance(target, Tensor) else Tensor(target, device=input.device)
     if input.shape != target.shape:
         raise ValueError(f"{what}: input of shape {input.shape} and target of shape {target.shape} differ")
@@ -5082,8 +5087,7 @@ def _nll(what, logp, target, weight, ignore_index, reduction, smoothing=0.0):
 
 
 def nll_loss(input, target, weight=None, ignore_index=-100, reduction='mean'):
-    if reduction not in _LOSS_REDUCTIONS:
-        raise ValueError(f"nll_loss: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
+    _check_reduction('nll_loss', reduction)
     rows, target, shape = _class_targets('nll_loss', input, target, ignore_index)
     weight = _loss_weight('nll_loss', 'weight', weight, input, (rows.shape[1],))
     loss = _nll('nll_loss', rows, target, weight, ignore_index, reduction)
