@@ -7310,7 +7310,7 @@ def test_gpu_tensor_api_matches_cpu():
              lambda d: tl.stack(list(tl.tensor(a, device=d))) * 2]
 
     def expand_write(d):
-        base = tl.tensor(a, device=d)
+        base = tl.tensor(a.copy(), device=d)   # (a tensor of a NumPy array shares its memory: the CPU run would write a)
         view = base[0].expand(1, 1, 4)
         view += 1.5
         base[1:2] = tl.tensor(b.reshape(1, 1, 4), device=d)   # a value with a leading size-1 axis
