@@ -3333,6 +3333,31 @@ def test_gru_split_layouts_fit_their_kernels():
     assert all(seen[w, b] for w in (False, True) for b in (1, 2)), f'layouts (wgmma, buffers): {dict(seen)}'
 
 
+def test_gru_plan_ranks_its_choice():
+    """_gru_plan's `ranked` list (bench.py's gru_layouts table times it) holds the layouts it chose among: with the
+    H200's figures, over batches, hidden sizes, both directions and dtypes, with and without the k-split kernels, the
+    choice is the least clocks of the eligible unsplit layouts (fewer blocks on a tie) unless the least of the k-split
+    ones beats it plus its L2 reads; ranking leaves the choice as it was; the backward's clusters past 4 blocks are
+    ranked, never chosen; and every ranked layout fits the shared memory."""
+    resident, smem_max, shapes = {2: 66, 4: 30, 8: 15}, 232448, collections.Counter()
+    for batch, hidden, forward, itemsize, with_splits in itertools.product(
+            (1, 16, 64, 256), (8, 128, 256, 512), (True, False), (4, 2), (False, True)):
+        splits = tuple((p, n, tl._GRU_WG if itemsize == 4 else ()) for p, n in resident.items()) if with_splits else ()
+        args, ranked = (forward, 132, smem_max, batch, hidden, itemsize, 1, True, splits), []
+        chosen = tl._gru_plan(*args, ranked=ranked)
+        what = f'B {batch} H {hidden} {("bwd", "fwd")[forward]} itemsize {itemsize} splits {with_splits}: {chosen}'
+        assert chosen == tl._gru_plan(*args), what
+        unsplit, split = (min((e for e in ranked if e[4] and bool(e[3][7]) == s), key=lambda e: (e[0], e[2]),
+                              default=None) for s in (False, True))   # the first of the least (clocks, blocks)
+        want = split if split and not (unsplit and unsplit[0] + unsplit[1] <= split[0]) else unsplit
+        assert chosen == (want and want[3]), what
+        for _, read, _, layout, eligible in ranked:
+            assert layout[5] <= smem_max and read >= 0, what
+            assert eligible == (forward or layout[7] > 0 or layout[6] <= 4), what
+            shapes[forward, eligible] += 1
+    assert shapes[False, False] and shapes[True, True] and shapes[False, True], dict(shapes)
+
+
 # ===== default initialisation against PyTorch's =====
 
 INITS = [('linear', lambda nn: nn.Linear(256, 512)), ('conv2d', lambda nn: nn.Conv2d(16, 256, 3)),

@@ -2280,7 +2280,7 @@ def _resident_clusters(kernel, size, smem):
         return 0
 
 
-def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, splits=()):
+def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, splits=(), ranked=None):
     """The layout (nb, nu, J, BB, KC, shared memory bytes, cluster, split, wn) of a persistent kernel with the least
     estimated clocks per step, None where none fits: nb batch groups of BB rows times nu slices of J units, all
     resident at once. Unsplit (split False), a block each (nb nu <= SMs) holds its units' rows of W_hh in shared
@@ -2292,7 +2292,7 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
     forward at (T, B, in, H) = (100, 16, 32, 128) from 0.300 to 0.238, (100, 64, 256, 256) 0.392 to 0.329,
     (200, 8, 256, 256) 0.667 to 0.614, the backward in clusters of 4 at the first 0.408 to 0.372; in clusters of 8 (at
     the others, in an earlier build) the backward took 0.835 -> 0.847 and 0.912 -> 1.043 (its operand is 3H wide,
-    written into 8 blocks every step), so the backward takes clusters of at most 4.
+    written into 8 blocks every step), so the backward takes clusters of at most 4 (larger ones are only ranked).
     Split (the tensor cores only; `splits` = ((P, clusters resident, wgmma sizes), ...) of the k-split kernels
     loaded): a cluster of P blocks (cluster P) shares a (batch group, J units) pair, each block holding its units'
     weights over KC = KP of the k extent and staging only that slice of the operand (kernels.cu's Split), whole or
@@ -2302,16 +2302,25 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
     of 7 shapes each way on mma.sync (scratch/s19/split_probe.py: forward and backward, P = 2, 4, 8 against the
     unsplit layouts) and picks the fastest there (wgmma's rate in it is a guess); it is compared with the unsplit
     layout chosen as before plus that layout's time to read its operand rows from L2 (about 2800 bytes a clock on the
-    H200: the bound the k-split lifts)."""
+    H200: the bound the k-split lifts). `ranked`, a list, gets (clocks, L2 read clocks, blocks, layout, eligible) of
+    every layout that fits (bench.py's gru_layouts table times them against the choice)."""
     up = lambda a, b: -(-a // b) * b
     row_bytes = lambda n: (up(n, 128 // itemsize) + 16 // itemsize) * itemsize   # kernels.cu's smem_ld
     k = hidden if forward else 3 * hidden
     partials = _BLOCK // 32 * 384 * 4   # the warps' partial sums over k (Block::red)
     best = {False: None, True: None}   # unsplit, split: ((cost, blocks), layout)
 
-    def consider(cost, blocks, layout):
+    def read(layout):   # an unsplit cooperative layout's operand rows from L2, the k-split's and clusters' none
+        groups, slices, _, rows, _, _, cluster, split, _ = layout
+        return 0 if cluster or split else groups * slices * up(rows, 16) * k * itemsize / 2800
+
+    def consider(cost, blocks, layout, eligible=True):
         split = bool(layout[7])
-        if layout[5] <= smem_max and (best[split] is None or (cost, blocks) < best[split][0]):
+        if layout[5] > smem_max:
+            return
+        if ranked is not None:
+            ranked.append((cost, read(layout), blocks, layout, eligible))
+        if eligible and (best[split] is None or (cost, blocks) < best[split][0]):
             best[split] = (cost, blocks), layout
     for units in sorted({min(hidden, j) for j in range(8, hidden + 8, 8)}):
         slices, w_rows = -(-hidden // units), up(units, 8) * (3 if forward else 1)
@@ -2359,16 +2368,14 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
             smem = weights + m_rows * row_bytes(chunk) + partials
             consider(products + m_rows * k * itemsize / 64 + 800 * -(-k // chunk) + 8 * slices + 2100 + 200 * cells,
                      groups * slices, (groups, slices, units, rows, chunk, smem, 0, 0, 0))
-            if clusters and slices in _GRU_CLUSTERS and (forward or slices <= 4):   # no staging, a cheaper barrier,
-                # writes into every block of the cluster
+            if clusters and slices in _GRU_CLUSTERS:   # no staging, a cheaper barrier, writes into every block of
+                # the cluster
                 consider(products + 600 + 200 * cells * (1 + slices // 4), groups * slices,
-                         (groups, slices, units, rows, k, weights + 2 * m_rows * row_bytes(k) + partials, slices, 0, 0))
+                         (groups, slices, units, rows, k, weights + 2 * m_rows * row_bytes(k) + partials, slices, 0, 0),
+                         forward or slices <= 4)
     unsplit, split = best[False], best[True]
-    if unsplit is not None and split is not None:
-        groups, slices, _, rows, _, _, cluster, _, _ = unsplit[1]
-        read = 0 if cluster else groups * slices * up(rows, 16) * k * itemsize / 2800   # operand rows from L2
-        if unsplit[0][0] + read <= split[0][0]:
-            split = None
+    if unsplit is not None and split is not None and unsplit[0][0] + read(unsplit[1]) <= split[0][0]:
+        split = None
     chosen = split or unsplit
     return chosen and chosen[1]
 
