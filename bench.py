@@ -14,7 +14,8 @@ once; a mismatch is flagged under its table. With $OUT set, the full log (the sp
 timing, the checks) goes to $OUT/bench.log and the tables to $OUT/bench.md.
 
 Tables: elementwise (ReLU, BatchNorm), conv (train_cifar.py's convolutions, max-pool, cross-entropy),
-gru (tl.GRU against cuDNN's), train_step (train_cifar.py's training step against the same net in
+gru (tl.GRU against cuDNN's), gru_parts (the GRU's products and sums against PyTorch's, its kernels' layouts
+against the alternatives the planner ranked), train_step (train_cifar.py's training step against the same net in
 PyTorch eager), cpu. Slow GPU rows (the GRU) take fewer calls, at least 3.
 
 A new table is a function returning a Table and one line in main's list.
@@ -583,6 +584,138 @@ def _gru_rows(table, steps, batch, n_in, hidden, dtype):
                f'WN) fwd {plans and plans[0]}, bwd {plans and plans[1]}')
 
 
+# ================================================================ GPU: the GRU's parts and layouts (issue 4)
+
+GRU_LAYOUT_KINDS = 8   # per direction: the planner's choice, its model's near-ties (at most GRU_LAYOUT_TIES) and the
+GRU_LAYOUT_TIES = 8    # best-ranked layout of up to GRU_LAYOUT_KINDS other kinds
+
+
+def bench_gru_parts():
+    table = Table("GPU: the GRU's parts, our cuBLAS products and column sums against PyTorch's on the same arrays")
+    table.note('the products of a GRU layer\'s fwd+bwd at each GRU shape (float32 in TF32 for both: torch.backends.'
+               'cuda.matmul.allow_tf32 set as tl.allow_tf32 while they run), eager by events, and by CUDA-graph replay in '
+               'the notes, with the kernels each runs; then the persistent kernels: the planner\'s layout each way '
+               'against its model\'s near-ties (within 2%) and the best-ranked layout of each other kind (cluster '
+               'size, k-split, wgmma WN, slices), events around one launch (all T steps), checked against the chosen '
+               'layout\'s results')
+    allowed = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for shape in GRU_SHAPES:
+            table.guard(f'GRU parts {shape}', _gru_part_rows, table, *shape)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = allowed
+    return table
+
+
+def cuda_kernels(fn):
+    """The names of the GPU kernels one call of fn runs (any library's: CUPTI through torch.profiler), or why not."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    cuda_sync()
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            cuda_sync()
+        return sorted({e.name[:60] for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA})
+    except Exception as e:   # the profiler is a diagnosis here, not a row
+        return [f'kernels unknown: {type(e).__name__}: {str(e)[:60]}']
+
+
+def _gru_part_rows(table, steps, batch, n_in, hidden, dtype):
+    tf32 = tl.allow_tf32 and dtype == np.float32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    scale, rows = hidden ** -0.5, steps * batch
+    x, w_ih, w_hh = (gpu_randn(s, dtype, c) for s, c in (((steps, batch, n_in), 1), ((3 * hidden, n_in), scale),
+                                                              ((3 * hidden, hidden), scale)))
+    b_ih, b_hh, h0 = gpu_randn((3 * hidden,), dtype, scale), gpu_randn((3 * hidden,), dtype, scale), \
+        gpu_randn((batch, hidden), dtype)
+    g, dg_ih, dg_hh = gpu_randn((steps, batch, hidden), dtype), gpu_randn((steps, batch, 3 * hidden), dtype, 0.1), \
+        gpu_randn((steps, batch, 3 * hidden), dtype, 0.1)
+    out = gpu_randn((steps, batch, hidden), dtype)
+    label = f'GRU T={steps} B={batch} {n_in}->{hidden} {np.dtype(dtype).name}'
+    x2, gi, gh = x.reshape(rows, n_in), dg_ih.reshape(rows, 3 * hidden), dg_hh.reshape(rows, 3 * hidden)
+    products = [('input projection', x2, w_ih.T), ('dx', gi, w_ih), ('dW_ih', gi.T, x2)]
+    if steps > 1:
+        products.append(('dW_hh', gh[batch:].T, out[:-1].reshape(rows - batch, hidden)))
+    for name, a, b in products:
+        at, bt = torch.from_dlpack(a), torch.from_dlpack(b)
+        ours, theirs = (lambda: tl._matmul(a, b, tf32=tf32)), (lambda: torch.matmul(at, bt))
+        table.check(f'{label} {name}', ours(), theirs(), 1e-2)
+        what = f'{label} {name} ({a.shape[0]} x {a.shape[1]}) ({b.shape[0]} x {b.shape[1]})'
+        table.add(what, cuda_time(ours, [()], 'tl'), cuda_time(theirs, [()], 'torch'),
+                  flops=2 * a.shape[0] * a.shape[1] * b.shape[1])
+        _replay_note(table, what, ours, theirs)
+    git = torch.from_dlpack(gi)
+    ours, theirs, cupys = (lambda: tl._sum(gi, 0)), (lambda: git.sum(0)), (lambda: gi.sum(0))
+    table.check(f'{label} bias sum', ours(), theirs(), 1e-3)
+    what = f'{label} bias sum ({rows} x {3 * hidden}) over rows'
+    table.add(what, cuda_time(ours, [()], 'tl'), cuda_time(theirs, [()], 'torch'), nbytes=gi.nbytes)
+    table.note(f'{what}: CuPy\'s sum(0) {statistics.median(cuda_time(cupys, [()], "tl")):.4f} ms eager')
+    _replay_note(table, what, ours, theirs)
+    plans = tl._gru_plans(x, hidden, tf32)
+    if plans is None or None in plans:
+        table.note(f'{label}: no persistent layouts ({plans}): the fallback runs')
+        return
+    xg = tl._matmul(x2, w_ih.T, tf32=tf32).reshape(steps, batch, 3 * hidden)
+    gates = cp.empty((steps, batch, 4 * hidden), dtype)
+    tl._gru_launch('fwd', plans[0], tf32, (xg, w_hh, b_ih, b_hh, h0, out, gates), steps, batch, hidden)
+    tc = int(dtype == np.float16 or tf32)
+    key = next(k for k in tl._gru_layouts if k[2:6] == (batch, hidden, np.dtype(dtype).itemsize, tc))   # _gru_plans'
+    new = lambda: tuple(cp.empty_like(a) for a in (out, gates))
+    _layout_notes(table, f'{label} fwd', key, plans[0], lambda layout, res: tl._gru_launch(
+        'fwd', layout, tf32, (xg, w_hh, b_ih, b_hh, h0) + res, steps, batch, hidden), new, (out, gates))
+    w_hh_t, dh0 = cp.ascontiguousarray(w_hh.T), cp.empty((batch, hidden), dtype)
+    new = lambda: (cp.empty_like(dg_ih), cp.empty_like(dg_hh), cp.empty_like(dh0))
+    bwd = lambda layout, res: tl._gru_launch('bwd', layout, tf32, (g, gates, out, h0, w_hh_t) + res, steps, batch,
+                                             hidden)
+    bwd(plans[1], (dg_ih, dg_hh, dh0))
+    _layout_notes(table, f'{label} bwd', key, plans[1], bwd, new, (dg_ih, dg_hh, dh0))
+
+
+def _replay_note(table, what, ours, theirs):
+    times = [statistics.median(graph_time(fn, [()], framework)) for fn, framework in ((ours, 'tl'), (theirs, 'torch'))]
+    table.note(f'{what} by CUDA-graph replay: ours {times[0]:.4f} ms ({", ".join(cuda_kernels(ours))}), torch '
+               f'{times[1]:.4f} ms ({", ".join(cuda_kernels(theirs))})')
+
+
+def _layout_notes(table, label, key, chosen, launch, new_results, reference):
+    """One note: the chosen layout of a direction (label ends 'fwd' or 'bwd'), the model's near-ties and the best-ranked
+    layout of each other kind, each launched into fresh arrays (new_results()), timed, and compared with `reference`
+    (the chosen layout's results); key: _gru_plans' key (multiprocessors, shared memory, B, H, itemsize, TC, clusters
+    loaded)."""
+    ranked, forward, dtype = [], label.endswith('fwd'), reference[0].dtype
+    planned = tl._gru_plan(forward, *key, tl._gru_splits(forward, dtype) if key[5] else (), ranked=ranked)
+    if planned != chosen:
+        table.note(f'{label}: the ranking\'s choice {planned} is not the layout used, {chosen}')
+    kind = lambda layout: (layout[6], layout[7] > 0, layout[8], layout[1])   # cluster, k-split, WN, slices
+    ranked.sort(key=lambda e: (e[0] + e[1], e[2]))
+    picks = [entry for entry in ranked if entry[3] == chosen][:1]
+    close = [e for e in ranked if e[0] + e[1] <= 1.02 * (picks[0][0] + picks[0][1]) and e[3] != chosen]
+    picks += close[:GRU_LAYOUT_TIES]   # the model's near-ties (other batch groups, rows and clusters of one cost)
+    kinds = {kind(entry[3]) for entry in picks}
+    for entry in ranked:
+        if kind(entry[3]) not in kinds and len(kinds) <= GRU_LAYOUT_KINDS:
+            kinds.add(kind(entry[3]))
+            picks.append(entry)
+    lines, fastest, chosen_ms = [], None, None
+    for clocks, read, _, layout, eligible in picks:
+        results = new_results()
+        try:
+            ms = statistics.median(cuda_time(lambda: launch(layout, results), [()], 'tl', warmup=3, reps=15))
+        except Exception as e:   # a layout the kernels refuse: said, and the next one timed
+            lines.append(f'{layout} FAILED {type(e).__name__}: {str(e)[:80]}')
+            continue
+        off = max(float(cp.abs(r.astype(np.float32) - w.astype(np.float32)).max()) /
+                  max(float(cp.abs(w.astype(np.float32)).max()), 1e-30) for r, w in zip(results, reference))
+        beyond = off > (1e-2 if dtype == np.float16 else 1e-3)
+        table.failures += beyond
+        fastest, chosen_ms = min(fastest or (ms, layout), (ms, layout)), ms if layout == chosen else chosen_ms
+        lines.append(f'{layout} {ms:.4f} ms (model {clocks:.0f}+{read:.0f}{"" if eligible else ", not eligible"}, '
+                     f'off {off:.1e}{" BEYOND TOLERANCE" if beyond else ""})')
+    table.note(f'{label} layouts (chosen first): ' + '; '.join(lines) +
+               (f'; fastest {fastest[1]}, {fastest[0] / chosen_ms:.2f} of the choice\'s time' if chosen_ms else ''))
+
+
 # ================================================================ GPU: the training step (issue 6)
 
 def bench_train_step():
@@ -845,6 +978,7 @@ def main():
         ('elementwise', bench_elementwise, True),
         ('conv', bench_conv, True),
         ('gru', bench_gru, True),
+        ('gru_parts', bench_gru_parts, True),
         ('train_step', bench_train_step, True),
         ('cpu', bench_cpu, False),
     ]
