@@ -34,7 +34,6 @@ import traceback
 import types
 import urllib.error
 import urllib.request
-import warnings
 import zlib
 from unittest import mock
 
@@ -1006,7 +1005,7 @@ def test_inplace_remainder_floor_division_and_power_as_pytorch():
                 assert got is t and want is p and same_dtype(t, p) and t._version[0] == version + 1, (a.dtype, b, op)
                 assert np.allclose(t.numpy(), p.numpy(), 1e-6, 0, equal_nan=True), (a.dtype, b, op, t, p)
     assert refused > 50, refused
-    msg = raises(TypeError, lambda: tl.tensor([1, 2]).__ipow__(2.5), "can't be cast", 'int64')
+    raises(TypeError, lambda: tl.tensor([1, 2]).__ipow__(2.5), "can't be cast", 'int64')
     raises(RuntimeError, lambda: torch.tensor([1, 2]).__ipow__(2.5), "can't be cast")
     raises(RuntimeError, lambda: tl.tensor([1, 2]).__ipow__(-1), 'negative')
     raises(RuntimeError, lambda: tl.tensor([1, 2]).__imod__(tl.tensor([1, 0])), 'by zero')
