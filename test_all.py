@@ -3333,7 +3333,7 @@ def test_gru_split_layouts_fit_their_kernels():
 
 
 def test_gru_plan_ranks_its_choice():
-    """_gru_plan's `ranked` list (bench.py's gru_layouts table times it) holds the layouts it chose among: with the
+    """_gru_plan's `ranked` list (bench.py's gru_parts table times it) holds the layouts it chose among: with the
     H200's figures, over batches, hidden sizes, both directions and dtypes, with and without the k-split kernels, the
     choice is the least clocks of the eligible unsplit layouts (fewer blocks on a tie) unless the least of the k-split
     ones beats it plus its L2 reads; ranking leaves the choice as it was; the backward's clusters past 4 blocks are

@@ -2303,7 +2303,7 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
     unsplit layouts) and picks the fastest there (wgmma's rate in it is a guess); it is compared with the unsplit
     layout chosen as before plus that layout's time to read its operand rows from L2 (about 2800 bytes a clock on the
     H200: the bound the k-split lifts). `ranked`, a list, gets (clocks, L2 read clocks, blocks, layout, eligible) of
-    every layout that fits (bench.py's gru_layouts table times them against the choice)."""
+    every layout that fits (bench.py's gru_parts table times them against the choice)."""
     up = lambda a, b: -(-a // b) * b
     row_bytes = lambda n: (up(n, 128 // itemsize) + 16 // itemsize) * itemsize   # kernels.cu's smem_ld
     k = hidden if forward else 3 * hidden
