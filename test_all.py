@@ -1303,6 +1303,23 @@ def test_var_std_unbiased_as_pytorch():
     assert tl.tensor(x0).var(0, True).shape == (1, 4) and torch.tensor(x0).var(0, True).shape == (4,)
 
 
+def test_maximum_minimum_gradient_at_nan_and_ties_as_pytorch():
+    """maximum and minimum give each operand the whole gradient where it wins and where either is NaN (neither loses,
+    as PyTorch's), half at ties, none where it loses; broadcast operands sum theirs: float64 against PyTorch."""
+    need_torch()
+    nan = math.nan
+    a0, b0 = np.array([[3., nan, 2., 1., nan], [0., 5., -1., 2., 4.]]), np.array([nan, 1., 2., 5., nan])
+    g = sample(rng('max nan'), (2, 5))
+    for name in ('maximum', 'minimum'):
+        grads = []
+        for m in (tl, torch):
+            a, b = m.tensor(a0, requires_grad=True), m.tensor(b0, requires_grad=True)
+            getattr(m, name)(a, b).backward(m.tensor(g))
+            grads.append((a.grad.numpy(), b.grad.numpy()))
+        for ours, theirs, which in zip(*grads, 'ab'):
+            assert np.array_equal(ours, theirs), (name, which, ours, theirs)
+
+
 def test_min_minimum_integer_and_bool_like_torch():
     """min and minimum without negation, which wraps unsigned and the smallest signed integers and fails on bool."""
     need_torch()

@@ -1100,14 +1100,16 @@ class Remainder(Function):
 
 
 class Maximum(Function):
-    """Elementwise max (min where least); at ties each side gets half the gradient, as in PyTorch."""
+    """Elementwise max (min where least); at ties each side gets half the gradient, at a NaN both all of it, as in
+    PyTorch."""
     def forward(self, a, b, least=False):
         self.a, self.b, self.least = a, b, least
         return (_xp(a).minimum if least else _xp(a).maximum)(a, b)
 
-    def backward(self, g):
-        share = ((self.a < self.b) if self.least else (self.a > self.b)) + (self.a == self.b) * g.dtype.type(0.5)
-        return _unbroadcast(g * share, self.a.shape), _unbroadcast(g * (1 - share), self.b.shape)
+    def backward(self, g):   # as PyTorch's: each side all of g but where it loses (at a NaN neither does), half at ties
+        a_loses, b_loses = (self.a > self.b, self.a < self.b) if self.least else (self.a < self.b, self.a > self.b)
+        tie = (self.a == self.b) * g.dtype.type(0.5)
+        return _unbroadcast(g * (~a_loses - tie), self.a.shape), _unbroadcast(g * (~b_loses - tie), self.b.shape)
 
 
 class Where(Function):
