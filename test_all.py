@@ -756,6 +756,31 @@ def test_tensor_python_floats_with_dtype_float64_not_rounded():
         assert t.dtype == np.float64 and t.tolist() == p.tolist(), (data, t.tolist(), p.tolist())
 
 
+def test_tensor_data_that_does_not_fit_raises_as_pytorch():
+    """tensor() of Python numbers as PyTorch's: an int beyond int64 (alone, or among ints: NumPy would make it uint64,
+    an object or float64) raises ValueError unless a float dtype (or a float among the data) takes it; a value an
+    integer dtype cannot hold (out of range, NaN, inf; a NumPy scalar too) raises RuntimeError naming the dtype; what
+    fits converts as PyTorch's (fractions truncate, NumPy arrays wrap as PyTorch's do)."""
+    need_torch()
+    too_big = [2 ** 63, [2 ** 63, 1], [[1, 3 * 2 ** 62]], 2 ** 64, [2 ** 64, 1], [-2 ** 63 - 1, 5], [True, 2 ** 63]]
+    for data in too_big:
+        raises(ValueError, lambda: torch.tensor(data))
+        raises(ValueError, lambda: tl.tensor(data), 'int64', 'overflow')
+        raises(ValueError, lambda: tl.tensor(data, dtype=tl.int32), 'int64')
+    unfit = [([300], 'uint8'), (300, 'uint8'), ([1e20], 'int64'), (math.nan, 'int64'), ([2 ** 40], 'int32'),
+             (np.float64(1e20), 'int64'), ([np.int64(300)], 'uint8'), (math.inf, 'int32'), ([255.9], 'uint8'),
+             ([-129, 0], 'int8'), ([1.0, math.nan], 'int16')]
+    for data, dtype in unfit:
+        raises(RuntimeError, lambda: torch.tensor(data, dtype=getattr(torch, dtype)))
+        raises(RuntimeError, lambda: tl.tensor(data, dtype=np.dtype(dtype)), dtype, 'overflow')
+    fits = [(-2 ** 63, None), ([2 ** 63, 1.5], None), ([2 ** 63, 1], 'float64'), (2 ** 64, 'float32'),
+            ([1.5, -2.7], 'int32'), ([True, 2], 'uint8'), ([[-128, 127]], 'int8'), ([], 'int32'),
+            (np.array([300, -1]), 'uint8'), ([1e19, 2], None)]
+    for data, dtype in fits:
+        t, p = tl.tensor(data, dtype=dtype and np.dtype(dtype)), torch.tensor(data, dtype=dtype and getattr(torch, dtype))
+        assert t.dtype == np.dtype(str(p.dtype)[6:]) and t.tolist() == p.tolist(), (data, dtype, t, p)
+
+
 def test_zero_dim_tensors_hold_arrays():
     """0-d data and op results are 0-d arrays, never immutable NumPy scalars: in-place ops and optimizer
     steps update them."""

@@ -3175,10 +3175,10 @@ class Tensor:
             array = data.data.copy()
         elif isinstance(data, (np.ndarray, np.generic)) or (cp is not None and isinstance(data, cp.ndarray)):
             array = _xp(data).asarray(data)   # a NumPy scalar becomes a 0-d array: .data is always an array
+            if isinstance(data, np.generic) and dtype is not None:   # checked as a number is (arrays wrap, as PyTorch's)
+                _check_data_fits(array, _dtype(dtype))
         else:
-            array = np.array(data)
-            if dtype is None and array.dtype.kind in 'iuf':   # Python numbers become int64 or float32, as in PyTorch
-                array = array.astype(np.float32 if array.dtype.kind == 'f' else np.int64)
+            array = _python_data(data, dtype)
         array = array if dtype is None else array.astype(_dtype(dtype), copy=False)
         _dtype(array.dtype)
         if device is None:
@@ -4504,6 +4504,29 @@ def zeros(*shape, device=None, dtype=None, requires_grad=False):
 @_aliases(size='shape')
 def ones(*shape, device=None, dtype=None, requires_grad=False):
     return _factory(lambda xp, s, d: xp.ones(s, d), shape, device, dtype, requires_grad)
+
+
+def _python_data(data, dtype):
+    """Python numbers (nested lists of them) as a NumPy array typed as PyTorch types them (int64, float32, bool) where
+    dtype is None. As PyTorch's: an int beyond int64 raises (NumPy makes it uint64 or an object) unless dtype is a float
+    one, and so does a value an integer dtype cannot hold (NumPy would wrap it)."""
+    array, dtype = np.array(data), dtype and _dtype(dtype)
+    kind = array.dtype.kind   # NumPy makes ints beyond int64 uint64, objects, or (with smaller ones) float64
+    big = kind in 'uO' or kind == 'f' and array.size and np.abs(array).max() >= 2 ** 63
+    if big and array.size and all(isinstance(v, int) for v in np.array(data, dtype=object).flat) and (
+            dtype is None or dtype.kind in 'iu'):
+        raise ValueError(f"tensor: an int beyond int64's range cannot be converted (overflow), in {data!r}"[:200])
+    if dtype is not None:
+        _check_data_fits(array, dtype)
+        return array
+    return array.astype(np.float32 if array.dtype.kind == 'f' else np.int64) if array.dtype.kind in 'iuf' else array
+
+
+def _check_data_fits(array, dtype):
+    """tensor()'s numbers in an integer dtype: the least and the greatest (any NaN) must fit (_check_fits)."""
+    if dtype.kind in 'iu' and array.dtype.kind in 'iuf' and array.size:
+        for value in (array.min(), array.max()):
+            _check_fits(value.item(), dtype, 'tensor')
 
 
 def _check_fits(value, dtype, what):
