@@ -5741,7 +5741,8 @@ def test_integer_with_float16_rounds_the_integers_first():
 
 
 def test_reductions_over_no_axes_reduce_every_axis():
-    """sum, mean, var, max and min over axis=() reduce every axis, as PyTorch's (NumPy's axis=() reduces none)."""
+    """sum, mean, var, max and min over axis=() reduce every axis, as PyTorch's (NumPy's axis=() reduces none); all and
+    any over axis=() or [] reduce none, as PyTorch's."""
     need_torch()
     x = sample(rng('empty axes'), (2, 3, 4))
     xt = torch.tensor(x)
@@ -5752,6 +5753,9 @@ def test_reductions_over_no_axes_reduce_every_axis():
         assert_close(got, theirs.numpy(), 1e-12, 1e-12, f'{name}(axis=())')
     assert tl.tensor(x).squeeze(()).shape == xt.squeeze(()).shape == x.shape, 'squeeze(()) squeezes nothing'
     assert tl.tensor(x).sum([]).shape == xt.sum(dim=[]).shape == ()
+    for name, axis in itertools.product(('all', 'any'), ((), [])):
+        got, want = getattr(tl.tensor(x) > 0, name)(axis), getattr(xt > 0, name)(dim=axis)
+        assert got.shape == tuple(want.shape) == x.shape and got.tolist() == want.tolist(), (name, axis)
     for axis in (np.int64(1), np.array([0, 2])):   # NumPy integers and arrays name axes as ints and tuples do
         assert_close(tl.tensor(x).sum(axis), x.sum(axis=tuple(np.atleast_1d(axis))), 1e-12, 1e-12, f'sum({axis!r})')
 

@@ -3801,9 +3801,9 @@ class Tensor:
 
     def _truth(self, test, axis, keepdim):
         """Whether every element (test 'all') or some element ('any') is nonzero, a bool tensor (uint8 for uint8, as
-        PyTorch's); no gradient."""
+        PyTorch's); no gradient. Unlike sum's, an empty axis tuple reduces no axis (as PyTorch's)."""
         truth = self.data.astype(bool, copy=False)
-        result = getattr(truth, test)(axis=_reduced_axes(axis, self.ndim), keepdims=keepdim)
+        result = getattr(truth, test)(axis=_axes(axis, self.ndim), keepdims=keepdim)
         dtype = np.uint8 if self.dtype == np.uint8 else np.bool_
         return Tensor._wrap(_xp(self.data).asarray(result).astype(dtype), self.device)
 
