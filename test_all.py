@@ -1742,7 +1742,9 @@ def test_norm_as_pytorch():
             (got, want), ((x,), (q,)) = run_both(lambda m, x: x.norm(p, dim, keep), x0, grad=True)
             with np.errstate(divide='ignore'):
                 same_as_torch(got, want, f'p={p} dim={dim}', 1e-12)
-            if p == 0:   # a count: no gradient
+            if p == 0:   # a count, recorded with the gradient 0 (PyTorch's stays None: it leaves it undefined)
+                got.sum().backward()
+                assert got.requires_grad and not x.grad.numpy().any(), f'p=0 dim={dim}'
                 continue
             w = upstream(0, got.shape)
             (got * tl.tensor(w)).sum().backward(), (want * torch.tensor(w)).sum().backward()

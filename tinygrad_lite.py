@@ -4118,8 +4118,8 @@ class Tensor:
         if not isinstance(p, _NUMBERS):
             raise ValueError(f"norm: p must be a number or 'fro', not {p!r} (no matrix norms)")
         axes = _reduced_axes(axis, x.ndim)
-        if p == 0:   # the count of nonzero elements, without a gradient (as PyTorch's)
-            return (x != 0).sum(axes, keepdim).to(x.dtype)
+        if p == 0:   # the count of nonzero elements, recorded with the gradient 0 (as PyTorch's)
+            return Step.apply(x, fn=lambda a: (a != 0).astype(a.dtype)).sum(axes, keepdim)
         if p in (1, math.inf, -math.inf):
             return getattr(x.abs(), {1: 'sum', math.inf: 'max', -math.inf: 'min'}[p])(axes, keepdim)
         nonzero = x != 0   # |x|^p of 0 taken apart: 0 (inf for p < 0) with the gradient 0, not 0 * inf
