@@ -8010,6 +8010,39 @@ def test_indexing_as_pytorch():
     assert not ints.numpy().any(), 'refused fills change nothing'
 
 
+def test_uint8_index_is_a_mask_as_pytorch():
+    """A uint8 index tensor or array is a mask (nonzero: True), as PyTorch's (with its deprecation warning where it has
+    axes): values, shapes and float64 gradients against PyTorch, 0-d and next to an integer too; item assignment
+    through one writes the masked elements (with a tensor's values, as PyTorch; PyTorch refuses a number there)."""
+    need_torch()
+    r = rng('uint8 masks')
+    x0, rows, cols = sample(r, (2, 3)), np.array([1, 0], np.uint8), np.array([2, 0, 1], np.uint8)
+    cases = [lambda m, x: x[m.tensor(rows)], lambda m, x: x[:, m.tensor(cols)], lambda m, x: x[0, m.tensor(cols)],
+             lambda m, x: x[m.tensor(np.array([[1, 0, 3], [0, 1, 0]], np.uint8))], lambda m, x: x[rows],
+             lambda m, x: x[m.tensor(np.array(1, np.uint8))], lambda m, x: x[m.tensor(np.array(0, np.uint8))]]
+    for k, index in enumerate(cases):
+        (xo, xt), outs = (tl.tensor(x0, requires_grad=True), torch.tensor(x0, requires_grad=True)), []
+        for x, m in ((xo, tl), (xt, torch)):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter('always')
+                outs.append(index(m, x))
+            assert any('uint8' in str(w.message) for w in caught) == (k < 5), (k, m.__name__)
+        (yo, yt), g = outs, r.standard_normal(tuple(outs[1].shape))
+        assert yo.shape == tuple(yt.shape) and np.array_equal(yo.detach().numpy(), yt.detach().numpy()), k
+        yo.backward(tl.tensor(g))
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')   # PyTorch's backward warns again
+            yt.backward(torch.tensor(g))
+        assert_close(xo.grad, xt.grad.numpy(), 1e-12, 1e-12, f'case {k} gradient')
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        for index, value in (((rows,), sample(r, (3,))), ((0, cols), sample(r, (2,)))):
+            ours, theirs = tl.tensor(x0.copy()), torch.tensor(x0.copy())
+            ours[tuple(tl.tensor(i) if isinstance(i, np.ndarray) else i for i in index)] = tl.tensor(value)
+            theirs[tuple(torch.tensor(i) if isinstance(i, np.ndarray) else i for i in index)] = torch.tensor(value)
+            assert np.array_equal(ours.numpy(), theirs.numpy()), index
+
+
 def test_item_assignment_shape_mismatch_names_both_shapes():
     """A value that does not broadcast to the indexed elements raises ValueError naming both shapes (PyTorch:
     RuntimeError) before anything is written, recorded or not; a value with extra leading size-1 axes fits, as in

@@ -4408,13 +4408,18 @@ class Tensor:
         return self
 
     def _index_steps(self, index):
-        """`index` (lists as arrays) as the index tuples to apply one after another: itself, or, where it mixes
+        """`index` (lists as arrays, uint8 arrays as masks) as the index tuples to apply one after another: itself, or,
+        where it mixes
         integers with arrays, the integers first (PyTorch applies them as selects, so that an integer and an array
         apart do not send the array's axes to the front as NumPy would), then the rest."""
         index = index if isinstance(index, tuple) else (index,)
         if any(isinstance(i, slice) and i.step is not None and i.step <= 0 for i in index):
             raise ValueError(f"index {index}: a slice's step must be greater than zero (as in PyTorch)")
         index = tuple(_index_array(i, _xp(self.data)) if isinstance(i, list) else i for i in index)
+        if any(getattr(i, 'dtype', None) == np.uint8 and i.ndim for i in index):
+            warnings.warn("indexing with dtype uint8 is deprecated (as in PyTorch), please use a dtype bool instead",
+                          UserWarning, stacklevel=3)
+        index = tuple(i != 0 if getattr(i, 'dtype', None) == np.uint8 else i for i in index)   # masks, as PyTorch's
         selects = [_is_select(i) for i in index]
         if not any(selects) or all(selects) or all(_index_dims(i) is None for i in index):
             return [index]
