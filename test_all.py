@@ -8101,7 +8101,8 @@ def test_view_shapes_pads_and_float16_gelu_as_pytorch():
     negative pads crop (torch.nn.functional.pad's values and gradients), crops past an axis raise; mean and var of
     integer tensors raise TypeError (PyTorch: RuntimeError, no dtype to infer); softmax and log_softmax of empty
     tensors give empty ones; float16 gelu computes in float32 and rounds once (PyTorch's values); 'cpu:0' is the
-    CPU; arange with a step that cannot reach its end raises."""
+    CPU; arange with a step that cannot reach its end raises, and takes 0-d tensors as their numbers (an int one gives
+    int64); view(dtype) (PyTorch's reinterpretation of the memory) and relu of a bool tensor raise TypeError."""
     need_torch()
     x = tl.zeros(3, 4)
     raises(RuntimeError, lambda: torch.zeros(3, 4).T.view(12))
@@ -8139,6 +8140,15 @@ def test_view_shapes_pads_and_float16_gelu_as_pytorch():
         raises(RuntimeError, lambda: torch.arange(*bounds))
         raises(ValueError, lambda: tl.arange(*bounds), 'arange')
     assert tl.arange(0, 0).shape == (0,) and tl.arange(5, 0, -1).tolist() == [5, 4, 3, 2, 1]
+    for bounds in ((3,), (3.0,), (0, 4, 1), (1, 4, 0.5), (np.int64(1), 3)):
+        ours = tl.arange(*[tl.tensor(b) for b in bounds])
+        theirs = torch.arange(*[torch.tensor(b) for b in bounds])
+        assert same_dtype(ours, theirs) and ours.tolist() == theirs.tolist(), bounds
+    for dtype in (np.int64, np.dtype(np.float32), 'float16'):
+        raises(TypeError, lambda: tl.ones(2).view(dtype), 'view', 'dtype', '.to(dtype)')
+    raises(RuntimeError, lambda: torch.relu(torch.tensor([True, False])))
+    for relu in (tl.relu, lambda x: x.relu(), tl.ReLU()):
+        raises(TypeError, lambda: relu(tl.tensor([True, False])), 'relu', 'bool')
 
 
 def test_number_range_power_arange_and_pad_checks_as_pytorch():

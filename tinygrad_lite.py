@@ -3592,7 +3592,12 @@ class Tensor:
     pow = lambda self, exponent: self ** exponent
     tanh = lambda self: TanhOp.apply(self._floating())
     sigmoid = lambda self: SigmoidOp.apply(self._floating())
-    relu = lambda self: Relu.apply(self)
+
+    def relu(self):
+        if self.dtype == np.bool_:
+            raise TypeError("relu: bool tensors are not supported (as in PyTorch)")
+        return Relu.apply(self)
+
     # PyTorch's elementwise math: integer and bool tensors give float32, but floor, ceil, round, trunc, sign, square
     # and nan_to_num keep their dtype (square of bools: int64), and isnan, isinf and isfinite give bools
     sin = lambda self: Sin.apply(self._floating())
@@ -4188,6 +4193,9 @@ class Tensor:
 
     def view(self, *shape):
         """reshape where the memory allows it without a copy; as PyTorch's view, an error where it does not."""
+        if len(shape) == 1 and isinstance(shape[0], (type, np.dtype, str)):
+            raise TypeError(f"view: a dtype ({shape[0]!r}) would reinterpret the memory (PyTorch's view(dtype)), which "
+                            "is not supported: use .to(dtype) to convert the values")
         out = self.reshape(*shape)
         if out.numel() and _memory_owner(out.data) is not _memory_owner(self.data):
             raise RuntimeError(f"view: shape {out.shape} is not compatible with the memory layout of a tensor of shape "
@@ -4589,6 +4597,7 @@ def full_like(t, fill_value, device=None, dtype=None, requires_grad=False):
 
 def arange(start, end=None, step=1, device=None, dtype=None, requires_grad=False):
     start, end = (0, start) if end is None else (start, end)
+    start, end, step = (v.item() if isinstance(v, Tensor) else v for v in (start, end, step))   # 0-d tensors: numbers
     integral = all(isinstance(v, (int, np.integer)) for v in (start, end, step))
     dtype = _dtype(dtype or (np.int64 if integral else np.float32))
     if dtype.kind in 'iu':   # as PyTorch, an integer range truncates its bounds and step to integers first
