@@ -664,12 +664,13 @@ def _gru_part_rows(table, steps, batch, n_in, hidden, dtype):
     new = lambda: tuple(cp.empty_like(a) for a in (out, gates))
     _layout_notes(table, f'{label} fwd', key, plans[0], lambda layout, res: tl._gru_launch(
         'fwd', layout, tf32, (xg, w_hh, b_ih, b_hh, h0) + res, steps, batch, hidden), new, (out, gates))
-    w_hh_t, dh0 = cp.ascontiguousarray(w_hh.T), cp.empty((batch, hidden), dtype)
-    new = lambda: (cp.empty_like(dg_ih), cp.empty_like(dg_hh), cp.empty_like(dh0))
+    w_hh_t, dh0, parts = cp.ascontiguousarray(w_hh.T), cp.empty((batch, hidden), dtype), \
+        cp.empty((batch, 6 * hidden), np.float32)   # parts: the bias gradients' sums by row (the kernels' last write)
+    new = lambda: tuple(cp.empty_like(a) for a in (dg_ih, dg_hh, dh0, parts))
     bwd = lambda layout, res: tl._gru_launch('bwd', layout, tf32, (g, gates, out, h0, w_hh_t) + res, steps, batch,
                                              hidden)
-    bwd(plans[1], (dg_ih, dg_hh, dh0))
-    _layout_notes(table, f'{label} bwd', key, plans[1], bwd, new, (dg_ih, dg_hh, dh0))
+    bwd(plans[1], (dg_ih, dg_hh, dh0, parts))
+    _layout_notes(table, f'{label} bwd', key, plans[1], bwd, new, (dg_ih, dg_hh, dh0, parts))
 
 
 def _replay_note(table, what, ours, theirs):

@@ -2005,7 +2005,7 @@ struct BwdCells : Cells {
         float g[CPT][4], hp[CPT], dout[CPT];
     };
     Inputs in;
-    float dh[CPT], carry[CPT];
+    float dh[CPT], carry[CPT], bias[CPT][4];   // bias: the sums over the steps of dg_ih's r, z, n and dg_hh's n
 
     using Cells::Cells;
     // step t's inputs into `to` (in, or a set loaded further ahead)
@@ -2036,11 +2036,15 @@ struct BwdCells : Cells {
                 const float dar = dan * hn * r * (1.f - r);
                 carry[i] = d * z;
                 const size_t o = (static_cast<size_t>(t) * B + b(i)) * 3 * H + j(i);
-                const T hh[3] = {from_f<T>(dar), from_f<T>(daz), from_f<T>(dan * r)};
+                const T hh[3] = {from_f<T>(dar), from_f<T>(daz), from_f<T>(dan * r)}, ih_n = from_f<T>(dan);
                 dg_ih[o] = dg_hh[o] = hh[0];
                 dg_ih[o + H] = dg_hh[o + H] = hh[1];
-                dg_ih[o + 2 * H] = from_f<T>(dan);
+                dg_ih[o + 2 * H] = ih_n;
                 dg_hh[o + 2 * H] = hh[2];
+                bias[i][0] += to_f(hh[0]);   // the values written, summed (float16: as rounded)
+                bias[i][1] += to_f(hh[1]);
+                bias[i][2] += to_f(ih_n);
+                bias[i][3] += to_f(hh[2]);
                 share(i, hh);
             }
     }
@@ -2053,12 +2057,30 @@ struct BwdCells : Cells {
     }
     __device__ void start() {   // the last step: dh = dout[T - 1]
 #pragma unroll
-        for (int i = 0; i < CPT; ++i) dh[i] = in.dout[i];
+        for (int i = 0; i < CPT; ++i) {
+            dh[i] = in.dout[i];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) bias[i][q] = 0.f;
+        }
     }
     __device__ void store_dh0(T* dh0, int H) const {
 #pragma unroll
         for (int i = 0; i < CPT; ++i)
             if (has(i)) dh0[static_cast<size_t>(b(i)) * H + j(i)] = from_f<T>(dh[i]);
+    }
+    // The bias gradients' sums over the steps, by batch row: row b(i) of parts (B, 6H) holds db_ih's r, z, n then
+    // db_hh's r, z, n (r and z twice), for the host to sum over the rows; parts may be null (no bias gradients).
+    __device__ void store_bias(float* parts, int H) const {
+        if (parts == nullptr) return;
+#pragma unroll
+        for (int i = 0; i < CPT; ++i)
+            if (has(i)) {
+                float* p = parts + static_cast<size_t>(b(i)) * 6 * H + j(i);
+                p[0] = p[3 * H] = bias[i][0];
+                p[H] = p[4 * H] = bias[i][1];
+                p[2 * H] = bias[i][2];
+                p[5 * H] = bias[i][3];
+            }
     }
 };
 
@@ -2178,14 +2200,16 @@ gru_fwd_split(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __r
 }
 #endif
 
-// dout (T, B, H); h0 may be null; w_hhT = W_hh^T (H, 3H). Writes dg_ih, dg_hh (T, B, 3H) and dh0 (B, H).
+// dout (T, B, H); h0 may be null; w_hhT = W_hh^T (H, 3H). Writes dg_ih, dg_hh (T, B, 3H), dh0 (B, H) and, where
+// bias_parts is not null, the bias gradients' per-row sums (BwdCells::store_bias).
 // nb * nu blocks of gru::NT threads, CL as for the forward (dg_hh[t] passed on in shared memory).
 template <typename T, int TC, int CL>
 __device__ __forceinline__ void gru_bwd_body(const T* __restrict__ dout, const T* __restrict__ gates,
                                              const T* __restrict__ out, const T* __restrict__ h0,
                                              const T* __restrict__ w_hhT, T* __restrict__ dg_ih, T* dg_hh,
-                                             T* __restrict__ dh0, unsigned long long* flags, int steps, int B,
-                                             int H, int nu, int J, int BB, int KC) {
+                                             T* __restrict__ dh0, float* __restrict__ bias_parts,
+                                             unsigned long long* flags, int steps, int B, int H, int nu, int J, int BB,
+                                             int KC) {
     using namespace gru;
     const Block<T, false> bk(B, H, nu, J, BB, KC, CL ? 2 : 1);
     const Flags fl(CL == 0 ? flags : nullptr);
@@ -2234,6 +2258,7 @@ __device__ __forceinline__ void gru_bwd_body(const T* __restrict__ dout, const T
         else
             cells.store_dh0(dh0, H);
     }
+    cells.store_bias(bias_parts, H);
     if constexpr (CL == 0) fl.finish();
 }
 
@@ -2241,9 +2266,10 @@ template <typename T, int TC>
 __global__ void __launch_bounds__(gru::NT, 1)
 gru_bwd_persistent(const T* __restrict__ dout, const T* __restrict__ gates, const T* __restrict__ out,
                    const T* __restrict__ h0, const T* __restrict__ w_hhT, T* __restrict__ dg_ih, T* dg_hh,
-                   T* __restrict__ dh0, unsigned long long* flags, int steps, int B, int H, int nu, int J, int BB,
-                   int KC) {
-    gru_bwd_body<T, TC, 0>(dout, gates, out, h0, w_hhT, dg_ih, dg_hh, dh0, flags, steps, B, H, nu, J, BB, KC);
+                   T* __restrict__ dh0, float* __restrict__ bias_parts, unsigned long long* flags, int steps, int B,
+                   int H, int nu, int J, int BB, int KC) {
+    gru_bwd_body<T, TC, 0>(dout, gates, out, h0, w_hhT, dg_ih, dg_hh, dh0, bias_parts, flags, steps, B, H, nu, J, BB,
+                           KC);
 }
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900   // as gru_fwd_cluster (nu and KC: CL and 3H)
@@ -2251,9 +2277,10 @@ template <typename T, int TC, int CL>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(gru::NT, 1)
 gru_bwd_cluster(const T* __restrict__ dout, const T* __restrict__ gates, const T* __restrict__ out,
                 const T* __restrict__ h0, const T* __restrict__ w_hhT, T* __restrict__ dg_ih, T* dg_hh,
-                T* __restrict__ dh0, unsigned long long* flags, int steps, int B, int H, int nu, int J, int BB,
-                int KC) {
-    gru_bwd_body<T, TC, CL>(dout, gates, out, h0, w_hhT, dg_ih, dg_hh, dh0, flags, steps, B, H, CL, J, BB, 3 * H);
+                T* __restrict__ dh0, float* __restrict__ bias_parts, unsigned long long* flags, int steps, int B,
+                int H, int nu, int J, int BB, int KC) {
+    gru_bwd_body<T, TC, CL>(dout, gates, out, h0, w_hhT, dg_ih, dg_hh, dh0, bias_parts, flags, steps, B, H, CL, J, BB,
+                            3 * H);
 }
 
 // The k-split backward (as gru_fwd_split; K = 3H): dh_{t-1}'s products over the block's k-slice of dg_hh[t].
@@ -2261,8 +2288,8 @@ template <typename T, int P, int WN>
 __global__ void __cluster_dims__(P, 1, 1) __launch_bounds__(gru::NT, 1)
 gru_bwd_split(const T* __restrict__ dout, const T* __restrict__ gates, const T* __restrict__ out,
               const T* __restrict__ h0, const T* __restrict__ w_hhT, T* __restrict__ dg_ih, T* dg_hh,
-              T* __restrict__ dh0, unsigned long long* flags, int steps, int B, int H, int nu, int J, int BB, int KP,
-              int KC) {
+              T* __restrict__ dh0, float* __restrict__ bias_parts, unsigned long long* flags, int steps, int B, int H,
+              int nu, int J, int BB, int KP, int KC) {
     using namespace gru;
     const Split<T, false, WN> bk(B, H, P, nu, J, BB, KP, KC);
     const Flags fl(flags);
@@ -2285,6 +2312,7 @@ gru_bwd_split(const T* __restrict__ dout, const T* __restrict__ gates, const T* 
         else
             cells.store_dh0(dh0, H);
     }
+    cells.store_bias(bias_parts, H);
     cluster_sync();
     fl.finish();
 }

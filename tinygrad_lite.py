@@ -2020,7 +2020,8 @@ class LayerNormOp(Function):
 # back from step t + 1):
 #   da_z = dh (h_prev - n) z (1 - z), da_n = dh (1 - z) (1 - n^2), da_r = da_n hg_n r (1 - r),
 #   dG_ih[t] = [da_r | da_z | da_n], dG_hh[t] = [da_r | da_z | da_n r], dh_prev = dG_hh[t] W_hh + dh z,
-# then over all steps at once: dx = dG_ih W_ih, dW_ih = dG_ih^T x, dW_hh = dG_hh^T h_prev, db = column sums.
+# then over all steps at once: dx = dG_ih W_ih, dW_ih = dG_ih^T x, dW_hh = dG_hh^T h_prev, db = column sums (the
+# persistent backward kernels sum their cells over the steps as they write them, leaving B rows, not T B).
 # The recurrence runs as the xp loop below (NumPy on the CPU; composed CuPy for float64 or without
 # kernels.cu), else in kernels.cu: one persistent kernel per direction where _gru_plan finds a layout
 # that fits on chip, or the fallback, per step a cuBLAS product and one gate kernel. The loop keeps xg and
@@ -2062,12 +2063,15 @@ class GRULayer(Function):
         (steps, batch, hidden), xp = out.shape, _xp(out)
         dg_ih, dg_hh = xp.empty((steps, batch, 3 * hidden), out.dtype), xp.empty((steps, batch, 3 * hidden), out.dtype)
         g = g.astype(out.dtype, copy=False)
-        if self.plans is None:
-            dh0 = _gru_backward_loop(g, w_hh, h0, out, gates, dg_ih, dg_hh)
-        else:
-            dh0 = _gru_backward_fused(_aligned(g), w_hh, h0, out, gates, dg_ih, dg_hh, self.plans[1], self.tf32)
-        gi, gh = dg_ih.reshape(steps * batch, 3 * hidden), dg_hh.reshape(steps * batch, 3 * hidden)
         need = _fill(self.needs_grad, self.given, False)
+        if self.plans is None:
+            dh0, db = _gru_backward_loop(g, w_hh, h0, out, gates, dg_ih, dg_hh), None
+        else:
+            dh0, db = _gru_backward_fused(_aligned(g), w_hh, h0, out, gates, dg_ih, dg_hh, self.plans[1], self.tf32,
+                                          need[3] or need[4])
+        gi, gh = dg_ih.reshape(steps * batch, 3 * hidden), dg_hh.reshape(steps * batch, 3 * hidden)
+        if db is None:   # the xp loop and the fallback: the column sums of dG
+            db = _sum(gi, 0) if need[3] else None, _sum(gh, 0) if need[4] else None
         dw_hh, tf32 = None, self.tf32
         if need[2]:
             dw_hh = _matmul(gh[batch:].T, out[:-1].reshape((steps - 1) * batch, hidden), tf32=tf32)
@@ -2075,7 +2079,7 @@ class GRULayer(Function):
                 dw_hh += _matmul(gh[:batch].T, h0, tf32=tf32)
         grads = (_matmul(gi, w_ih, tf32=tf32).reshape(x.shape) if need[0] else None,
                  _matmul(gi.T, x.reshape(steps * batch, x.shape[-1]), tf32=tf32) if need[1] else None, dw_hh,
-                 _sum(gi, 0) if need[3] else None, _sum(gh, 0) if need[4] else None, dh0 if need[5] else None)
+                 db[0] if need[3] else None, db[1] if need[4] else None, dh0 if need[5] else None)
         return tuple(d if d is None else d.astype(self.dtype, copy=False) for d, given in zip(grads, self.given) if given)
 
 
@@ -2167,21 +2171,23 @@ def _gru_forward_fused(x, w_ih, w_hh, b_ih, b_hh, h0, plan, tf32):
     return out, gates
 
 
-def _gru_backward_fused(g, w_hh, h0, out, gates, dg_ih, dg_hh, plan, tf32):
-    """Fill dg_ih and dg_hh on the GPU as _gru_forward_fused does; returns the gradient of h0."""
+def _gru_backward_fused(g, w_hh, h0, out, gates, dg_ih, dg_hh, plan, tf32, bias):
+    """Fill dg_ih and dg_hh on the GPU as _gru_forward_fused does; returns the gradient of h0 and, where the persistent
+    kernel ran and `bias` asks for them, the bias gradients (b_ih's, b_hh's: float32), else None. The kernel sums each
+    of its (row, unit) cells over the steps as it writes them, so that only B rows are left to sum, not T B."""
     xp, (steps, batch, hidden) = _xp(g), out.shape
     if plan is not None:
-        dh0 = xp.empty((batch, hidden), g.dtype)
-        _gru_launch('bwd', plan, tf32, (g, gates, out, h0, xp.ascontiguousarray(w_hh.T), dg_ih, dg_hh, dh0),
+        dh0, parts = xp.empty((batch, hidden), g.dtype), xp.empty((batch, 6 * hidden), np.float32) if bias else None
+        _gru_launch('bwd', plan, tf32, (g, gates, out, h0, xp.ascontiguousarray(w_hh.T), dg_ih, dg_hh, dh0, parts),
                     steps, batch, hidden)
-        return dh0
+        return dh0, parts if parts is None else _sum(parts, 0).reshape(2, 3 * hidden)
     carry, dh_mm = xp.zeros((batch, hidden), np.float32), xp.empty((batch, hidden), g.dtype)
     kernel = _kernel('gru_gates_bwd', g.dtype)
     for t in range(steps - 1, -1, -1):   # dh_mm holds dG_hh[t + 1] W_hh, carry dh z of step t + 1
         _launch_flat(kernel, batch * hidden, 1, (g[t], dh_mm if t < steps - 1 else None, carry, gates[t],
                                                  out[t - 1] if t else h0, dg_ih[t], dg_hh[t]) + _int32s(batch, hidden))
         _gemm(dg_hh[t], w_hh, g.dtype, tf32, out=dh_mm)
-    return (carry + dh_mm).astype(g.dtype)
+    return (carry + dh_mm).astype(g.dtype), None
 
 
 def _aligned(a):
