@@ -4423,9 +4423,8 @@ class Tensor:
 
     def _index_steps(self, index):
         """`index` (lists as arrays, uint8 arrays as masks) as the index tuples to apply one after another: itself, or,
-        where it mixes
-        integers with arrays, the integers first (PyTorch applies them as selects, so that an integer and an array
-        apart do not send the array's axes to the front as NumPy would), then the rest."""
+        where it mixes integers with arrays, the integers first (PyTorch applies them as selects, so that an integer
+        and an array apart do not send the array's axes to the front as NumPy would), then the rest."""
         index = index if isinstance(index, tuple) else (index,)
         if any(isinstance(i, slice) and i.step is not None and i.step <= 0 for i in index):
             raise ValueError(f"index {index}: a slice's step must be greater than zero (as in PyTorch)")
