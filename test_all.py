@@ -1631,8 +1631,8 @@ def test_masked_fill_masked_select_as_pytorch():
 def test_repeat_split_chunk_narrow_roll_tril_as_pytorch():
     """repeat, repeat_interleave (int or tensor repeats), split (a size or sizes), chunk, unbind, narrow, roll, tril
     and triu as PyTorch's over dtypes and edge cases (empty dims, sizes of 0, shifts past the size, diagonals past the
-    matrix); split, chunk, unbind and narrow give views, roll a copy even where nothing moves; what PyTorch refuses
-    raises."""
+    matrix); split, chunk, unbind and narrow give views, roll and repeat a copy even where nothing moves; what PyTorch
+    refuses raises."""
     need_torch()
     x0 = np.arange(24.).reshape(2, 3, 4) - 7
     check_against_torch(cases_of(
@@ -1654,6 +1654,10 @@ def test_repeat_split_chunk_narrow_roll_tril_as_pytorch():
     rolled = x.roll(0, 1)
     rolled[0, 0, 0] = 99.0
     assert x[0, 0, 0].item() == -7, 'roll(0) gave x itself, not a copy'
+    for sizes in ((1, 1, 1), (1, 1, 1, 1), (2, 1, 1)):   # repeat always copies, as PyTorch's (no size tiling included)
+        for source in (x, x[:1, :1]):
+            tiled = source.repeat(*sizes)
+            assert not np.shares_memory(tiled.data, x.data) and tiled.data.strides[-1] != 0, sizes
     check_refusals_like_torch([(t, f, exc) for exc, texts in (
         (ValueError, ('x.repeat(2, 2)', 'x.repeat(2, -1, 1)', 'x.repeat_interleave(-1, 0)',
                       'x.repeat_interleave(m.tensor([1, -1]), 0)', 'x.repeat_interleave(m.tensor([1, 2]), 1)',

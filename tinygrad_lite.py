@@ -3962,7 +3962,8 @@ class Tensor:
         shape = (1,) * (len(sizes) - self.ndim) + self.shape
         tiles = self.reshape([k for n in shape for k in (1, n)])   # a size-1 axis before each, expanded to its count
         tiles = tiles.expand([k for r, n in zip(sizes, shape) for k in (r, n)])
-        return tiles.reshape([r * n for r, n in zip(sizes, shape)])
+        out = tiles.reshape([r * n for r, n in zip(sizes, shape)])   # a view where no size tiles anything: copied,
+        return out.clone() if _memory_owner(out.data) is _memory_owner(self.data) else out   # as PyTorch's repeat
 
     @_aliases(dim='axis')
     def repeat_interleave(self, repeats, axis=None, *, output_size=None):
