@@ -3123,6 +3123,25 @@ def test_gru_output_shapes():
     assert_close(out[:, -1], h[-1], 0, 0)
 
 
+def test_gru_h_n_has_its_own_memory_as_pytorch():
+    """h_n of one layer and direction is a copy of the output's last step, as PyTorch's: writing the output in place
+    under no_grad leaves h_n as it was, and in grad mode h_n's in-place update is recorded, the output unchanged."""
+    x0 = sample(rng('h_n memory'), (4, 2, 3)).astype(np.float32)
+    for batch_first in (False, True):
+        gru = tl.GRU(3, 5, batch_first=batch_first)
+        with tl.no_grad():
+            out, h = gru(tl.tensor(x0))
+            before = h.numpy().copy()
+            out *= 0
+            assert np.array_equal(h.numpy(), before) and not np.shares_memory(out.data, h.data), batch_first
+        out, h = gru(tl.tensor(x0))
+        before = out.detach().numpy().copy()
+        h += 1   # recorded (h_n no view of the output, which the op taking its last step still holds)
+        (out.sum() + h.sum()).backward()
+        assert np.array_equal(out.detach().numpy(), before), batch_first
+        assert all(p.grad is not None for p in gru.parameters()), batch_first
+
+
 def test_gru_unbatched_input_as_pytorch():
     """GRU on an unbatched (T, in) input (batch_first or not) with h0 (num_layers, H) or none: PyTorch's output (T, H),
     h_n (num_layers, H) and float64 gradients of x, h0 and every parameter (weights copied, random data, 1 and 2

@@ -6432,8 +6432,7 @@ class GRU(Module):
                 finals.append(out[-1:])
                 outs.append(out.flip(0) if d else out)
             x = outs[0] if directions == 1 else cat(outs, -1)
-        # one layer and direction: h_n is a view of the output's last step (as a slice of a tensor is), not a copy
-        h_n = finals[0] if len(finals) == 1 else cat(finals)
+        h_n = cat(finals)   # its own memory, as PyTorch's (one layer and direction: a copy of the output's last step)
         if not batched:
             return x.squeeze(1), h_n.squeeze(1)
         return (x.transpose(0, 1) if self.batch_first else x), h_n
