@@ -2371,6 +2371,13 @@ def test_batchnorm_failed_forward_counts_no_batch():
     before = lm.state_dict()
     for bad in ((4, 5), (1, 3)):
         raises(ValueError, lambda: lm(tl.Tensor(np.ones(bad, np.float32))))
+    x = sample(rng('bn eps'), (4, 3)).astype(np.float32)
+    for training, eps, words in ((True, 0.0, 'positive'), (True, -1e-5, 'positive'), (False, -1e-5, 'non-negative')):
+        raises(ValueError, lambda: F.batch_norm(torch.tensor(x), torch.zeros(3), torch.ones(3), training=training,
+                                                eps=eps))
+        raises(ValueError, lambda: tl.batch_norm(tl.tensor(x), lm.running_mean, lm.running_var, training=training,
+                                                 eps=eps), 'eps', words, str(eps))
+    assert tl.batch_norm(tl.tensor(x), lm.running_mean, lm.running_var, eps=0.0).shape == (4, 3)   # evaluation: 0
     for k, v in lm.state_dict().items():
         assert np.array_equal(v, before[k]), f'{k} changed by a failed forward'
     a = (sample(rng('bn_none'), (6, 3)) + [1, 2, 3]).astype(np.float32)

@@ -4982,6 +4982,9 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
         raise ValueError("batch_norm: evaluation mode needs running_mean and running_var")
     if training and x.shape[0] * math.prod(x.shape[2:]) == 1:
         raise ValueError(f"batch_norm: training needs more than one value per channel, got input of shape {x.shape}")
+    if not (eps > 0 if training else eps >= 0):   # PyTorch's messages
+        raise ValueError(f"batch_norm eps must be {'positive during training' if training else 'non-negative'}, but "
+                         f"got {eps}")
     dtype = np.float32 if x.dtype == np.float16 else x.dtype
     weight = weight if weight is not None else ones(channels, device=x.device, dtype=dtype)
     bias = bias if bias is not None else zeros(channels, device=x.device, dtype=dtype)
