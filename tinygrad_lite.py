@@ -5288,7 +5288,8 @@ def dropout(x, p=0.5, training=True):
     _need_float(x, 'dropout')
     xp = _xp(x.data)
     keep = (xp.random.random(x.shape) >= p).astype(x.dtype)
-    return x * Tensor._wrap(keep / x.dtype.type(1 - p) if p < 1 else keep, x.device)
+    ct = _opmath(x.dtype).type   # the scale 1 / (1 - p) as PyTorch's: in float32 for float16, rounded once
+    return x * Tensor._wrap(keep * x.dtype.type(ct(1) / ct(1 - p)) if p < 1 else keep, x.device)
 
 
 def _gru_layer(x, w_ih, w_hh, b_ih, b_hh, h0):
