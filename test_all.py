@@ -2377,8 +2377,9 @@ def test_batchnorm2d_running_stats_over_steps():
 
 
 def test_batchnorm_failed_forward_counts_no_batch():
-    """A rejected input changes no buffer, so momentum=None (the cumulative average) stays right; PyTorch
-    itself counts the failed call, so it is compared with a module that never saw one."""
+    """A rejected input (a wrong shape, one value a channel, an eps PyTorch refuses: not positive in training, negative
+    in evaluation) changes no buffer, so momentum=None (the cumulative average) stays right; PyTorch itself counts the
+    failed call, so it is compared with a module that never saw one."""
     need_torch()
     lm, tm = tl.BatchNorm1d(3, momentum=None), torch.nn.BatchNorm1d(3, momentum=None)
     before = lm.state_dict()
@@ -5604,6 +5605,12 @@ def test_error_cat_reshape_linear_conv_shapes():
     assert_names_shapes(raises(ValueError, lambda: a.reshape(4, 2)), (2, 3), (4, 2))
     w = tl.Tensor(sample(r, (5, 4)))
     assert_names_shapes(raises(ValueError, lambda: tl.linear(a, w)), (2, 3), (5, 4))
+    a32, w32 = a.float(), tl.Tensor(sample(r, (5, 3))).float()
+    for weight, bias, names in ((w32.double(), None, ('float32', 'float64')), (w32, w32[:, 0].double(), ('float64',)),
+                                (w32.half(), w32[:, 0], ('float16',))):   # no promotion, as PyTorch's
+        raises(RuntimeError, lambda: F.linear(torch.tensor(a32.numpy()), torch.tensor(weight.numpy()),
+                                              None if bias is None else torch.tensor(bias.numpy())))
+        raises(TypeError, lambda: tl.linear(a32, weight, bias), 'linear', *names)
     x, k = tl.Tensor(sample(r, (1, 3, 5, 5))), tl.Tensor(sample(r, (2, 2, 3, 3)))
     assert_names_shapes(raises(ValueError, lambda: tl.conv2d(x, k)), (1, 3, 5, 5), (2, 2, 3, 3))
     # PyTorch rejects no output channels and an empty window; no input channels match none

@@ -4893,6 +4893,9 @@ def einsum(equation, *operands):
 def linear(x, weight, bias=None):
     if x.ndim == 0 or x.shape[-1] != weight.shape[-1]:
         raise ValueError(f"linear: input of shape {x.shape} does not match weight of shape {weight.shape}")
+    if weight.dtype != x.dtype or bias is not None and bias.dtype != x.dtype:   # as PyTorch's: no promotion
+        raise TypeError(f"linear: input of dtype {x.dtype} with weight of dtype {weight.dtype}"
+                        + ('' if bias is None else f" and bias of dtype {bias.dtype}") + " (convert them to one dtype)")
     y = x @ weight.T
     return y if bias is None else y + bias
 
