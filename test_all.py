@@ -2091,6 +2091,29 @@ def test_dropout_statistics():
     assert_close(y[kept], np.full(kept.sum(), 1 / 0.7), 1e-6, 0)
 
 
+def test_linear_float16_bias_rounded_once_as_pytorch():
+    """float16 linear with a bias adds it to the unrounded float32 product and rounds once, as PyTorch's addmm (rounding
+    the product first was off by up to hundreds of ulp where product and bias nearly cancel): outputs and gradients
+    bit for bit PyTorch's on the CPU, 1-d and 3-d inputs too, and the Linear module's."""
+    need_torch()
+    r = rng('linear float16')
+    w, b = (r.standard_normal((96, 80)) / 9).astype(np.float16), r.standard_normal(96).astype(np.float16)
+    for shape in ((64, 80), (80,), (2, 5, 80)):
+        x, g = r.standard_normal(shape).astype(np.float16), r.standard_normal(shape[:-1] + (96,)).astype(np.float16)
+        outs = []
+        for m, f in ((tl, tl.linear), (torch, F.linear)):
+            ts = [m.tensor(a.copy(), requires_grad=True) for a in (x, w, b)]
+            y = f(*ts)
+            y.backward(m.tensor(g))
+            outs.append([y.detach().numpy()] + [t.grad.numpy() for t in ts])
+        for k, (ours, theirs) in enumerate(zip(*outs)):
+            assert ours.dtype == np.float16 and np.array_equal(ours, theirs), (shape, k, np.abs(
+                ours.astype(np.float64) - theirs).max())
+    layer = tl.Linear(80, 96).half()
+    layer.weight.data[...], layer.bias.data[...] = w, b
+    assert np.array_equal(layer(tl.tensor(x)).numpy(), F.linear(*(torch.tensor(a) for a in (x, w, b))).numpy())
+
+
 def test_dropout_scale_as_pytorch():
     """The kept values' scale 1 / (1 - p) bit for bit PyTorch's for p = 0.01 .. 0.99 in float16 (computed in
     float32, rounded once), float32 and float64."""

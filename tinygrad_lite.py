@@ -1126,15 +1126,16 @@ class Where(Function):
 
 
 class MatMul(Function):
-    """np.matmul semantics: 1-D operands are promoted to matrices and the added axis dropped again."""
+    """np.matmul semantics: 1-D operands are promoted to matrices and the added axis dropped again; out_dtype: the
+    result's (float32 keeps a float16 product unrounded), its gradient taken back to the operands' dtype."""
     saves = 'others'
 
-    def forward(self, a, b):
+    def forward(self, a, b, out_dtype=None):
         self.a, self.b = a, b
-        return _matmul(a, b)
+        return _matmul(a, b, out_dtype)
 
     def backward(self, g):
-        xp = _xp(g)
+        xp, g = _xp(g), g.astype(self.a.dtype, copy=False)
         a = self.a[None, :] if self.a.ndim == 1 else self.a
         b = self.b[:, None] if self.b.ndim == 1 else self.b
         if self.b.ndim == 1:
@@ -4896,8 +4897,14 @@ def linear(x, weight, bias=None):
     if weight.dtype != x.dtype or bias is not None and bias.dtype != x.dtype:   # as PyTorch's: no promotion
         raise TypeError(f"linear: input of dtype {x.dtype} with weight of dtype {weight.dtype}"
                         + ('' if bias is None else f" and bias of dtype {bias.dtype}") + " (convert them to one dtype)")
-    y = x @ weight.T
-    return y if bias is None else y + bias
+    # every leading axis in one product, as PyTorch's (its dW one product, not one a batch summed)
+    rows = x if x.ndim == 2 else x.reshape(-1, x.shape[-1])
+    if bias is None or x.dtype != np.float16:
+        y = rows @ weight.T
+        y = y if bias is None else y + bias
+    else:   # the bias added to the unrounded product, one rounding (as PyTorch's addmm; twice was up to 2x its error)
+        y = (MatMul.apply(rows, weight.T, out_dtype=np.float32) + bias).to(np.float16)
+    return y if x.ndim == 2 else y.reshape(x.shape[:-1] + (weight.shape[0],))
 
 
 def _pair(v, what='kernel_size', least=1):
