@@ -3051,9 +3051,9 @@ class LogSoftmaxOp(Function):
         self.out = _log_softmax(x, axis).astype(x.dtype)
         return self.out
 
-    def backward(self, g):
-        xp = _xp(g)
-        return g - xp.exp(self.out) * _sum(g, self.axis, keepdims=True)
+    def backward(self, g):   # float16 in float32, rounded once (as PyTorch's)
+        wide = _wide(g)
+        return (wide - _xp(g).exp(_wide(self.out)) * _sum(wide, self.axis, keepdims=True)).astype(g.dtype, copy=False)
 
 
 class SoftmaxOp(Function):
@@ -3064,8 +3064,9 @@ class SoftmaxOp(Function):
         self.out = _xp(x).exp(_log_softmax(x, axis)).astype(x.dtype)
         return self.out
 
-    def backward(self, g):
-        return self.out * (g - _sum(g * self.out, self.axis, keepdims=True))
+    def backward(self, g):   # float16 in float32, rounded once (as PyTorch's)
+        out, wide = _wide(self.out), _wide(g)
+        return (out * (wide - _sum(wide * out, self.axis, keepdims=True))).astype(g.dtype, copy=False)
 
 
 _CE_MAX_BLOCKS = 2 ** 16   # cross_entropy_fwd's grid at most (a test narrows it)
