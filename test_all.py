@@ -5009,6 +5009,22 @@ def test_error_optim_param_in_two_groups():
     raises(ValueError, lambda: tl.Adam([{'params': [p]}, {'params': [tl.Parameter(np.ones(1)), p]}]), want)
 
 
+def test_optim_duplicate_parameters_in_a_group_warn_as_pytorch():
+    """A parameter listed twice in one group: PyTorch's warning, and (as PyTorch's) each copy is updated."""
+    need_torch()
+    results = []
+    for m, optim in ((tl, tl), (torch, torch.optim)):
+        p = (tl.Parameter(np.ones(2, np.float32)) if m is tl else torch.nn.Parameter(torch.ones(2)))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            opt = optim.SGD([p, p], lr=0.1)
+        assert any('duplicate parameters' in str(w.message) for w in caught), m.__name__
+        p.grad = m.ones(2)
+        opt.step()
+        results.append(p.detach().numpy())
+    assert_close(results[0], results[1], 1e-6, 0, 'updated twice')
+
+
 # ===== gradient clipping: against torch.nn.utils =====
 
 CLIP_SHAPES = [(16, 8), (8,), (3, 5, 7), (1,), (4, 4)]   # the last parameter gets no gradient

@@ -6478,6 +6478,10 @@ class Optimizer:
                 if not p.is_leaf:
                     raise ValueError(f"{type(self).__name__} can't optimize a non-leaf tensor")
             ids = {id(p) for p in group['params']}
+            if len(ids) < len(group['params']):   # PyTorch's warning (each copy is updated, as in PyTorch)
+                warnings.warn("optimizer contains a parameter group with duplicate parameters; in future, this will "
+                              "cause an error; see github.com/pytorch/pytorch/issues/40967 for more information",
+                              UserWarning, stacklevel=3)
             if ids & seen:
                 raise ValueError("some parameters appear in more than one parameter group")
             seen |= ids
