@@ -1754,6 +1754,10 @@ def test_norm_as_pytorch():
             (got * tl.tensor(w)).sum().backward(), (want * torch.tensor(w)).sum().backward()
             same_as_torch(x.grad, q.grad, f'p={p} dim={dim} gradient', 1e-9, 1e-12)
     check_against_torch(cases_of('m.norm(x, p=2, dim=1, dtype=m.float64)'), x0.astype(np.float32))
+    nan_row = np.array([[math.nan, 3.0, 4.0], [0.0, 3.0, 4.0]])   # a NaN makes the norm NaN (it gave 0), and normalize's
+    for p in ('fro', 2, 3, 0.5, -1, 1, math.inf, 0):
+        same_as_torch(tl.tensor(nan_row).norm(p, 1), torch.tensor(nan_row).norm(p, 1), f'p={p} with a NaN', 0)
+    same_as_torch(tl.normalize(tl.tensor(nan_row)), F.normalize(torch.tensor(nan_row)), 'normalize with a NaN', 1e-15)
     check_against_torch(cases_of('x.norm()', 'x.norm(1)'), np.array([300., 400.], np.float16))
     raises(RuntimeError, lambda: torch.tensor(x0).norm(dtype=torch.float32))
     raises(TypeError, lambda: tl.tensor(x0).norm(dtype=tl.float32), 'float64', 'float32')

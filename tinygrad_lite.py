@@ -4138,9 +4138,9 @@ class Tensor:
             return getattr(x.abs(), {1: 'sum', math.inf: 'max', -math.inf: 'min'}[p])(axes, keepdim)
         nonzero = x != 0   # |x|^p of 0 taken apart: 0 (inf for p < 0) with the gradient 0, not 0 * inf
         total = where(nonzero, where(nonzero, x, 1).abs() ** p, 0 if p > 0 else math.inf).sum(axes, keepdim)
-        positive = total > 0
-        root = where(positive, total, 1)
-        return where(positive, root.sqrt() if p == 2 else root ** (1 / p), 0)
+        zero = total == 0   # (a NaN stays NaN)
+        root = where(zero, 1, total)
+        return where(zero, 0, root.sqrt() if p == 2 else root ** (1 / p))
 
     def _sorted_index(self, axis, descending):
         """The int64 indices that sort self along axis, stably (ties keep their order), NaN as the largest value, as
