@@ -1330,7 +1330,8 @@ def test_var_std_unbiased_as_pytorch():
 
 def test_maximum_minimum_gradient_at_nan_and_ties_as_pytorch():
     """maximum and minimum give each operand the whole gradient where it wins and where either is NaN (neither loses,
-    as PyTorch's), half at ties, none where it loses; broadcast operands sum theirs: float64 against PyTorch."""
+    as PyTorch's), half at ties, none where it loses (0 even where the gradient is inf or NaN, as PyTorch's, also for
+    max() and min()); broadcast operands sum theirs: float64 against PyTorch."""
     need_torch()
     nan = math.nan
     a0, b0 = np.array([[3., nan, 2., 1., nan], [0., 5., -1., 2., 4.]]), np.array([nan, 1., 2., 5., nan])
@@ -1343,6 +1344,26 @@ def test_maximum_minimum_gradient_at_nan_and_ties_as_pytorch():
             grads.append((a.grad.numpy(), b.grad.numpy()))
         for ours, theirs, which in zip(*grads, 'ab'):
             assert np.array_equal(ours, theirs), (name, which, ours, theirs)
+    # an inf or NaN gradient reaches the winners alone (the losers' 0 is selected, not a product: PyTorch's), for
+    # maximum and minimum and for max() and min() of all elements (PyTorch's amax over an axis multiplies its mask in,
+    # so there a NaN reaches the whole row; ours, max(axis), selects as its max() does)
+    x0, y0 = np.array([[1., 5., 2.], [3., 3., -1.]]), np.array([2., 3., 2.])
+    upstream_grads = (np.array([nan, 1., math.inf, 2., -math.inf, nan]),)
+    ops = [lambda m, x, y: m.maximum(x, y), lambda m, x, y: m.minimum(x, y), lambda m, x, y: x.max(),
+           lambda m, x, y: x.min()]
+    for k, op in enumerate(ops):
+        grads = []
+        for m in (tl, torch):
+            x, y = m.tensor(x0, requires_grad=True), m.tensor(y0, requires_grad=True)
+            out = op(m, x, y)
+            w = upstream_grads[0].ravel()[:int(np.prod(out.shape))] if out.ndim else np.array(math.inf)
+            out.backward(m.tensor(w.reshape(tuple(out.shape))))
+            grads.append([t.grad.numpy() if t.grad is not None else np.zeros_like(t.detach().numpy()) for t in (x, y)])
+        for ours, theirs in zip(*grads):
+            assert np.array_equal(ours, theirs, equal_nan=True), (k, ours, theirs)
+    a = tl.tensor([-1., 2.], requires_grad=True)   # an inf from the forward (0 ** -0.5) stops at the loser too
+    (tl.maximum(a, tl.zeros(2)) ** 0.5).sum().backward()
+    assert a.grad.numpy()[0] == 0 and np.isfinite(a.grad.numpy()).all(), a.grad
 
 
 def test_min_minimum_integer_and_bool_like_torch():

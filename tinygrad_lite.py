@@ -1106,10 +1106,14 @@ class Maximum(Function):
         self.a, self.b, self.least = a, b, least
         return (_xp(a).minimum if least else _xp(a).maximum)(a, b)
 
-    def backward(self, g):   # as PyTorch's: each side all of g but where it loses (at a NaN neither does), half at ties
+    def backward(self, g):
+        # as PyTorch's: each side all of g but where it loses (at a NaN neither does), half at ties; the loser's 0
+        # selected, not multiplied in (an inf or NaN g stays where it belongs)
+        xp, zero = _xp(g), g.dtype.type(0)
         a_loses, b_loses = (self.a > self.b, self.a < self.b) if self.least else (self.a < self.b, self.a > self.b)
-        tie = (self.a == self.b) * g.dtype.type(0.5)
-        return _unbroadcast(g * (~a_loses - tie), self.a.shape), _unbroadcast(g * (~b_loses - tie), self.b.shape)
+        share = xp.where(self.a == self.b, g * g.dtype.type(0.5), g)
+        return (_unbroadcast(xp.where(a_loses, zero, share), self.a.shape),
+                _unbroadcast(xp.where(b_loses, zero, share), self.b.shape))
 
 
 class Where(Function):
@@ -1216,7 +1220,8 @@ class Sum(Function):
 
 class Max(Function):
     """Max (min where least) over axes; ties share the gradient evenly (PyTorch's amax and amin), NaNs counting as
-    tied maxima (a lone NaN takes the gradient, as in PyTorch's max() and min())."""
+    tied maxima (a lone NaN takes the gradient, as in PyTorch's max() and min()); the rest get 0, selected (an inf or
+    NaN gradient reaches the maxima alone, as PyTorch's max(); its amax multiplies by its mask)."""
     saves, saves_output = (0,), True
 
     def forward(self, x, axes, keepdim, least=False):
@@ -1231,7 +1236,8 @@ class Max(Function):
         hit = self.x == self.out
         if self.x.dtype.kind == 'f':   # a NaN result: the NaNs take its gradient (NaN == NaN is False)
             hit |= _xp(hit).isnan(self.x) & _xp(hit).isnan(self.out)
-        return hit * (g.reshape(self.out.shape) / _sum(hit.astype(g.dtype), self.axes, keepdims=True))
+        share = g.reshape(self.out.shape) / _sum(hit.astype(g.dtype), self.axes, keepdims=True)
+        return _xp(g).where(hit, share, g.dtype.type(0))   # selected: an inf or NaN g reaches the hits alone
 
 
 def _wide(a):
