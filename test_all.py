@@ -6616,6 +6616,10 @@ def test_clamp_tensor_bounds_as_pytorch():
     got, want = ints.clamp(min=tl.tensor(np.array([0.5, 0.5, 3.0, 1.0], np.float32))), torch.tensor([0, 1, 2, 5]).clamp(
         min=torch.tensor([0.5, 0.5, 3.0, 1.0]))
     assert same_dtype(got, want) and np.array_equal(got.numpy(), want.numpy()), (got.dtype, got.numpy())
+    for x0 in (np.array([True, False]), np.array([1, 4], np.int32)):   # the bounds' dtypes ranked with x's at once
+        for low, high in ((np.array([0.5], np.float32), np.array(2.0)), (np.array(0.5), np.array([2.0], np.float32))):
+            got, want = (m.tensor(x0).clamp(m.tensor(low), m.tensor(high)) for m in (tl, torch))
+            assert same_dtype(got, want) and np.array_equal(got.numpy(), want.numpy()), (x0.dtype, low, got.dtype)
     raises(ValueError, lambda: tl.ones(3).clamp(min=tl.zeros(2)), 'clamp', '(3,)', '(2,)')
     raises(TypeError, lambda: torch.ones(3).clamp(min=0.5, max=torch.ones(3)))   # as PyTorch: numbers or tensors
     raises(TypeError, lambda: tl.ones(3).clamp(min=0.5, max=tl.ones(3)), 'clamp', 'both')

@@ -3716,7 +3716,7 @@ class Tensor:
         bounds = [self._operand(b) for b in (min, max) if b is not None]   # numbers: 0-d, of this tensor's dtype
         _same_device([self] + bounds, 'clamp')
         _check_broadcast('clamp', self.shape, *[b.shape for b in bounds])
-        dtype = _promote(*[_result_dtype(self, b) for b in bounds])
+        dtype = _result_dtype(self, *bounds)   # all three at once (a 0-d bound ranks below a shaped one of its kind)
         x, *bounds = [t if t.dtype == dtype else t.to(dtype) for t in [self] + bounds]
         return Clamp.apply(x, *bounds, given=(min is not None, max is not None))
 
