@@ -3061,6 +3061,28 @@ def test_elu_softplus_modules_as_pytorch():
         assert names(getattr(tl, name)) == names(getattr(torch.nn, name)), name
 
 
+def test_copies_are_row_major_and_flatten_empty_as_pytorch():
+    """An advanced index's result, cat and stack of transposed inputs and masked_fill of one are row-major, as
+    PyTorch's: view(-1) works (it raised) and a reshape of the result is a view of it; flatten keeps a size-0 axis
+    outside the flattened range (it raised: reshape's -1 is ambiguous with no elements), the Flatten module too."""
+    need_torch()
+    x0, m0 = np.arange(24.).reshape(2, 3, 4), np.arange(12.).reshape(3, 4)
+    cases = [lambda m, x, w: x[:, [2, 0]], lambda m, x, w: m.cat([w.T, w.T]), lambda m, x, w: m.stack([w.T, w.T], 1),
+             lambda m, x, w: w.T.masked_fill(w.T > 3, 0.0), lambda m, x, w: x[[1, 0], :, 1:]]
+    for k, f in enumerate(cases):
+        results = []
+        for m in (tl, torch):
+            y = f(m, m.tensor(x0), m.tensor(m0))
+            flat = y.reshape(-1)
+            flat[0] = 100.0   # a view of y (row-major y)
+            results.append((y.view(-1).shape[0], y[(0,) * y.ndim].item()))
+        assert results[0] == (results[1][0], results[1][1]) and results[0][1] == 100.0, (k, results)
+    for shape, start, end in (((0, 3, 4), 1, -1), ((2, 0, 4), 0, 1), ((0, 2), 0, -1), ((3, 0, 2, 5), 2, 3)):
+        got, want = tl.zeros(*shape).flatten(start, end), torch.zeros(*shape).flatten(start, end)
+        assert got.shape == tuple(want.shape), (shape, start, end, got.shape)
+    assert tl.Flatten()(tl.zeros(0, 3, 4)).shape == tuple(torch.nn.Flatten()(torch.zeros(0, 3, 4)).shape) == (0, 12)
+
+
 def test_softmax_log_softmax_float16_gradients_rounded_once():
     """float16 softmax and log_softmax backward compute in float32 and round once, as PyTorch's: against float64 from
     the same float16 inputs, no element further off than PyTorch's worst (rounding g * out to float16 first was 1.6x

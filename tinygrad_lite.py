@@ -1387,7 +1387,11 @@ class GetItem(Function):
         self.shape, self.dtype, self.index = x.shape, x.dtype, index
         self.saves = tuple(range(1, 1 + len(index_arrays)))   # backward scatters through the index arrays
         out = x[index]   # NumPy gives a scalar (a copy) where integers select one element: a 0-d view, as PyTorch's
-        return out if isinstance(out, type(x)) else x[(index if isinstance(index, tuple) else (index,)) + (Ellipsis,)]
+        if not isinstance(out, type(x)):
+            return x[(index if isinstance(index, tuple) else (index,)) + (Ellipsis,)]
+        # an advanced index's copy made row-major, as PyTorch's (NumPy may order it otherwise: x[:, [2, 0]] was not
+        # viewable as one axis)
+        return out if _is_basic_index(index) else _xp(x).ascontiguousarray(out)
 
     def backward(self, g):
         xp = _xp(g)
@@ -1471,7 +1475,9 @@ class Cat(Function):
 
     def forward(self, *xs, axis):
         self.axis, self.sizes = axis, [x.shape[axis] for x in xs]
-        return _xp(xs[0]).concatenate(xs, axis=axis)
+        out = _xp(xs[0]).concatenate(xs, axis=axis)
+        # NumPy follows its inputs' order: made row-major (channels-last kept), as PyTorch's
+        return out if out.flags.c_contiguous or _channels_last(out) else _xp(out).ascontiguousarray(out)
 
     def backward(self, g):
         edges = np.cumsum(self.sizes)[:-1].tolist()
@@ -3952,7 +3958,7 @@ class Tensor:
         else:
             _check_fits(value, self.dtype, 'masked_fill')
             value = Tensor._wrap(_xp(self.data).asarray(value).astype(self.dtype), self.device)
-        return where(mask, value, self)
+        return where(mask, value, self).contiguous()   # row-major, as PyTorch's
 
     def masked_select(self, mask):
         """A vector of self's elements where mask (bool) is True, the two broadcast together."""
@@ -4223,7 +4229,7 @@ class Tensor:
             raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for shape {self.shape}")
         if self.ndim == 0:
             return self.reshape(1)
-        return self.reshape(self.shape[:start] + (-1,) + self.shape[end + 1:])
+        return self.reshape(self.shape[:start] + (math.prod(self.shape[start:end + 1]),) + self.shape[end + 1:])
 
     def permute(self, *dims):
         dims = tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
