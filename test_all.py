@@ -10350,6 +10350,7 @@ def test_cifar_cli_refuses_bad_values():
         a_file, missing = os.path.join(d, 'file'), os.path.join(d, 'nope', 'out')
         open(a_file, 'w').close()
         cases = [(['--train-limit', '-5'], '--train-limit'), (['--train-limit', '0'], '--train-limit'),
+                 (['--val', '0'], '--val'),
                  (['--stop-after', '0'], '--stop-after'), (['--seed', '-1'], '--seed'),
                  (['--batch-size', '0'], '--batch-size'), (['--weight-decay', 'nan'], '--weight-decay'),
                  *[(['--epochs', v], '--epochs') for v in ('nan', 'inf', '0', '-1')],
@@ -10430,7 +10431,8 @@ def test_cifar_resume_equals_uninterrupted():
         with open(log) as f:   # a line per epoch, then the final evaluation's
             records = [json.loads(line) for line in f]
         assert [r.get('epoch') for r in records] == [2, 3, None] and 'test_acc' not in records[0], records
-        assert records[-1]['test_acc_tta'] == rest['test_acc'] and records[-1]['steps'] == 10, records[-1]
+        assert records[-1]['test_acc'] == rest['test_acc'] and records[-1]['steps'] == 10, records[-1]
+        assert records[-1]['test_acc_no_tta'] == rest['test_acc_no_tta'], records[-1]
         try:   # other settings than the checkpoint's are refused
             _train(_args(root, '--epochs', '3', '--seed', '3', '--resume', ck))
         except ValueError as e:
@@ -10486,6 +10488,36 @@ def test_cifar_test_batch_read_only_after_training():
             assert events == [], events
             assert _train(_args(root, '--epochs', '2', '--stop-after', '1'))['steps'] == 3
     assert 'does not evaluate on the test set' in _help(), 'the --help text does not say so'
+
+
+def test_cifar_validation_split_never_reads_test_batch():
+    """--val N trains on all but the last N training images and evaluates on those after training, in place of
+    test_batch, which it never reads (here unreadable); the result and the log's last line give val_acc (with TTA)
+    and val_acc_no_tta, the accuracy of a plain evaluation of the model on the held-back images; a --val leaving no
+    training images is a DataError, and a checkpoint of another --val does not resume."""
+    with tempfile.TemporaryDirectory() as root:
+        folder = os.path.join(root, 'cifar-10-batches-py')
+        _write_batches(folder, *_tiny_cifar(n_train=70, n_test=20))
+        with open(os.path.join(folder, 'test_batch'), 'wb') as f:   # unreadable: reading it raises DataError
+            f.write(b'not a batch')
+        opened, read_batch = [], tc.read_batch
+        def read(path):
+            opened.append(os.path.basename(path))
+            return read_batch(path)
+        log, ck = os.path.join(root, 'log.jsonl'), os.path.join(root, 'ck.npz')
+        with mock.patch.object(tc, 'read_batch', read):
+            result = _train(_args(root, '--epochs', '2', '--val', '30', '--log', log, '--tta', 'off', '--save', ck))
+        assert 'test_batch' not in opened and result['steps'] == 4, (opened, result['steps'])   # 40 images, batch 20
+        assert 'test_acc' not in result and 0 <= result['val_acc'] == result['val_acc_no_tta'] <= 1, result
+        x, y = tc.load_cifar(root, 'train')
+        plain, _ = tc.evaluate(result['model'], tc.DeviceImages(x[-30:], 'cpu', np.float32), y[-30:], 'off')
+        assert plain == result['val_acc'], (plain, result['val_acc'])
+        with open(log) as f:
+            last = json.loads(f.read().splitlines()[-1])
+        assert last['val_acc'] == result['val_acc'] and last['val_acc_no_tta'] == result['val_acc_no_tta'], last
+        raises(tc.DataError, lambda: _train(_args(root, '--val', '70')), '--val 70', '70 training images')
+        raises(tc.ResumeError, lambda: _train(_args(root, '--epochs', '2', '--val', '20', '--resume', ck)), 'val')
+    assert 'validation' in _help() and 'never reads' in _help()
 
 
 def test_cifar_finished_checkpoint_resumed_with_stop_after_tests():

@@ -29,7 +29,9 @@ Not kept: channels-last memory layout (tinygrad_lite is NCHW only).
 
 Each epoch reports the training loss and accuracy (on the augmented batches it trained on). The held-back
 split (test_batch) is read only once training has ended, for the final evaluation: a run that --stop-after
-ends before the end of the schedule does not test (--resume its checkpoint to finish and test).
+ends before the end of the schedule does not test (--resume its checkpoint to finish and test). To choose
+settings (epochs, lr, ...) without looking at test_batch, --val N holds the last N training images back and
+evaluates on them instead; such a run never reads test_batch.
 
 Float16 activations on the GPU with float32 master weights (each weight is cast to float16 as the forward
 pass reads it; BatchNorm statistics and the loss are computed in float32). All randomness of training
@@ -438,9 +440,10 @@ def load_checkpoint(path, config):
 def train(args):
     """Train and evaluate as args (parse_args's namespace) say. The held-back split (test_batch) is read and
     evaluated only once training has reached the end of the schedule; a run that --stop-after ends before it
-    does not test. Returns a dict: test_acc (with TTA), test_acc_no_tta, eval_time (the final evaluation's;
-    these three None where the run did not test), train_time, warmup_time (seconds), epochs (this run's
-    per-epoch records, as logged), steps (done in all), model."""
+    does not test. Returns a dict: test_acc (with TTA), test_acc_no_tta (with --val: val_acc, val_acc_no_tta, on the
+    held-back training images), eval_time (the final evaluation's; these three None where the run did not test),
+    train_time, warmup_time (seconds), epochs (this run's per-epoch records, as logged), steps (done in all), model.
+    The log's last line has the same accuracies."""
     device = args.device or ('cuda' if tl.cuda_is_available() else 'cpu')
     dtype = np.dtype(args.dtype or ('float16' if device.startswith('cuda') else 'float32'))
     widths = args.widths
@@ -451,6 +454,10 @@ def train(args):
         print('synthetic data: random images and labels, for timing only (accuracies mean nothing)', flush=True)
     else:
         x_train, y_train = load_cifar(args.data, 'train')
+    if args.val:   # the last N training images held back for validation: the held-back split stays unread
+        if args.val >= len(x_train):
+            raise DataError(f'--val {args.val} leaves none of the {len(x_train)} training images to train on')
+        (x_train, x_val), (y_train, y_val) = np.split(x_train, [-args.val]), np.split(y_train, [-args.val])
     if args.train_limit:
         x_train, y_train = x_train[:args.train_limit], y_train[:args.train_limit]
     batch = min(args.batch_size, len(x_train))
@@ -459,8 +466,8 @@ def train(args):
     n_epochs = math.ceil(total_steps / steps_per_epoch)
     last_epoch = min(n_epochs, args.stop_after or n_epochs)
     config = dict(epochs=args.epochs, batch_size=batch, lr=args.lr, weight_decay=args.weight_decay, seed=args.seed,
-                  n_train=len(x_train), widths=list(widths), synthetic=bool(args.synthetic), dtype=dtype.name,
-                  device=device.split(':')[0])   # what resuming must match: what changes the arithmetic
+                  n_train=len(x_train), val=args.val, widths=list(widths), synthetic=bool(args.synthetic),
+                  dtype=dtype.name, device=device.split(':')[0])   # what resuming must match: what changes the arithmetic
 
     train_images = DeviceImages(x_train, device, dtype)
     warmup_time = 0.0
@@ -486,7 +493,7 @@ def train(args):
         start_epoch, step, train_time = ck['epoch'], ck['step'], ck['train_time']
         print(f'resumed from {args.resume} after epoch {start_epoch} (step {step} of {total_steps})', flush=True)
     last_epoch = max(start_epoch, last_epoch)   # (a finished checkpoint resumed with --stop-after: to the test)
-    if last_epoch == n_epochs and not args.synthetic:   # test_batch is read after training; there it must be now
+    if last_epoch == n_epochs and not args.synthetic and not args.val:   # test_batch, read after training: there now
         cifar_folder(args.data, ['test'])
     captured = CapturedStep(model, opt, device) if device != 'cpu' and args.cuda_graph == 'on' else None
     schedule = lr_schedule(total_steps)
@@ -541,26 +548,27 @@ def train(args):
             log.write(json.dumps(record) + '\n')
             log.flush()
         records.append(record)
-    test_acc = tta_acc = eval_time = None
+    split = 'val' if args.val else 'test'   # what the final evaluation runs on
+    accuracy = plain = eval_time = None
     if last_epoch < n_epochs:
-        print(f'stopped after epoch {last_epoch} of {n_epochs} (--stop-after): no test evaluation '
+        print(f'stopped after epoch {last_epoch} of {n_epochs} (--stop-after): no {split} evaluation '
               f'| training time {train_time:.2f} s | warm-up/compile {warmup_time:.2f} s', flush=True)
-    else:   # training has ended: only now is the held-back split read, for the final evaluation
-        x_test, y_test = test_set if args.synthetic else load_cifar(args.data, 'test')
+    else:   # training has ended: only now is the held-back split read (with --val: the held-back training images)
+        x_eval, y_eval = (x_val, y_val) if args.val else test_set if args.synthetic else load_cifar(args.data, 'test')
         t0 = time.perf_counter()
-        test_acc, tta_acc = evaluate(model, DeviceImages(x_test, device, dtype), y_test, args.tta)
+        plain, accuracy = evaluate(model, DeviceImages(x_eval, device, dtype), y_eval, args.tta)
         eval_time = time.perf_counter() - t0
-        print(f'final test accuracy {tta_acc:.2%} (tta {args.tta}; {test_acc:.2%} without) on {len(x_test)} images '
-              f'| training time {train_time:.2f} s | final evaluation {eval_time:.2f} s | warm-up/compile '
-              f'{warmup_time:.2f} s', flush=True)
+        print(f"final {'validation' if args.val else 'test'} accuracy {accuracy:.2%} (tta {args.tta}; {plain:.2%} "
+              f'without) on {len(x_eval)} images | training time {train_time:.2f} s | final evaluation '
+              f'{eval_time:.2f} s | warm-up/compile {warmup_time:.2f} s', flush=True)
         if log:
-            log.write(json.dumps(dict(test_acc=test_acc, test_acc_tta=tta_acc, tta=args.tta, train_time=train_time,
-                                      eval_time=eval_time, warmup_time=warmup_time, steps=step, device=device,
-                                      dtype=dtype.name)) + '\n')
+            log.write(json.dumps({f'{split}_acc': accuracy, f'{split}_acc_no_tta': plain, 'tta': args.tta,
+                                  'train_time': train_time, 'eval_time': eval_time, 'warmup_time': warmup_time,
+                                  'steps': step, 'device': device, 'dtype': dtype.name}) + '\n')
     if log:
         log.close()
-    return dict(test_acc=tta_acc, test_acc_no_tta=test_acc, train_time=train_time, eval_time=eval_time,
-                warmup_time=warmup_time, epochs=records, steps=step, model=model)
+    return {f'{split}_acc': accuracy, f'{split}_acc_no_tta': plain, 'train_time': train_time, 'eval_time': eval_time,
+            'warmup_time': warmup_time, 'epochs': records, 'steps': step, 'model': model}
 
 
 def _widths(text):
@@ -588,6 +596,10 @@ def parse_args(argv=None):
     p.add_argument('--weight-decay', type=float, default=0.0153, help='weight decay per 1024 examples')
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--train-limit', type=int, default=None, metavar='N', help='train on the first N images only')
+    p.add_argument('--val', type=int, default=None, metavar='N',
+                   help='hold the last N training images back as a validation set: not trained on, evaluated at the '
+                        'end in place of test_batch, which such a run never reads (choose settings on it, not on '
+                        'test_batch; 5000 mirrors the held-back split)')
     p.add_argument('--dtype', choices=['float16', 'float32', 'float64'], default=None,
                    help='activation dtype (default float16 on the GPU, float32 on the CPU)')
     p.add_argument('--widths', type=_widths, default=WIDTHS, help="the three blocks' widths (default 64,256,256)")
@@ -609,7 +621,7 @@ def parse_args(argv=None):
     if not (math.isfinite(args.weight_decay) and args.weight_decay >= 0):
         p.error(f'--weight-decay must be a finite number >= 0, not {args.weight_decay}')
     for name, value, least in (('--batch-size', args.batch_size, 1), ('--train-limit', args.train_limit, 1),
-                               ('--stop-after', args.stop_after, 1), ('--seed', args.seed, 0)):
+                               ('--val', args.val, 1), ('--stop-after', args.stop_after, 1), ('--seed', args.seed, 0)):
         if value is not None and value < least:
             p.error(f'{name} must be at least {least}, not {value}')
     if not args.synthetic and os.path.exists(args.data) and not os.path.isdir(args.data):
