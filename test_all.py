@@ -10350,7 +10350,8 @@ def test_cifar_cli_refuses_bad_values():
         a_file, missing = os.path.join(d, 'file'), os.path.join(d, 'nope', 'out')
         open(a_file, 'w').close()
         cases = [(['--train-limit', '-5'], '--train-limit'), (['--train-limit', '0'], '--train-limit'),
-                 (['--val', '0'], '--val'),
+                 (['--val', '0'], '--val'), (['--seed', str(2 ** 64)], '--seed', '2**64'),
+                 (['--epochs', '1e300'], '--epochs', '10000'),
                  (['--stop-after', '0'], '--stop-after'), (['--seed', '-1'], '--seed'),
                  (['--batch-size', '0'], '--batch-size'), (['--weight-decay', 'nan'], '--weight-decay'),
                  *[(['--epochs', v], '--epochs') for v in ('nan', 'inf', '0', '-1')],

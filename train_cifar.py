@@ -618,6 +618,10 @@ def parse_args(argv=None):
     for name, value in (('--epochs', args.epochs), ('--lr', args.lr)):
         if not (math.isfinite(value) and value > 0):
             p.error(f'{name} must be a finite number > 0, not {value}')
+    if args.epochs > 10000:   # (its schedule is an array a step)
+        p.error(f'--epochs must be at most 10000, not {args.epochs:g}')
+    if args.seed >= 2 ** 64:   # as tl.manual_seed's (and PyTorch's) range
+        p.error(f'--seed must be below 2**64, not {args.seed}')
     if not (math.isfinite(args.weight_decay) and args.weight_decay >= 0):
         p.error(f'--weight-decay must be a finite number >= 0, not {args.weight_decay}')
     for name, value, least in (('--batch-size', args.batch_size, 1), ('--train-limit', args.train_limit, 1),
