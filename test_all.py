@@ -2823,6 +2823,13 @@ def test_module_functions_forward_to_methods_by_name():
     assert np.array_equal(to_np(tl.exp(input=x)), to_np(torch.exp(input=torch.tensor([0.5, -2.0, 3.0]))))
     assert np.array_equal(to_np(tl.clamp(x, max=1.0)), [0.5, -2.0, 1.0])
     assert np.array_equal(to_np(tl.addcmul(x, x, x, value=2)), to_np(x + 2 * x * x))
+    for name in ('clone', 't', 'detach', 'clamp_', 'fill_', 'zero_', 'detach_'):   # torch.X's of these too
+        assert hasattr(torch, name) and getattr(tl, name).__name__ == name, name
+    y = tl.tensor([[1.0, 5.0], [-3.0, 2.0]])
+    assert tl.clone(y) is not y and np.array_equal(tl.clone(y).numpy(), y.numpy()) and tl.t(y).shape == (2, 2)
+    assert tl.clamp_(y, -1.0, 2.0) is y and np.array_equal(y.numpy(), [[1.0, 2.0], [-1.0, 2.0]])
+    assert tl.fill_(y, 3.0) is y and tl.zero_(y) is y and not y.numpy().any()
+    assert tl.detach(y).data is y.data and tl.detach_(y) is y
 
 
 def test_float16_std_rounds_once_as_pytorch():
