@@ -446,7 +446,7 @@ def train(args):
     The log's last line has the same accuracies."""
     device = args.device or ('cuda' if tl.cuda_is_available() else 'cpu')
     dtype = np.dtype(args.dtype or ('float16' if device.startswith('cuda') else 'float32'))
-    widths = args.widths
+    widths, loading = args.widths, time.perf_counter()
     if args.synthetic:
         # a test set an eighth the size of the training set keeps quick CPU runs quick
         n_train = min(args.train_limit or 50000, 50000)
@@ -454,6 +454,7 @@ def train(args):
         print('synthetic data: random images and labels, for timing only (accuracies mean nothing)', flush=True)
     else:
         x_train, y_train = load_cifar(args.data, 'train')
+    loading = time.perf_counter() - loading
     if args.val:   # the last N training images held back for validation: the held-back split stays unread
         if args.val >= len(x_train):
             raise DataError(f'--val {args.val} leaves none of the {len(x_train)} training images to train on')
@@ -499,7 +500,8 @@ def train(args):
     schedule = lr_schedule(total_steps)
     decay = 0.95 ** 5 * (np.arange(total_steps + 1) / total_steps) ** 3
     print(f'{len(x_train)} training images; {device} {dtype.name}; batch {batch}, '
-          f'{total_steps} steps ({args.epochs:g} epochs); warm-up {warmup_time:.2f} s', flush=True)
+          f'{total_steps} steps ({args.epochs:g} epochs); data loaded in {loading:.2f} s; warm-up {warmup_time:.2f} s',
+          flush=True)
     print(f"{'epoch':>5} {'train_loss':>10} {'train_acc':>9} {'train_time':>10}", flush=True)
     records, log = [], open(args.log, 'a' if args.resume else 'w') if args.log else None
     for epoch in range(start_epoch, last_epoch):
@@ -591,10 +593,10 @@ def parse_args(argv=None):
     # airbench94 trains 9.9 epochs; on the shared JPEG data (45,000 images) that gave a 5-seed mean of 90.38 to
     # 90.54% here (the target is 90.5%), 12 epochs 90.74% in 2.5 s and 14 epochs 91.00% in 2.9 s on the H200
     p.add_argument('--epochs', type=float, default=14, help='epochs of training, fractions allowed (default 14)')
-    p.add_argument('--batch-size', type=int, default=1024)
+    p.add_argument('--batch-size', type=int, default=1024, help='images a step (default 1024)')
     p.add_argument('--lr', type=float, default=11.5, help='learning rate per 1024 examples (default 11.5)')
     p.add_argument('--weight-decay', type=float, default=0.0153, help='weight decay per 1024 examples')
-    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--seed', type=int, default=0, help="the run's randomness: initialisation, order, augmentation")
     p.add_argument('--train-limit', type=int, default=None, metavar='N', help='train on the first N images only')
     p.add_argument('--val', type=int, default=None, metavar='N',
                    help='hold the last N training images back as a validation set: not trained on, evaluated at the '
