@@ -1272,6 +1272,31 @@ def test_zero_and_requires_grad_():
     assert not t.requires_grad
 
 
+def test_zero_recorded_and_where_condition_as_pytorch():
+    """zero_ is fill_(0): recorded on a tensor that requires grad (its gradient 0 there), a leaf refused, as PyTorch's;
+    where's condition must be bool (TypeError naming the dtype; PyTorch: RuntimeError), uint8 with PyTorch's
+    deprecation warning."""
+    need_torch()
+    grads = []
+    for m in (tl, torch):
+        leaf = m.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        raises(RuntimeError, lambda: leaf.zero_())
+        y = leaf * 2
+        assert y.zero_() is y and not y.detach().numpy().any()
+        (y * 5 + leaf * m.tensor([1.0, 2.0, 3.0])).sum().backward()
+        grads.append(leaf.grad.numpy())
+    assert np.array_equal(grads[0], grads[1]) and grads[0].tolist() == [1, 2, 3], grads
+    a, b = tl.ones(2), tl.zeros(2)
+    for dtype in (np.int64, np.float32):
+        raises(RuntimeError, lambda: torch.where(torch.tensor(np.array([1, 0], dtype)), torch.ones(2), torch.zeros(2)))
+        raises(TypeError, lambda: tl.where(tl.tensor(np.array([1, 0], dtype)), a, b), 'where', 'bool',
+               np.dtype(dtype).name)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        got = tl.where(tl.tensor(np.array([1, 0], np.uint8)), a, b)
+    assert got.tolist() == [1.0, 0.0] and any('uint8' in str(w.message) for w in caught)
+
+
 def test_float16_sum_accumulates_in_float32():
     x = tl.Tensor(np.full(4096, 0.1, np.float16))
     s = x.sum()

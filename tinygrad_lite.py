@@ -3382,11 +3382,8 @@ class Tensor:
         _backward(self, grad, retain_graph)
 
     def zero_(self):
-        if self.requires_grad and _GradMode.enabled:
-            raise RuntimeError("zero_() on a tensor that requires grad: wrap it in tl.no_grad()")
-        self.data[...] = 0   # (as PyTorch's fill, even where elements share memory)
-        self._version[0] += 1
-        return self
+        """fill_(0): recorded in grad mode where the tensor requires grad (a leaf refused), as PyTorch's."""
+        return self.fill_(0)
 
     # ---- operand plumbing
     def _operand(self, other):
@@ -4801,6 +4798,11 @@ def __dir__():
 
 def where(condition, a, b):
     condition = condition if isinstance(condition, Tensor) else Tensor(condition)
+    if condition.dtype == np.uint8:   # PyTorch's deprecation, as for a uint8 index
+        warnings.warn("where received a uint8 condition tensor: deprecated (as in PyTorch), use a bool one",
+                      UserWarning, stacklevel=2)
+    elif condition.dtype != np.bool_:
+        raise TypeError(f"where: the condition must be a bool tensor, not {condition.dtype} (as PyTorch's)")
     if not isinstance(a, Tensor):
         a = b._operand(a) if isinstance(b, Tensor) else Tensor(a, device=condition.device)
     b = a._operand(b)
