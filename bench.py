@@ -593,8 +593,8 @@ GRU_LAYOUT_TIES = 8    # best-ranked layout of up to GRU_LAYOUT_KINDS other kind
 def bench_gru_parts():
     table = Table("GPU: the GRU's parts, our cuBLAS products and column sums against PyTorch's on the same arrays")
     table.note('the products of a GRU layer\'s fwd+bwd at each GRU shape (float32 in TF32 for both: torch.backends.'
-               'cuda.matmul.allow_tf32 set as tl.allow_tf32 while they run), eager by events, and by CUDA-graph replay in '
-               'the notes, with the kernels each runs; then the persistent kernels: the planner\'s layout each way '
+               'cuda.matmul.allow_tf32 set as tl.allow_tf32 while they run), eager by events, and by CUDA-graph '
+               'replay in the notes, with the kernels each runs; then the persistent kernels: the planner\'s layout each way '
                'against its model\'s near-ties (within 2%) and the best-ranked layout of each other kind (cluster '
                'size, k-split, wgmma WN, slices), events around one launch (all T steps), checked against the chosen '
                'layout\'s results')
@@ -750,10 +750,10 @@ def cifar_full_run(args):
 
 def _full_run_note(table, args):
     r = cifar_full_run(args)
-    table.note(f'time to accuracy, python train_cifar.py {" ".join(args)}: {100 * r["test_acc"]:.2f}% test accuracy '
-               f'with TTA ({100 * r["test_acc_no_tta"]:.2f}% without) after {r["train_time"]:.2f} s of training; warm-up '
-               f'{r["warmup_time"]:.2f} s and the final evaluation {r["eval_time"]:.2f} s apart (targets: 90.5% mean over '
-               '5 seeds, training within 4.1 s: 2x airbench94 on the H200)')
+    table.note(f'time to accuracy, python train_cifar.py {" ".join(args)}: {100 * r["test_acc"]:.2f}% test '
+               f'accuracy with TTA ({100 * r["test_acc_no_tta"]:.2f}% without) after {r["train_time"]:.2f} s of '
+               f'training; warm-up {r["warmup_time"]:.2f} s and the final evaluation {r["eval_time"]:.2f} s apart '
+               '(targets: 90.5% mean over 5 seeds, training within 4.1 s: 2x airbench94 on the H200)')
 
 
 def torch_twin(model):

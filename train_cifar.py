@@ -468,7 +468,7 @@ def train(args):
     last_epoch = min(n_epochs, args.stop_after or n_epochs)
     config = dict(epochs=args.epochs, batch_size=batch, lr=args.lr, weight_decay=args.weight_decay, seed=args.seed,
                   n_train=len(x_train), val=args.val, widths=list(widths), synthetic=bool(args.synthetic),
-                  dtype=dtype.name, device=device.split(':')[0])   # what resuming must match: what changes the arithmetic
+                  dtype=dtype.name, device=device.split(':')[0])   # what resuming must match: what changes the results
 
     train_images = DeviceImages(x_train, device, dtype)
     warmup_time = 0.0
