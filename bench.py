@@ -594,10 +594,10 @@ def bench_gru_parts():
     table = Table("GPU: the GRU's parts, our cuBLAS products and column sums against PyTorch's on the same arrays")
     table.note('the products of a GRU layer\'s fwd+bwd at each GRU shape (float32 in TF32 for both: torch.backends.'
                'cuda.matmul.allow_tf32 set as tl.allow_tf32 while they run), eager by events, and by CUDA-graph '
-               'replay in the notes, with the kernels each runs; then the persistent kernels: the planner\'s layout each way '
-               'against its model\'s near-ties (within 2%) and the best-ranked layout of each other kind (cluster '
-               'size, k-split, wgmma WN, slices), events around one launch (all T steps), checked against the chosen '
-               'layout\'s results')
+               'replay in the notes, with the kernels each runs; then the persistent kernels: the planner\'s layout '
+               'each way against its model\'s near-ties (within 2%) and the best-ranked layout of each other kind '
+               '(cluster size, k-split, wgmma WN, slices), events around one launch (all T steps), checked against the '
+               'chosen layout\'s results')
     allowed = torch.backends.cuda.matmul.allow_tf32
     try:
         for shape in GRU_SHAPES:
