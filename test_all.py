@@ -2817,7 +2817,8 @@ def test_addcmul_addcdiv_dtype_and_float16_rounding_as_pytorch():
     """addcmul and addcdiv give the three tensors' result dtype, the value taking no part (float16 self with int64
     tensors and value=0.5: float16, not the float32 that value * an int64 tensor made), and float16 computes in
     float32, rounded once (rounded after each product, a quarter of the values were off, some by far more than an
-    ulp where the sum cancels); gradients reach all three tensors."""
+    ulp where the sum cancels); gradients reach all three tensors. addcdiv of two integer tensors and a bool matmul
+    raise, as PyTorch's."""
     need_torch()
     f16, i64, f64 = (np.float16, torch.float16), (np.int64, torch.int64), (np.float64, torch.float64)
     for what, kinds in (('addcmul', (f16, i64, i64)), ('addcmul', (f64, i64, i64)), ('addcdiv', (f16, i64, f16)),
@@ -2835,6 +2836,12 @@ def test_addcmul_addcdiv_dtype_and_float16_rounding_as_pytorch():
         assert got.dtype == np.float16 and (to_np(got) != want).sum() <= 2, f'{what}: {(to_np(got) != want).sum()} differ'
         got.sum().backward()
         assert all(t.grad is not None and t.grad.dtype == np.float16 for t in leaves), what
+    for ours, theirs in (f64, i64):   # two integer tensors divided: refused whatever self is, as PyTorch's
+        raises(RuntimeError, lambda: torch.addcdiv(torch.ones(2, dtype=theirs), *[torch.ones(2, dtype=torch.int64)] * 2))
+        raises(TypeError, lambda: tl.addcdiv(tl.ones(2, dtype=ours), *[tl.ones(2, dtype=np.int64)] * 2), 'addcdiv',
+               'integer division')
+    raises(NotImplementedError, lambda: torch.ones(2, 2).bool() @ torch.ones(2, 2).bool())
+    raises(TypeError, lambda: tl.ones(2, 2).bool() @ tl.ones(2, 2).bool(), 'matmul', 'bool')
 
 
 def test_module_functions_forward_to_methods_by_name():

@@ -3482,6 +3482,8 @@ class Tensor:
             raise ValueError(f"matmul: shapes {self.shape} and {other.shape} do not match")
         if self.dtype != other.dtype:
             raise TypeError(f"matmul: dtypes {self.dtype} and {other.dtype} differ")
+        if self.dtype == np.bool_:
+            raise TypeError("matmul: bool tensors are not supported (as in PyTorch)")
         return MatMul.apply(self, other)
 
     __rmatmul__ = lambda self, o: self._operand(o).__matmul__(self)
@@ -3645,11 +3647,13 @@ class Tensor:
     def _addc(self, what, tensor1, tensor2, value):
         """self + value tensor1 * tensor2 (addcmul) or / tensor2 (addcdiv), as PyTorch's: in the three tensors' result
         dtype (value takes no part in it), float16 computed in float32 and rounded once; of integer and bool tensors
-        alone, refused for addcdiv, bools and a value that is no int (PyTorch refuses the first two, truncates it)."""
+        alone, refused for bools and a value that is no int (PyTorch refuses the first, truncates it); addcdiv of two
+        integer tensors refused (PyTorch's refusal of integer division), whatever self's dtype."""
         tensor1, tensor2 = self._operand(tensor1), self._operand(tensor2)
         tensors = self, tensor1, tensor2
-        if all(t.dtype.kind != 'f' for t in tensors) and (what == 'addcdiv' or not _is_int(value) or all(
-                t.dtype == np.bool_ for t in tensors)):
+        floats = [t.dtype.kind == 'f' for t in tensors]
+        if what == 'addcdiv' and not (floats[1] or floats[2]) or not any(floats) and (
+                not _is_int(value) or all(t.dtype == np.bool_ for t in tensors)):
             raise TypeError(f"{what}: not defined for {self.dtype}, {tensor1.dtype} and {tensor2.dtype} tensors with "
                             f"value={value!r} (PyTorch refuses integer division and bools, and truncates a value that "
                             "is no int)")
