@@ -8217,7 +8217,8 @@ def test_uint8_index_is_a_mask_as_pytorch():
     x0, rows, cols = sample(r, (2, 3)), np.array([1, 0], np.uint8), np.array([2, 0, 1], np.uint8)
     cases = [lambda m, x: x[m.tensor(rows)], lambda m, x: x[:, m.tensor(cols)], lambda m, x: x[0, m.tensor(cols)],
              lambda m, x: x[m.tensor(np.array([[1, 0, 3], [0, 1, 0]], np.uint8))], lambda m, x: x[rows],
-             lambda m, x: x[m.tensor(np.array(1, np.uint8))], lambda m, x: x[m.tensor(np.array(0, np.uint8))]]
+             lambda m, x: x[m.tensor(np.array(1, np.uint8))], lambda m, x: x[m.tensor(np.array(0, np.uint8))],
+             lambda m, x: x[np.uint8(1)]]   # a NumPy uint8 scalar: an integer
     for k, index in enumerate(cases):
         (xo, xt), outs = (tl.tensor(x0, requires_grad=True), torch.tensor(x0, requires_grad=True)), []
         for x, m in ((xo, tl), (xt, torch)):

@@ -4445,10 +4445,11 @@ class Tensor:
         if any(isinstance(i, slice) and i.step is not None and i.step <= 0 for i in index):
             raise ValueError(f"index {index}: a slice's step must be greater than zero (as in PyTorch)")
         index = tuple(_index_array(i, _xp(self.data)) if isinstance(i, list) else i for i in index)
-        if any(getattr(i, 'dtype', None) == np.uint8 and i.ndim for i in index):
+        masks = [isinstance(i, (Tensor,) + _ARRAYS) and i.dtype == np.uint8 for i in index]   # (a NumPy uint8 scalar:
+        if any(mask and i.ndim for mask, i in zip(masks, index)):   # an integer, as in PyTorch)
             warnings.warn("indexing with dtype uint8 is deprecated (as in PyTorch), please use a dtype bool instead",
                           UserWarning, stacklevel=3)
-        index = tuple(i != 0 if getattr(i, 'dtype', None) == np.uint8 else i for i in index)   # masks, as PyTorch's
+        index = tuple(i != 0 if mask else i for mask, i in zip(masks, index))   # masks, as PyTorch's
         selects = [_is_select(i) for i in index]
         if not any(selects) or all(selects) or all(_index_dims(i) is None for i in index):
             return [index]
@@ -5318,7 +5319,8 @@ def dropout(x, p=0.5, training=True):
     _need_float(x, 'dropout')
     xp = _xp(x.data)
     keep = (xp.random.random(x.shape) >= p).astype(x.dtype)
-    ct = _opmath(x.dtype).type   # the scale 1 / (1 - p) as PyTorch's: in float32 for float16, rounded once
+    ct = _opmath(x.dtype).type   # the scale 1 / (1 - p) as PyTorch's on the CPU: in float32 for float16, rounded once
+    # to float16 (its CUDA kernel multiplies by the float32 scale: a float16 step apart where 1 / (1 - p) is inexact)
     return x * Tensor._wrap(keep * x.dtype.type(ct(1) / ct(1 - p)) if p < 1 else keep, x.device)
 
 
