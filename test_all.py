@@ -9948,37 +9948,39 @@ for _case in GRU_CASES:
 def test_gpu_gru_bias_gradients_from_the_kernel():
     """On the persistent path the backward kernel sums the bias gradients of its cells over the steps
     (BwdCells::store_bias) and the host sums their B rows: no column sum over the (T B, 3H) gradients runs. b_ih's and
-    b_hh's gradients (each requiring grad alone, and both) match the CPU's in float64, the other parameters' too."""
+    b_hh's gradients (each requiring grad alone, and both) match the CPU's in float64, the other parameters' too: in
+    the kernels the layouts choose (a cluster one on Hopper) and in the cooperative ones (the others hidden)."""
     need_cuda()
     r = rng('gru kernel bias sums')
     x0, h0 = r.uniform(-1, 1, (7, 5, 12)), r.uniform(-1, 1, (1, 5, 40))
     tl.manual_seed(0)
     state = {k: 1.5 * v.astype(np.float64) for k, v in tl.GRU(12, 40).state_dict().items()}
-    for alone in ('bias_ih_l0', 'bias_hh_l0', None):
-        results, rows = [], []
-        for dtype, device in ((np.float64, 'cpu'), (np.float32, 'cuda')):
-            m = tl.GRU(12, 40).to(dtype)
-            m.load_state_dict(state)
-            m = m.to(device)
-            for name in ('bias_ih_l0', 'bias_hh_l0'):
-                getattr(m, name).requires_grad = alone in (None, name)
-            summed = tl._sum
 
-            def spy(a, *args, **kwargs):   # the bias gradients' sums: of (rows, 3H) or (rows, 6H)
-                if a.ndim == 2 and a.shape[1] in (120, 240):
-                    rows.append((device, a.shape))
-                return summed(a, *args, **kwargs)
-            with mock.patch.object(tl, '_sum', spy), tf32(False), poisoned() if device == 'cuda' else \
-                    contextlib.nullcontext():
-                out, h_n = m(tl.tensor(x0.astype(dtype), device=device), tl.tensor(h0.astype(dtype), device=device))
-                ((out * tl.tensor(upstream(0, out.shape, dtype), device=device)).sum() + h_n.sum()).backward()
-            results.append({n: p.grad.numpy().astype(np.float64) for n, p in m.named_parameters() if p.grad is not None})
-        assert results[0].keys() == results[1].keys() and len(results[0]) == 2 + (2 if alone is None else 1), alone
-        for name, want in results[0].items():
-            assert_matches(results[1][name], want, 1e-5, f'{name} ({alone or "both biases"} requiring grad)')
-        on_gpu = [shape for device, shape in rows if device == 'cuda']
-        assert on_gpu == [(5, 240)], f'{alone}: the GPU summed {on_gpu}, not the kernel\'s rows alone'
-        assert ((7 * 5, 120) in [shape for device, shape in rows if device == 'cpu']), rows
+    def gradients(alone, dtype, device, hidden=None):   # (parameter gradients, shapes of the bias sums' inputs)
+        m, rows, summed = tl.GRU(12, 40).to(dtype), [], tl._sum
+        m.load_state_dict(state)
+        m = m.to(device)
+        for name in ('bias_ih_l0', 'bias_hh_l0'):
+            getattr(m, name).requires_grad = alone in (None, name)
+
+        def spy(a, *args, **kwargs):   # the bias gradients' sums: of (rows, 3H) or (rows, 6H)
+            if a.ndim == 2 and a.shape[1] in (120, 240):
+                rows.append(a.shape)
+            return summed(a, *args, **kwargs)
+        with mock.patch.object(tl, '_sum', spy), tf32(False), kernels_hidden(hidden) if hidden else \
+                contextlib.nullcontext(), poisoned() if device == 'cuda' else contextlib.nullcontext():
+            out, h_n = m(tl.tensor(x0.astype(dtype), device=device), tl.tensor(h0.astype(dtype), device=device))
+            ((out * tl.tensor(upstream(0, out.shape, dtype), device=device)).sum() + h_n.sum()).backward()
+        return {n: p.grad.numpy().astype(np.float64) for n, p in m.named_parameters() if p.grad is not None}, rows
+    for alone in ('bias_ih_l0', 'bias_hh_l0', None):
+        want, rows = gradients(alone, np.float64, 'cpu')
+        assert len(want) == 2 + (2 if alone is None else 1) and (7 * 5, 120) in rows, (alone, rows)
+        for hidden in (None, GRU_CLUSTER_KERNELS + GRU_SPLIT_KERNELS):
+            got, rows = gradients(alone, np.float32, 'cuda', hidden)
+            what = f'{alone or "both biases"} requiring grad, {"cooperative kernels" if hidden else "as chosen"}'
+            assert got.keys() == want.keys() and rows == [(5, 240)], f'{what}: the GPU summed {rows}'
+            for name in want:
+                assert_matches(got[name], want[name], 1e-5, f'{name} ({what})')
 
 
 def test_gpu_fused_kernels_relu_batchnorm_listed():
