@@ -3977,8 +3977,9 @@ class Tensor:
         shape = (1,) * (len(sizes) - self.ndim) + self.shape
         tiles = self.reshape([k for n in shape for k in (1, n)])   # a size-1 axis before each, expanded to its count
         tiles = tiles.expand([k for r, n in zip(sizes, shape) for k in (r, n)])
-        out = tiles.reshape([r * n for r, n in zip(sizes, shape)])   # a view where no size tiles anything: copied,
-        return out.clone() if _memory_owner(out.data) is _memory_owner(self.data) else out   # as PyTorch's repeat
+        out = tiles.reshape([r * n for r, n in zip(sizes, shape)])
+        # a view of self where no size tiles anything: copied, as PyTorch's repeat always is
+        return out.clone() if _memory_owner(out.data) is _memory_owner(self.data) else out
 
     @_aliases(dim='axis')
     def repeat_interleave(self, repeats, axis=None, *, output_size=None):
@@ -4445,11 +4446,12 @@ class Tensor:
         if any(isinstance(i, slice) and i.step is not None and i.step <= 0 for i in index):
             raise ValueError(f"index {index}: a slice's step must be greater than zero (as in PyTorch)")
         index = tuple(_index_array(i, _xp(self.data)) if isinstance(i, list) else i for i in index)
-        masks = [isinstance(i, (Tensor,) + _ARRAYS) and i.dtype == np.uint8 for i in index]   # (a NumPy uint8 scalar:
-        if any(mask and i.ndim for mask, i in zip(masks, index)):   # an integer, as in PyTorch)
+        # uint8 arrays and tensors are masks, as PyTorch's (a NumPy uint8 scalar is an integer there)
+        masks = [isinstance(i, (Tensor,) + _ARRAYS) and i.dtype == np.uint8 for i in index]
+        if any(mask and i.ndim for mask, i in zip(masks, index)):
             warnings.warn("indexing with dtype uint8 is deprecated (as in PyTorch), please use a dtype bool instead",
                           UserWarning, stacklevel=3)
-        index = tuple(i != 0 if mask else i for mask, i in zip(masks, index))   # masks, as PyTorch's
+        index = tuple(i != 0 if mask else i for mask, i in zip(masks, index))
         selects = [_is_select(i) for i in index]
         if not any(selects) or all(selects) or all(_index_dims(i) is None for i in index):
             return [index]
