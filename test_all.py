@@ -2465,6 +2465,11 @@ def test_batchnorm_failed_forward_counts_no_batch():
         raises(ValueError, lambda: tl.batch_norm(tl.tensor(x), lm.running_mean, lm.running_var, training=training,
                                                  eps=eps), 'eps', words, str(eps))
     assert tl.batch_norm(tl.tensor(x), lm.running_mean, lm.running_var, eps=0.0).shape == (4, 3)   # evaluation: 0
+    stats = tl.zeros(3, dtype=np.int64), tl.ones(3, dtype=np.int64)   # integer statistics: refused, not truncated
+    raises(RuntimeError, lambda: F.batch_norm(torch.tensor(x), torch.zeros(3, dtype=torch.int64),
+                                              torch.ones(3, dtype=torch.int64), training=True))
+    raises(TypeError, lambda: tl.batch_norm(tl.tensor(x), *stats, training=True), 'running_mean', 'int64')
+    assert stats[0].tolist() == [0, 0, 0] and stats[1].tolist() == [1, 1, 1]
     for k, v in lm.state_dict().items():
         assert np.array_equal(v, before[k]), f'{k} changed by a failed forward'
     a = (sample(rng('bn_none'), (6, 3)) + [1, 2, 3]).astype(np.float32)
@@ -3160,6 +3165,16 @@ def test_softmax_modules_implicit_dim_as_pytorch():
     with warnings.catch_warnings():
         warnings.simplefilter('error')
         tl.Softmax(dim=0)(tl.ones(2, 3)), tl.LogSoftmax(-1)(tl.ones(2, 3))
+    for name in ('softmax', 'log_softmax'):   # the functions given dim=None: the same rule and warning
+        a = sample(rng(('implicit dim function', name)), (2, 3))
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter('always')
+            ours = getattr(tl, name)(tl.tensor(a), dim=None)
+        with warnings.catch_warnings(record=True) as want:
+            warnings.simplefilter('always')
+            theirs = getattr(F, name)(torch.tensor(a), dim=None)
+        assert np.allclose(ours.numpy(), theirs.numpy(), 1e-12, 1e-12), name
+        assert [str(w.message) for w in got] == [str(w.message) for w in want] and got[0].filename == __file__, got
 
 
 def test_embedding_repeated_indices_scatter_add():
@@ -5748,6 +5763,14 @@ def test_error_cat_reshape_linear_conv_shapes():
     assert_names_shapes(raises(ValueError, lambda: a.reshape(4, 2)), (2, 3), (4, 2))
     w = tl.Tensor(sample(r, (5, 4)))
     assert_names_shapes(raises(ValueError, lambda: tl.linear(a, w)), (2, 3), (5, 4))
+    for shape, bias in (((5, 3), (2,)), ((5, 3), (1, 2, 5)), ((1, 3), (2,))):   # a bias must fit the output as it is
+        assert_names_shapes(raises(ValueError, lambda: tl.linear(a, tl.ones(*shape, dtype=a.dtype),
+                                                                 tl.ones(*bias, dtype=a.dtype)), 'linear'), bias)
+    if torch is not None:   # a 1-d weight: x @ weight, as PyTorch's
+        for xs in ((2, 3), (3,), (0, 2, 3), (4, 2, 3)):
+            x0, w0 = sample(r, xs), sample(r, (3,))
+            got, want = tl.linear(tl.tensor(x0), tl.tensor(w0)), F.linear(torch.tensor(x0), torch.tensor(w0))
+            assert got.shape == tuple(want.shape) and np.allclose(got.numpy(), want.numpy(), 1e-12, 1e-12), xs
     a32, w32 = a.float(), tl.Tensor(sample(r, (5, 3))).float()
     for weight, bias, names in ((w32.double(), None, ('float32', 'float64')), (w32, w32[:, 0].double(), ('float64',)),
                                 (w32.half(), w32[:, 0], ('float16',))):   # no promotion, as PyTorch's
@@ -6527,10 +6550,13 @@ def test_error_window_sizes_name_the_argument():
     or a NumPy broadcast error before; the pools' said MaxPool or AvgPool)."""
     r = rng('window sizes')
     x, w = tl.tensor(sample(r, (2, 3, 6, 6))), tl.tensor(sample(r, (4, 3, 3, 3)))
-    for kwargs, needle in (({'stride': 0}, 'stride'), ({'stride': (2,)}, 'stride'), ({'padding': -1}, 'padding'),
+    for kwargs, needle in (({'stride': 0}, 'stride'), ({'stride': (2, 2, 2)}, 'stride'), ({'padding': -1}, 'padding'),
                            ({'padding': (1, 1, 1)}, 'padding')):
         raises(ValueError, lambda: tl.conv2d(x, w, **kwargs), 'conv2d', needle, str(list(kwargs.values())[0]))
     assert tl.conv2d(x, w, padding=0).shape == (2, 4, 4, 4)
+    # one int in a sequence stands for both, as PyTorch's; a pool's stride () is its default (the window)
+    assert tl.conv2d(x, w, stride=(2,), padding=[1]).shape == tl.conv2d(x, w, stride=2, padding=1).shape == (2, 4, 3, 3)
+    assert tl.max_pool2d(x, [2]).shape == tl.avg_pool2d(x, 2, stride=()).shape == (2, 3, 3, 3)
     for fn in ('max_pool2d', 'avg_pool2d'):   # each message names the function (some said MaxPool or AvgPool)
         pool = getattr(tl, fn)
         raises(ValueError, lambda: pool(x, 0), fn, 'kernel_size')

@@ -4851,14 +4851,23 @@ def elu(x, alpha=1.0):
     return where(negative, where(negative, x, 0).expm1() * alpha, x)
 
 
+def _implicit_axis(fn, x, axis):
+    """axis, or where None PyTorch's legacy choice for softmax and log_softmax, with its warning."""
+    if axis is not None:
+        return axis
+    warnings.warn(f"Implicit dimension choice for {fn} has been deprecated. Change the call to include dim=X as an "
+                  "argument.", stacklevel=4)   # the caller of softmax (through _aliases) or of the module
+    return 0 if x.ndim in (0, 1, 3) else 1
+
+
 @_aliases(dim='axis')
 def softmax(x, axis=-1):
-    return x.softmax(axis)
+    return x.softmax(_implicit_axis('softmax', x, axis))
 
 
 @_aliases(dim='axis')
 def log_softmax(x, axis=-1):
-    return x.log_softmax(axis)
+    return x.log_softmax(_implicit_axis('log_softmax', x, axis))
 
 
 def einsum(equation, *operands):
@@ -4920,6 +4929,12 @@ def linear(x, weight, bias=None):
     if weight.dtype != x.dtype or bias is not None and bias.dtype != x.dtype:   # as PyTorch's: no promotion
         raise TypeError(f"linear: input of dtype {x.dtype} with weight of dtype {weight.dtype}"
                         + ('' if bias is None else f" and bias of dtype {bias.dtype}") + " (convert them to one dtype)")
+    out_shape = x.shape[:-1] + weight.shape[:-1]   # a 1-d weight: x @ weight, as PyTorch's
+    if bias is not None and _check_broadcast('linear (output, bias)', out_shape, bias.shape) != out_shape:
+        raise ValueError(f"linear: a bias of shape {bias.shape} does not fit the output of shape {out_shape}")
+    if weight.ndim == 1:
+        y = x @ weight
+        return y if bias is None else y + bias
     # every leading axis in one product, as PyTorch's (its dW one product, not one a batch summed)
     rows = x if x.ndim == 2 else x.reshape(-1, x.shape[-1])
     if bias is None or x.dtype != np.float16:
@@ -4927,13 +4942,14 @@ def linear(x, weight, bias=None):
         y = y if bias is None else y + bias
     else:   # the bias added to the unrounded product, one rounding (as PyTorch's addmm; twice was up to 2x its error)
         y = (MatMul.apply(rows, weight.T, out_dtype=np.float32) + bias).to(np.float16)
-    return y if x.ndim == 2 else y.reshape(x.shape[:-1] + (weight.shape[0],))
+    return y if x.ndim == 2 else y.reshape(out_shape)
 
 
 def _pair(v, what='kernel_size', least=1):
-    """(a, b) from an int or a pair of ints, each at least `least`: a clear error naming `what` otherwise (TypeError
-    for what is not ints, bools and floats included, as PyTorch's)."""
+    """(a, b) from an int, a pair of ints or one int in a sequence, each at least `least`: a clear error naming `what`
+    otherwise (TypeError for what is not ints, bools and floats included, as PyTorch's)."""
     pair = tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+    pair = pair * 2 if len(pair) == 1 else pair   # (k,): both, as PyTorch's
     if not all(map(_is_int, pair)):
         raise TypeError(f"{what} must be an int or a pair of ints, got {v!r}")
     if len(pair) != 2 or min(pair) < least:
@@ -4980,7 +4996,8 @@ def conv2d(x, weight, bias=None, stride=1, padding=0):
 
 def _pool(fn, x, kernel_size, stride):
     kernel = _pair(kernel_size, f'{fn.name}: kernel_size')
-    stride = kernel if stride is None else _pair(stride, f'{fn.name}: stride')
+    empty = isinstance(stride, (tuple, list)) and not stride   # (): PyTorch's None
+    stride = kernel if stride is None or empty else _pair(stride, f'{fn.name}: stride')
     if x.ndim not in (3, 4):
         raise ValueError(f"{fn.name}: expected a 3-d (C, H, W) or 4-d (N, C, H, W) input, got shape {x.shape}")
     if x.dtype == bool:
@@ -5010,6 +5027,9 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
             raise ValueError(f"batch_norm: {name} of shape {t.shape} for input of shape {x.shape}")
     if (running_mean is None) != (running_var is None):
         raise ValueError("batch_norm: running_mean and running_var must both be given or both be None")
+    for name, t in (('running_mean', running_mean), ('running_var', running_var)):
+        if t is not None and t.dtype.kind != 'f':   # (their update would be truncated into them)
+            raise TypeError(f"batch_norm: {name} of dtype {t.dtype}: a floating-point one is needed (as PyTorch's)")
     _need_float(x, 'batch_norm')
     if not training and running_mean is None:
         raise ValueError("batch_norm: evaluation mode needs running_mean and running_var")
@@ -5993,12 +6013,7 @@ class _Softmax(Module):
         self.dim = dim
 
     def forward(self, x):
-        dim = self.dim
-        if dim is None:   # PyTorch's legacy choice, with its warning
-            warnings.warn(f"Implicit dimension choice for {self.fn.__name__} has been deprecated. Change the call to "
-                          "include dim=X as an argument.", stacklevel=3)
-            dim = 0 if x.ndim in (0, 1, 3) else 1
-        return self.fn(x, dim)
+        return self.fn(x, _implicit_axis(self.fn.__name__, x, self.dim))
 
     def extra_repr(self):
         return f"dim={self.dim}"
