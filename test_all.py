@@ -4708,6 +4708,61 @@ def test_module_zero_grad():
     assert all(p.grad is None or not p.grad.numpy().any() for p in net.parameters())
 
 
+def test_audit_survivors_pinned():
+    """Behaviours a mutation audit (twenty-fifth session) found no test would notice going wrong, each against PyTorch:
+    SGD's momentum buffer is its own memory (with zero_grad(set_to_none=False) zeroing the gradients in place, an
+    aliased buffer lost the momentum); load_state_dict between a forward and its backward bumps the versions (the
+    backward raises, not a wrong gradient); a cast's backward casts back (float16 overflow before a .float() stays
+    inf, as loss scaling relies on); mean, var and std of nothing are NaN; a module's and an optimizer's state_dict
+    are copies (this project's contract: PyTorch's share memory), unchanged by a later step."""
+    need_torch()
+    results = []
+    for m, optim in ((tl, tl), (torch, torch.optim)):
+        p = m.tensor(np.array([1.0, -2.0]), requires_grad=True)
+        opt = optim.SGD([p], lr=0.1, momentum=0.9, nesterov=True)
+        for step in range(3):
+            opt.zero_grad(set_to_none=False)
+            (p * p * (step + 1)).sum().backward()
+            opt.step()
+        results.append(p.detach().numpy().copy())
+        if m is tl:
+            assert not np.shares_memory(opt.state[p]['momentum_buffer'].data, p.grad.data)
+    assert np.allclose(results[0], results[1], 1e-12, 1e-12), results
+    for m in (tl, torch):
+        lin = (tl.Linear if m is tl else torch.nn.Linear)(2, 1).double()
+        state = {k: np.asarray(v) * 2 for k, v in (lin.state_dict() if m is tl else
+                                                   {k: v.detach().numpy() for k, v in lin.state_dict().items()}).items()}
+        y = (m.tensor(np.ones((1, 2)), requires_grad=True) @ lin.weight.T).sum()
+        lin.load_state_dict(state if m is tl else {k: torch.tensor(v) for k, v in state.items()})
+        raises(RuntimeError, lambda: y.backward())
+    grads = []
+    for m in (tl, torch):
+        x = m.tensor(np.array([300.0, 1.0], np.float16), requires_grad=True)
+        w = m.tensor(np.array([250.0, 0.5], np.float16), requires_grad=True)
+        with np.errstate(over='ignore'):   # (300 * 250 is inf in float16, as meant)
+            ((x * w).float() * 1e5).sum().backward()
+        grads.append((x.grad.numpy(), w.grad.numpy()))
+    for ours, theirs in zip(*grads):
+        assert ours.dtype == np.float16 and np.array_equal(ours, theirs), (ours, theirs)
+    for name in ('mean', 'var', 'std'):
+        for shape, axis in (((0,), None), ((2, 0), 1)):
+            with warnings.catch_warnings():
+                warnings.simplefilter('ignore')   # (PyTorch warns of the degrees of freedom)
+                got, want = (getattr(m.zeros(*shape), name)(*(() if axis is None else (axis,))) for m in (tl, torch))
+            assert got.shape == tuple(want.shape) and np.isnan(got.numpy()).all() and np.isnan(want.numpy()).all()
+    model = tl.Linear(2, 2)
+    opt = tl.Adam(model.parameters(), lr=0.1)
+    model(tl.ones(1, 2)).sum().backward()
+    opt.step()
+    saved, saved_opt = model.state_dict(), opt.state_dict()
+    before = {k: v.copy() for k, v in saved.items()}
+    steps = [np.array(s['step']).copy() for s in saved_opt['state'].values()]
+    model(tl.ones(1, 2)).sum().backward()
+    opt.step()
+    assert all(np.array_equal(saved[k], before[k]) for k in saved), 'a later step changed a saved state_dict'
+    assert [np.array(s['step']) for s in saved_opt['state'].values()] == steps, 'a later step changed a saved step'
+
+
 def test_state_dict_round_trip():
     tl.manual_seed(0)
     a, b = build_net(tl), build_net(tl)
