@@ -4930,7 +4930,8 @@ def linear(x, weight, bias=None):
         raise TypeError(f"linear: input of dtype {x.dtype} with weight of dtype {weight.dtype}"
                         + ('' if bias is None else f" and bias of dtype {bias.dtype}") + " (convert them to one dtype)")
     out_shape = x.shape[:-1] + weight.shape[:-1]   # a 1-d weight: x @ weight, as PyTorch's
-    if bias is not None and _check_broadcast('linear (output, bias)', out_shape, bias.shape) != out_shape:
+    if bias is not None and bias.shape != out_shape[-1:] and _check_broadcast(
+            'linear (output, bias)', out_shape, bias.shape) != out_shape:
         raise ValueError(f"linear: a bias of shape {bias.shape} does not fit the output of shape {out_shape}")
     if weight.ndim == 1:
         y = x @ weight
