@@ -4708,6 +4708,29 @@ def test_module_zero_grad():
     assert all(p.grad is None or not p.grad.numpy().any() for p in net.parameters())
 
 
+def test_module_to_gives_changed_buffers_new_tensors():
+    """Module.to/.double()/.half() gives a buffer whose dtype or device changes a new tensor, as PyTorch's: the
+    tensor the caller registered (a loss's weight=) stays as it was and still serves the module it was given to;
+    parameters change in place (their identity kept, as PyTorch's); a buffer that does not change keeps its tensor."""
+    need_torch()
+    logits, target, losses = np.array([[0.2, -1.0, 0.5]]), np.array([2]), []
+    for m, loss in ((tl, tl.CrossEntropyLoss), (torch, torch.nn.CrossEntropyLoss)):
+        w = m.tensor([1.0, 2.0, 3.0])
+        kept, doubled = loss(weight=w), loss(weight=w).double()
+        assert str(w.dtype).endswith('float32') and str(doubled.weight.dtype).endswith('float64'), m.__name__
+        assert str(doubled(m.tensor(logits), m.tensor(target)).dtype).endswith('float64'), m.__name__
+        losses.append(float(kept(m.tensor(logits.astype(np.float32)), m.tensor(target)).item()))   # still float32
+    assert abs(losses[0] - losses[1]) < 1e-6, losses
+    bn = tl.BatchNorm1d(3)
+    weight, mean = bn.weight, bn.running_mean
+    bn.double()
+    assert bn.weight is weight and bn.weight.dtype == np.float64 and bn.running_mean is not mean, 'identities'
+    assert bn.running_mean.dtype == np.float64 and mean.dtype == np.float32 and bn.num_batches_tracked.dtype == np.int64
+    counter = bn.num_batches_tracked
+    bn.double()
+    assert bn.running_mean.dtype == np.float64 and bn.num_batches_tracked is counter, 'an unchanged buffer replaced'
+
+
 def test_audit_survivors_pinned():
     """Behaviours a mutation audit (twenty-fifth session) found no test would notice going wrong, each against PyTorch:
     SGD's momentum buffer is its own memory (with zero_grad(set_to_none=False) zeroing the gradients in place, an

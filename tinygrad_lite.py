@@ -5572,13 +5572,22 @@ class Module:
         dtype = None if dtype is None else _dtype(dtype)
         if dtype is not None and dtype.kind != 'f':
             raise TypeError(f"{what}: only floating-point dtypes, got {dtype}")
-        converted = []
-        tensors = self._named_tensors(recurse=recurse)
+        converted, tensors = [], list(self._named_tensors(recurse=recurse))
         for u in {id(u): u for _, t, _ in tensors for u in (t, t.grad) if u is not None}.values():
-            data = u.data.astype(dtype) if dtype is not None and u.dtype.kind == 'f' else u.data
+            data = u.data.astype(dtype, copy=False) if dtype is not None and u.dtype.kind == 'f' else u.data
             converted.append((u, data if device is None else _move(data, device)))
+        buffers = {id(t) for _, t, is_buffer in tensors if is_buffer}
+        renewed = {}   # a buffer that changes becomes a new tensor, as PyTorch's (the caller's own stays as it was)
         for u, data in converted:   # only once all are converted: a failure leaves the module as it was
-            u.data, u.device = data, device or u.device
+            if id(u) in buffers and data is not u.data:
+                renewed[id(u)] = Tensor._wrap(data, device or u.device)
+                renewed[id(u)].requires_grad, renewed[id(u)]._grad = u.requires_grad, u.grad   # (its grad converted)
+            else:
+                u.data, u.device = data, device or u.device
+        for _, m in self.named_modules(remove_duplicate=False) if recurse else [('', self)]:
+            for name in m.__dict__.get('_buffer_names', []):
+                if id(getattr(m, name)) in renewed:
+                    object.__setattr__(m, name, renewed[id(getattr(m, name))])
         return self
 
     cuda = lambda self, device=None: self.to('cuda' if device is None else f'cuda:{device}')
