@@ -6893,6 +6893,12 @@ def test_cross_entropy_shapes_as_pytorch():
                 assert_close(ours.grad, theirs.grad.numpy(), 1e-10, 1e-12, what + ' gradient')
     raises(ValueError, lambda: tl.cross_entropy(tl.tensor(sample(r, (3, 5, 6))), tl.tensor(np.zeros((3, 5), np.int64))),
            '(3, 6)', '(3, 5)')
+    x = sample(r, (5,))   # a (C,) input also takes a (1,) target, as a 0-d one (PyTorch's)
+    for reduction in ('mean', 'none'):
+        for ours_fn, theirs_fn in ((tl.cross_entropy, F.cross_entropy), (tl.nll_loss, F.nll_loss)):
+            got = ours_fn(tl.tensor(x), tl.tensor(np.array([3])), reduction=reduction)
+            want = theirs_fn(torch.tensor(x), torch.tensor(np.array([3])), reduction=reduction)
+            assert got.shape == tuple(want.shape) == () and abs(got.item() - want.item()) < 1e-12, reduction
 
 
 def test_cross_entropy_ignore_index_as_pytorch():

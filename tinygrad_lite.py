@@ -5078,13 +5078,13 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
 
 def _class_targets(what, input, target, ignore_index):
     """input and its target of class indices as PyTorch's cross_entropy and nll_loss take them: input (C,) with a 0-d
-    target, (N, C) with (N,), or (N, C, d1, ...) with (N, d1, ...) (checked); returns input as the (rows, C) matrix of
-    every position's scores, classes last, the int64 target (rows,), and the shape of a loss per position."""
+    (or (1,)) target, (N, C) with (N,), or (N, C, d1, ...) with (N, d1, ...) (checked); returns input as the (rows, C)
+    matrix of every position's scores, classes last, the int64 target (rows,), and the shape of a loss per position."""
     if not _is_int(ignore_index) or not -2 ** 63 <= ignore_index < 2 ** 63:
         raise TypeError(f"{what}: ignore_index must be an int64 class index, got {ignore_index!r}")
     target = target if isinstance(target, Tensor) else Tensor(np.asarray(target), device=input.device)
     expected = () if input.ndim == 1 else input.shape[:1] + input.shape[2:]
-    if input.ndim == 0 or target.shape != expected:
+    if input.ndim == 0 or target.shape != expected and not (input.ndim == 1 and target.shape == (1,)):
         raise ValueError(f"{what}: input of shape {input.shape} ((C,), (N, C) or (N, C, d1, ...)) needs "
                          f"targets of shape {expected if input.ndim else '(N, d1, ...)'}, got {target.shape}")
     if target.dtype.kind not in 'iu':
