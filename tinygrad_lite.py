@@ -5580,8 +5580,8 @@ class Module:
         renewed = {}   # a buffer that changes becomes a new tensor, as PyTorch's (the caller's own stays as it was)
         for u, data in converted:   # only once all are converted: a failure leaves the module as it was
             if id(u) in buffers and data is not u.data:
-                renewed[id(u)] = Tensor._wrap(data, device or u.device)
-                renewed[id(u)].requires_grad, renewed[id(u)]._grad = u.requires_grad, u.grad   # (its grad converted)
+                new = renewed[id(u)] = Tensor._wrap(data, device or u.device)
+                new.requires_grad, new._grad = u.requires_grad, u.grad   # (its grad converted in this loop too)
             else:
                 u.data, u.device = data, device or u.device
         for _, m in self.named_modules(remove_duplicate=False) if recurse else [('', self)]:
