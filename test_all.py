@@ -10450,6 +10450,21 @@ def test_cifar_no_network_says_how_to_point_data():
             assert e.code not in (0, None) and 'no network' in str(e.code), e.code
         else:
             raise AssertionError('main() did not exit')
+        assert os.listdir(root) == [], os.listdir(root)   # root existed before: kept, and nothing left in it
+    class CutOff(io.BytesIO):   # the connection drops after the first chunk
+        headers = {}
+        def read(self, n=-1):
+            chunk = super().read(n)
+            if not chunk:
+                raise ConnectionResetError('reset by peer')
+            return chunk
+    def cut_off(*a, **k):
+        return CutOff(b'x' * (1 << 20))
+    for urlopen in (offline, cut_off):
+        with tempfile.TemporaryDirectory() as root, mock.patch.object(urllib.request, 'urlopen', urlopen):
+            made = os.path.join(root, 'data')
+            raises(tc.DataError, lambda: tc.load_cifar(made, 'train'), 'no network')
+            assert not os.path.exists(made), os.listdir(made)   # no empty ./data, no .part left behind
 
 
 def test_cifar_missing_batches_named_not_downloaded():

@@ -42,6 +42,7 @@ and the warm-up (a few throwaway steps on the GPU that compile kernels and fill 
 apart (airbench's total also counts its final, test-time-augmented evaluation: add the two to compare).
 """
 import argparse
+import contextlib
 import hashlib
 import json
 import math
@@ -93,7 +94,9 @@ def _md5(path):
 
 
 def download_cifar(root):
-    """Fetch the official archive into root (tqdm bar), check its MD5 and unpack cifar-10-batches-py/."""
+    """Fetch the official archive into root (tqdm bar), check its MD5 and unpack cifar-10-batches-py/.
+    A failed download leaves no partial file, nor a root folder it made."""
+    made_root = not os.path.isdir(root)
     os.makedirs(root, exist_ok=True)
     archive = os.path.join(root, 'cifar-10-python.tar.gz')
     if not (os.path.exists(archive) and _md5(archive) == MD5):
@@ -106,6 +109,11 @@ def download_cifar(root):
                     f.write(chunk)
                     bar.update(len(chunk))
         except OSError as e:   # no network, DNS failure, refused, timed out (URLError is an OSError)
+            with contextlib.suppress(OSError):
+                os.remove(part)
+            if made_root:
+                with contextlib.suppress(OSError):
+                    os.rmdir(root)   # only while empty
             raise DataError(
                 f"CIFAR-10 is not in {root} and downloading {URL} failed ({getattr(e, 'reason', e)}): no network?\n"
                 f"Copy the data set in by hand: unpack cifar-10-python.tar.gz so that {root}/cifar-10-batches-py/ "
@@ -502,6 +510,10 @@ def train(args):
     print(f'{len(x_train)} training images; {device} {dtype.name}; batch {batch}, '
           f'{total_steps} steps ({args.epochs:g} epochs); data loaded in {loading:.2f} s; warm-up {warmup_time:.2f} s',
           flush=True)
+    cpu_hours = (total_steps - step) * batch / 50 / 3600   # 2 CPU cores trained about 50 images/s
+    if device == 'cpu' and cpu_hours > 0.2:
+        print(f'note: about {cpu_hours:.1f} h on a CPU of 2 cores (50 images/s); --train-limit and --epochs make a '
+              'shorter run', flush=True)
     print(f"{'epoch':>5} {'train_loss':>10} {'train_acc':>9} {'train_time':>10}", flush=True)
     records, log = [], open(args.log, 'a' if args.resume else 'w') if args.log else None
     for epoch in range(start_epoch, last_epoch):
