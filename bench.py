@@ -4,6 +4,7 @@
     python bench.py --only elementwise   # one table
     python bench.py --out tables.md      # also write the markdown tables to tables.md
     python bench.py --only train_step --cifar DIR   # with a full CIFAR-10 run's time to accuracy
+    python bench.py --only gru_parts --gru-sweep 40  # also time the GRU planner's 40 best-ranked layouts each way
 
 GPU times: medians of per-call CUDA events, each framework's events recorded on its own current
 stream (CuPy's for tinygrad_lite, PyTorch's for PyTorch), after warm-up, with the inputs rotated
@@ -23,6 +24,7 @@ A new table is a function returning a Table and one line in main's list.
 import argparse
 import contextlib
 import functools
+import json
 import math
 import os
 import platform
@@ -588,6 +590,7 @@ def _gru_rows(table, steps, batch, n_in, hidden, dtype):
 
 GRU_LAYOUT_KINDS = 8   # per direction: the planner's choice, its model's near-ties (at most GRU_LAYOUT_TIES) and the
 GRU_LAYOUT_TIES = 8    # best-ranked layout of up to GRU_LAYOUT_KINDS other kinds
+GRU_LAYOUT_SWEEP = 0   # bench.py --gru-sweep N: at least the N best-ranked layouts each way (a refit's data)
 
 
 def bench_gru_parts():
@@ -674,6 +677,11 @@ def _gru_part_rows(table, steps, batch, n_in, hidden, dtype):
     _layout_notes(table, f'{label} bwd', key, plans[1], bwd, new, (dg_ih, dg_hh, dh0, parts), tol)
 
 
+def _json_number(value):
+    """json.dumps's fallback for NumPy's scalars."""
+    return value.item()
+
+
 def _replay_note(table, what, ours, theirs):
     times = [statistics.median(graph_time(fn, [()], framework)) for fn, framework in ((ours, 'tl'), (theirs, 'torch'))]
     table.note(f'{what} by CUDA-graph replay: ours {times[0]:.4f} ms ({", ".join(cuda_kernels(ours))}), torch '
@@ -699,13 +707,19 @@ def _layout_notes(table, label, key, chosen, launch, new_results, reference, tol
         if kind(entry[3]) not in kinds and len(kinds) <= GRU_LAYOUT_KINDS:
             kinds.add(kind(entry[3]))
             picks.append(entry)
+    timed = {entry[3] for entry in picks}
+    picks += [entry for entry in ranked[:GRU_LAYOUT_SWEEP] if entry[3] not in timed]
     lines, fastest, chosen_ms = [], None, None
     for clocks, read, _, layout, eligible in picks:
         results = new_results()
+        record = dict(label=label, key=key, layout=layout, clocks=clocks, read=read, eligible=eligible,
+                      chosen=layout == chosen)   # one JSON line each in the log: what a refit of the model reads
         try:
             ms = statistics.median(cuda_time(lambda: launch(layout, results), [()], 'tl', warmup=3, reps=15))
         except Exception as e:   # a layout the kernels refuse: said, and the next one timed
             lines.append(f'{layout} FAILED {type(e).__name__}: {str(e)[:80]}')
+            log('gru-layout ' + json.dumps(dict(record, failed=f'{type(e).__name__}: {e}'), default=_json_number),
+                echo=False)
             continue
         off = float(np.max([float(cp.abs(r.astype(np.float32) - w.astype(np.float32)).max()) /   # NaN kept
                             max(float(cp.abs(w.astype(np.float32)).max()), 1e-30) for r, w in zip(results, reference)]))
@@ -714,6 +728,7 @@ def _layout_notes(table, label, key, chosen, launch, new_results, reference, tol
         fastest, chosen_ms = min(fastest or (ms, layout), (ms, layout)), ms if layout == chosen else chosen_ms
         lines.append(f'{layout} {ms:.4f} ms (model {clocks:.0f}+{read:.0f}{"" if eligible else ", not eligible"}, '
                      f'off {off:.1e}{" BEYOND TOLERANCE" if beyond else ""})')
+        log('gru-layout ' + json.dumps(dict(record, ms=ms, off=off), default=_json_number), echo=False)
     table.note(f'{label} layouts (chosen first): ' + '; '.join(lines) +
                (f'; fastest {fastest[1]}, {fastest[0] / chosen_ms:.2f} of the choice\'s time' if chosen_ms else ''))
 
@@ -988,13 +1003,16 @@ def main():
     parser.add_argument('--only', choices=[name for name, _, _ in tables], help='run this table alone')
     parser.add_argument('--out', help='also write the markdown tables to this file')
     parser.add_argument('--cifar', metavar='DIR', help="CIFAR-10 for train_step's time-to-accuracy run")
+    parser.add_argument('--gru-sweep', type=int, default=0, metavar='N',
+                        help="gru_parts: time at least the N layouts of each persistent GRU kernel that the planner's "
+                             'model ranks best (JSON lines "gru-layout ..." in $OUT/bench.log)')
     args = parser.parse_args()
     if args.out is not None and os.path.isdir(args.out):   # checked now, not after all the timing
         parser.error(f'--out {args.out}: a folder; give a file path')
     if args.out is not None and not os.path.isdir(os.path.dirname(args.out) or '.'):
         parser.error(f'--out {args.out}: its folder {os.path.dirname(args.out)} does not exist')
-    global CIFAR_DATA
-    CIFAR_DATA = args.cifar
+    global CIFAR_DATA, GRU_LAYOUT_SWEEP
+    CIFAR_DATA, GRU_LAYOUT_SWEEP = args.cifar, args.gru_sweep
     out_dir = os.environ.get('OUT')
     if out_dir:
         _log_file = open(os.path.join(out_dir, 'bench.log'), 'w')

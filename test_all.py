@@ -10834,6 +10834,42 @@ def test_bench_out_folder_checked_before_timing():
                     raise AssertionError(f'--out {out} accepted')
 
 
+
+def test_bench_gru_layout_sweep_logs_each_timed_layout():
+    """bench.py's gru_parts (launches mocked on NumPy arrays): each direction times the planner's choice first, its
+    near-ties and other kinds, and with --gru-sweep N at least the model's N best-ranked layouts, once each; every
+    timed layout is a JSON line in the log (a failed launch too); a layout that leaves a cell unwritten (NaN) counts
+    as a failure."""
+    import bench
+    key, splits = (132, 232448, 16, 128, 4, 1, True), tuple((p, n, tl._GRU_WG) for p, n in ((2, 66), (4, 30), (8, 15)))
+    class Table:
+        failures, note = 0, lambda self, line: None
+    for forward, sweep in itertools.product((True, False), (0, 40)):
+        chosen, log, table = tl._gru_plan(forward, *key, splits), io.StringIO(), Table()
+        def launch(layout, results):
+            if layout[6] == 8:
+                raise RuntimeError('no such kernel')
+            results[0][...] = 1 if layout[0] != 4 else np.nan   # four batch groups leave cells unwritten
+        with mock.patch.object(bench, 'cp', np), mock.patch.object(bench, '_log_file', log), \
+                mock.patch.object(bench, 'GRU_LAYOUT_SWEEP', sweep), mock.patch.object(tl, '_gru_splits', lambda *a: splits), \
+                mock.patch.object(bench, 'cuda_time', lambda fn, *a, **k: (fn(), [0.25])[1]):
+            bench._layout_notes(table, 'GRU ' + ('fwd' if forward else 'bwd'), key, chosen, launch,
+                                lambda: (np.full((3, 4), np.nan, np.float32),), (np.ones((3, 4), np.float32),), 1e-3)
+        records = [json.loads(line.split(' ', 1)[1]) for line in log.getvalue().splitlines()]
+        layouts = [tuple(r['layout']) for r in records]
+        what = f'forward {forward} sweep {sweep}: {layouts}'
+        assert layouts[0] == chosen and records[0]['chosen'] and len(set(layouts)) == len(layouts), what
+        assert len(layouts) <= sweep + 1 + 8 + 9, what
+        ranked = []
+        tl._gru_plan(forward, *key, splits, ranked=ranked)
+        best = [e[3] for e in sorted(ranked, key=lambda e: (e[0] + e[1], e[2]))][:sweep]
+        assert set(best) <= set(layouts), what
+        for r in records:
+            assert ('failed' in r) == (r['layout'][6] == 8), r
+            assert 'failed' in r or r['ms'] == 0.25 and (r['off'] == 0) == (r['layout'][0] != 4), r
+        assert table.failures == sum(r['layout'][0] == 4 and r['layout'][6] != 8 for r in records) > 0, what
+
+
 # ===== runner =====
 
 def main(argv):
