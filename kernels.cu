@@ -2372,7 +2372,7 @@ __global__ void gru_gates_bwd(const T* __restrict__ dout_t, const T* __restrict_
     }
 }
 
-// ===== conv (im2col/col2im) =====
+// ===== conv: layouts, im2col/col2im, direct, implicit GEMM (mma.sync, wgmma, TMA) =====
 // cols[m, (i*kw + j)*C + c] = x[n, ho*sh - ph + i, wo*sw - pw + j, c] (0 outside the image),
 // m = (n*Ho + ho)*Wo + wo, so the forward conv is cols @ W2^T with W2 = w.transpose(0,2,3,1)
 // reshaped (C_out, kh*kw*C). A thread owns one V-wide column slot kv of the KV = kh*kw*C/V slots
@@ -3201,9 +3201,9 @@ conv_implicit_tma(const __grid_constant__ hopper::TensorMap x_map, const __grid_
 // 16-byte piece) into registers two steps ahead and storing them transposed; threads 256-511 multiply. No block
 // barrier: per stage an mbarrier `full` (256 arrivals: each copying thread once its stores are fenced for wgmma's
 // reads) and `empty` (8 arrivals: each multiplying warp once the stage's products are done), phases counted by
-// step / STAGES. On the H200 at train_cifar.py's shapes (scratch/wgconv/sweep_dw.py), the specialized TF32 took
-// 256->256 at 7x7 from 604 to 555 us and 64->256 at 15x15 from 779 to 689; float16's (a copying warpgroup issuing
-// cp.async) gained nothing. Every split has rows (the first step's products write d).
+// step / STAGES. On the H200 at train_cifar.py's shapes the specialized TF32 took 256->256 at 7x7 from 604 to 555 us
+// and 64->256 at 15x15 from 779 to 689; float16's (a copying warpgroup issuing cp.async) gained nothing. Every split
+// has rows (the first step's products write d).
 // Dynamic shared memory: STAGES x (BO + BKC) x 128 + 1024 (+ 16 STAGES for TF32's mbarriers).
 template <typename T, int BO, int BKC, int STAGES>   // as wg_blocks, where d needs 32 registers (TF32: 512 threads)
 constexpr int wg_dw_blocks() {

@@ -8797,12 +8797,12 @@ def kernels_hidden(names=None):
     """tinygrad_lite as if kernels.cu lacked the kernels `names` (None: as if it were missing) on the current GPU."""
     device = cp.cuda.runtime.getDevice()
     loaded = tl._load_kernels()
-    tl._modules[device] = {} if names is None else {e: k for e, k in loaded.items() if e.split('<')[0] not in names}
+    tl._loaded_kernels[device] = {} if names is None else {e: k for e, k in loaded.items() if e.split('<')[0] not in names}
     forget_kernels()
     try:
         yield
     finally:
-        tl._modules[device] = loaded
+        tl._loaded_kernels[device] = loaded
         forget_kernels()
 
 
@@ -10107,7 +10107,7 @@ def test_gpu_poison_and_composed_only_restore_state():
         fresh = [cp.empty(7, dt) for dt in FLOATS] + [cp.empty_like(like), cp.empty((3, 1000), np.float32)]
         assert tl.fused_kernels() == []
     assert all(np.isnan(host(a)).all() for a in fresh), 'a poisoned allocation holds a number'
-    assert cp.cuda.get_allocator() == allocator and tl._modules[device] is loaded
+    assert cp.cuda.get_allocator() == allocator and tl._loaded_kernels[device] is loaded
 
 
 FALLBACK_CHILD = '''

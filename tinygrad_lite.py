@@ -385,8 +385,7 @@ _GRU_CLUSTERS = (1, 2, 4, 8)   # the GRU's cluster kernels' blocks per cluster (
 _GRU_SPLITS = (2, 4, 8)   # the GRU's k-split kernels' blocks per cluster: slices of the product's k extent
 _GRU_WG = (16, 32, 64)   # their float32 products on wgmma: the operand's rows (the B operand's) padded to one of these
 # The fused BatchNorm training passes' packs kept in registers per thread (their RC template argument), per C type
-# (none for float64: the two-kernel passes serve it). On the H200 at 256x64x32x32 (scratch/s18/bn_probe.py), float32
-# forward RC 0, 4, 8, 16: 56, 54, 49, 46 us; backward 0, 2, 4, 6 (RC 16 forward): 90, 90, 78, 78; float16 4 / 4 best.
+# (none for float64: the two-kernel passes serve it): the fastest measured on the H200 (PERF_NOTES.md)
 _BN_KEPT_REGS = {'bn_fwd_train': {'__half': 4, 'float': 16}, 'bn_bwd_train': {'__half': 4, 'float': 4}}
 _CE_UNROLL = {'__half': 4, 'float': 8, 'double': 4}   # cross_entropy_fwd's U: packs of 16 bytes a lane loads at once
 # kernels.cu's implicit:: k-step (bytes of a row), stages in flight and dW's rows a step. The tiles (a probe's picks
@@ -395,14 +394,13 @@ _CE_UNROLL = {'__half': 4, 'float': 8, 'double': 4}   # cross_entropy_fwd's U: p
 _IMPLICIT_BK_BYTES, _IMPLICIT_STAGES, _IMPLICIT_WM = 64, 4, 32
 _IMPLICIT_TILES = ((128, 32, 32, 32), (128, 64, 64, 32))
 _IMPLICIT_DW_TILES = {'__half': ((64, 256), (128, 128)), 'float': ((64, 128), (64, 128))}   # TF32: twice the bytes
-# On 9.0 GPUs (wgmma, sm_90a; scratch sweeps at train_cifar.py's shapes): conv_implicit_wg's (BN output channels,
+# On 9.0 GPUs (wgmma, sm_90a; sweeps at train_cifar.py's shapes): conv_implicit_wg's (BN output channels,
 # MT x 128 rows m, k-steps in shared memory) and conv_implicit_wg_dw's (BO output channels, BKC columns, stages,
 # whole waves of blocks over the splits of the rows), for at most 64 output channels and for more
 _IMPLICIT_WG = ((64, 1, 4), (256, 1, 4))
 _IMPLICIT_WG_DW = {'__half': ((64, 256, 4, 1), (128, 256, 4, 1)), 'float': ((64, 128, 6, 1), (128, 128, 4, 2))}
 # conv_implicit_tma's (BN, MT, STAGES) where x's channels fill whole 128-byte rows, for at most 64 output channels
-# and for more (scratch/tma/probe.py and stage_probe.py on the H200, float16 and TF32: 4 stages of the 64-wide tile,
-# two blocks an SM, took float16 64->64 at 15x15 from 82.9 to 66.1 us and 256->64 from 235.7 to 177.2)
+# and for more (on the H200, 4 stages of the 64-wide tile, two blocks an SM, were the fastest: PERF_NOTES.md)
 _IMPLICIT_TMA = ((64, 1, 4), (256, 1, 4))
 # kernel name -> the template arguments it is instantiated with (C type names, integers)
 _KERNEL_INSTANCES = {
@@ -436,13 +434,15 @@ _KERNEL_INSTANCES = {
     'cross_entropy_bwd': [(t, 'long long', v) for t in _FLOAT_C for v in _PACK[t]],
     'sgd_step': [(t,) for t in _FLOAT_C],
 }
-_COOPERATIVE = {'gru_fwd_persistent', 'gru_bwd_persistent', 'bn_fwd_train', 'bn_bwd_train'}   # launched as
-# cooperative grids
+# launched as cooperative grids
+_COOPERATIVE = {'gru_fwd_persistent', 'gru_bwd_persistent', 'bn_fwd_train', 'bn_bwd_train'}
+# Hopper's wgmma (and TMA), and the GRU's thread-block clusters: built with -arch=sm_90a, on 9.0 devices only
 _SM90A = {'conv_implicit_wg', 'conv_implicit_wg_dw', 'conv_implicit_tma', 'gru_fwd_cluster', 'gru_bwd_cluster',
           'gru_fwd_split', 'gru_bwd_split'}
-# Hopper's wgmma (and TMA), and the GRU's thread-block clusters: built with -arch=sm_90a, on 9.0 devices only
-_BLOCK = 256   # threads per block of every kernel but TF32's conv_implicit_wg_dw (512: warpgroups specialized)
-_modules = {}   # GPU index -> {name expression: RawKernel}, {} when kernels.cu is missing or broken
+# threads per block of every kernel but the implicit-GEMM convs', which set their own (128, 256, 384, or 512 for
+# TF32's conv_implicit_wg_dw, its warpgroups specialized)
+_BLOCK = 256
+_loaded_kernels = {}   # GPU index -> {name expression: RawKernel}, {} when kernels.cu is missing or broken
 _kernels = {}   # (name, template arguments, GPU index) -> RawKernel or None, as _kernel found it
 
 
@@ -466,9 +466,9 @@ def _load_kernels():
     so in 10.2 s, and as three modules compiled one after another in 38.2 s (most of it the BatchNorm kernels).
     Warn once, and fall back to composed CuPy ops for whatever does not load."""
     index = cp.cuda.runtime.getDevice()
-    if index in _modules:
-        return _modules[index]
-    _modules[index] = kernels = {}
+    if index in _loaded_kernels:
+        return _loaded_kernels[index]
+    _loaded_kernels[index] = kernels = {}
     try:
         with open(_KERNEL_PATH) as f:
             source = f.read()
@@ -2042,8 +2042,9 @@ class LayerNormOp(Function):
 # (T, B, 3H) and (T, B, 4H); both give dG_ih and dG_hh as (T, B, 3H) to the common all-steps products.
 _gru_path = None   # None: choose; 'persistent', 'fallback' or 'composed' forces that path on the GPU (tests)
 _gru_chunk_cap = None   # None, or the k-split kernels' staging chunk at most this many columns (tests)
-_gru_wgmma = True   # the k-split kernels' products on wgmma where the model picks it; False: never, 'only': wherever
-# a wgmma layout fits (tests, probes)
+# the k-split kernels' products on wgmma where the model picks it; False: never, 'only': wherever a wgmma layout fits
+# (tests, probes)
+_gru_wgmma = True
 _GRU_MACS = {(4, 0): 96, (4, 1): 512, (2, 1): 1024}   # multiply-adds per clock and SM: FMA, TF32 mma, f16 mma
 _gru_devices = {}   # GPU index -> (multiprocessors, shared memory per block, the persistent kernels' barrier flags)
 _gru_layouts = {}   # (multiprocessors, shared memory, B, H, itemsize, TC, clusters loaded) -> both layouts
@@ -2309,22 +2310,20 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
     of 16 rows by 8 units per warp (kernels.cu's Block). The cooperative kernel (cluster 0) stages the step's operand
     rows from L2 in k-chunks of KC, its batch groups meeting at flags; where `clusters` (the cluster kernels loaded)
     and nu is one of _GRU_CLUSTERS, a batch group can be a cluster (cluster nu) that keeps the whole operand in shared
-    memory, twice (KC = K), and passes it on there. On the H200 (scratch/s18/gru_probe.py, TF32, ms) clusters took the
-    forward at (T, B, in, H) = (100, 16, 32, 128) from 0.300 to 0.238, (100, 64, 256, 256) 0.392 to 0.329,
-    (200, 8, 256, 256) 0.667 to 0.614, the backward in clusters of 4 at the first 0.408 to 0.372; in clusters of 8 (at
-    the others, in an earlier build) the backward took 0.835 -> 0.847 and 0.912 -> 1.043 (its operand is 3H wide,
-    written into 8 blocks every step), so the backward takes clusters of at most 4 (larger ones are only ranked).
+    memory, twice (KC = K), and passes it on there. On the H200 clusters were faster than the cooperative kernel at
+    every shape timed, the backward's only up to 4 blocks (its operand is 3H wide, written into every block of the
+    cluster each step; PERF_NOTES.md), so the backward takes clusters of at most 4 (larger ones are only ranked).
     Split (the tensor cores only; `splits` = ((P, clusters resident, wgmma sizes), ...) of the k-split kernels
     loaded): a cluster of P blocks (cluster P) shares a (batch group, J units) pair, each block holding its units'
     weights over KC = KP of the k extent and staging only that slice of the operand (kernels.cu's Split), whole or
     (where it does not fit beside the weights) in two buffers of k-chunks of `split` columns (split = KP: whole;
     unsplit layouts: split 0); every block of a batch group resident. Its products run on mma.sync (wn 0), or (float32,
     where wgmma kernels of P loaded) on wgmma, the operand's rows padded to wn. Its model was fitted to the H200's times
-    of 7 shapes each way on mma.sync (scratch/s19/split_probe.py: forward and backward, P = 2, 4, 8 against the
-    unsplit layouts) and picks the fastest there (wgmma's rate in it is a guess); it is compared with the unsplit
-    layout chosen as before plus that layout's time to read its operand rows from L2 (about 2800 bytes a clock on the
-    H200: the bound the k-split lifts). `ranked`, a list, gets (clocks, L2 read clocks, blocks, layout, eligible) of
-    every layout that fits (bench.py's gru_parts table times them against the choice)."""
+    of 7 shapes each way on mma.sync (P = 2, 4, 8 against the unsplit layouts) and picks the fastest there (wgmma's
+    rate in it is a guess); it is compared with the unsplit layout chosen as before plus that layout's time to read
+    its operand rows from L2 (about 2800 bytes a clock on the H200: the bound the k-split lifts). `ranked`, a list,
+    gets (clocks, L2 read clocks, blocks, layout, eligible) of every layout that fits (bench.py's gru_parts table times
+    them against the choice; with --gru-sweep N, the N best-ranked: the data for a refit)."""
     up = lambda a, b: -(-a // b) * b
     row_bytes = lambda n: (up(n, 128 // itemsize) + 16 // itemsize) * itemsize   # kernels.cu's smem_ld
     k = hidden if forward else 3 * hidden
@@ -2367,9 +2366,10 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
                          0.75 * min(1024, 64 * wn * 8 * 128 / (2048 + 32 * wn)), wn)]
                 for granule, n_cols, m_cols, tail, a_rows, staged, rate, wn in variants:
                     kp, ldc = up(-(-k // size), granule), up(n_cols, 32) + 4 if wn else n_cols + 8   # Split's KP, ldc
-                    fixed, kc = (1024 if wn else 0) + n_cols * staged(kp) + tail + a_rows * ldc * 4, \
-                        min(kp, up(_gru_chunk_cap or kp, granule))   # the weights and partial sums (wgmma: and the
-                    # tiles' alignment); the operand's slice whole (KC = KP) or in two buffers of k-chunks of KC
+                    # the weights and partial sums (wgmma: and the tiles' alignment); the operand's slice whole
+                    # (KC = KP) or in two buffers of k-chunks of KC
+                    fixed = (1024 if wn else 0) + n_cols * staged(kp) + tail + a_rows * ldc * 4
+                    kc = min(kp, up(_gru_chunk_cap or kp, granule))
                     while kc > 32 and fixed + a_rows * staged(kc) * (1 if kc == kp else 2) > smem_max:
                         kc -= granule
                     kc = up(-(-kp // -(-kp // kc)), granule)   # as many chunks, evened out
@@ -2389,8 +2389,8 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
             smem = weights + m_rows * row_bytes(chunk) + partials
             consider(products + m_rows * k * itemsize / 64 + 800 * -(-k // chunk) + 8 * slices + 2100 + 200 * cells,
                      groups * slices, (groups, slices, units, rows, chunk, smem, 0, 0, 0))
-            if clusters and slices in _GRU_CLUSTERS:   # no staging, a cheaper barrier, writes into every block of
-                # the cluster
+            # clusters: no staging, a cheaper barrier, writes into every block of the cluster
+            if clusters and slices in _GRU_CLUSTERS:
                 consider(products + 600 + 200 * cells * (1 + slices // 4), groups * slices,
                          (groups, slices, units, rows, k, weights + 2 * m_rows * row_bytes(k) + partials, slices, 0, 0),
                          forward or slices <= 4)
@@ -2632,12 +2632,10 @@ def _implicit_conv(x, weight_shape, pixels, tf32):
     on the tensor cores; im2col's matrix, 9x the activations of a 3x3 conv, is never written): channel counts that
     are multiples of a 16-byte granule (copies within one tap), windows larger than 1x1 (a 1x1 conv's matrix is x
     itself), arrays of fewer than 2^31 elements (32-bit offsets). Its kernels reach 250-450 TFLOP/s in float16 where
-    cuBLAS's products reach 500-700, so they win where the unfolding costs more than that. bench.py's fwd+bwd on the
-    H200 (each route forced: scratch/wgconv/route_ab.py): float16 with at most 64 output channels or few pixels
-    (64->64 at 15x15, 256->256 at 3x3), and on wgmma with reductions of 2048 or more (256->256 at 7x7: 0.41 ms
-    against 0.47 unfolded), not 64->256 at 15x15 (0.62 against 0.55); TF32 on wgmma at every shape (256->256 at 7x7
-    1.04-1.06 ms against 1.11-1.13, 64->256 1.41-1.44 against 1.41, before dW's warp specialization), on mma.sync as
-    float16 (64->256 2.3 ms against 1.4)."""
+    cuBLAS's products reach 500-700, so they win where the unfolding costs more than that; where they measured faster
+    in bench.py's fwd+bwd on the H200 with each route forced (PERF_NOTES.md): float16 with at most 64 output channels
+    or few pixels (64->64 at 15x15, 256->256 at 3x3), and on wgmma with reductions of 2048 or more (256->256 at 7x7,
+    not 64->256 at 15x15); TF32 on wgmma at every shape, on mma.sync as float16."""
     cout, c, kh, kw = weight_shape
     granule = 16 // x.dtype.itemsize
     wgmma = _fused(x, 'conv_implicit_wg', x.dtype, *_IMPLICIT_WG[1]) is not None
@@ -3133,7 +3131,7 @@ class CrossEntropy(Function):
         self.count = cp.empty((), np.float64) if self.recording and self.reduction == 'mean' else None
         out = cp.empty(n if self.reduction == 'none' else (), logits.dtype)
         # one wave of resident blocks looping over the rows: 94% of the copy rate at 65536x1000 float32 on the
-        # H200, a block per 8 rows 83% (scratch probe)
+        # H200, a block per 8 rows 83%
         blocks = min(_CE_MAX_BLOCKS, _resident_blocks(kernel), -(-n * self.lanes // _BLOCK))
         kernel((blocks,), (_BLOCK,), (logits, self.target, out, self.lse, self.count) + _reduction_scratch(1, 16 * blocks)
                + _int32s(n, classes) + _scalars(a.type, self.smoothing) + _int32s(self.lanes, _CE_REDUCTIONS[self.reduction])
@@ -3425,8 +3423,9 @@ class Tensor:
         if a.dtype == b.dtype and not (fn is Div and a.dtype.kind != 'f'):
             return fn.apply(a, b, **params)
         common = _result_dtype(a, b, divide=fn is Div)
-        if common == np.float16:   # as PyTorch, an integer or bool operand (any one of %, // and **) is rounded to
-            # float16 first, but a one-element one after * or / (PyTorch's CPU scalar there) meets it in float32
+        # as PyTorch, an integer or bool operand (any one of %, // and **) is rounded to float16 first, but a
+        # one-element one after * or / (PyTorch's CPU scalar there) meets it in float32
+        if common == np.float16:
             scalar = fn in (Mul, Div) and b.numel() == 1
             rounded = fn in (Remainder, Pow)
             keep = lambda t: t.dtype == common or t is b and scalar or t.dtype.kind == 'f' and not rounded
@@ -3625,8 +3624,8 @@ class Tensor:
     expm1 = lambda self: Expm1.apply(self._floating())
     erf = lambda self: Erf.apply(self._floating())
     reciprocal = lambda self: 1 / self
-    rsqrt = lambda self: self.float().rsqrt().half() if self.dtype == np.float16 else 1 / self.sqrt()   # (float16
-    # in float32, rounded once, as PyTorch's; x ** -0.5 would give +inf at -0 and 0 at -inf, not -inf and NaN)
+    # float16 in float32, rounded once, as PyTorch's; x ** -0.5 would give +inf at -0 and 0 at -inf, not -inf and NaN
+    rsqrt = lambda self: self.float().rsqrt().half() if self.dtype == np.float16 else 1 / self.sqrt()
     square = lambda self: self ** 2
     floor = lambda self: self._rounded('floor', _xp(self.data).floor)
     ceil = lambda self: self._rounded('ceil', _xp(self.data).ceil)
@@ -5342,8 +5341,9 @@ def dropout(x, p=0.5, training=True):
     _need_float(x, 'dropout')
     xp = _xp(x.data)
     keep = (xp.random.random(x.shape) >= p).astype(x.dtype)
-    ct = _opmath(x.dtype).type   # the scale 1 / (1 - p) as PyTorch's on the CPU: in float32 for float16, rounded once
-    # to float16 (its CUDA kernel multiplies by the float32 scale: a float16 step apart where 1 / (1 - p) is inexact)
+    # the scale 1 / (1 - p) as PyTorch's on the CPU: in float32 for float16, rounded once to float16 (its CUDA kernel
+    # multiplies by the float32 scale: a float16 step apart where 1 / (1 - p) is inexact)
+    ct = _opmath(x.dtype).type
     return x * Tensor._wrap(keep * x.dtype.type(ct(1) / ct(1 - p)) if p < 1 else keep, x.device)
 
 

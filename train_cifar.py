@@ -25,7 +25,8 @@ The recipe is airbench94's (K. Jordan, arXiv 2404.00498), written here with tiny
   other way in every even-numbered epoch;
 - test-time augmentation (--tta on): logits averaged over the image and its mirror (weight 1/2) and
   over both of those shifted one pixel up-left and down-right (weight 1/2), as airbench's level 2.
-Not kept: channels-last memory layout (tinygrad_lite is NCHW only).
+Channels-last memory, as airbench's: on the GPU tinygrad_lite's convs give NCHW-shaped tensors in channels-last
+memory, which its pooling, BatchNorm and elementwise kernels read as they are.
 
 Each epoch reports the training loss and accuracy (on the augmented batches it trained on). The held-back
 split (test_batch) is read only once training has ended, for the final evaluation: a run that --stop-after
