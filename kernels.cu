@@ -389,7 +389,7 @@ enum { ACT_NONE = 0, ACT_RELU = 1, ACT_GELU = 2 };
 template <int ACT, typename A>
 __device__ __forceinline__ A act_fwd(A z)
 {
-    if (ACT == ACT_RELU) return z < A(0) ? A(0) : z;   // NaN passes, as in PyTorch
+    if (ACT == ACT_RELU) return relu_of(z);
     if (ACT == ACT_GELU) return gelu_val<A, 0>(z);
     return z;
 }
@@ -397,7 +397,7 @@ __device__ __forceinline__ A act_fwd(A z)
 template <int ACT, typename A>
 __device__ __forceinline__ A act_grad(A z, A g)
 {
-    if (ACT == ACT_RELU) return z <= A(0) ? A(0) : g;
+    if (ACT == ACT_RELU) return relu_grad_of(z, g);
     if (ACT == ACT_GELU) return g * gelu_grad<A, 0>(z);
     return g;
 }

@@ -1640,11 +1640,7 @@ class Gelu(Function):
                 _launch_flat(kernel, x.size // width + 1, 1, (x, y) + _int64s(x.size))
                 return y
         self.x, z = x, x.astype(_opmath(x.dtype), copy=False)   # float16 in float32, rounded once (as PyTorch)
-        if self.tanh:
-            y = 0.5 * z * (1 + _xp(z).tanh(_SQRT_2_OVER_PI * (z + 0.044715 * z * z * z)))
-        else:
-            y = z * _normal_cdf(z)
-        return y.astype(x.dtype, copy=False)
+        return _gelu(z, self.tanh).astype(x.dtype, copy=False)
 
     def backward(self, g):
         x = self.x
@@ -1657,12 +1653,21 @@ class Gelu(Function):
                 _launch_flat(kernel, x.size // width + 1, 1, (x, g, dx) + _int64s(x.size))
                 return dx
         z, dy = x.astype(_opmath(x.dtype), copy=False), g.astype(_opmath(x.dtype), copy=False)
-        if self.tanh:
-            t = _xp(z).tanh(_SQRT_2_OVER_PI * (z + 0.044715 * z * z * z))
-            dx = dy * (0.5 * (1 + t) + 0.5 * z * (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * z * z))
-        else:
-            dx = dy * (_normal_cdf(z) + z * _normal_pdf(z))
-        return dx.astype(g.dtype, copy=False)
+        return _gelu_grad(z, dy, self.tanh).astype(g.dtype, copy=False)
+
+
+def _gelu(z, tanh=False):
+    if tanh:
+        return 0.5 * z * (1 + _xp(z).tanh(_SQRT_2_OVER_PI * (z + 0.044715 * z * z * z)))
+    return z * _normal_cdf(z)
+
+
+def _gelu_grad(z, g, tanh=False):
+    """g times GELU's derivative at z: Phi(z) + z phi(z), or the tanh form's."""
+    if tanh:
+        t = _xp(z).tanh(_SQRT_2_OVER_PI * (z + 0.044715 * z * z * z))
+        return g * (0.5 * (1 + t) + 0.5 * z * (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * z * z))
+    return g * (_normal_cdf(z) + z * _normal_pdf(z))
 
 
 def _normal_cdf(x):
@@ -1702,11 +1707,11 @@ def _stat_dtype(dtype):
 
 
 def _activation(z, act):
-    return _relu(z) if act == 'relu' else z * _normal_cdf(z) if act == 'gelu' else z
+    return _relu(z) if act == 'relu' else _gelu(z) if act == 'gelu' else z
 
 
 def _activation_grad(z, g, act):
-    return _relu_grad(z, g) if act == 'relu' else g * (_normal_cdf(z) + z * _normal_pdf(z)) if act == 'gelu' else g
+    return _relu_grad(z, g) if act == 'relu' else _gelu_grad(z, g) if act == 'gelu' else g
 
 
 _BN_CPU_BLOCK_BYTES = 1 << 20   # a block of the composed BatchNorm on the CPU: images of about 1 MB in float32
