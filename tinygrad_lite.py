@@ -989,11 +989,11 @@ class ToDevice(Function):
         self.source, self.target = _device_of(x), device
         return _move(x, device)
 
-    def output_device(self, device):
-        return self.target
-
     def backward(self, g):
         return _move(g, self.source)
+
+    def output_device(self, device):
+        return self.target
 
 
 def _device_of(array):
@@ -2010,9 +2010,6 @@ class LayerNormOp(Function):
             z += bias.astype(a, copy=False)
         return z.astype(x.dtype, copy=False)
 
-    def _mean(self, v):   # over the normalised axes, kept (0 where they hold no element)
-        return v.sum(axis=self.axes, keepdims=True) / max(1, math.prod(v.shape[i] for i in self.axes))
-
     def backward(self, g):
         a, weight = self.mean.dtype, self.weight
         xhat = self.x.astype(a)
@@ -2029,6 +2026,9 @@ class LayerNormOp(Function):
         grads = (dx, _sum(g * xhat, rows) if need_weight else None, _sum(g, rows) if need_bias else None)
         grads = [d for d, there in zip(grads, (True,) + self.given) if there]
         return tuple(None if d is None else d.astype(t.dtype, copy=False) for d, t in zip(grads, self.inputs))
+
+    def _mean(self, v):   # over the normalised axes, kept (0 where they hold no element)
+        return v.sum(axis=self.axes, keepdims=True) / max(1, math.prod(v.shape[i] for i in self.axes))
 
 
 # GRU, one layer over every step, gates r, z, n as in torch.nn.GRU. With xg = x W_ih^T + b_ih (all steps in
@@ -2965,6 +2965,18 @@ class _Pool(Function):
         _launch_flat(forward, y.size // width, 1, (xk, y) + self.kept + sizes)
         return y.transpose(0, 3, 1, 2) if self.channels_last else y.reshape(n, c, *self.sizes[:2])
 
+    def backward(self, g):
+        n, c, h, w = self.shape
+        if not self.fused:
+            dwin = self.composed_backward(g.transpose(0, 2, 3, 1))                 # N, Ho, Wo, kh, kw, C
+            return _col2im(dwin, (n, h, w, c), self.stride).transpose(0, 3, 1, 2)
+        kept = tuple(self._saved(a) for a in self.kept)
+        gk, shaped = _pool_rows(g, self.channels_last)
+        dx = cp.empty((gk.shape[0], h, w, gk.shape[3]), g.dtype)
+        tiles = all(s >= k for s, k in zip(self.stride, self.kernel))   # kernels.cu: a thread per gk pack
+        self._launch('_bwd', dx, (gk,) + kept + (dx,), gk if tiles else dx)
+        return shaped(dx)
+
     def _forward_config(self, x):
         """(channels-last, whether x's memory is the (N', H, W, C') image as it is (else a C-contiguous copy is), y's
         shape as (N', Ho, Wo, C'), the pack width, the kernel and its size arguments) of the forward over an x of
@@ -2985,18 +2997,6 @@ class _Pool(Function):
             _pool_configs[key] = (channels_last, dense, (image[0], *self.sizes[:2], image[3]), width,
                                   _kernel(self.name + '_fwd', x.dtype, width), _int32s(*image, *self.sizes))
         return _pool_configs[key]
-
-    def backward(self, g):
-        n, c, h, w = self.shape
-        if not self.fused:
-            dwin = self.composed_backward(g.transpose(0, 2, 3, 1))                 # N, Ho, Wo, kh, kw, C
-            return _col2im(dwin, (n, h, w, c), self.stride).transpose(0, 3, 1, 2)
-        kept = tuple(self._saved(a) for a in self.kept)
-        gk, shaped = _pool_rows(g, self.channels_last)
-        dx = cp.empty((gk.shape[0], h, w, gk.shape[3]), g.dtype)
-        tiles = all(s >= k for s, k in zip(self.stride, self.kernel))   # kernels.cu: a thread per gk pack
-        self._launch('_bwd', dx, (gk,) + kept + (dx,), gk if tiles else dx)
-        return shaped(dx)
 
     def kept_for_backward(self, y, width, kernel):
         return ()
@@ -3127,22 +3127,6 @@ class CrossEntropy(Function):
             return xp.full((), np.nan, self.dtype)
         return xp.asarray(rows.sum() / (self.count if reduction == 'mean' else 1)).astype(self.dtype)
 
-    def _forward_fused(self, kernel, logits, width):
-        (n, classes), a = logits.shape, _stat_dtype(logits.dtype)
-        self.logits, self.target, self.width = logits, cp.ascontiguousarray(self.target, np.int64), width
-        self.lanes = min(32, 1 << (max(1, classes // width) - 1).bit_length())   # a power of two >= the row's packs
-        self.lse = cp.empty(n, a) if self.recording else None
-        # the rows kept, counted by the kernel where a backward of the mean needs it
-        self.count = cp.empty((), np.float64) if self.recording and self.reduction == 'mean' else None
-        out = cp.empty(n if self.reduction == 'none' else (), logits.dtype)
-        # one wave of resident blocks looping over the rows: 94% of the copy rate at 65536x1000 float32 on the
-        # H200, a block per 8 rows 83%
-        blocks = min(_CE_MAX_BLOCKS, _resident_blocks(kernel), -(-n * self.lanes // _BLOCK))
-        kernel((blocks,), (_BLOCK,), (logits, self.target, out, self.lse, self.count) + _reduction_scratch(1, 16 * blocks)
-               + _int32s(n, classes) + _scalars(a.type, self.smoothing) + _int32s(self.lanes, _CE_REDUCTIONS[self.reduction])
-               + _int64s(self.ignore_index))
-        return out
-
     def backward(self, g):
         xp, n = _xp(g), self.target.shape[0]
         a = _stat_dtype(self.dtype)
@@ -3159,6 +3143,22 @@ class CrossEntropy(Function):
         scale = 1 / max(self.count, 1) if self.reduction == 'mean' else 1.0
         weight = (g.astype(d.dtype) if self.reduction == 'none' else g.astype(d.dtype) * scale) * self.kept
         return (d * weight[:, None]).astype(self.dtype), None   # ignored rows: 0 (NaN logits: NaN, as PyTorch)
+
+    def _forward_fused(self, kernel, logits, width):
+        (n, classes), a = logits.shape, _stat_dtype(logits.dtype)
+        self.logits, self.target, self.width = logits, cp.ascontiguousarray(self.target, np.int64), width
+        self.lanes = min(32, 1 << (max(1, classes // width) - 1).bit_length())   # a power of two >= the row's packs
+        self.lse = cp.empty(n, a) if self.recording else None
+        # the rows kept, counted by the kernel where a backward of the mean needs it
+        self.count = cp.empty((), np.float64) if self.recording and self.reduction == 'mean' else None
+        out = cp.empty(n if self.reduction == 'none' else (), logits.dtype)
+        # one wave of resident blocks looping over the rows: 94% of the copy rate at 65536x1000 float32 on the
+        # H200, a block per 8 rows 83%
+        blocks = min(_CE_MAX_BLOCKS, _resident_blocks(kernel), -(-n * self.lanes // _BLOCK))
+        kernel((blocks,), (_BLOCK,), (logits, self.target, out, self.lse, self.count) + _reduction_scratch(1, 16 * blocks)
+               + _int32s(n, classes) + _scalars(a.type, self.smoothing) + _int32s(self.lanes, _CE_REDUCTIONS[self.reduction])
+               + _int64s(self.ignore_index))
+        return out
 
 
 class BinaryCrossEntropy(Function):
