@@ -113,7 +113,7 @@ def _sum(a, axis=None, keepdims=False, scale=1):
         axes = _axes(axis, a.ndim)
         rows = math.prod(a.shape[:len(axes)])
         if 0 < len(axes) < a.ndim and axes == tuple(range(len(axes))) and rows >= 64:
-            total = _gemm(cp.ones((1, rows), a.dtype), a.reshape(rows, a.size // rows), _stat_dtype(a.dtype))
+            total = _gemm(cp.ones((1, rows), a.dtype), a.reshape(rows, a.size // rows), _acc_dtype(a.dtype))
             total = total.reshape((1,) * len(axes) * keepdims + a.shape[len(axes):])
             return (total if scale == 1 else total * total.dtype.type(scale)).astype(a.dtype, copy=False)
     if a.dtype == np.float16:
@@ -317,6 +317,37 @@ def _opmath(dtype):
     operands are not rounded to float16 first, the result once, as PyTorch's CPU * and /; its + and - round a 0-d
     operand first), else the dtype itself."""
     return np.dtype(np.float32) if dtype == np.float16 else dtype
+
+
+def _wide(a):
+    """a, float16 as float32 (_opmath's rule for one array: PyTorch's float16 running sums and products, and
+    torch.optim's float16 ops, compute in float32, each result rounded once)."""
+    return a.astype(np.float32) if a.dtype == np.float16 else a
+
+
+def _acc_dtype(dtype):
+    """The dtype sums, statistics and per-channel arithmetic accumulate in: float64 for float64 input, float32
+    otherwise (kernels.cu's acc_t)."""
+    return np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
+
+
+def _is_int(v):
+    """Whether v is a Python or NumPy integer, not a bool (which PyTorch refuses where it wants an int)."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def _device_of(array):
+    return 'cpu' if isinstance(array, (np.ndarray, np.generic)) else f'cuda:{array.device.id}'
+
+
+def _is_dense(a):
+    """a's elements fill its memory without gaps, in some axis order (so a kernel can run over it flat)."""
+    expect = a.itemsize
+    for stride, n in sorted((s, n) for s, n in zip(a.strides, a.shape) if n > 1):
+        if stride != expect:
+            return False
+        expect *= n
+    return True
 
 
 def _number_dtype(value):
@@ -996,10 +1027,6 @@ class ToDevice(Function):
         return self.target
 
 
-def _device_of(array):
-    return 'cpu' if isinstance(array, (np.ndarray, np.generic)) else f'cuda:{array.device.id}'
-
-
 # ================================================================ primitive ops: binary
 
 class Add(Function):
@@ -1240,12 +1267,6 @@ class Max(Function):
         return _xp(g).where(hit, share, g.dtype.type(0))   # selected: an inf or NaN g reaches the hits alone
 
 
-def _wide(a):
-    """a, float16 as float32 (_opmath's rule for one array: PyTorch's float16 running sums and products, and
-    torch.optim's float16 ops, compute in float32, each result rounded once)."""
-    return a.astype(np.float32) if a.dtype == np.float16 else a
-
-
 class Cumsum(Function):
     """Running sums along axis; the gradient is g's running sums taken from the far end."""
     saves = ()
@@ -1338,11 +1359,6 @@ def _index_array(items, xp):
     """A list index as an array (an empty list as an empty integer array, as PyTorch takes it)."""
     array = xp.asarray(items)
     return array.astype(np.int64) if array.size == 0 else array
-
-
-def _is_int(v):
-    """Whether v is a Python or NumPy integer, not a bool (which PyTorch refuses where it wants an int)."""
-    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
 def _is_select(i):
@@ -1561,16 +1577,6 @@ def _nhwc(x):
     return out
 
 
-def _is_dense(a):
-    """a's elements fill its memory without gaps, in some axis order (so a kernel can run over it flat)."""
-    expect = a.itemsize
-    for stride, n in sorted((s, n) for s, n in zip(a.strides, a.shape) if n > 1):
-        if stride != expect:
-            return False
-        expect *= n
-    return True
-
-
 def _dense(a):
     return a if _is_dense(a) else cp.ascontiguousarray(a)
 
@@ -1701,11 +1707,6 @@ class BatchNorm(Function):
         return dx, dweight.astype(self.weight.dtype, copy=False), dbias.astype(self.bias.dtype, copy=False)
 
 
-def _stat_dtype(dtype):
-    """Statistics and per-channel arithmetic: float64 for float64 input, float32 otherwise."""
-    return np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
-
-
 def _activation(z, act):
     return _relu(z) if act == 'relu' else _gelu(z) if act == 'gelu' else z
 
@@ -1731,7 +1732,7 @@ def _bn_blocks(x3, fn):
 
 
 def _bn_forward(x, weight, bias, running_mean, running_var, training, momentum, eps, act):
-    xp, (n, c), a = _xp(x), x.shape[:2], _stat_dtype(x.dtype)
+    xp, (n, c), a = _xp(x), x.shape[:2], _acc_dtype(x.dtype)
     x3 = x.reshape(n, c, -1)
     if training:
         def moments(images):   # a block's count, mean and sum of squared deviations
@@ -1894,7 +1895,7 @@ def _bn_launch(name, rows, dtype, args, template, scratch_at=None, follows=None)
     kernel, blocks, groups, per_block, sizes = _bn_config(name, template, rows, dtype, packed_rows,
                                                           scratch_at is not None, follows, cp.cuda.runtime.getDevice())
     if scratch_at is not None:
-        scratch = _reduction_scratch(groups, blocks * per_block * 2 * _stat_dtype(dtype).itemsize)
+        scratch = _reduction_scratch(groups, blocks * per_block * 2 * _acc_dtype(dtype).itemsize)
         args = args[:scratch_at] + scratch + args[scratch_at:]
     kernel((blocks,), (_BLOCK,), args + sizes)
 
@@ -1941,14 +1942,14 @@ def _bn_train_pass(name, rows, dtype, act, args, scratch_at, packed):
     if config is None:
         return False
     kernel, blocks, smem, sizes, chunks = config[:5]
-    scratch = _reduction_scratch(2 * c, c * chunks * 2 * _stat_dtype(dtype).itemsize)   # a pair per channel's chunk
+    scratch = _reduction_scratch(2 * c, c * chunks * 2 * _acc_dtype(dtype).itemsize)   # a pair per channel's chunk
     kernel((blocks,), (_BLOCK,), args[:scratch_at] + scratch + args[scratch_at:] + sizes, shared_mem=smem)
     return True
 
 
 def _bn_forward_fused(x, weight, bias, running_mean, running_var, training, momentum, eps, act):
     """y and stats = [mean | invstd] ((2, C)) as the BatchNorm kernels read them."""
-    c, a = x.shape[1], _stat_dtype(x.dtype)
+    c, a = x.shape[1], _acc_dtype(x.dtype)
     rows, channels_last = _bn_layout(x.shape, x.strides, x.itemsize)
     xd, y = _bn_dense(x, channels_last), _bn_empty(x.shape, x.dtype, channels_last)
     w, b = cp.ascontiguousarray(weight, a), cp.ascontiguousarray(bias, a)
@@ -2067,7 +2068,7 @@ class GRULayer(Function):
         tf32 = allow_tf32 and x.dtype == np.float32
         self.given, self.dtype, self.plans = given, x.dtype, _gru_plans(x, w_hh.shape[1], tf32)
         self.tf32 = tf32 and self.plans is not None   # the xp loop (CPU, composed) stays exact
-        ct = _stat_dtype(x.dtype) if self.plans is None else x.dtype
+        ct = _acc_dtype(x.dtype) if self.plans is None else x.dtype
         x, w_ih, w_hh, b_ih, b_hh, h0 = (a if a is None else a.astype(ct, copy=False) for a in (x, w_ih, w_hh, b_ih, b_hh, h0))
         if self.plans is None:
             out, gates = _gru_forward_loop(x, w_ih, w_hh, b_ih, b_hh, h0)
@@ -2597,7 +2598,7 @@ def _weight_grad(cols, dy, weight_shape, tf32):
         chunks *= 2
     dy_chunks, col_chunks, k_major = dy.reshape(chunks, -1, cout), cols.reshape(chunks, -1, k), dy.dtype == np.float32
     a, b = (col_chunks.transpose(0, 2, 1), dy_chunks) if k_major else (dy_chunks.transpose(0, 2, 1), col_chunks)
-    return _folded_weight_grad(_matmul(a, b, out_dtype=_stat_dtype(dy.dtype), tf32=tf32), weight_shape, dy.dtype, k_major)
+    return _folded_weight_grad(_matmul(a, b, out_dtype=_acc_dtype(dy.dtype), tf32=tf32), weight_shape, dy.dtype, k_major)
 
 
 def _folded_weight_grad(parts, weight_shape, dtype, k_major=False):
@@ -2878,7 +2879,7 @@ class Convolution(Function):
             # a column sum over N*Ho*Wo rows as a product with ones: CuPy's reduction would run it on
             # as few blocks as there are channels (8.7 ms against 0.04 ms for the whitening conv on the H200)
             ones = _xp(dy).ones((1, dy.shape[0]), dy.dtype)
-            db = _matmul(ones, dy, out_dtype=_stat_dtype(dy.dtype))[0].astype(self.dtype)
+            db = _matmul(ones, dy, out_dtype=_acc_dtype(dy.dtype))[0].astype(self.dtype)
         return dx, dw, db
 
     def _direct_backward(self, g):
@@ -2897,7 +2898,7 @@ class Convolution(Function):
             per_block = (window // _DIRECT_KT + 1) * -(-cout // _DIRECT_CT) * _DIRECT_KT * _DIRECT_CT
             kernel = _kernel('conv_direct_dw', self.dtype)
             blocks = max(1, min(_resident_blocks(kernel), self.pixels // _BLOCK))
-            partials = cp.empty(blocks * per_block, _stat_dtype(self.dtype))
+            partials = cp.empty(blocks * per_block, _acc_dtype(self.dtype))
             x = self.x if self.needs_grad[1] else g   # for db alone the kernel reads no window value
             kernel((blocks,), (_BLOCK,), (x, *_element_strides(x), g, *g_strides, partials) + _int32s(window)
                    + self.sizes)
@@ -3129,7 +3130,7 @@ class CrossEntropy(Function):
 
     def backward(self, g):
         xp, n = _xp(g), self.target.shape[0]
-        a = _stat_dtype(self.dtype)
+        a = _acc_dtype(self.dtype)
         if self.fused:
             classes = self.logits.shape[1]
             dx = cp.empty(self.logits.shape, self.dtype)
@@ -3145,7 +3146,7 @@ class CrossEntropy(Function):
         return (d * weight[:, None]).astype(self.dtype), None   # ignored rows: 0 (NaN logits: NaN, as PyTorch)
 
     def _forward_fused(self, kernel, logits, width):
-        (n, classes), a = logits.shape, _stat_dtype(logits.dtype)
+        (n, classes), a = logits.shape, _acc_dtype(logits.dtype)
         self.logits, self.target, self.width = logits, cp.ascontiguousarray(self.target, np.int64), width
         self.lanes = min(32, 1 << (max(1, classes // width) - 1).bit_length())   # a power of two >= the row's packs
         self.lse = cp.empty(n, a) if self.recording else None
