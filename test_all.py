@@ -7894,6 +7894,33 @@ def test_error_load_state_dict_unconvertible_value():
                                 'head.0.running_var')
 
 
+def test_error_load_state_dict_into_expanded_or_read_only():
+    """A parameter or buffer that cannot take the values element by element (an expanded view: its rows share
+    memory, or read-only memory such as np.load(mmap_mode='r')'s) is named in the error, before any key changes;
+    PyTorch refuses the expanded one too."""
+    with tempfile.TemporaryDirectory() as d:
+        np.save(os.path.join(d, 'w.npy'), sample(rng('lsd-ro'), (4, 4)).astype(np.float32))
+        for name, make, needle in (
+                ('buffer', lambda: tl.tensor(sample(rng('lsd-x'), (1, 4)).astype(np.float32)).expand(3, 4),
+                 'single memory location'),
+                ('weight', lambda: tl.Parameter(np.load(os.path.join(d, 'w.npy'), mmap_mode='r')), 'read-only')):
+            net = tl.Sequential(tl.Linear(4, 4), tl.Linear(4, 4))
+            if name == 'buffer':
+                net[1].register_buffer('buffer', make())
+            else:
+                net[1].weight = make()
+            before = {k: v.copy() for k, v in net.state_dict().items()}
+            versions = [t._version[0] for t in net.parameters()]
+            sd = {k: v + 1 for k, v in before.items()}
+            raises(RuntimeError, lambda: net.load_state_dict(sd), f'1.{name}', needle)
+            assert all(np.array_equal(v, before[k]) for k, v in net.state_dict().items())
+            assert [t._version[0] for t in net.parameters()] == versions
+    if torch is not None:
+        m = torch.nn.Module()
+        m.register_buffer('buffer', torch.zeros(1, 4).expand(3, 4))
+        raises(RuntimeError, lambda: m.load_state_dict({'buffer': torch.ones(3, 4)}), 'single memory location')
+
+
 def flat_values(obj, path=''):
     """[(path, copy of value)] for every leaf of nested dicts / lists / tensors."""
     if isinstance(obj, dict):

@@ -340,6 +340,18 @@ def _device_of(array):
     return 'cpu' if isinstance(array, (np.ndarray, np.generic)) else f'cuda:{array.device.id}'
 
 
+def _expanded(a):
+    """Whether elements of array a share memory (expand()'s stride-0 views)."""
+    return a.size > 1 and any(step == 0 and size > 1 for step, size in zip(a.strides, a.shape))
+
+
+def _unwritable(a):
+    """Why array a cannot take an elementwise write, or None."""
+    if _expanded(a):
+        return "more than one element refers to a single memory location (an expanded tensor): clone() it first"
+    return None if getattr(a.flags, 'writeable', True) else "read-only memory"
+
+
 def _is_dense(a):
     """a's elements fill its memory without gaps, in some axis order (so a kernel can run over it flat)."""
     expect = a.itemsize
@@ -3558,8 +3570,7 @@ class Tensor:
     def _refuse_expanded(self, what, written=None):
         """As PyTorch: no in-place update of a tensor (or of its `written` view) whose elements share memory
         (expand()'s views)."""
-        a = self.data if written is None else written
-        if a.size > 1 and any(step == 0 and size > 1 for step, size in zip(a.strides, a.shape)):
+        if _expanded(self.data if written is None else written):
             raise RuntimeError(f"in-place {what}: more than one element of the written-to tensor refers to a single "
                                "memory location (an expanded tensor): clone() it first")
 
@@ -5622,10 +5633,12 @@ class Module:
                     converted[k] = _move(values[k].astype(t.dtype, copy=False), t.device)
                 except (TypeError, ValueError):
                     unconvertible.append(f"{k}: {values[k].dtype} to {t.dtype}")
+        unwritable = [f"{k}: {why}" for k in converted for why in [_unwritable(own[k].data)] if why]
         problems = ([f"missing keys {missing}"] if missing and strict else []) + \
                    ([f"unexpected keys {unexpected}"] if unexpected and strict else []) + \
                    ([f"size mismatch: {'; '.join(wrong)}"] if wrong else []) + \
-                   ([f"cannot convert {'; '.join(unconvertible)}"] if unconvertible else [])
+                   ([f"cannot convert {'; '.join(unconvertible)}"] if unconvertible else []) + \
+                   ([f"cannot write into {'; '.join(unwritable)}"] if unwritable else [])
         if problems:
             raise RuntimeError(f"load_state_dict for {type(self).__name__}: " + '; '.join(problems))
         for k, value in converted.items():
