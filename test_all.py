@@ -2492,6 +2492,59 @@ def test_batch_norm_function_updates_running_stats():
     assert_close(rv_l, rv_t, 1e-6, 1e-6, 'running_var (unbiased batch variance)')
 
 
+def test_batch_norm_parameter_dtypes_and_arguments_as_pytorch():
+    """batch_norm takes weight and bias of one dtype, x's or float32 for a float16 x, as PyTorch (it refuses the
+    rest; an integer or bool weight was used as it was), and floating-point running statistics of any precision
+    (PyTorch's must be the parameters' dtype; the GPU tests' stats_dtype family checks them); it refuses running
+    statistics that require grad while grad mode records (PyTorch: not differentiable with respect to them), and a
+    momentum that is not a number; the statistics unchanged by every refusal."""
+    need_torch()
+    r = rng('bn dtypes')
+    x = r.standard_normal((6, 3))
+    mean, var, w, b = r.standard_normal(3), r.uniform(0.5, 2, 3), r.standard_normal(3), r.standard_normal(3)
+    names = ('float16', 'float32', 'float64', 'int64')
+    for xd, sd, wd in itertools.product(names[:3], names, names):
+        args = lambda lib, make: (make(x, xd), make(mean, sd), make(var, sd), make(w, wd), make(b, wd))
+        ours = args(tl, lambda a, d: tl.tensor(a.astype(d)))
+        theirs = args(torch, lambda a, d: torch.tensor(a.astype(d)))
+        what = f'x {xd}, statistics {sd}, weight and bias {wd}'
+        if sd == 'int64':
+            raises(TypeError, lambda: tl.batch_norm(*ours[:3], *ours[3:], training=True), 'int64')
+            continue
+        if sd != wd and wd in names[:3]:   # statistics of another precision than PyTorch takes: in PyTorch's dtype
+            theirs = theirs[:1] + tuple(t.to(theirs[3].dtype) for t in theirs[1:3]) + theirs[3:]
+        try:
+            want = F.batch_norm(*theirs[:3], *theirs[3:], training=True)
+        except RuntimeError:
+            raises(TypeError, lambda: tl.batch_norm(*ours[:3], *ours[3:], training=True), xd, wd, 'weight and bias')
+            assert np.array_equal(ours[1].numpy(), mean.astype(sd)) and np.array_equal(ours[2].numpy(), var.astype(sd))
+            continue
+        y = tl.batch_norm(*ours[:3], *ours[3:], training=True)
+        assert same_dtype(y, want), what
+        tol = 1e-2 if 'float16' in (xd, sd) else 1e-5
+        for got, ref, name in ((y, want, 'output'), (ours[1], theirs[1], 'running_mean'),
+                               (ours[2], theirs[2], 'running_var')):
+            assert_close(got, ref.numpy(), tol, tol, f'{what}: {name}')
+    stats = [tl.tensor(mean.astype(np.float32), requires_grad=True), tl.tensor(var.astype(np.float32))]
+    xt = tl.tensor(x.astype(np.float32))
+    for training in (True, False):
+        raises(RuntimeError, lambda: tl.batch_norm(xt, *stats, training=training), 'running_mean', 'requires grad')
+        raises(RuntimeError, lambda: F.batch_norm(torch.tensor(x.astype(np.float32)), torch.zeros(3, requires_grad=True),
+                                                  torch.ones(3), training=training), 'running_mean')
+    with tl.no_grad():
+        tl.batch_norm(xt, *stats, training=True)   # as PyTorch's under no_grad: updated
+    assert not np.array_equal(stats[0].numpy(), mean.astype(np.float32))
+    stats = [tl.tensor(mean.astype(np.float32)), tl.tensor(var.astype(np.float32))]
+    for momentum in (None, 'a'):
+        raises(TypeError, lambda: tl.batch_norm(xt, *stats, training=True, momentum=momentum), 'momentum')
+        raises(TypeError, lambda: F.batch_norm(torch.tensor(x), torch.zeros(3, dtype=torch.float64),
+                                               torch.ones(3, dtype=torch.float64), training=True, momentum=momentum))
+    assert np.array_equal(stats[0].numpy(), mean.astype(np.float32))
+    bn = tl.BatchNorm1d(3, momentum=None).eval()   # evaluation with a cumulative average: momentum unused
+    assert_close(bn(xt), torch.nn.BatchNorm1d(3, momentum=None).eval()(torch.tensor(x.astype(np.float32))).detach(),
+                 1e-6, 1e-6)
+
+
 def test_batch_norm_empty_input_as_pytorch():
     """batch_norm of no values, training or not: as PyTorch, an empty output of x's shape and dtype, the running
     statistics unchanged, an empty dx and zero gradients for weight and bias, with each activation; no channels
@@ -2507,19 +2560,20 @@ def test_batch_norm_empty_input_as_pytorch():
             what = f'{shape} training={training} act={act} {np.dtype(dtype).name}'
             w, b, rm, rv = r.standard_normal(c), r.standard_normal(c), r.standard_normal(c), r.uniform(0.5, 2, c)
             x = tl.Tensor(np.zeros(shape, dtype), requires_grad=True)
-            ours = [tl.Tensor(a.astype(np.float32), requires_grad=True) for a in (w, b)]
-            stats = [tl.Tensor(a.astype(np.float32)) for a in (rm, rv)]
+            pd = np.float64 if dtype == np.float64 else np.float32   # the parameters' and statistics' dtype
+            ours = [tl.Tensor(a.astype(pd), requires_grad=True) for a in (w, b)]
+            stats = [tl.Tensor(a.astype(pd)) for a in (rm, rv)]
             y = tl.batch_norm(x, *stats, *ours, training=training, activation=act)
             y.backward(tl.Tensor(np.zeros(shape, dtype)))
             xt = torch.zeros(shape, dtype=getattr(torch, np.dtype(dtype).name), requires_grad=True)
-            theirs = [torch.tensor(a, dtype=torch.float32, requires_grad=True) for a in (w, b)]
-            tstats = [torch.tensor(a, dtype=torch.float32) for a in (rm, rv)]
+            theirs = [torch.tensor(a, dtype=getattr(torch, np.dtype(pd).name), requires_grad=True) for a in (w, b)]
+            tstats = [torch.tensor(a, dtype=getattr(torch, np.dtype(pd).name)) for a in (rm, rv)]
             # PyTorch raises IndexError (an internal select) for weights of no channels: C = 0 is compared without
             want = F.batch_norm(xt, *tstats, *(theirs if c else (None, None)), training=training)
             want.backward(torch.zeros(shape, dtype=want.dtype))
             assert y.shape == tuple(want.shape) and same_dtype(y, want), f'{what}: output {y.shape} {y.dtype}'
             assert x.grad.shape == x.shape and x.grad.dtype == x.dtype, f'{what}: dx {x.grad.shape} {x.grad.dtype}'
-            wanted = tstats + [p.grad if c else torch.zeros(0) for p in theirs]
+            wanted = tstats + [p.grad if c else torch.zeros(0, dtype=p.dtype) for p in theirs]
             for got, tt, name in zip(stats + [p.grad for p in ours], wanted, ('running_mean', 'running_var', 'dweight',
                                                                            'dbias')):
                 assert same_dtype(got, tt) and np.array_equal(got.numpy(), tt.numpy()), f'{what}: {name}'

@@ -5044,10 +5044,21 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
             raise ValueError(f"batch_norm: {name} of shape {t.shape} for input of shape {x.shape}")
     if (running_mean is None) != (running_var is None):
         raise ValueError("batch_norm: running_mean and running_var must both be given or both be None")
+    _need_float(x, 'batch_norm')
     for name, t in (('running_mean', running_mean), ('running_var', running_var)):
         if t is not None and t.dtype.kind != 'f':   # (their update would be truncated into them)
             raise TypeError(f"batch_norm: {name} of dtype {t.dtype}: a floating-point one is needed (as PyTorch's)")
-    _need_float(x, 'batch_norm')
+        if t is not None and t.requires_grad and _GradMode.enabled:   # (updated in place, not differentiated)
+            raise RuntimeError(f"batch_norm is not differentiable with respect to {name}, which requires grad")
+    # weight and bias as PyTorch's: one dtype, x's or float32 for a float16 x (mixed precision); the running statistics
+    # any floating-point dtype (PyTorch's: the parameters')
+    affine = [(name, t) for name, t in (('weight', weight), ('bias', bias)) if t is not None]
+    if len({t.dtype for _, t in affine}) > 1 or any(t.dtype not in (x.dtype, _opmath(x.dtype)) for _, t in affine):
+        raise TypeError(f"batch_norm: input of dtype {x.dtype} with " + ', '.join(f"{name} of dtype {t.dtype}"
+                        for name, t in affine) + f": weight and bias must share one dtype, {x.dtype}"
+                        + (" or float32" if x.dtype == np.float16 else ""))
+    if not isinstance(momentum, (int, float, np.integer, np.floating)):
+        raise TypeError(f"batch_norm: momentum must be a number, got {momentum!r}")
     if not training and running_mean is None:
         raise ValueError("batch_norm: evaluation mode needs running_mean and running_var")
     if training and x.shape[0] * math.prod(x.shape[2:]) == 1:
@@ -5934,8 +5945,8 @@ class _BatchNorm(Module):
             raise ValueError(f"{type(self).__name__}: expected a {' or '.join(map(str, self.input_dims))}-D input, "
                              f"got shape {x.shape}")
         momentum = self.momentum
-        if self.training and momentum is None:   # the cumulative average, counting this batch
-            momentum = 1 / (float(self.num_batches_tracked.item()) + 1)
+        if momentum is None:   # the cumulative average, counting this batch (evaluation: unused)
+            momentum = 1 / (float(self.num_batches_tracked.item()) + 1) if self.training else 0.0
         out = batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, self.training, momentum, self.eps)
         if self.training:   # counted only once batch_norm has accepted the input
             self.num_batches_tracked.data += 1
