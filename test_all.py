@@ -4894,6 +4894,22 @@ def test_error_save_object_array_writes_nothing():
         assert_close(tl.load(path)['w'], np.ones(2), 0, 0, 'the earlier file was overwritten')
 
 
+def test_error_load_of_other_files_and_save_into_missing_folder():
+    """load() of a file save() did not write (NumPy's .npz of other arrays, a .npy, bytes of neither) says so, not
+    NumPy's KeyError or its advice to unpickle; save() into a folder that does not exist names the path given, not
+    its temporary file."""
+    with tempfile.TemporaryDirectory() as d:
+        np.savez(os.path.join(d, 'plain.npz'), x=np.ones(2))
+        np.save(os.path.join(d, 'one.npy'), np.ones(2))
+        with open(os.path.join(d, 'junk.bin'), 'wb') as f:
+            f.write(bytes(range(256)) * 4)
+        for name, why in (('plain.npz', "no 'tree' entry"), ('one.npy', "no 'tree' entry"), ('junk.bin', 'not an .npz')):
+            raises(ValueError, lambda: tl.load(os.path.join(d, name)), name, 'not a file that save() wrote', why)
+        path = os.path.join(d, 'missing', 'model.npz')
+        msg = raises(FileNotFoundError, lambda: tl.save({'w': np.ones(2)}, path), path, 'no such folder')
+        assert '.tmp' not in msg, msg
+
+
 def test_save_file_mode_fsync_and_tensor_keys():
     """tl.save: the file gets the mode a new file gets under the umask (not mkstemp's 0600), it is fsynced before it is
     renamed into place, and a dict keyed by a Tensor (load() would read an array, unhashable) is refused when saving."""

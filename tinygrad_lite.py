@@ -7347,9 +7347,11 @@ def _decode(node, arrays, device):
 def save(obj, path):
     """Write a state dict (nested dicts and lists of arrays and numbers) to an .npz file atomically:
     a temporary file beside `path`, on disk (fsync) before it is renamed over `path`."""
-    arrays = []
+    arrays, folder = [], os.path.dirname(os.path.abspath(path))
     tree = json.dumps(_encode(obj, arrays))
-    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f'.{os.path.basename(path)}.{os.urandom(6).hex()}.tmp')
+    if not os.path.isdir(folder):   # (else the error would name the temporary file)
+        raise FileNotFoundError(f"save: {path}: no such folder {folder}")
+    tmp = os.path.join(folder, f'.{os.path.basename(path)}.{os.urandom(6).hex()}.tmp')
     # a new file, as open() makes one (mode 0666 less the umask; tempfile.mkstemp's would be 0600)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
@@ -7366,5 +7368,12 @@ def save(obj, path):
 def load(path, device='cpu'):
     """Read what save() wrote; arrays land on `device`. No pickled code is ever loaded."""
     device = _parse_device(device)
-    with np.load(path, allow_pickle=False) as arrays:
+    try:
+        arrays = np.load(path, allow_pickle=False)
+    except ValueError:   # (NumPy's word for bytes of no .npy or .npz: "pickled data")
+        raise ValueError(f"load: {path} is not a file that save() wrote (not an .npz archive)") from None
+    if 'tree' not in getattr(arrays, 'files', ()):   # a .npy array, or an .npz of other arrays
+        getattr(arrays, 'close', lambda: None)()
+        raise ValueError(f"load: {path} is not a file that save() wrote (no 'tree' entry)")
+    with arrays:
         return _decode(json.loads(str(arrays['tree'])), arrays, device)
