@@ -7964,6 +7964,41 @@ def test_error_load_state_dict_unconvertible_value():
                                 'head.0.running_var')
 
 
+def test_error_messages_name_the_argument_as_pytorch():
+    """Arguments of the wrong kind get a TypeError (ValueError for values) naming what was wrong, where PyTorch also
+    refuses them (before: NumPy's or Python's errors from deep inside, "unsupported dtype 'tpu'", or no error: x.to(a,
+    dtype=b) took a, sum(0.5) reduced over axis 0.5, cat(x) concatenated x's rows, full((2,), [1]) filled a list)."""
+    need_torch()
+    x, xt = tl.ones(2, 3), torch.ones(2, 3)
+    cases = [
+        ('load_state_dict of a list', lambda m: (tl.Linear(2, 2) if m is tl else torch.nn.Linear(2, 2)).load_state_dict(
+            [1, 2]), TypeError, 'dict-like'),
+        ('cat with a number', lambda m: m.cat([x if m is tl else xt, 1]), TypeError, 'element 1'),
+        ('cat of one tensor', lambda m: m.cat(x if m is tl else xt), TypeError, 'sequence'),
+        ('stack with a string', lambda m: m.stack([x if m is tl else xt, 'a']), TypeError, 'element 1'),
+        ('to an unknown device', lambda m: (x if m is tl else xt).to('tpu'), (TypeError, RuntimeError), "'tpu'"),
+        ('Module.to an unknown device', lambda m: (tl.Linear(2, 2) if m is tl else torch.nn.Linear(2, 2)).to('bogus'),
+         (TypeError, RuntimeError), "'bogus'"),
+        ('to two dtypes', lambda m: (x if m is tl else xt).to(*((np.float16,) if m is tl else (torch.float16,)),
+                                                            dtype=np.float64 if m is tl else torch.float64),
+         TypeError, 'dtype given twice'),
+        ('full with a string', lambda m: m.full((2,), 'a'), TypeError, 'fill_value'),
+        ('full with a list', lambda m: m.full((2,), [1]), TypeError, 'fill_value'),
+        ('sum over axis 0.5', lambda m: (x if m is tl else xt).sum(0.5), TypeError, 'int'),
+        ('sum over a string', lambda m: (x if m is tl else xt).sum('a'), TypeError, 'int'),
+        ('transpose of dims 0.5', lambda m: (x if m is tl else xt).transpose(0.5, 1), TypeError, 'dim'),
+        ('randn of a string', lambda m: m.randn('a'), TypeError, 'size'),
+        ('zeros of a float size', lambda m: m.zeros(2.5), TypeError, 'size'),
+        ('GRU of no inputs', lambda m: (tl.GRU if m is tl else torch.nn.GRU)(0, 4), ValueError, 'input_size'),
+    ]
+    for what, call, error, needle in cases:
+        raises(Exception, lambda: call(torch))   # PyTorch refuses it too
+        raises(error, lambda: call(tl), needle)
+    assert x.to(None).dtype == np.float32 and x.to(tl.zeros(1, dtype=np.float16)).dtype == np.float16
+    assert tl.full((2,), tl.tensor(2.5)).tolist() == torch.full((2,), torch.tensor(2.5)).tolist()
+    assert tl.Linear(2, 2).to(tl.zeros(1, dtype=np.float64)).weight.dtype == np.float64
+
+
 def test_error_load_state_dict_into_expanded_or_read_only():
     """A parameter or buffer that cannot take the values element by element (an expanded view: its rows share
     memory, or read-only memory such as np.load(mmap_mode='r')'s) is named in the error, before any key changes;

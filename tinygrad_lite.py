@@ -79,13 +79,26 @@ def _parse_device(device):
 
 
 def _device_and_dtype(args, device, dtype):
-    """(device, dtype) of a .to(*args, device=, dtype=) call: a device string among args is the device, else a dtype."""
+    """(device, dtype) of a .to(*args, device=, dtype=) call, as PyTorch's: among args a device string, a dtype, or a
+    tensor (its device and dtype), each said at most once."""
+    given = {'device': device, 'dtype': dtype}
     for a in args:
-        if isinstance(a, str) and a.split(':')[0] in ('cpu', 'cuda'):
-            device = a
+        if a is None:   # (as PyTorch's: nothing said)
+            continue
+        if isinstance(a, Tensor):
+            said = {'device': a.device, 'dtype': a.dtype}
+        elif isinstance(a, str) and a.split(':')[0] in ('cpu', 'cuda'):
+            said = {'device': a}
         else:
-            dtype = a
-    return device, dtype
+            try:
+                said = {'dtype': np.dtype(a)}
+            except TypeError:
+                raise TypeError(f"to: {a!r} is neither a device ('cpu', 'cuda', 'cuda:N'), a dtype nor a tensor") from None
+        for key, value in said.items():
+            if given[key] is not None:
+                raise TypeError(f"to: the {key} given twice ({given[key]!r} and {value!r})")
+            given[key] = value
+    return given['device'], given['dtype']
 
 
 def _xp(array):
@@ -221,6 +234,8 @@ def _dim(d, ndim, new=False):
     """d as a non-negative dim of a tensor of ndim dims; new: a position for an added dim (unsqueeze, stack).
     As in PyTorch, 0 and -1 are valid on a 0-d tensor."""
     n = max(ndim + new, 1)
+    if not _is_int(d):
+        raise TypeError(f"dim must be an int, got {d!r}")
     if not -n <= d < n:
         raise IndexError(f"dim {d} is out of range [{-n}, {n - 1}] for a tensor of {ndim} dimension(s)")
     return d % n
@@ -266,6 +281,8 @@ def _axes(axis, ndim):
     """A tuple of non-negative axes from None, an int or a tuple; () on a 0-d tensor."""
     if axis is None:
         return tuple(range(ndim))
+    if not isinstance(axis, (int, np.integer, tuple, list, np.ndarray)):
+        raise TypeError(f"axis must be an int or a tuple of ints, got {axis!r}")
     axes = sorted(_dim(a, ndim) for a in ((axis,) if isinstance(axis, (int, np.integer)) else axis))
     if len(set(axes)) < len(axes):
         raise ValueError(f"axes {axis} name an axis more than once")
@@ -4539,6 +4556,10 @@ def tensor(data, requires_grad=False, device=None, dtype=None):
 
 def _factory(make, shape, device, dtype, requires_grad):
     shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+    if not all(map(_is_int, shape)):
+        raise TypeError(f"size must be ints, got {shape!r}")
+    if any(n < 0 for n in shape):
+        raise ValueError(f"size must be non-negative, got {shape!r}")
     device = _parse_device(device)
     xp = np if device == 'cpu' else cp
     if device == 'cpu':
@@ -4599,6 +4620,10 @@ def _check_fits(value, dtype, what):
 
 @_aliases(size='shape')
 def full(shape, fill_value, device=None, dtype=None, requires_grad=False):
+    if isinstance(fill_value, Tensor) and fill_value.ndim == 0:   # as PyTorch: a 0-d tensor's number
+        fill_value = fill_value.item()
+    if not isinstance(fill_value, _NUMBERS):
+        raise TypeError(f"full: fill_value must be a number, not {type(fill_value).__name__}")
     own = _number_dtype(fill_value)   # (an int PyTorch cannot convert raises, whatever the dtype)
     dtype = _dtype(dtype or own)
     _check_fits(fill_value, dtype, 'full')
@@ -4730,11 +4755,22 @@ def _same_device(tensors, what):
         raise RuntimeError(f"{what}: expected all tensors on one device, got {', '.join(sorted(devices))}")
 
 
-@_aliases(dim='axis')
-def cat(tensors, axis=0):
+def _tensor_sequence(tensors, what):
+    """cat's and stack's tensors as a list, as PyTorch's: a sequence (not one tensor) of at least one tensor."""
+    if isinstance(tensors, Tensor):
+        raise TypeError(f"{what}: expected a sequence of tensors, got one tensor")
     tensors = list(tensors)
     if not tensors:
-        raise ValueError("cat: needs at least one tensor")
+        raise ValueError(f"{what}: needs at least one tensor")
+    for i, t in enumerate(tensors):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{what}: expected a tensor as element {i}, got {type(t).__name__}")
+    return tensors
+
+
+@_aliases(dim='axis')
+def cat(tensors, axis=0):
+    tensors = _tensor_sequence(tensors, 'cat')
     _same_device(tensors, 'cat')
     if any(t.ndim == 0 for t in tensors):
         raise ValueError(f"cat: a zero-dimensional tensor cannot be concatenated (shapes {[t.shape for t in tensors]})")
@@ -4748,9 +4784,7 @@ def cat(tensors, axis=0):
 
 @_aliases(dim='axis')
 def stack(tensors, axis=0):
-    tensors = list(tensors)
-    if not tensors:
-        raise ValueError("stack: needs at least one tensor")
+    tensors = _tensor_sequence(tensors, 'stack')
     for t in tensors[1:]:
         if t.shape != tensors[0].shape:
             raise ValueError(f"stack: shapes {tensors[0].shape} and {t.shape} differ")
@@ -5629,6 +5663,8 @@ class Module:
 
     def load_state_dict(self, state_dict, strict=True):
         """Copy values in place; every key, shape and value is checked and converted before anything changes."""
+        if not isinstance(state_dict, collections.abc.Mapping):
+            raise TypeError(f"load_state_dict: expected a dict-like state_dict, got {type(state_dict).__name__}")
         own = {name: t for name, t, _ in self._named_tensors(state=True)}
         values = {k: _as_array(v) for k, v in state_dict.items()}
         optional = {_dotted(prefix, name) for prefix, m in self.named_modules(remove_duplicate=False)
@@ -6468,8 +6504,9 @@ class GRU(Module):
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
                  bidirectional=False, *, device=None, dtype=None):
         super().__init__()
-        if hidden_size <= 0:
-            raise ValueError(f"GRU: hidden_size must be greater than zero, got {hidden_size}")
+        if hidden_size <= 0 or input_size <= 0:
+            raise ValueError(f"GRU: input_size and hidden_size must be greater than zero, got {input_size} and "
+                             f"{hidden_size}")
         if num_layers < 1:
             raise ValueError(f"GRU: num_layers must be at least 1, got {num_layers}")
         if not (isinstance(dropout, (int, float, np.integer, np.floating)) and not isinstance(dropout, bool)
