@@ -3121,6 +3121,18 @@ def test_elementwise_math_names_and_builtins():
     assert tl.round(tl.tensor([1.25]), decimals=1).item() == np.float32(1.2)
 
 
+def test_dtype_names_as_pytorch():
+    """tl's dtype names are torch's, the ones named as Python's builtins (tl.float, tl.int, tl.bool, ...) through the
+    module's __getattr__ (this file's own float(), int(), bool() stay Python's), in dir(tl), each usable as dtype=."""
+    need_torch()
+    for name in ('float16', 'float32', 'float64', 'uint8', 'int8', 'int16', 'int32', 'int64', 'half', 'float',
+                 'double', 'short', 'int', 'long', 'bool'):
+        theirs = str(getattr(torch, name)).replace('torch.', '')
+        assert np.dtype(getattr(tl, name)).name == theirs, (name, getattr(tl, name), theirs)
+        assert tl.zeros(2, dtype=getattr(tl, name)).dtype == np.dtype(theirs) and name in dir(tl), name
+    assert not {'float', 'int', 'bool'} & set(vars(tl)), 'a builtin shadowed'
+
+
 def test_builtin_named_forms_listed_named_and_built_once():
     """tl.sum, tl.max, ... (the module's __getattr__) are in dir(tl), named as torch's (not '<lambda>'), built once
     (tl.max is tl.max); tl.pow of two numbers raises TypeError as torch.pow (it gave int.__rpow__'s number)."""

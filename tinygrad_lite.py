@@ -37,7 +37,11 @@ if cp is not None and int(cp.__version__.split('.')[0]) >= 14:
 # ================================================================ dtype and device helpers
 
 float16, float32, float64 = np.float16, np.float32, np.float64
-uint8, int32, int64, bool_ = np.uint8, np.int32, np.int64, np.bool_
+uint8, int8, int16, int32, int64, bool_ = np.uint8, np.int8, np.int16, np.int32, np.int64, np.bool_
+# PyTorch's other dtype names, those of Python's builtins (tl.float, tl.int, ...): module __getattr__ answers for them,
+# so that this file's own float(), int(), ... stay Python's
+_DTYPE_ALIASES = {'half': np.float16, 'float': np.float32, 'double': np.float64, 'short': np.int16, 'int': np.int32,
+                  'long': np.int64, 'bool': np.bool_}
 _FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 _SUPPORTED = _FLOATS + tuple(np.dtype(t) for t in (np.bool_, np.uint8, np.int8, np.int16, np.int32, np.int64))
 
@@ -4840,17 +4844,17 @@ _BUILTIN_FORMS = {name: _builtin_form(name) for name in ('abs', 'all', 'any', 'm
 
 
 def __getattr__(name):
-    """tl.sum, tl.max, ... (_BUILTIN_FORMS): torch.X's forms of the Tensor methods named as Python's builtins, found
-    here (a module's __getattr__ answers for names it lacks) so that this file's own sum(), max(), ... stay Python's."""
-    try:
-        return _BUILTIN_FORMS[name]
-    except KeyError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    """tl.sum, tl.max, ... (_BUILTIN_FORMS): torch.X's forms of the Tensor methods named as Python's builtins, and
+    tl.float, tl.int, ... (_DTYPE_ALIASES), found here (a module's __getattr__ answers for names it lacks) so that this
+    file's own sum(), float(), ... stay Python's."""
+    if name in _BUILTIN_FORMS or name in _DTYPE_ALIASES:
+        return _BUILTIN_FORMS.get(name) or _DTYPE_ALIASES[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__():
     """dir(tl): the module's names and __getattr__'s."""
-    return sorted({*globals(), *_BUILTIN_FORMS})
+    return sorted({*globals(), *_BUILTIN_FORMS, *_DTYPE_ALIASES})
 
 
 def where(condition, a, b):
