@@ -5204,6 +5204,55 @@ def test_optim_duplicate_parameters_in_a_group_warn_as_pytorch():
     assert_close(results[0], results[1], 1e-6, 0, 'updated twice')
 
 
+def optim_snapshot(opt):
+    """Everything an optimizer's call could change, as flat_values: each parameter's values, gradient and version, the
+    state (by parameter index) and the groups (their options, their parameters by identity)."""
+    params = [p for g in opt.param_groups for p in g['params']]
+    return flat_values({'params': [[p, 'none' if p.grad is None else p.grad, p._version[0]] for p in params],
+                        'state': {i: opt.state[p] for i, p in enumerate(params) if p in opt.state},
+                        'groups': [{**g, 'params': [id(p) for p in g['params']]} for g in opt.param_groups]})
+
+
+def assert_optim_unchanged(opt, before, msg):
+    """optim_snapshot(opt) is `before`: the same entries, each of the same dtype and values."""
+    after = optim_snapshot(opt)
+    assert [k for k, _ in after] == [k for k, _ in before], f'{msg}: {[k for k, _ in after]}'
+    for (k, a), (_, b) in zip(after, before):
+        assert a.dtype == b.dtype and np.array_equal(a, b), f'{msg}: {k} changed'
+
+
+def test_error_optim_step_unwritable_parameter_changes_nothing():
+    """step() with a parameter that it could not update element by element: expanded (Parameter(x.expand(...)), rows
+    sharing memory: each row's update overwrote the last) is torch's RuntimeError; read-only memory (np.load's
+    mmap_mode='r') a RuntimeError too, where NumPy's error came after the parameters before it and their state moved;
+    the same for a state tensor. Each names the parameter, and nothing changes."""
+    need_torch()
+    tp = torch.nn.Parameter(torch.zeros(1, 2).expand(3, 2))
+    tp.grad = torch.ones(3, 2)
+    torch_words = raises(RuntimeError, torch.optim.SGD([tp], lr=1.0).step, 'clone()').split(': ', 1)[1].split('.')[0]
+    readonly = np.zeros((3, 2), np.float32)
+    readonly.flags.writeable = False
+    unwritable = {'expanded': (lambda shape: tl.zeros(1, *shape[1:]).expand(*shape), torch_words),
+                  'read-only': (lambda shape: tl.Tensor(readonly[:shape[0], :shape[1]] if len(shape) == 2 else
+                                                        readonly[0, :shape[0]]), 'read-only')}
+    for name, kw, key in (('SGD', dict(lr=0.1, momentum=0.9), 'momentum_buffer'), ('Adam', dict(lr=0.1), 'exp_avg'),
+                          ('AdamW', dict(lr=0.1), 'exp_avg_sq')):
+        for what, (make, words) in unwritable.items():
+            a, b, c = tl.Parameter(np.ones(2, np.float32)), tl.Parameter(np.ones(2, np.float32)), tl.Parameter(make((3, 2)))
+            opt = getattr(tl, name)([{'params': [a]}, {'params': [b, c]}], **kw)
+            a.grad, b.grad = tl.ones(2), tl.ones(2)
+            opt.step()   # (c, without a gradient, is not updated: no error)
+            c.grad = tl.ones(3, 2)
+            before = optim_snapshot(opt)
+            raises(RuntimeError, opt.step, words, f"{name}.step of param_groups[1]['params'][1]")
+            assert_optim_unchanged(opt, before, f'{name}, {what} parameter')
+            c.grad = None
+            opt.state[b][key] = make((2,))
+            before = optim_snapshot(opt)
+            raises(RuntimeError, opt.step, words, f"state '{key}' of parameter 1")
+            assert_optim_unchanged(opt, before, f'{name}, {what} {key}')
+
+
 # ===== gradient clipping: against torch.nn.utils =====
 
 CLIP_SHAPES = [(16, 8), (8,), (3, 5, 7), (1,), (4, 4)]   # the last parameter gets no gradient
@@ -5401,7 +5450,8 @@ def test_error_clip_grad_bad_input_changes_nothing():
     """A negative or NaN max_norm or clip_value (torch takes a negative one and flips the gradients), a NaN norm type,
     'fro' (a ValueError, as torch's), a non-tensor among the parameters, an integer tensor for get_total_norm, a
     total_norm that is no tensor (a TypeError, as torch's), the inf norm of an empty gradient (a RuntimeError, as
-    torch's) and an expanded gradient: a clear error, before any gradient or version changes."""
+    torch's), an expanded gradient and one in read-only memory (NumPy's error came once the gradients before it were
+    scaled): a clear error (naming the parameter of an unwritable gradient), before any gradient or version changes."""
     need_torch()
     arrays = clip_arrays('clip_errors', [np.float32] * 4)
     ours, theirs = clip_pair(arrays)
@@ -5409,6 +5459,9 @@ def test_error_clip_grad_bad_input_changes_nothing():
     empty.grad = tl.zeros(0)
     expanded = tl.Parameter(np.ones((2, 3), np.float32))
     expanded.grad = tl.Tensor(np.arange(3, dtype=np.float32)).expand(2, 3)
+    readonly = tl.Parameter(np.ones(3, np.float32))
+    readonly.grad = tl.Tensor(np.arange(3, dtype=np.float32))
+    readonly.grad.data.flags.writeable = False
     cases = [(ValueError, lambda: tl.clip_grad_norm_(ours, -1.0), 'max_norm', '-1'),
              (ValueError, lambda: tl.clip_grad_norm_(ours, math.nan), 'max_norm', 'nan'),
              (ValueError, lambda: tl.clip_grads_with_norm_(ours, -0.5, tl.tensor(2.0)), 'max_norm'),
@@ -5422,8 +5475,10 @@ def test_error_clip_grad_bad_input_changes_nothing():
              (TypeError, lambda: tl.get_total_norm([tl.tensor([1, 2])]), 'floating-point', 'int64'),
              (TypeError, lambda: tl.clip_grads_with_norm_(ours, 1.0, 3.0), 'total_norm'),
              (RuntimeError, lambda: tl.clip_grad_norm_(ours + [empty], 1.0, math.inf), 'empty'),
-             (RuntimeError, lambda: tl.clip_grad_norm_(ours + [expanded], 0.1), 'expanded'),
-             (RuntimeError, lambda: tl.clip_grad_value_(ours + [expanded], 0.1), 'expanded')]
+             (RuntimeError, lambda: tl.clip_grad_norm_(ours + [expanded], 0.1), 'expanded', 'parameter 5'),
+             (RuntimeError, lambda: tl.clip_grad_value_(ours + [expanded], 0.1), 'expanded', 'parameter 5'),
+             (RuntimeError, lambda: tl.clip_grad_norm_(ours + [readonly], 0.1), 'read-only', 'parameter 5'),
+             (RuntimeError, lambda: tl.clip_grad_value_(ours + [readonly], 0.1), 'read-only', 'parameter 5')]
     for exc, fn, *needles in cases:
         versions = [p.grad._version[0] for p in ours[:-1]]
         raises(exc, fn, *needles)

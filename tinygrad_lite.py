@@ -6509,6 +6509,15 @@ class GRU(Module):
 
 # ================================================================ optimizers
 
+def _refuse_unwritable(t, what):
+    """Before an update in place of t that could not write each element: as Tensor._refuse_expanded, and a
+    RuntimeError where t's memory is read-only (NumPy's error would come only once the tensors before t were updated)."""
+    t._refuse_expanded(what)
+    if not getattr(t.data.flags, 'writeable', True):
+        raise RuntimeError(f"in-place {what}: the tensor's memory is read-only (as np.load(..., mmap_mode='r') gives): "
+                           "copy it first")
+
+
 class Optimizer:
     """Parameter groups, per-parameter state, and a step() that checks every gradient and state before it changes
     anything. As torch.optim's, `state` maps each parameter (the tensor itself) to a dict of tensors."""
@@ -6552,16 +6561,19 @@ class Optimizer:
         if closure is not None:
             with enable_grad():
                 loss = closure()
-        work = []
-        for i, (p, group) in enumerate((p, group) for group in self.param_groups for p in group['params']):
-            if p.grad is None:
-                continue
-            if p.grad.shape != p.shape:
-                raise ValueError(f"{type(self).__name__}.step: gradient of shape {p.grad.shape} for a parameter of shape {p.shape}")
-            if p.grad.device != p.device:
-                raise RuntimeError(f"{type(self).__name__}.step: gradient on {p.grad.device} for a parameter on {p.device}")
-            self._check_state(i, p, self.state.get(p, {}))
-            work.append((p, group))
+        work, i, name = [], -1, type(self).__name__
+        for g, group in enumerate(self.param_groups):
+            for j, p in enumerate(group['params']):
+                i += 1   # p's index in state_dict()
+                if p.grad is None:
+                    continue
+                if p.grad.shape != p.shape:
+                    raise ValueError(f"{name}.step: gradient of shape {p.grad.shape} for a parameter of shape {p.shape}")
+                if p.grad.device != p.device:
+                    raise RuntimeError(f"{name}.step: gradient on {p.grad.device} for a parameter on {p.device}")
+                _refuse_unwritable(p, f"{name}.step of param_groups[{g}]['params'][{j}]")
+                self._check_state(i, p, self.state.get(p, {}))
+                work.append((p, group))
         for p, group in work:
             self._update(p.data, p.grad.data.astype(p.dtype, copy=False), group, self.state[p])
             p._version[0] += 1   # updated in place, as PyTorch's optimizers count it
@@ -6577,6 +6589,7 @@ class Optimizer:
             name = f"{type(self).__name__}: state '{k}' of parameter {i}"
             if not isinstance(v, Tensor):
                 raise TypeError(f"{name} is a {type(v).__name__}, not a Tensor")
+            _refuse_unwritable(v, f"{type(self).__name__} update of state '{k}' of parameter {i}")
             if k == 'step':
                 if v.shape != ():
                     raise ValueError(f"{name} has shape {v.shape}, not () (a count)")
@@ -6817,19 +6830,19 @@ def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=Non
 def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
     """torch.nn.utils.clip_grads_with_norm_: each gradient times min(max_norm / (total_norm + 1e-6), 1), in place
     (even by 1, as PyTorch: no comparison that would wait for the GPU)."""
-    grads = [p.grad for p in _tensor_list(parameters, 'clip_grads_with_norm_') if p.grad is not None]
+    grads = {k: p.grad for k, p in enumerate(_tensor_list(parameters, 'clip_grads_with_norm_')) if p.grad is not None}
     max_norm = _nonnegative(max_norm, 'max_norm')
     if not isinstance(total_norm, Tensor) or total_norm.numel() != 1 or total_norm.dtype not in _FLOATS:
         raise TypeError("total_norm must be a one-element float tensor (as get_total_norm returns)")
-    for g in grads:
-        g._refuse_expanded('gradient clipping')
+    for k, g in grads.items():
+        _refuse_unwritable(g, f'gradient clipping of parameter {k}')
     total, dtype = total_norm.data.reshape(()), total_norm.dtype
     xp, f = _xp(total), _opmath(dtype).type   # torch's ops on the norm: each computes in f and rounds to dtype
     rounded = lambda a: xp.asarray(a).astype(dtype, copy=False)
     shifted = rounded(_wide(total) + f(1e-6))
     coef = rounded(_wide(rounded(xp.reciprocal(_wide(shifted)))) * f(max_norm))   # max_norm / x: 1 / x * max_norm
     coef = xp.minimum(coef, dtype.type(1))   # (NaN stays NaN)
-    for g in grads:   # g * coef: float16 times the coefficient in float32, rounded once, as PyTorch
+    for g in grads.values():   # g * coef: float16 times the coefficient in float32, rounded once, as PyTorch
         c = _move(coef, g.device).astype(_opmath(g.dtype))
         _xp(g.data).multiply(_wide(g.data), c, out=g.data)
         g._version[0] += 1
@@ -6850,12 +6863,12 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
 def clip_grad_value_(parameters, clip_value, foreach=None):
     """torch.nn.utils.clip_grad_value_: each gradient of `parameters` clamped to [-clip_value, clip_value] in place
     (NaN stays NaN)."""
-    grads = [p.grad for p in _tensor_list(parameters, 'clip_grad_value_') if p.grad is not None]
+    grads = {k: p.grad for k, p in enumerate(_tensor_list(parameters, 'clip_grad_value_')) if p.grad is not None}
     clip_value = _nonnegative(clip_value, 'clip_value')
-    for g in grads:
-        g._refuse_expanded('gradient clipping')
+    for k, g in grads.items():
+        _refuse_unwritable(g, f'gradient clipping of parameter {k}')
         _check_fits(clip_value, g.dtype, 'clip_grad_value_')   # (1e6 for float16 raises, as PyTorch)
-    for g in grads:
+    for g in grads.values():
         bound = g.dtype.type(clip_value)
         _xp(g.data).clip(g.data, -bound, bound, out=g.data)
         g._version[0] += 1
