@@ -5221,6 +5221,51 @@ def assert_optim_unchanged(opt, before, msg):
         assert a.dtype == b.dtype and np.array_equal(a, b), f'{msg}: {k} changed'
 
 
+def test_optim_add_param_group_as_pytorch():
+    """add_param_group as torch.optim's: the group's options it lacks are the defaults, and the new group steps as
+    torch's (after the first group's state exists). Refused, with nothing added and nothing else changed: a parameter
+    already in a group (torch's ValueError and message), a non-leaf (ValueError), a non-tensor or a group that is not
+    a dict (TypeError), a group without 'params' (KeyError), and (checked as the constructor checks each group; torch
+    takes them) options out of range."""
+    need_torch()
+    r = rng('add_param_group')
+    w0, v0, grads = r.standard_normal(3), r.standard_normal((2, 2)), [r.standard_normal(3) for _ in range(4)]
+    for name, kw, group_kw in (('SGD', dict(lr=0.1, momentum=0.9), dict(lr=0.05, nesterov=True)),
+                               ('Adam', dict(lr=0.05), dict(betas=(0.8, 0.9), weight_decay=0.1)),
+                               ('AdamW', dict(lr=0.05), dict(lr=0.01))):
+        w, v = tl.Parameter(w0.copy()), tl.Parameter(v0.copy())
+        wt, vt = torch.nn.Parameter(torch.tensor(w0)), torch.nn.Parameter(torch.tensor(v0))
+        opt, ref = getattr(tl, name)([w], **kw), getattr(torch.optim, name)([wt], **kw)
+        for k, g in enumerate(grads):
+            if k == 2:
+                opt.add_param_group({'params': v, **group_kw})
+                ref.add_param_group({'params': vt, **group_kw})
+                assert opt.param_groups[1]['params'][0] is v and len(opt.param_groups) == 2
+                options = {key: val for key, val in opt.param_groups[1].items() if key != 'params'}
+                assert options == {key: ref.param_groups[1][key] for key in options}, (name, options)
+            w.grad, wt.grad = tl.Tensor(g), torch.tensor(g)
+            v.grad, vt.grad = tl.Tensor(g[:2, None] * g[1:]), torch.tensor(g[:2, None] * g[1:])
+            opt.step()
+            ref.step()
+        assert_close(w, wt, 1e-12, 1e-12, f'{name} first group')
+        assert_close(v, vt, 1e-12, 1e-12, f'{name} added group')
+        want = raises(ValueError, lambda: ref.add_param_group({'params': [torch.nn.Parameter(torch.ones(2)), wt]}))
+        before, n = optim_snapshot(opt), len(opt.param_groups)
+        for exc, group, needles in ((ValueError, {'params': [tl.Parameter(np.ones(2)), w]}, (want,)),
+                                    (ValueError, {'params': [w * 2]}, ('non-leaf',)),
+                                    (TypeError, {'params': [tl.Parameter(np.ones(2)), np.ones(2)]}, ('tensors', 'ndarray')),
+                                    (TypeError, [tl.Parameter(np.ones(2))], ('dict', 'list')),
+                                    (KeyError, {'lr': 0.1}, ('params',)),
+                                    (ValueError, {'params': [tl.Parameter(np.ones(2))], 'lr': -1.0}, ('learning rate', '-1')),
+                                    (ValueError, {'params': [tl.Parameter(np.ones(2))], 'weight_decay': math.nan},
+                                     ('weight_decay', 'nan'))):
+            raises(exc, lambda: opt.add_param_group(group), *needles)
+            assert len(opt.param_groups) == n, (name, group)
+            assert_optim_unchanged(opt, before, f'{name} add_param_group({group})')
+        raises(TypeError, lambda: ref.add_param_group([torch.nn.Parameter(torch.ones(2))]), 'dict')
+        raises(KeyError, lambda: ref.add_param_group({'lr': 0.1}), 'params')
+
+
 def test_error_optim_step_unwritable_parameter_changes_nothing():
     """step() with a parameter that it could not update element by element: expanded (Parameter(x.expand(...)), rows
     sharing memory: each row's update overwrote the last) is torch's RuntimeError; read-only memory (np.load's
@@ -5732,7 +5777,7 @@ def test_reduce_lr_on_plateau_groups_added_as_pytorch():
         tsched = torch.optim.lr_scheduler.ReduceLROnPlateau(topt, patience=0, min_lr=min_lr)
         sched.step(1.0)
         tsched.step(1.0)
-        opt.param_groups.append({**opt.param_groups[0], 'params': [tl.Parameter(np.zeros(2))], 'lr': 0.2})
+        opt.add_param_group({'params': [tl.Parameter(np.zeros(2))], 'lr': 0.2})
         topt.add_param_group({'params': [torch.nn.Parameter(torch.zeros(2))], 'lr': 0.2})
         if isinstance(min_lr, list):
             want = raises(RuntimeError, lambda: tsched.step(2.0))

@@ -6527,29 +6527,34 @@ class Optimizer:
         params = list(params)
         if not params:
             raise ValueError(f"{type(self).__name__} got an empty parameter list")
-        groups = params if isinstance(params[0], dict) else [{'params': params}]
         self.defaults, self.param_groups, self.state = defaults, [], collections.defaultdict(dict)
         # as torch.optim: the constructor's options, even where every group has its own
         _check_options(defaults, defaults)
-        seen = set()
-        for g in groups:
-            given = g['params']
-            group = {**defaults, **g, 'params': [given] if isinstance(given, Tensor) else list(given)}
-            for p in group['params']:
-                if not isinstance(p, Tensor):
-                    raise TypeError(f"{type(self).__name__} can only optimize tensors, got {type(p).__name__}")
-                if not p.is_leaf:
-                    raise ValueError(f"{type(self).__name__} can't optimize a non-leaf tensor")
-            ids = {id(p) for p in group['params']}
-            if len(ids) < len(group['params']):   # PyTorch's warning (each copy is updated, as in PyTorch)
-                warnings.warn("optimizer contains a parameter group with duplicate parameters; in future, this will "
-                              "cause an error; see github.com/pytorch/pytorch/issues/40967 for more information",
-                              UserWarning, stacklevel=3)
-            if ids & seen:
-                raise ValueError("some parameters appear in more than one parameter group")
-            seen |= ids
-            _check_options(group, defaults)
-            self.param_groups.append(group)
+        for group in params if isinstance(params[0], dict) else [{'params': params}]:
+            self.add_param_group(group)
+
+    def add_param_group(self, param_group):
+        """As torch.optim's: a group (a dict holding 'params'; the options it lacks are the defaults) added after the
+        others, once its options and parameters are checked (leaf tensors, none in another group)."""
+        if not isinstance(param_group, dict):
+            raise TypeError(f"param_group must be a dict, but got {type(param_group).__name__}")
+        given = param_group['params']
+        group = {**self.defaults, **param_group, 'params': [given] if isinstance(given, Tensor) else list(given)}
+        name = type(self).__name__
+        for p in group['params']:
+            if not isinstance(p, Tensor):
+                raise TypeError(f"{name} can only optimize tensors, got {type(p).__name__}")
+            if not p.is_leaf:
+                raise ValueError(f"{name} can't optimize a non-leaf tensor")
+        ids = {id(p) for p in group['params']}
+        if len(ids) < len(group['params']):   # PyTorch's warning (each copy is updated, as in PyTorch)
+            warnings.warn("optimizer contains a parameter group with duplicate parameters; in future, this will "
+                          "cause an error; see github.com/pytorch/pytorch/issues/40967 for more information",
+                          UserWarning, stacklevel=3)
+        if ids & {id(p) for p in self._params()}:
+            raise ValueError("some parameters appear in more than one parameter group")
+        _check_options(group, self.defaults)
+        self.param_groups.append(group)
 
     def zero_grad(self, set_to_none=True):
         _zero_grads(self._params(), set_to_none)
