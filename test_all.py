@@ -5266,6 +5266,19 @@ def test_optim_add_param_group_as_pytorch():
         raises(KeyError, lambda: ref.add_param_group({'lr': 0.1}), 'params')
 
 
+def test_error_optim_params_a_tensor_as_pytorch():
+    """A tensor given as params (not a list of them): torch's TypeError and message (its rows were taken for the
+    parameters, or a parameter's rows refused as non-leaves), for a plain tensor and a parameter alike."""
+    need_torch()
+    want = raises(TypeError, lambda: torch.optim.SGD(torch.zeros(3, 2), lr=0.1), 'iterable of Tensors or dicts')
+    for name in ('SGD', 'Adam', 'AdamW'):
+        for params in (tl.zeros(3, 2), tl.Linear(2, 2).weight):
+            before, version = params.numpy().copy(), params._version[0]
+            raises(TypeError, lambda: getattr(tl, name)(params, lr=0.1), want.split(', but got')[0],
+                   f'but got {type(params).__name__}')
+            assert np.array_equal(params.numpy(), before) and params.grad is None and params._version[0] == version
+
+
 def test_error_optim_step_unwritable_parameter_changes_nothing():
     """step() with a parameter that it could not update element by element: expanded (Parameter(x.expand(...)), rows
     sharing memory: each row's update overwrote the last) is torch's RuntimeError; read-only memory (np.load's

@@ -6524,6 +6524,9 @@ class Optimizer:
     state_keys = ()   # what the state of a parameter holds once it is not empty
 
     def __init__(self, params, defaults):
+        if isinstance(params, Tensor):   # (list() would take its rows for the parameters)
+            raise TypeError("params argument given to the optimizer should be an iterable of Tensors or dicts, but got "
+                            f"{type(params).__name__}")
         params = list(params)
         if not params:
             raise ValueError(f"{type(self).__name__} got an empty parameter list")
