@@ -5279,6 +5279,27 @@ def test_error_optim_params_a_tensor_as_pytorch():
             assert np.array_equal(params.numpy(), before) and params.grad is None and params._version[0] == version
 
 
+def test_error_optim_integer_parameters():
+    """Integer and bool parameters are refused (TypeError naming the dtype) by the constructor and add_param_group,
+    changing nothing: their updates were rounded (SGD's to 0 at lr 0.5) or failed inside NumPy after Adam's state was
+    made. torch.optim takes them, and its step fails on them at a float lr, after the parameters before them moved."""
+    need_torch()
+    a, b = torch.nn.Parameter(torch.ones(2)), torch.tensor([10, 20])
+    a.grad, b.grad = torch.ones(2), torch.tensor([1, 1])
+    raises(RuntimeError, torch.optim.SGD([a, b], lr=0.5).step, 'integral')
+    assert a.detach().tolist() == [0.5, 0.5]
+    for name in ('SGD', 'Adam', 'AdamW'):
+        for array in (np.array([10, 20]), np.array([1, 2], np.int32), np.array([True, False]), np.array([3], np.uint8)):
+            p = tl.tensor(array)
+            raises(TypeError, lambda: getattr(tl, name)([tl.Parameter(np.ones(2)), p], lr=0.5), 'floating-point',
+                   str(array.dtype))
+            opt = getattr(tl, name)([tl.Parameter(np.ones(2))], lr=0.5)
+            before = optim_snapshot(opt)
+            raises(TypeError, lambda: opt.add_param_group({'params': [p]}), 'floating-point', str(array.dtype))
+            assert_optim_unchanged(opt, before, f'{name}: add_param_group of {array.dtype}')
+            assert len(opt.param_groups) == 1 and np.array_equal(p.numpy(), array) and p._version[0] == 0
+
+
 def test_error_optim_step_unwritable_parameter_changes_nothing():
     """step() with a parameter that it could not update element by element: expanded (Parameter(x.expand(...)), rows
     sharing memory: each row's update overwrote the last) is torch's RuntimeError; read-only memory (np.load's

@@ -6538,7 +6538,7 @@ class Optimizer:
 
     def add_param_group(self, param_group):
         """As torch.optim's: a group (a dict holding 'params'; the options it lacks are the defaults) added after the
-        others, once its options and parameters are checked (leaf tensors, none in another group)."""
+        others, once its options and parameters are checked (floating-point leaf tensors, none in another group)."""
         if not isinstance(param_group, dict):
             raise TypeError(f"param_group must be a dict, but got {type(param_group).__name__}")
         given = param_group['params']
@@ -6549,6 +6549,8 @@ class Optimizer:
                 raise TypeError(f"{name} can only optimize tensors, got {type(p).__name__}")
             if not p.is_leaf:
                 raise ValueError(f"{name} can't optimize a non-leaf tensor")
+            if p.dtype.kind != 'f':   # (torch.optim's step fails on one at a float lr, after the parameters before it)
+                raise TypeError(f"{name} can only optimize floating-point tensors, got one of dtype {p.dtype}")
         ids = {id(p) for p in group['params']}
         if len(ids) < len(group['params']):   # PyTorch's warning (each copy is updated, as in PyTorch)
             warnings.warn("optimizer contains a parameter group with duplicate parameters; in future, this will "
