@@ -5300,6 +5300,31 @@ def test_error_optim_integer_parameters():
             assert len(opt.param_groups) == 1 and np.array_equal(p.numpy(), array) and p._version[0] == 0
 
 
+def test_error_adam_betas_not_a_pair_changes_nothing():
+    """Adam's and AdamW's betas must be two numbers, wherever they come from: the constructor (torch's raises
+    IndexError for one), a group of it, add_param_group or load_state_dict. Each is refused (ValueError naming betas)
+    before anything changes: they were taken, and the first step failed once the groups before had stepped."""
+    need_torch()
+    raises(IndexError, lambda: torch.optim.Adam([torch.nn.Parameter(torch.ones(2))], betas=(0.9,)))
+    new = lambda: tl.Parameter(np.ones(2, np.float32))
+    for name in ('Adam', 'AdamW'):
+        for betas in ((0.9,), (0.9, 0.99, 0.9), [], 0.9):
+            if isinstance(betas, tuple):
+                raises(ValueError, lambda: getattr(tl, name)([new()], betas=betas), 'betas', 'pair', repr(betas))
+            raises(ValueError, lambda: getattr(tl, name)([{'params': [new()]}, {'params': [new()], 'betas': betas}]),
+                   'betas', 'pair', repr(betas))
+            a, b = new(), new()
+            opt = getattr(tl, name)([{'params': [a]}, {'params': [b]}], lr=0.1)
+            a.grad, b.grad = tl.ones(2), tl.ones(2)
+            opt.step()
+            good = opt.state_dict()
+            bad = {**good, 'param_groups': [good['param_groups'][0], {**good['param_groups'][1], 'betas': betas}]}
+            before = optim_snapshot(opt)
+            raises(ValueError, lambda: opt.add_param_group({'params': [new()], 'betas': betas}), 'betas', repr(betas))
+            raises(ValueError, lambda: opt.load_state_dict(bad), 'betas', 'pair', repr(betas))
+            assert_optim_unchanged(opt, before, f'{name} betas {betas}')
+
+
 def test_error_optim_step_unwritable_parameter_changes_nothing():
     """step() with a parameter that it could not update element by element: expanded (Parameter(x.expand(...)), rows
     sharing memory: each row's update overwrote the last) is torch's RuntimeError; read-only memory (np.load's

@@ -6662,9 +6662,13 @@ def _check_options(group, defaults):
                       ('weight_decay', 'weight_decay value')):
         if key in group and not 0 <= group[key]:
             raise ValueError(f"Invalid {what}: {group[key]}")
-    for i, beta in enumerate(group.get('betas', ())):
-        if not 0 <= beta < 1:
-            raise ValueError(f"Invalid beta parameter at index {i}: {beta}")
+    if 'betas' in group:
+        betas = group['betas']
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
+        for i, beta in enumerate(betas):
+            if not 0 <= beta < 1:
+                raise ValueError(f"Invalid beta parameter at index {i}: {beta}")
 
 
 def _add(a, b, alpha, out=None):
