@@ -5325,6 +5325,35 @@ def test_error_adam_betas_not_a_pair_changes_nothing():
             assert_optim_unchanged(opt, before, f'{name} betas {betas}')
 
 
+def test_error_optim_bad_option_or_state_entry_named():
+    """An option that is no number (lr='a': a TypeError, as torch's, but naming it) in the constructor, a group or a
+    loaded state dict; a state dict's state keyed by something not a parameter's index, or holding a value that is no
+    number: refused, naming the option or the entry, before anything changes. A one-element tensor is a number."""
+    need_torch()
+    raises(TypeError, lambda: torch.optim.SGD([torch.nn.Parameter(torch.ones(2))], lr='a'))
+    for name, kw, key in (('SGD', dict(lr='a'), 'lr'), ('SGD', dict(momentum='x'), 'momentum'),
+                          ('SGD', dict(momentum=0.9, dampening='x'), 'dampening'),
+                          ('SGD', dict(weight_decay=None), 'weight_decay'), ('Adam', dict(eps='x'), 'eps'),
+                          ('Adam', dict(betas=('a', 0.9)), 'betas[0]'), ('AdamW', dict(lr=[0.1]), 'lr'),
+                          ('AdamW', dict(betas=(0.9, tl.ones(2))), 'betas[1]'), ('Adam', dict(lr=tl.ones(2)), 'lr')):
+        raises(TypeError, lambda: getattr(tl, name)([tl.Parameter(np.ones(2))], **kw), f'option {key} ')
+        raises(TypeError, lambda: getattr(tl, name)([{'params': [tl.Parameter(np.ones(2))], **kw}]), f'option {key} ')
+    tl.SGD([tl.Parameter(np.ones(2))], lr=tl.tensor(0.1))
+    a, b, opt = adam_after_one_step()
+    good = opt.state_dict()
+    before = optim_snapshot(opt)
+    for exc, sd, needles in (
+            (TypeError, {**good, 'param_groups': [{**good['param_groups'][0], 'lr': 'a'}]}, ('option lr ', "'a'")),
+            (ValueError, {**good, 'state': {0: good['state'][0], 'x': good['state'][1]}}, ("parameter 'x'",)),
+            (ValueError, {**good, 'state': {0: good['state'][0], 1.0: good['state'][1]}}, ('parameter 1.0',)),
+            (TypeError, {**good, 'state': {0: good['state'][0], 1: {**good['state'][1], 'exp_avg': 'abc'}}},
+             ("'exp_avg' of parameter 1", 'a str', 'not of numbers')),
+            (TypeError, {**good, 'state': {0: good['state'][0], 1: {**good['state'][1], 'step': {}}}},
+             ("'step' of parameter 1", 'a dict', 'not of numbers'))):
+        raises(exc, lambda: opt.load_state_dict(sd), *needles)
+        assert_optim_unchanged(opt, before, str(needles))
+
+
 def test_error_optim_step_unwritable_parameter_changes_nothing():
     """step() with a parameter that it could not update element by element: expanded (Parameter(x.expand(...)), rows
     sharing memory: each row's update overwrote the last) is torch's RuntimeError; read-only memory (np.load's

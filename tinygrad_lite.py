@@ -6627,15 +6627,20 @@ class Optimizer:
             raise ValueError(f"{type(self).__name__}.load_state_dict: parameter groups of sizes "
                              f"{[len(g['params']) for g in groups]} for an optimizer with "
                              f"{[len(g['params']) for g in self.param_groups]}")
-        state = collections.defaultdict(dict)
+        state, name = collections.defaultdict(dict), type(self).__name__
         for i, s in state_dict['state'].items():
-            if not 0 <= int(i) < len(params):
-                raise ValueError(f"{type(self).__name__}.load_state_dict: state for parameter {i} of an optimizer "
-                                 f"with {len(params)} parameters")
-            p = params[int(i)]
-            # 'step' is a count, float32 on the CPU as PyTorch's; None (PyTorch's absent momentum buffer) is no state
-            state[p] = {k: Tensor(_as_array(v).astype(np.float32), device='cpu') if k == 'step' else
-                        Tensor(_as_array(v).astype(p.dtype), device=p.device) for k, v in s.items() if v is not None}
+            if not isinstance(i, (int, np.integer)) or not 0 <= i < len(params):
+                raise ValueError(f"{name}.load_state_dict: state for parameter {i!r} of an optimizer with "
+                                 f"{len(params)} parameters (the state's keys are their indices)")
+            p = params[i]
+            arrays = {k: _as_array(v) for k, v in s.items() if v is not None}   # (None: PyTorch's absent momentum buffer)
+            for k, a in arrays.items():
+                if a.dtype.kind not in 'biuf':
+                    raise TypeError(f"{name}.load_state_dict: state '{k}' of parameter {i} is a {type(s[k]).__name__} "
+                                    f"of {a.dtype}, not of numbers")
+            # 'step' is a count, float32 on the CPU as PyTorch's
+            state[p] = {k: Tensor(a.astype(np.float32), device='cpu') if k == 'step' else
+                        Tensor(a.astype(p.dtype), device=p.device) for k, a in arrays.items()}
             self._check_state(i, p, state[p])
         for saved in groups:
             _check_options(saved, self.defaults)
@@ -6658,17 +6663,28 @@ def _check_options(group, defaults):
             raise ValueError(f"optimizer option {key}={group[key]!r} is not supported (only its default, off)")
     if not isinstance(group.get('decoupled_weight_decay', False), (bool, np.bool_)):
         raise TypeError(f"decoupled_weight_decay must be a bool, got {group['decoupled_weight_decay']!r}")
+    _option_number(group.get('dampening', 0), 'dampening')   # (any number, as torch's)
     for key, what in (('lr', 'learning rate'), ('momentum', 'momentum value'), ('eps', 'epsilon value'),
                       ('weight_decay', 'weight_decay value')):
-        if key in group and not 0 <= group[key]:
+        if key in group and not 0 <= _option_number(group[key], key):
             raise ValueError(f"Invalid {what}: {group[key]}")
     if 'betas' in group:
         betas = group['betas']
         if not isinstance(betas, (tuple, list)) or len(betas) != 2:
             raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
         for i, beta in enumerate(betas):
-            if not 0 <= beta < 1:
+            if not 0 <= _option_number(beta, f'betas[{i}]') < 1:
                 raise ValueError(f"Invalid beta parameter at index {i}: {beta}")
+
+
+def _option_number(value, key):
+    """Option `key`'s value as a number; TypeError naming it where it is none (a one-element tensor is one: a rate
+    that a CUDA graph reads)."""
+    if isinstance(value, Tensor) and value.numel() == 1:
+        value = value.item()
+    if not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"optimizer option {key} must be a number, got {value!r}")
+    return value
 
 
 def _add(a, b, alpha, out=None):
