@@ -5978,6 +5978,52 @@ def test_error_lr_scheduler_arguments_as_pytorch():
     raises(ValueError, lambda: tl.StepLR(sched_optimizers()[0], 2).load_state_dict(state), 'base_lrs', '2')
 
 
+def sched_state(opt, sched):
+    """A copy of what loading a scheduler's state dict could change: its state dict, and its optimizer's options."""
+    return copy.deepcopy(sched.state_dict()), [{k: v for k, v in g.items() if k != 'params'} for g in opt.param_groups]
+
+
+def test_error_lr_scheduler_load_state_dict_changes_nothing():
+    """A state dict that the scheduler's constructor would refuse (ReduceLROnPlateau's mode or threshold_mode unknown,
+    StepLR's step_size or CosineAnnealingLR's T_max 0, LinearLR's start_factor 0), a last_epoch that is no int, and
+    LambdaLR's without lr_lambdas or with the wrong number of them: refused, naming the entry, before anything
+    changes (torch's loads every entry, then raises or fails at a later step). Plateau's, refused, then steps as
+    torch's scheduler that never saw it: its lr is not cut while the metric improves."""
+    need_torch()
+    metrics = [1.0, 0.5, 0.25, 0.1, 0.05, 0.01, 0.001]
+    cases = [('ReduceLROnPlateau', dict(patience=0), dict(mode='maximum', patience=5), ValueError, ('mode maximum',)),
+             ('ReduceLROnPlateau', dict(patience=0), dict(threshold_mode='relative'), ValueError, ('relative',)),
+             ('ReduceLROnPlateau', dict(patience=0), dict(factor=2.0), ValueError, ('Factor', '2.0')),
+             ('StepLR', dict(step_size=2), dict(step_size=0, last_epoch=5), ValueError, ('step_size', '0')),
+             ('StepLR', dict(step_size=2), dict(last_epoch='a'), TypeError, ('last_epoch', "'a'")),
+             ('CosineAnnealingLR', dict(T_max=4), dict(T_max=0), ValueError, ('T_max', '0')),
+             ('LinearLR', {}, dict(start_factor=0.0), ValueError, ('Starting multiplicative factor', '0.0')),
+             ('LambdaLR', dict(lr_lambda=[lambda e: 0.5, WarmUp(3), WarmUp(5)]), dict(lr_lambdas=None), ValueError,
+              ('lr_lambdas', 'None')),
+             ('LambdaLR', dict(lr_lambda=[lambda e: 0.5, WarmUp(3), WarmUp(5)]), dict(lr_lambdas=[None, {'n': 9}]),
+              ValueError, ('lr_lambdas', '3 entries'))]
+    for cls, kw, bad, exc, needles in cases:
+        opt, topt = sched_optimizers()
+        sched, tsched = getattr(tl, cls)(opt, **kw), getattr(torch.optim.lr_scheduler, cls)(topt, **kw)
+        state = {**sched.state_dict(), **bad}
+        if cls == 'LambdaLR' and bad['lr_lambdas'] is None:
+            del state['lr_lambdas']
+        before = sched_state(opt, sched)
+        raises(exc, lambda: sched.load_state_dict(state), *needles)
+        after = sched_state(opt, sched)
+        assert after[1] == before[1], (cls, bad, after[1])
+        assert after[0].keys() == before[0].keys() and all(
+            np.array_equal(after[0][k], before[0][k]) for k in before[0]), (cls, bad, after[0])
+        for metric in metrics:
+            for o in (opt, topt):
+                o.step()
+            for s in (sched, tsched):
+                s.step(metric) if cls == 'ReduceLROnPlateau' else s.step()
+            assert_close(np.array(sched.get_last_lr()), np.array(tsched.get_last_lr()), 1e-12, 0, f'{cls} {bad}')
+        if cls == 'ReduceLROnPlateau':
+            assert sched.get_last_lr() == [0.1, 0.05, 0.3], sched.get_last_lr()
+
+
 def test_lr_scheduler_one_cycle_training_as_pytorch():
     """A small MLP trained under OneCycleLR, one scheduler step per batch, by Nesterov SGD with weight decay (momentum
     cycled) and by Adam (betas[0] cycled), in float64 from torch's weights: every parameter as torch's after every

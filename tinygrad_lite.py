@@ -6984,6 +6984,9 @@ class LRScheduler:
     def get_lr(self):
         raise NotImplementedError
 
+    def _check(self):
+        """A subclass's: its constructor's checks, run on its attributes (those of a state dict too, before it loads)."""
+
     def _scaled(self, factor):
         """Each group's lr as it is now times factor (1: unchanged, exactly)."""
         return [group['lr'] * factor for group in self.optimizer.param_groups]
@@ -7016,12 +7019,19 @@ class LRScheduler:
         return {k: v for k, v in self.__dict__.items() if k != 'optimizer'}
 
     def load_state_dict(self, state_dict):
-        n = len(self.optimizer.param_groups)
-        for key in ('base_lrs', '_last_lr', 'lr_lambdas'):
+        """As torch's, once checked: loaded onto a copy of the scheduler, which must pass _check() (the constructor's
+        checks), so a refused state dict changes nothing."""
+        name, n = type(self).__name__, len(self.optimizer.param_groups)
+        for key in ('base_lrs', '_last_lr'):
             if key in state_dict and len(state_dict[key]) != n:
-                raise ValueError(f"{type(self).__name__}.load_state_dict: {key} has {len(state_dict[key])} values "
-                                 f"for an optimizer with {n} param_groups")
-        self.__dict__.update(state_dict)
+                raise ValueError(f"{name}.load_state_dict: {key} has {len(state_dict[key])} values for an optimizer "
+                                 f"with {n} param_groups")
+        if not isinstance(state_dict.get('last_epoch', 0), (int, np.integer)):
+            raise TypeError(f"{name}.load_state_dict: last_epoch must be an int, got {state_dict['last_epoch']!r}")
+        loaded = object.__new__(type(self))
+        loaded.__dict__.update({**self.__dict__, **state_dict})
+        loaded._check()
+        self.__dict__.update(loaded.__dict__)
 
 
 class LambdaLR(LRScheduler):
@@ -7043,20 +7053,29 @@ class LambdaLR(LRScheduler):
                                                        f.__dict__.copy() for f in self.lr_lambdas]}
 
     def load_state_dict(self, state_dict):
+        """As torch's: each callable object's saved attributes put back into it (a function's entry is None)."""
+        saved = state_dict.get('lr_lambdas')
+        if not (isinstance(saved, (list, tuple)) and len(saved) == len(self.lr_lambdas) and
+                all(s is None or isinstance(s, dict) for s in saved)):
+            raise ValueError(f"LambdaLR.load_state_dict: lr_lambdas must be a list of {len(self.lr_lambdas)} entries "
+                             f"(one per group: None or a dict of attributes), got {saved!r}")
         super().load_state_dict({k: v for k, v in state_dict.items() if k != 'lr_lambdas'})
-        for f, saved in zip(self.lr_lambdas, state_dict['lr_lambdas']):
-            if saved is not None:
-                f.__dict__.update(saved)
+        for f, attributes in zip(self.lr_lambdas, saved):
+            if attributes is not None:
+                f.__dict__.update(attributes)
 
 
 class StepLR(LRScheduler):
     """The lr times gamma every step_size epochs."""
 
     def __init__(self, optimizer, step_size, gamma=0.1, last_epoch=-1):
-        if not step_size > 0:   # (torch divides by zero at the first step)
-            raise ValueError(f"step_size must be positive, got {step_size}")
         self.step_size, self.gamma = step_size, gamma
+        self._check()
         super().__init__(optimizer, last_epoch)
+
+    def _check(self):
+        if not self.step_size > 0:   # (torch divides by zero at the first step)
+            raise ValueError(f"step_size must be positive, got {self.step_size}")
 
     def get_lr(self):
         return self._scaled(self.gamma if self.last_epoch != 0 and self.last_epoch % self.step_size == 0 else 1)
@@ -7089,10 +7108,13 @@ class CosineAnnealingLR(LRScheduler):
     past T_max: back up to the initial lr at 2 T_max, and so on."""
 
     def __init__(self, optimizer, T_max, eta_min=0.0, last_epoch=-1):
-        if not T_max > 0:   # (torch divides by zero at the first step)
-            raise ValueError(f"T_max must be positive, got {T_max}")
         self.T_max, self.eta_min = T_max, eta_min
+        self._check()
         super().__init__(optimizer, last_epoch)
+
+    def _check(self):
+        if not self.T_max > 0:   # (torch divides by zero at the first step)
+            raise ValueError(f"T_max must be positive, got {self.T_max}")
 
     def get_lr(self):
         groups, e, T, eta_min = self.optimizer.param_groups, self.last_epoch, self.T_max, self.eta_min
@@ -7109,13 +7131,16 @@ class LinearLR(LRScheduler):
     """The lr times a factor going linearly from start_factor to end_factor over total_iters epochs, then kept."""
 
     def __init__(self, optimizer, start_factor=1.0 / 3, end_factor=1.0, total_iters=5, last_epoch=-1):
-        if not 0 < start_factor <= 1:
-            raise ValueError("Starting multiplicative factor expected to be greater than 0 and less or equal to 1, "
-                             f"got {start_factor}")
-        if not 0 <= end_factor <= 1:
-            raise ValueError(f"Ending multiplicative factor expected to be between 0 and 1, got {end_factor}")
         self.start_factor, self.end_factor, self.total_iters = start_factor, end_factor, total_iters
+        self._check()
         super().__init__(optimizer, last_epoch)
+
+    def _check(self):
+        if not 0 < self.start_factor <= 1:
+            raise ValueError("Starting multiplicative factor expected to be greater than 0 and less or equal to 1, "
+                             f"got {self.start_factor}")
+        if not 0 <= self.end_factor <= 1:
+            raise ValueError(f"Ending multiplicative factor expected to be between 0 and 1, got {self.end_factor}")
 
     def get_lr(self):
         e, start, end = self.last_epoch, self.start_factor, self.end_factor
@@ -7217,26 +7242,26 @@ class ReduceLROnPlateau(LRScheduler):
 
     def __init__(self, optimizer, mode='min', factor=0.1, patience=10, threshold=1e-4, threshold_mode='rel', cooldown=0,
                  min_lr=0, eps=1e-8):
-        if not factor < 1.0:
-            raise ValueError(f"Factor should be < 1.0, got {factor}")
-        self.factor, self.optimizer = factor, _is_optimizer(optimizer)
+        self.optimizer = _is_optimizer(optimizer)
         n = len(optimizer.param_groups)
         if isinstance(min_lr, (list, tuple)) and len(min_lr) != n:
             raise ValueError(f"expected {n} min_lrs, got {len(min_lr)}")
         self.default_min_lr = None if isinstance(min_lr, (list, tuple)) else min_lr
         self.min_lrs = list(min_lr) if isinstance(min_lr, (list, tuple)) else [min_lr] * n
-        self.patience, self.cooldown, self.eps, self.last_epoch = patience, cooldown, eps, 0
+        self.factor, self.patience, self.cooldown, self.eps, self.last_epoch = factor, patience, cooldown, eps, 0
+        self.mode, self.threshold, self.threshold_mode = mode, threshold, threshold_mode
+        self._check()
         self._last_lr = _group_values(optimizer, 'lr')
-        self._init_is_better(mode, threshold, threshold_mode)
         self.best, self.cooldown_counter, self.num_bad_epochs = self.mode_worse, 0, 0
 
-    def _init_is_better(self, mode, threshold, threshold_mode):
-        if mode not in ('min', 'max'):
-            raise ValueError(f"mode {mode} is unknown!")
-        if threshold_mode not in ('rel', 'abs'):
-            raise ValueError(f"threshold mode {threshold_mode} is unknown!")
-        self.mode_worse = math.inf if mode == 'min' else -math.inf
-        self.mode, self.threshold, self.threshold_mode = mode, threshold, threshold_mode
+    def _check(self):   # (and mode_worse from mode, as torch's _init_is_better)
+        if not self.factor < 1.0:
+            raise ValueError(f"Factor should be < 1.0, got {self.factor}")
+        if self.mode not in ('min', 'max'):
+            raise ValueError(f"mode {self.mode} is unknown!")
+        if self.threshold_mode not in ('rel', 'abs'):
+            raise ValueError(f"threshold mode {self.threshold_mode} is unknown!")
+        self.mode_worse = math.inf if self.mode == 'min' else -math.inf
 
     @property
     def in_cooldown(self):
@@ -7272,10 +7297,6 @@ class ReduceLROnPlateau(LRScheduler):
                     _set_group_value(group, 'lr', new_lr)
             self.cooldown_counter, self.num_bad_epochs = self.cooldown, 0
         self._last_lr = _group_values(self.optimizer, 'lr')
-
-    def load_state_dict(self, state_dict):
-        super().load_state_dict(state_dict)
-        self._init_is_better(self.mode, self.threshold, self.threshold_mode)
 
 
 # ================================================================ CUDA graphs
