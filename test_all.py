@@ -6024,6 +6024,44 @@ def test_error_lr_scheduler_load_state_dict_changes_nothing():
             assert sched.get_last_lr() == [0.1, 0.05, 0.3], sched.get_last_lr()
 
 
+def test_error_one_cycle_phase_of_no_steps_changes_nothing():
+    """OneCycleLR where pct_start * total_steps is 1 (or pct_start 1.0, or three_phase's second end at the last step)
+    leaves a phase no steps, and div_factor or final_div_factor 0 divide by zero: torch raises ZeroDivisionError at
+    construction or at a later step (its groups already rewritten); here a ValueError naming the arguments, before any
+    group changes. A torch state dict with such a phase (pct_start 1.0: torch fails only at the last step) is refused
+    too, changing nothing."""
+    need_torch()
+    cases = [(dict(total_steps=10, pct_start=0.1), ('pct_start', 'total_steps=10', 'phase 1 of 2')),
+             (dict(epochs=1, steps_per_epoch=4, pct_start=0.25), ('pct_start', 'total_steps=4', 'phase 1 of 2')),
+             (dict(total_steps=20, pct_start=0.05), ('pct_start', 'total_steps=20')),
+             (dict(total_steps=10, pct_start=0.1, three_phase=True), ('pct_start', 'total_steps=10', 'phase 1 of 3')),
+             (dict(total_steps=10, pct_start=1.0), ('pct_start', 'total_steps=10', 'phase 2 of 2')),
+             (dict(total_steps=9, pct_start=5 / 9, three_phase=True), ('pct_start', 'total_steps=9', 'phase 3 of 3')),
+             (dict(total_steps=10, final_div_factor=0), ('final_div_factor', 'positive', '0')),
+             (dict(total_steps=10, div_factor=0.0), ('div_factor', 'positive', '0.0'))]
+    for kw, needles in cases:
+        for name, opt_kw in (('SGD', dict(momentum=0.9)), ('Adam', {})):
+            opt, topt = sched_optimizers(name, **opt_kw)
+            with contextlib.suppress(ZeroDivisionError):   # (raised at construction, or at a later step below)
+                tsched = torch.optim.lr_scheduler.OneCycleLR(topt, 1.0, **kw)
+                for _ in range(tsched.total_steps):
+                    topt.step()
+                    tsched.step()
+                raise AssertionError(f'torch took {kw}')
+            before = [{k: v for k, v in g.items() if k != 'params'} for g in opt.param_groups]
+            raises(ValueError, lambda: tl.OneCycleLR(opt, 1.0, **kw), *needles)
+            assert [{k: v for k, v in g.items() if k != 'params'} for g in opt.param_groups] == before, (kw, name)
+    opt, topt = sched_optimizers(momentum=0.9)
+    sched = tl.OneCycleLR(opt, 1.0, total_steps=10)
+    state = torch.optim.lr_scheduler.OneCycleLR(topt, 1.0, total_steps=10, pct_start=1.0).state_dict()
+    before = sched_state(opt, sched)
+    raises(ValueError, lambda: sched.load_state_dict(state), 'pct_start', 'phase 2 of 2')
+    after = sched_state(opt, sched)
+    assert after[1] == before[1] and after[0].keys() == before[0].keys()
+    assert all(np.array_equal(after[0][k], before[0][k]) for k in before[0] if k != '_schedule_phases')
+    assert after[0]['_schedule_phases'] == before[0]['_schedule_phases']
+
+
 def test_lr_scheduler_one_cycle_training_as_pytorch():
     """A small MLP trained under OneCycleLR, one scheduler step per batch, by Nesterov SGD with weight decay (momentum
     cycled) and by Adam (betas[0] cycled), in float64 from torch's weights: every parameter as torch's after every

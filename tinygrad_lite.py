@@ -7183,6 +7183,9 @@ class OneCycleLR(LRScheduler):
             raise ValueError(f"Expected float between 0 and 1 pct_start, but got {pct_start}")
         if anneal_strategy not in ('cos', 'linear'):
             raise ValueError(f"anneal_strategy must be one of 'cos' or 'linear', instead got {anneal_strategy}")
+        for name, value in (('div_factor', div_factor), ('final_div_factor', final_div_factor)):
+            if not value > 0:   # (torch divides by it, or schedules negative rates)
+                raise ValueError(f"{name} must be positive, got {value}")
         max_lrs = _per_group('max_lr', optimizer, max_lr)
         max_momenta = base_momenta = None
         if cycle_momentum:
@@ -7200,6 +7203,7 @@ class OneCycleLR(LRScheduler):
             up, phase(float(2 * pct_start * total_steps) - 2, 'max_lr initial_lr base_momentum max_momentum'),
             phase(total_steps - 1, 'initial_lr min_lr max_momentum max_momentum')] if three_phase else [
             up, phase(total_steps - 1, 'max_lr min_lr base_momentum max_momentum')]
+        self._check()
         if last_epoch == -1:
             for i, group in enumerate(optimizer.param_groups):
                 group['initial_lr'] = max_lrs[i] / div_factor
@@ -7209,6 +7213,15 @@ class OneCycleLR(LRScheduler):
                     self._set_momentum(group, max_momenta[i])
                     group['max_momentum'], group['base_momentum'] = max_momenta[i], base_momenta[i]
         super().__init__(optimizer, last_epoch)
+
+    def _check(self):
+        start = 0.0
+        for i, phase in enumerate(self._schedule_phases):   # (get_lr divides by each one's length)
+            if phase['end_step'] == start:
+                raise ValueError(f"OneCycleLR: with total_steps={self.total_steps}, pct_start leaves phase {i + 1} of "
+                                 f"{len(self._schedule_phases)} no steps (it starts and ends at step {start:g}), which "
+                                 "torch's schedule divides by: choose another pct_start")
+            start = phase['end_step']
 
     def _set_momentum(self, group, value):
         if self.use_beta1:
