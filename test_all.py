@@ -5915,7 +5915,9 @@ def test_error_lr_scheduler_arguments_as_pytorch():
     """Bad arguments raise torch's exception with torch's message (where it names no value, the value follows) and
     leave the optimizer's groups as they were (torch's OneCycleLR has set initial_lr, max_lr and min_lr in them before
     it refuses an optimizer without momentum). Where torch takes an argument and fails later (step_size or T_max 0:
-    ZeroDivisionError at the first step) or schedules NaN (a NaN factor or pct_start), a ValueError here; a scheduler
+    ZeroDivisionError at the first step) or takes NaN (any of the arguments that are numbers: gamma, eta_min,
+    max_lr, a momentum, min_lr, threshold, ...; it schedules NaN rates, or never changes them), a ValueError here,
+    before any group changes; a scheduler
     made for something not an Optimizer (torch's LambdaLR: AttributeError) is a TypeError; a state dict of another
     number of groups is a ValueError."""
     need_torch()
@@ -5961,13 +5963,33 @@ def test_error_lr_scheduler_arguments_as_pytorch():
             (lambda lib, o: lib.CosineAnnealingLR(o, 0), 'T_max', True),
             (lambda lib, o: lib.ReduceLROnPlateau(o, factor=math.nan), 'Factor', False),
             (lambda lib, o: lib.LinearLR(o, start_factor=math.nan), 'Starting', False),
-            (lambda lib, o: lib.OneCycleLR(o, 1.0, total_steps=10, pct_start=math.nan), 'pct_start', False)):
+            (lambda lib, o: lib.OneCycleLR(o, 1.0, total_steps=10, pct_start=math.nan), 'pct_start', False),
+            (lambda lib, o: lib.StepLR(o, 2, gamma=math.nan), 'gamma', False),
+            (lambda lib, o: lib.MultiStepLR(o, [1], gamma=math.nan), 'gamma', False),
+            (lambda lib, o: lib.ExponentialLR(o, math.nan), 'gamma', False),
+            (lambda lib, o: lib.CosineAnnealingLR(o, 3, eta_min=math.nan), 'eta_min', False),
+            (lambda lib, o: lib.LinearLR(o, total_iters=math.nan), 'total_iters', False),
+            (lambda lib, o: lib.OneCycleLR(o, math.nan, total_steps=10), 'max_lr', False),
+            (lambda lib, o: lib.OneCycleLR(o, [1.0, math.nan, 1.0], total_steps=10), 'max_lr', False),
+            (lambda lib, o: lib.OneCycleLR(o, 1.0, total_steps=10, div_factor=math.nan), 'div_factor', False),
+            (lambda lib, o: lib.OneCycleLR(o, 1.0, total_steps=10, final_div_factor=math.nan), 'final_div_factor',
+             False),
+            (lambda lib, o: lib.OneCycleLR(o, 1.0, total_steps=10, base_momentum=math.nan), 'base_momentum', False),
+            (lambda lib, o: lib.OneCycleLR(o, 1.0, total_steps=10, max_momentum=math.nan), 'max_momentum', False),
+            (lambda lib, o: lib.ReduceLROnPlateau(o, min_lr=math.nan), 'min_lr', False),
+            (lambda lib, o: lib.ReduceLROnPlateau(o, min_lr=[0.0, math.nan, 0.0]), 'min_lr', False),
+            (lambda lib, o: lib.ReduceLROnPlateau(o, threshold=math.nan), 'threshold', False),
+            (lambda lib, o: lib.ReduceLROnPlateau(o, eps=math.nan), 'eps', False),
+            (lambda lib, o: lib.ReduceLROnPlateau(o, patience=math.nan), 'patience', False),
+            (lambda lib, o: lib.ReduceLROnPlateau(o, cooldown=math.nan), 'cooldown', False)):
         opt, topt = sched_optimizers(momentum=0.9)
         tsched = make_sched(S, topt)
         if torch_fails:
             topt.step()
             raises(ZeroDivisionError, tsched.step)
+        before = [dict(g) for g in opt.param_groups]
         raises(ValueError, lambda: make_sched(tl, opt), needle)
+        assert opt.param_groups == before, needle
     for cls, args in (('LambdaLR', [lambda e: 1.0]), ('StepLR', [3]), ('MultiStepLR', [[2]]), ('ExponentialLR', [0.5]),
                       ('CosineAnnealingLR', [3]), ('LinearLR', []), ('OneCycleLR', [1.0, 10]),
                       ('ReduceLROnPlateau', [])):

@@ -6934,6 +6934,14 @@ def _set_group_value(group, key, value):
         group[key] = value
 
 
+def _refuse_nan(**arguments):
+    """ValueError naming the first argument that is NaN or holds one (torch takes it, and schedules NaN rates or
+    none at all)."""
+    for name, value in arguments.items():
+        if any(v != v for v in (value if isinstance(value, (list, tuple)) else [value])):
+            raise ValueError(f"{name} must not be NaN, got {value}")
+
+
 def _per_group(name, optimizer, value):
     """A list or tuple of one value per group, or one value for every group (torch's _format_param)."""
     n = len(optimizer.param_groups)
@@ -7076,6 +7084,7 @@ class StepLR(LRScheduler):
     def _check(self):
         if not self.step_size > 0:   # (torch divides by zero at the first step)
             raise ValueError(f"step_size must be positive, got {self.step_size}")
+        _refuse_nan(gamma=self.gamma)
 
     def get_lr(self):
         return self._scaled(self.gamma if self.last_epoch != 0 and self.last_epoch % self.step_size == 0 else 1)
@@ -7086,7 +7095,11 @@ class MultiStepLR(LRScheduler):
 
     def __init__(self, optimizer, milestones, gamma=0.1, last_epoch=-1):
         self.milestones, self.gamma = collections.Counter(milestones), gamma
+        self._check()
         super().__init__(optimizer, last_epoch)
+
+    def _check(self):
+        _refuse_nan(gamma=self.gamma)
 
     def get_lr(self):   # (.get: a loaded state dict may hold a plain dict)
         return self._scaled(self.gamma ** self.milestones.get(self.last_epoch, 0))
@@ -7097,7 +7110,11 @@ class ExponentialLR(LRScheduler):
 
     def __init__(self, optimizer, gamma, last_epoch=-1):
         self.gamma = gamma
+        self._check()
         super().__init__(optimizer, last_epoch)
+
+    def _check(self):
+        _refuse_nan(gamma=self.gamma)
 
     def get_lr(self):
         return self._scaled(1 if self._is_initial else self.gamma)
@@ -7115,6 +7132,7 @@ class CosineAnnealingLR(LRScheduler):
     def _check(self):
         if not self.T_max > 0:   # (torch divides by zero at the first step)
             raise ValueError(f"T_max must be positive, got {self.T_max}")
+        _refuse_nan(eta_min=self.eta_min)
 
     def get_lr(self):
         groups, e, T, eta_min = self.optimizer.param_groups, self.last_epoch, self.T_max, self.eta_min
@@ -7141,6 +7159,7 @@ class LinearLR(LRScheduler):
                              f"got {self.start_factor}")
         if not 0 <= self.end_factor <= 1:
             raise ValueError(f"Ending multiplicative factor expected to be between 0 and 1, got {self.end_factor}")
+        _refuse_nan(total_iters=self.total_iters)
 
     def get_lr(self):
         e, start, end = self.last_epoch, self.start_factor, self.end_factor
@@ -7186,6 +7205,7 @@ class OneCycleLR(LRScheduler):
         for name, value in (('div_factor', div_factor), ('final_div_factor', final_div_factor)):
             if not value > 0:   # (torch divides by it, or schedules negative rates)
                 raise ValueError(f"{name} must be positive, got {value}")
+        _refuse_nan(max_lr=max_lr, base_momentum=base_momentum, max_momentum=max_momentum)
         max_lrs = _per_group('max_lr', optimizer, max_lr)
         max_momenta = base_momenta = None
         if cycle_momentum:
@@ -7270,6 +7290,8 @@ class ReduceLROnPlateau(LRScheduler):
     def _check(self):   # (and mode_worse from mode, as torch's _init_is_better)
         if not self.factor < 1.0:
             raise ValueError(f"Factor should be < 1.0, got {self.factor}")
+        _refuse_nan(min_lr=self.min_lrs, threshold=self.threshold, eps=self.eps, patience=self.patience,
+                    cooldown=self.cooldown)
         if self.mode not in ('min', 'max'):
             raise ValueError(f"mode {self.mode} is unknown!")
         if self.threshold_mode not in ('rel', 'abs'):
