@@ -6084,6 +6084,35 @@ def test_error_one_cycle_phase_of_no_steps_changes_nothing():
     assert after[0]['_schedule_phases'] == before[0]['_schedule_phases']
 
 
+def test_error_lr_scheduler_failed_constructor_restores_groups():
+    """A scheduler's constructor that fails once it has written to the groups (its first step: a gamma that is no
+    number, a lambda that raises; OneCycleLR's max_lr or momentum that is none) puts every group back as it was:
+    torch's leaves initial_lr (and OneCycleLR's keys) behind, so that a scheduler made after the lr was changed
+    started from the stale initial_lr. Here that later scheduler's rates are those of torch's on an optimizer that
+    saw no failure."""
+    need_torch()
+    cases = [(lambda o: tl.MultiStepLR(o, [1], gamma='x'), TypeError),
+             (lambda o: tl.LambdaLR(o, lambda e: 1 / 0), ZeroDivisionError),
+             (lambda o: tl.LambdaLR(o, [lambda e: 1.0, lambda e: 1.0, lambda e: [][e]]), IndexError),
+             (lambda o: tl.OneCycleLR(o, [1.0, 'x', 1.0], total_steps=10), TypeError),
+             (lambda o: tl.OneCycleLR(o, 1.0, total_steps=10, base_momentum='x'), TypeError)]
+    for make_sched, exc in cases:
+        for name, opt_kw in (('SGD', dict(momentum=0.9)), ('Adam', {})):
+            opt, _ = sched_optimizers(name, **opt_kw)
+            before = [dict(g) for g in opt.param_groups]
+            raises(exc, lambda: make_sched(opt))
+            assert opt.param_groups == before, (name, [sorted(g) for g in opt.param_groups])
+            _, topt = sched_optimizers(name, **opt_kw)
+            for o in (opt, topt):
+                o.param_groups[0]['lr'] = 0.5
+            sched, tsched = tl.StepLR(opt, 2, 0.5), torch.optim.lr_scheduler.StepLR(topt, 2, 0.5)
+            assert_close(np.array(sched.base_lrs), np.array(tsched.base_lrs), 1e-12, 0, 'base_lrs')
+            for _ in range(3):
+                for stepper in (opt, topt, sched, tsched):
+                    stepper.step()
+            assert_snapshots_close(sched_snapshot(opt, sched), sched_snapshot(topt, tsched), f'{name} after {exc}')
+
+
 def test_lr_scheduler_one_cycle_training_as_pytorch():
     """A small MLP trained under OneCycleLR, one scheduler step per batch, by Nesterov SGD with weight decay (momentum
     cycled) and by Adam (betas[0] cycled), in float64 from torch's weights: every parameter as torch's after every

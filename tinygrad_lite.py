@@ -6951,6 +6951,20 @@ def _per_group(name, optimizer, value):
     return [_copied(v) for v in (value if isinstance(value, (list, tuple)) else [value] * n)]
 
 
+@contextlib.contextmanager
+def _groups_restored_on_error(optimizer):
+    """The optimizer's groups put back as they were (every key) where the body raises: a scheduler's constructor that
+    fails (in its first step, say) leaves no 'initial_lr' behind, which the next scheduler would start from."""
+    saved = [dict(group) for group in optimizer.param_groups]
+    try:
+        yield
+    except BaseException:
+        for group, keys in zip(optimizer.param_groups, saved):
+            group.clear()
+            group.update(keys)
+        raise
+
+
 def _note_optimizer_steps(optimizer):
     """Wrap optimizer.step, once, on the instance (as torch does) to note that it ran: LRScheduler.step warns if not."""
     if hasattr(optimizer.step, '_wrapped_by_lr_sched'):
@@ -6974,20 +6988,21 @@ class LRScheduler:
 
     def __init__(self, optimizer, last_epoch=-1):
         self.optimizer = _is_optimizer(optimizer)
-        for i, group in enumerate(optimizer.param_groups):
-            if last_epoch == -1:
-                group.setdefault('initial_lr', _copied(group['lr']))
-            elif 'initial_lr' not in group:
-                raise KeyError(f"param 'initial_lr' is not specified in param_groups[{i}] when resuming scheduler with "
-                               "last_epoch >= 0 (load the optimizer's state first, or start with last_epoch=-1)")
-        self.base_lrs = _group_values(optimizer, 'initial_lr')
-        self.last_epoch = last_epoch
-        _note_optimizer_steps(optimizer)
-        self._step_count, self._is_initial = 0, True
-        try:
-            self.step()
-        finally:
-            self._is_initial = False
+        with _groups_restored_on_error(optimizer):
+            for i, group in enumerate(optimizer.param_groups):
+                if last_epoch == -1:
+                    group.setdefault('initial_lr', _copied(group['lr']))
+                elif 'initial_lr' not in group:
+                    raise KeyError(f"param 'initial_lr' is not specified in param_groups[{i}] when resuming scheduler "
+                                   "with last_epoch >= 0 (load the optimizer's state first, or start with last_epoch=-1)")
+            self.base_lrs = _group_values(optimizer, 'initial_lr')
+            self.last_epoch = last_epoch
+            _note_optimizer_steps(optimizer)
+            self._step_count, self._is_initial = 0, True
+            try:
+                self.step()
+            finally:
+                self._is_initial = False
 
     def get_lr(self):
         raise NotImplementedError
@@ -7224,15 +7239,16 @@ class OneCycleLR(LRScheduler):
             phase(total_steps - 1, 'initial_lr min_lr max_momentum max_momentum')] if three_phase else [
             up, phase(total_steps - 1, 'max_lr min_lr base_momentum max_momentum')]
         self._check()
-        if last_epoch == -1:
-            for i, group in enumerate(optimizer.param_groups):
-                group['initial_lr'] = max_lrs[i] / div_factor
-                group['max_lr'] = max_lrs[i]
-                group['min_lr'] = group['initial_lr'] / final_div_factor
-                if cycle_momentum:
-                    self._set_momentum(group, max_momenta[i])
-                    group['max_momentum'], group['base_momentum'] = max_momenta[i], base_momenta[i]
-        super().__init__(optimizer, last_epoch)
+        with _groups_restored_on_error(optimizer):
+            if last_epoch == -1:
+                for i, group in enumerate(optimizer.param_groups):
+                    group['initial_lr'] = max_lrs[i] / div_factor
+                    group['max_lr'] = max_lrs[i]
+                    group['min_lr'] = group['initial_lr'] / final_div_factor
+                    if cycle_momentum:
+                        self._set_momentum(group, max_momenta[i])
+                        group['max_momentum'], group['base_momentum'] = max_momenta[i], base_momenta[i]
+            super().__init__(optimizer, last_epoch)
 
     def _check(self):
         start = 0.0
