@@ -6007,10 +6007,11 @@ def sched_state(opt, sched):
 
 def test_error_lr_scheduler_load_state_dict_changes_nothing():
     """A state dict that the scheduler's constructor would refuse (ReduceLROnPlateau's mode or threshold_mode unknown,
-    StepLR's step_size or CosineAnnealingLR's T_max 0, LinearLR's start_factor 0), a last_epoch that is no int, and
-    LambdaLR's without lr_lambdas or with the wrong number of them: refused, naming the entry, before anything
-    changes (torch's loads every entry, then raises or fails at a later step). Plateau's, refused, then steps as
-    torch's scheduler that never saw it: its lr is not cut while the metric improves."""
+    StepLR's step_size or CosineAnnealingLR's T_max 0, LinearLR's start_factor 0), a last_epoch that is no int,
+    LambdaLR's without lr_lambdas or with the wrong number of them, and a list (a TypeError, as torch's): refused,
+    naming the entry, before anything changes (torch's loads every entry, then raises or fails at a later step).
+    Plateau's, refused, then steps as torch's scheduler that never saw it: its lr is not cut while the metric
+    improves."""
     need_torch()
     metrics = [1.0, 0.5, 0.25, 0.1, 0.05, 0.01, 0.001]
     cases = [('ReduceLROnPlateau', dict(patience=0), dict(mode='maximum', patience=5), ValueError, ('mode maximum',)),
@@ -6018,6 +6019,7 @@ def test_error_lr_scheduler_load_state_dict_changes_nothing():
              ('ReduceLROnPlateau', dict(patience=0), dict(factor=2.0), ValueError, ('Factor', '2.0')),
              ('StepLR', dict(step_size=2), dict(step_size=0, last_epoch=5), ValueError, ('step_size', '0')),
              ('StepLR', dict(step_size=2), dict(last_epoch='a'), TypeError, ('last_epoch', "'a'")),
+             ('StepLR', dict(step_size=2), None, TypeError, ('expected a dict', 'list')),
              ('CosineAnnealingLR', dict(T_max=4), dict(T_max=0), ValueError, ('T_max', '0')),
              ('LinearLR', {}, dict(start_factor=0.0), ValueError, ('Starting multiplicative factor', '0.0')),
              ('LambdaLR', dict(lr_lambda=[lambda e: 0.5, WarmUp(3), WarmUp(5)]), dict(lr_lambdas=None), ValueError,
@@ -6027,7 +6029,7 @@ def test_error_lr_scheduler_load_state_dict_changes_nothing():
     for cls, kw, bad, exc, needles in cases:
         opt, topt = sched_optimizers()
         sched, tsched = getattr(tl, cls)(opt, **kw), getattr(torch.optim.lr_scheduler, cls)(topt, **kw)
-        state = {**sched.state_dict(), **bad}
+        state = [1, 2] if bad is None else {**sched.state_dict(), **bad}
         if cls == 'LambdaLR' and bad['lr_lambdas'] is None:
             del state['lr_lambdas']
         before = sched_state(opt, sched)

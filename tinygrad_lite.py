@@ -7045,6 +7045,8 @@ class LRScheduler:
         """As torch's, once checked: loaded onto a copy of the scheduler, which must pass _check() (the constructor's
         checks), so a refused state dict changes nothing."""
         name, n = type(self).__name__, len(self.optimizer.param_groups)
+        if not isinstance(state_dict, collections.abc.Mapping):
+            raise TypeError(f"{name}.load_state_dict: expected a dict, got {type(state_dict).__name__}")
         for key in ('base_lrs', '_last_lr'):
             if key in state_dict and len(state_dict[key]) != n:
                 raise ValueError(f"{name}.load_state_dict: {key} has {len(state_dict[key])} values for an optimizer "
