@@ -5251,13 +5251,14 @@ def test_optim_add_param_group_as_pytorch():
         assert_close(v, vt, 1e-12, 1e-12, f'{name} added group')
         want = raises(ValueError, lambda: ref.add_param_group({'params': [torch.nn.Parameter(torch.ones(2)), wt]}))
         before, n = optim_snapshot(opt), len(opt.param_groups)
-        for exc, group, needles in ((ValueError, {'params': [tl.Parameter(np.ones(2)), w]}, (want,)),
+        new = lambda: tl.Parameter(np.ones(2))
+        for exc, group, needles in ((ValueError, {'params': [new(), w]}, (want,)),
                                     (ValueError, {'params': [w * 2]}, ('non-leaf',)),
-                                    (TypeError, {'params': [tl.Parameter(np.ones(2)), np.ones(2)]}, ('tensors', 'ndarray')),
-                                    (TypeError, [tl.Parameter(np.ones(2))], ('dict', 'list')),
+                                    (TypeError, {'params': [new(), np.ones(2)]}, ('tensors', 'ndarray')),
+                                    (TypeError, [new()], ('dict', 'list')),
                                     (KeyError, {'lr': 0.1}, ('params',)),
-                                    (ValueError, {'params': [tl.Parameter(np.ones(2))], 'lr': -1.0}, ('learning rate', '-1')),
-                                    (ValueError, {'params': [tl.Parameter(np.ones(2))], 'weight_decay': math.nan},
+                                    (ValueError, {'params': [new()], 'lr': -1.0}, ('learning rate', '-1')),
+                                    (ValueError, {'params': [new()], 'weight_decay': math.nan},
                                      ('weight_decay', 'nan'))):
             raises(exc, lambda: opt.add_param_group(group), *needles)
             assert len(opt.param_groups) == n, (name, group)
@@ -5339,7 +5340,7 @@ def test_error_optim_bad_option_or_state_entry_named():
         raises(TypeError, lambda: getattr(tl, name)([tl.Parameter(np.ones(2))], **kw), f'option {key} ')
         raises(TypeError, lambda: getattr(tl, name)([{'params': [tl.Parameter(np.ones(2))], **kw}]), f'option {key} ')
     tl.SGD([tl.Parameter(np.ones(2))], lr=tl.tensor(0.1))
-    a, b, opt = adam_after_one_step()
+    opt = adam_after_one_step()[2]
     good = opt.state_dict()
     before = optim_snapshot(opt)
     for exc, sd, needles in (
@@ -5363,15 +5364,17 @@ def test_error_optim_step_unwritable_parameter_changes_nothing():
     tp = torch.nn.Parameter(torch.zeros(1, 2).expand(3, 2))
     tp.grad = torch.ones(3, 2)
     torch_words = raises(RuntimeError, torch.optim.SGD([tp], lr=1.0).step, 'clone()').split(': ', 1)[1].split('.')[0]
-    readonly = np.zeros((3, 2), np.float32)
-    readonly.flags.writeable = False
+
+    def readonly(shape):
+        a = np.zeros(shape, np.float32)
+        a.flags.writeable = False
+        return tl.Tensor(a)
     unwritable = {'expanded': (lambda shape: tl.zeros(1, *shape[1:]).expand(*shape), torch_words),
-                  'read-only': (lambda shape: tl.Tensor(readonly[:shape[0], :shape[1]] if len(shape) == 2 else
-                                                        readonly[0, :shape[0]]), 'read-only')}
+                  'read-only': (readonly, 'read-only')}
     for name, kw, key in (('SGD', dict(lr=0.1, momentum=0.9), 'momentum_buffer'), ('Adam', dict(lr=0.1), 'exp_avg'),
                           ('AdamW', dict(lr=0.1), 'exp_avg_sq')):
         for what, (make, words) in unwritable.items():
-            a, b, c = tl.Parameter(np.ones(2, np.float32)), tl.Parameter(np.ones(2, np.float32)), tl.Parameter(make((3, 2)))
+            a, b, c = (tl.Parameter(t) for t in (np.ones(2, np.float32), np.ones(2, np.float32), make((3, 2))))
             opt = getattr(tl, name)([{'params': [a]}, {'params': [b, c]}], **kw)
             a.grad, b.grad = tl.ones(2), tl.ones(2)
             opt.step()   # (c, without a gradient, is not updated: no error)
@@ -5915,11 +5918,10 @@ def test_error_lr_scheduler_arguments_as_pytorch():
     """Bad arguments raise torch's exception with torch's message (where it names no value, the value follows) and
     leave the optimizer's groups as they were (torch's OneCycleLR has set initial_lr, max_lr and min_lr in them before
     it refuses an optimizer without momentum). Where torch takes an argument and fails later (step_size or T_max 0:
-    ZeroDivisionError at the first step) or takes NaN (any of the arguments that are numbers: gamma, eta_min,
-    max_lr, a momentum, min_lr, threshold, ...; it schedules NaN rates, or never changes them), a ValueError here,
-    before any group changes; a scheduler
-    made for something not an Optimizer (torch's LambdaLR: AttributeError) is a TypeError; a state dict of another
-    number of groups is a ValueError."""
+    ZeroDivisionError at the first step) or takes NaN (in any argument that is a number: gamma, eta_min, max_lr, a
+    momentum, min_lr, threshold, ...; it schedules NaN rates, or never changes them), a ValueError here, before any
+    group changes; a scheduler made for something not an Optimizer (torch's LambdaLR: AttributeError) is a TypeError;
+    a state dict of another number of groups is a ValueError."""
     need_torch()
     S = torch.optim.lr_scheduler
     plain = lambda lib, o: (tl.Optimizer if lib is tl else torch.optim.Optimizer)(

@@ -6511,7 +6511,7 @@ class GRU(Module):
 
 def _refuse_unwritable(t, what):
     """Before an update in place of t that could not write each element: as Tensor._refuse_expanded, and a
-    RuntimeError where t's memory is read-only (NumPy's error would come only once the tensors before t were updated)."""
+    RuntimeError where t's memory is read-only (NumPy's error would come once the tensors before t were updated)."""
     t._refuse_expanded(what)
     if not getattr(t.data.flags, 'writeable', True):
         raise RuntimeError(f"in-place {what}: the tensor's memory is read-only (as np.load(..., mmap_mode='r') gives): "
@@ -6578,7 +6578,8 @@ class Optimizer:
                 if p.grad is None:
                     continue
                 if p.grad.shape != p.shape:
-                    raise ValueError(f"{name}.step: gradient of shape {p.grad.shape} for a parameter of shape {p.shape}")
+                    raise ValueError(f"{name}.step: gradient of shape {p.grad.shape} for a parameter of shape "
+                                     f"{p.shape}")
                 if p.grad.device != p.device:
                     raise RuntimeError(f"{name}.step: gradient on {p.grad.device} for a parameter on {p.device}")
                 _refuse_unwritable(p, f"{name}.step of param_groups[{g}]['params'][{j}]")
@@ -6633,7 +6634,8 @@ class Optimizer:
                 raise ValueError(f"{name}.load_state_dict: state for parameter {i!r} of an optimizer with "
                                  f"{len(params)} parameters (the state's keys are their indices)")
             p = params[i]
-            arrays = {k: _as_array(v) for k, v in s.items() if v is not None}   # (None: PyTorch's absent momentum buffer)
+            # None is no state (PyTorch's absent momentum buffer)
+            arrays = {k: _as_array(v) for k, v in s.items() if v is not None}
             for k, a in arrays.items():
                 if a.dtype.kind not in 'biuf':
                     raise TypeError(f"{name}.load_state_dict: state '{k}' of parameter {i} is a {type(s[k]).__name__} "
@@ -6994,7 +6996,8 @@ class LRScheduler:
                     group.setdefault('initial_lr', _copied(group['lr']))
                 elif 'initial_lr' not in group:
                     raise KeyError(f"param 'initial_lr' is not specified in param_groups[{i}] when resuming scheduler "
-                                   "with last_epoch >= 0 (load the optimizer's state first, or start with last_epoch=-1)")
+                                   "with last_epoch >= 0 (load the optimizer's state first, or start with "
+                                   "last_epoch=-1)")
             self.base_lrs = _group_values(optimizer, 'initial_lr')
             self.last_epoch = last_epoch
             _note_optimizer_steps(optimizer)
@@ -7008,7 +7011,7 @@ class LRScheduler:
         raise NotImplementedError
 
     def _check(self):
-        """A subclass's: its constructor's checks, run on its attributes (those of a state dict too, before it loads)."""
+        """A subclass's: its constructor's checks, run on its attributes (a state dict's too, before it loads)."""
 
     def _scaled(self, factor):
         """Each group's lr as it is now times factor (1: unchanged, exactly)."""
