@@ -5286,6 +5286,191 @@ def test_optim_duplicate_parameters_in_a_group_warn_as_pytorch():
     assert_close(results[0], results[1], 1e-6, 0, 'updated twice')
 
 
+def optim_snapshot(opt):
+    """Everything an optimizer's call could change, as flat_values: each parameter's values, gradient and version, the
+    state (by parameter index) and the groups (their options, their parameters by identity)."""
+    params = [p for g in opt.param_groups for p in g['params']]
+    return flat_values({'params': [[p, 'none' if p.grad is None else p.grad, p._version[0]] for p in params],
+                        'state': {i: opt.state[p] for i, p in enumerate(params) if p in opt.state},
+                        'groups': [{**g, 'params': [id(p) for p in g['params']]} for g in opt.param_groups]})
+
+
+def assert_optim_unchanged(opt, before, msg):
+    """optim_snapshot(opt) is `before`: the same entries, each of the same dtype and values."""
+    after = optim_snapshot(opt)
+    assert [k for k, _ in after] == [k for k, _ in before], f'{msg}: {[k for k, _ in after]}'
+    for (k, a), (_, b) in zip(after, before):
+        assert a.dtype == b.dtype and np.array_equal(a, b), f'{msg}: {k} changed'
+
+
+def test_optim_add_param_group_as_pytorch():
+    """add_param_group as torch.optim's: the group's options it lacks are the defaults, and the new group steps as
+    torch's (after the first group's state exists). Refused, with nothing added and nothing else changed: a parameter
+    already in a group (torch's ValueError and message), a non-leaf (ValueError), a non-tensor or a group that is not
+    a dict (TypeError), a group without 'params' (KeyError), and (checked as the constructor checks each group; torch
+    takes them) options out of range."""
+    need_torch()
+    r = rng('add_param_group')
+    w0, v0, grads = r.standard_normal(3), r.standard_normal((2, 2)), [r.standard_normal(3) for _ in range(4)]
+    for name, kw, group_kw in (('SGD', dict(lr=0.1, momentum=0.9), dict(lr=0.05, nesterov=True)),
+                               ('Adam', dict(lr=0.05), dict(betas=(0.8, 0.9), weight_decay=0.1)),
+                               ('AdamW', dict(lr=0.05), dict(lr=0.01))):
+        w, v = tl.Parameter(w0.copy()), tl.Parameter(v0.copy())
+        wt, vt = torch.nn.Parameter(torch.tensor(w0)), torch.nn.Parameter(torch.tensor(v0))
+        opt, ref = getattr(tl, name)([w], **kw), getattr(torch.optim, name)([wt], **kw)
+        for k, g in enumerate(grads):
+            if k == 2:
+                opt.add_param_group({'params': v, **group_kw})
+                ref.add_param_group({'params': vt, **group_kw})
+                assert opt.param_groups[1]['params'][0] is v and len(opt.param_groups) == 2
+                options = {key: val for key, val in opt.param_groups[1].items() if key != 'params'}
+                assert options == {key: ref.param_groups[1][key] for key in options}, (name, options)
+            w.grad, wt.grad = tl.Tensor(g), torch.tensor(g)
+            v.grad, vt.grad = tl.Tensor(g[:2, None] * g[1:]), torch.tensor(g[:2, None] * g[1:])
+            opt.step()
+            ref.step()
+        assert_close(w, wt, 1e-12, 1e-12, f'{name} first group')
+        assert_close(v, vt, 1e-12, 1e-12, f'{name} added group')
+        want = raises(ValueError, lambda: ref.add_param_group({'params': [torch.nn.Parameter(torch.ones(2)), wt]}))
+        before, n = optim_snapshot(opt), len(opt.param_groups)
+        new = lambda: tl.Parameter(np.ones(2))
+        for exc, group, needles in ((ValueError, {'params': [new(), w]}, (want,)),
+                                    (ValueError, {'params': [w * 2]}, ('non-leaf',)),
+                                    (TypeError, {'params': [new(), np.ones(2)]}, ('tensors', 'ndarray')),
+                                    (TypeError, [new()], ('dict', 'list')),
+                                    (KeyError, {'lr': 0.1}, ('params',)),
+                                    (ValueError, {'params': [new()], 'lr': -1.0}, ('learning rate', '-1')),
+                                    (ValueError, {'params': [new()], 'weight_decay': math.nan},
+                                     ('weight_decay', 'nan'))):
+            raises(exc, lambda: opt.add_param_group(group), *needles)
+            assert len(opt.param_groups) == n, (name, group)
+            assert_optim_unchanged(opt, before, f'{name} add_param_group({group})')
+        raises(TypeError, lambda: ref.add_param_group([torch.nn.Parameter(torch.ones(2))]), 'dict')
+        raises(KeyError, lambda: ref.add_param_group({'lr': 0.1}), 'params')
+
+
+def test_error_optim_params_a_tensor_as_pytorch():
+    """A tensor given as params (not a list of them): torch's TypeError and message (its rows were taken for the
+    parameters, or a parameter's rows refused as non-leaves), for a plain tensor and a parameter alike."""
+    need_torch()
+    want = raises(TypeError, lambda: torch.optim.SGD(torch.zeros(3, 2), lr=0.1), 'iterable of Tensors or dicts')
+    for name in ('SGD', 'Adam', 'AdamW'):
+        for params in (tl.zeros(3, 2), tl.Linear(2, 2).weight):
+            before, version = params.numpy().copy(), params._version[0]
+            raises(TypeError, lambda: getattr(tl, name)(params, lr=0.1), want.split(', but got')[0],
+                   f'but got {type(params).__name__}')
+            assert np.array_equal(params.numpy(), before) and params.grad is None and params._version[0] == version
+
+
+def test_error_optim_integer_parameters():
+    """Integer and bool parameters are refused (TypeError naming the dtype) by the constructor and add_param_group,
+    changing nothing: their updates were rounded (SGD's to 0 at lr 0.5) or failed inside NumPy after Adam's state was
+    made. torch.optim takes them, and its step fails on them at a float lr, after the parameters before them moved."""
+    need_torch()
+    a, b = torch.nn.Parameter(torch.ones(2)), torch.tensor([10, 20])
+    a.grad, b.grad = torch.ones(2), torch.tensor([1, 1])
+    raises(RuntimeError, torch.optim.SGD([a, b], lr=0.5).step, 'integral')
+    assert a.detach().tolist() == [0.5, 0.5]
+    for name in ('SGD', 'Adam', 'AdamW'):
+        for array in (np.array([10, 20]), np.array([1, 2], np.int32), np.array([True, False]), np.array([3], np.uint8)):
+            p = tl.tensor(array)
+            raises(TypeError, lambda: getattr(tl, name)([tl.Parameter(np.ones(2)), p], lr=0.5), 'floating-point',
+                   str(array.dtype))
+            opt = getattr(tl, name)([tl.Parameter(np.ones(2))], lr=0.5)
+            before = optim_snapshot(opt)
+            raises(TypeError, lambda: opt.add_param_group({'params': [p]}), 'floating-point', str(array.dtype))
+            assert_optim_unchanged(opt, before, f'{name}: add_param_group of {array.dtype}')
+            assert len(opt.param_groups) == 1 and np.array_equal(p.numpy(), array) and p._version[0] == 0
+
+
+def test_error_adam_betas_not_a_pair_changes_nothing():
+    """Adam's and AdamW's betas must be two numbers, wherever they come from: the constructor (torch's raises
+    IndexError for one), a group of it, add_param_group or load_state_dict. Each is refused (ValueError naming betas)
+    before anything changes: they were taken, and the first step failed once the groups before had stepped."""
+    need_torch()
+    raises(IndexError, lambda: torch.optim.Adam([torch.nn.Parameter(torch.ones(2))], betas=(0.9,)))
+    new = lambda: tl.Parameter(np.ones(2, np.float32))
+    for name in ('Adam', 'AdamW'):
+        for betas in ((0.9,), (0.9, 0.99, 0.9), [], 0.9):
+            if isinstance(betas, tuple):
+                raises(ValueError, lambda: getattr(tl, name)([new()], betas=betas), 'betas', 'pair', repr(betas))
+            raises(ValueError, lambda: getattr(tl, name)([{'params': [new()]}, {'params': [new()], 'betas': betas}]),
+                   'betas', 'pair', repr(betas))
+            a, b = new(), new()
+            opt = getattr(tl, name)([{'params': [a]}, {'params': [b]}], lr=0.1)
+            a.grad, b.grad = tl.ones(2), tl.ones(2)
+            opt.step()
+            good = opt.state_dict()
+            bad = {**good, 'param_groups': [good['param_groups'][0], {**good['param_groups'][1], 'betas': betas}]}
+            before = optim_snapshot(opt)
+            raises(ValueError, lambda: opt.add_param_group({'params': [new()], 'betas': betas}), 'betas', repr(betas))
+            raises(ValueError, lambda: opt.load_state_dict(bad), 'betas', 'pair', repr(betas))
+            assert_optim_unchanged(opt, before, f'{name} betas {betas}')
+
+
+def test_error_optim_bad_option_or_state_entry_named():
+    """An option that is no number (lr='a': a TypeError, as torch's, but naming it) in the constructor, a group or a
+    loaded state dict; a state dict's state keyed by something not a parameter's index, or holding a value that is no
+    number: refused, naming the option or the entry, before anything changes. A one-element tensor is a number."""
+    need_torch()
+    raises(TypeError, lambda: torch.optim.SGD([torch.nn.Parameter(torch.ones(2))], lr='a'))
+    for name, kw, key in (('SGD', dict(lr='a'), 'lr'), ('SGD', dict(momentum='x'), 'momentum'),
+                          ('SGD', dict(momentum=0.9, dampening='x'), 'dampening'),
+                          ('SGD', dict(weight_decay=None), 'weight_decay'), ('Adam', dict(eps='x'), 'eps'),
+                          ('Adam', dict(betas=('a', 0.9)), 'betas[0]'), ('AdamW', dict(lr=[0.1]), 'lr'),
+                          ('AdamW', dict(betas=(0.9, tl.ones(2))), 'betas[1]'), ('Adam', dict(lr=tl.ones(2)), 'lr')):
+        raises(TypeError, lambda: getattr(tl, name)([tl.Parameter(np.ones(2))], **kw), f'option {key} ')
+        raises(TypeError, lambda: getattr(tl, name)([{'params': [tl.Parameter(np.ones(2))], **kw}]), f'option {key} ')
+    tl.SGD([tl.Parameter(np.ones(2))], lr=tl.tensor(0.1))
+    opt = adam_after_one_step()[2]
+    good = opt.state_dict()
+    before = optim_snapshot(opt)
+    for exc, sd, needles in (
+            (TypeError, {**good, 'param_groups': [{**good['param_groups'][0], 'lr': 'a'}]}, ('option lr ', "'a'")),
+            (ValueError, {**good, 'state': {0: good['state'][0], 'x': good['state'][1]}}, ("parameter 'x'",)),
+            (ValueError, {**good, 'state': {0: good['state'][0], 1.0: good['state'][1]}}, ('parameter 1.0',)),
+            (TypeError, {**good, 'state': {0: good['state'][0], 1: {**good['state'][1], 'exp_avg': 'abc'}}},
+             ("'exp_avg' of parameter 1", 'a str', 'not of numbers')),
+            (TypeError, {**good, 'state': {0: good['state'][0], 1: {**good['state'][1], 'step': {}}}},
+             ("'step' of parameter 1", 'a dict', 'not of numbers'))):
+        raises(exc, lambda: opt.load_state_dict(sd), *needles)
+        assert_optim_unchanged(opt, before, str(needles))
+
+
+def test_error_optim_step_unwritable_parameter_changes_nothing():
+    """step() with a parameter that it could not update element by element: expanded (Parameter(x.expand(...)), rows
+    sharing memory: each row's update overwrote the last) is torch's RuntimeError; read-only memory (np.load's
+    mmap_mode='r') a RuntimeError too, where NumPy's error came after the parameters before it and their state moved;
+    the same for a state tensor. Each names the parameter, and nothing changes."""
+    need_torch()
+    tp = torch.nn.Parameter(torch.zeros(1, 2).expand(3, 2))
+    tp.grad = torch.ones(3, 2)
+    torch_words = raises(RuntimeError, torch.optim.SGD([tp], lr=1.0).step, 'clone()').split(': ', 1)[1].split('.')[0]
+
+    def readonly(shape):
+        a = np.zeros(shape, np.float32)
+        a.flags.writeable = False
+        return tl.Tensor(a)
+    unwritable = {'expanded': (lambda shape: tl.zeros(1, *shape[1:]).expand(*shape), torch_words),
+                  'read-only': (readonly, 'read-only')}
+    for name, kw, key in (('SGD', dict(lr=0.1, momentum=0.9), 'momentum_buffer'), ('Adam', dict(lr=0.1), 'exp_avg'),
+                          ('AdamW', dict(lr=0.1), 'exp_avg_sq')):
+        for what, (make, words) in unwritable.items():
+            a, b, c = (tl.Parameter(t) for t in (np.ones(2, np.float32), np.ones(2, np.float32), make((3, 2))))
+            opt = getattr(tl, name)([{'params': [a]}, {'params': [b, c]}], **kw)
+            a.grad, b.grad = tl.ones(2), tl.ones(2)
+            opt.step()   # (c, without a gradient, is not updated: no error)
+            c.grad = tl.ones(3, 2)
+            before = optim_snapshot(opt)
+            raises(RuntimeError, opt.step, words, f"{name}.step of param_groups[1]['params'][1]")
+            assert_optim_unchanged(opt, before, f'{name}, {what} parameter')
+            c.grad = None
+            opt.state[b][key] = make((2,))
+            before = optim_snapshot(opt)
+            raises(RuntimeError, opt.step, words, f"state '{key}' of parameter 1")
+            assert_optim_unchanged(opt, before, f'{name}, {what} {key}')
+
+
 # ===== gradient clipping: against torch.nn.utils =====
 
 CLIP_SHAPES = [(16, 8), (8,), (3, 5, 7), (1,), (4, 4)]   # the last parameter gets no gradient
@@ -5483,7 +5668,8 @@ def test_error_clip_grad_bad_input_changes_nothing():
     """A negative or NaN max_norm or clip_value (torch takes a negative one and flips the gradients), a NaN norm type,
     'fro' (a ValueError, as torch's), a non-tensor among the parameters, an integer tensor for get_total_norm, a
     total_norm that is no tensor (a TypeError, as torch's), the inf norm of an empty gradient (a RuntimeError, as
-    torch's) and an expanded gradient: a clear error, before any gradient or version changes."""
+    torch's), an expanded gradient and one in read-only memory (NumPy's error came once the gradients before it were
+    scaled): a clear error (naming the parameter of an unwritable gradient), before any gradient or version changes."""
     need_torch()
     arrays = clip_arrays('clip_errors', [np.float32] * 4)
     ours, theirs = clip_pair(arrays)
@@ -5491,6 +5677,9 @@ def test_error_clip_grad_bad_input_changes_nothing():
     empty.grad = tl.zeros(0)
     expanded = tl.Parameter(np.ones((2, 3), np.float32))
     expanded.grad = tl.Tensor(np.arange(3, dtype=np.float32)).expand(2, 3)
+    readonly = tl.Parameter(np.ones(3, np.float32))
+    readonly.grad = tl.Tensor(np.arange(3, dtype=np.float32))
+    readonly.grad.data.flags.writeable = False
     cases = [(ValueError, lambda: tl.clip_grad_norm_(ours, -1.0), 'max_norm', '-1'),
              (ValueError, lambda: tl.clip_grad_norm_(ours, math.nan), 'max_norm', 'nan'),
              (ValueError, lambda: tl.clip_grads_with_norm_(ours, -0.5, tl.tensor(2.0)), 'max_norm'),
@@ -5504,8 +5693,10 @@ def test_error_clip_grad_bad_input_changes_nothing():
              (TypeError, lambda: tl.get_total_norm([tl.tensor([1, 2])]), 'floating-point', 'int64'),
              (TypeError, lambda: tl.clip_grads_with_norm_(ours, 1.0, 3.0), 'total_norm'),
              (RuntimeError, lambda: tl.clip_grad_norm_(ours + [empty], 1.0, math.inf), 'empty'),
-             (RuntimeError, lambda: tl.clip_grad_norm_(ours + [expanded], 0.1), 'expanded'),
-             (RuntimeError, lambda: tl.clip_grad_value_(ours + [expanded], 0.1), 'expanded')]
+             (RuntimeError, lambda: tl.clip_grad_norm_(ours + [expanded], 0.1), 'expanded', 'parameter 5'),
+             (RuntimeError, lambda: tl.clip_grad_value_(ours + [expanded], 0.1), 'expanded', 'parameter 5'),
+             (RuntimeError, lambda: tl.clip_grad_norm_(ours + [readonly], 0.1), 'read-only', 'parameter 5'),
+             (RuntimeError, lambda: tl.clip_grad_value_(ours + [readonly], 0.1), 'read-only', 'parameter 5')]
     for exc, fn, *needles in cases:
         versions = [p.grad._version[0] for p in ours[:-1]]
         raises(exc, fn, *needles)
@@ -5759,7 +5950,7 @@ def test_reduce_lr_on_plateau_groups_added_as_pytorch():
         tsched = torch.optim.lr_scheduler.ReduceLROnPlateau(topt, patience=0, min_lr=min_lr)
         sched.step(1.0)
         tsched.step(1.0)
-        opt.param_groups.append({**opt.param_groups[0], 'params': [tl.Parameter(np.zeros(2))], 'lr': 0.2})
+        opt.add_param_group({'params': [tl.Parameter(np.zeros(2))], 'lr': 0.2})
         topt.add_param_group({'params': [torch.nn.Parameter(torch.zeros(2))], 'lr': 0.2})
         if isinstance(min_lr, list):
             want = raises(RuntimeError, lambda: tsched.step(2.0))
@@ -5809,9 +6000,10 @@ def test_error_lr_scheduler_arguments_as_pytorch():
     """Bad arguments raise torch's exception with torch's message (where it names no value, the value follows) and
     leave the optimizer's groups as they were (torch's OneCycleLR has set initial_lr, max_lr and min_lr in them before
     it refuses an optimizer without momentum). Where torch takes an argument and fails later (step_size or T_max 0:
-    ZeroDivisionError at the first step) or schedules NaN (a NaN factor or pct_start), a ValueError here; a scheduler
-    made for something not an Optimizer (torch's LambdaLR: AttributeError) is a TypeError; a state dict of another
-    number of groups is a ValueError."""
+    ZeroDivisionError at the first step) or takes NaN (in any argument that is a number: gamma, eta_min, max_lr, a
+    momentum, min_lr, threshold, ...; it schedules NaN rates, or never changes them), a ValueError here, before any
+    group changes; a scheduler made for something not an Optimizer (torch's LambdaLR: AttributeError) is a TypeError;
+    a state dict of another number of groups is a ValueError."""
     need_torch()
     S = torch.optim.lr_scheduler
     plain = lambda lib, o: (tl.Optimizer if lib is tl else torch.optim.Optimizer)(
@@ -5855,13 +6047,33 @@ def test_error_lr_scheduler_arguments_as_pytorch():
             (lambda lib, o: lib.CosineAnnealingLR(o, 0), 'T_max', True),
             (lambda lib, o: lib.ReduceLROnPlateau(o, factor=math.nan), 'Factor', False),
             (lambda lib, o: lib.LinearLR(o, start_factor=math.nan), 'Starting', False),
-            (lambda lib, o: lib.OneCycleLR(o, 1.0, total_steps=10, pct_start=math.nan), 'pct_start', False)):
+            (lambda lib, o: lib.OneCycleLR(o, 1.0, total_steps=10, pct_start=math.nan), 'pct_start', False),
+            (lambda lib, o: lib.StepLR(o, 2, gamma=math.nan), 'gamma', False),
+            (lambda lib, o: lib.MultiStepLR(o, [1], gamma=math.nan), 'gamma', False),
+            (lambda lib, o: lib.ExponentialLR(o, math.nan), 'gamma', False),
+            (lambda lib, o: lib.CosineAnnealingLR(o, 3, eta_min=math.nan), 'eta_min', False),
+            (lambda lib, o: lib.LinearLR(o, total_iters=math.nan), 'total_iters', False),
+            (lambda lib, o: lib.OneCycleLR(o, math.nan, total_steps=10), 'max_lr', False),
+            (lambda lib, o: lib.OneCycleLR(o, [1.0, math.nan, 1.0], total_steps=10), 'max_lr', False),
+            (lambda lib, o: lib.OneCycleLR(o, 1.0, total_steps=10, div_factor=math.nan), 'div_factor', False),
+            (lambda lib, o: lib.OneCycleLR(o, 1.0, total_steps=10, final_div_factor=math.nan), 'final_div_factor',
+             False),
+            (lambda lib, o: lib.OneCycleLR(o, 1.0, total_steps=10, base_momentum=math.nan), 'base_momentum', False),
+            (lambda lib, o: lib.OneCycleLR(o, 1.0, total_steps=10, max_momentum=math.nan), 'max_momentum', False),
+            (lambda lib, o: lib.ReduceLROnPlateau(o, min_lr=math.nan), 'min_lr', False),
+            (lambda lib, o: lib.ReduceLROnPlateau(o, min_lr=[0.0, math.nan, 0.0]), 'min_lr', False),
+            (lambda lib, o: lib.ReduceLROnPlateau(o, threshold=math.nan), 'threshold', False),
+            (lambda lib, o: lib.ReduceLROnPlateau(o, eps=math.nan), 'eps', False),
+            (lambda lib, o: lib.ReduceLROnPlateau(o, patience=math.nan), 'patience', False),
+            (lambda lib, o: lib.ReduceLROnPlateau(o, cooldown=math.nan), 'cooldown', False)):
         opt, topt = sched_optimizers(momentum=0.9)
         tsched = make_sched(S, topt)
         if torch_fails:
             topt.step()
             raises(ZeroDivisionError, tsched.step)
+        before = [dict(g) for g in opt.param_groups]
         raises(ValueError, lambda: make_sched(tl, opt), needle)
+        assert opt.param_groups == before, needle
     for cls, args in (('LambdaLR', [lambda e: 1.0]), ('StepLR', [3]), ('MultiStepLR', [[2]]), ('ExponentialLR', [0.5]),
                       ('CosineAnnealingLR', [3]), ('LinearLR', []), ('OneCycleLR', [1.0, 10]),
                       ('ReduceLROnPlateau', [])):
@@ -5870,6 +6082,121 @@ def test_error_lr_scheduler_arguments_as_pytorch():
     sched = tl.StepLR(opt, 2)
     state = {**sched.state_dict(), 'base_lrs': [0.1, 0.2]}
     raises(ValueError, lambda: tl.StepLR(sched_optimizers()[0], 2).load_state_dict(state), 'base_lrs', '2')
+
+
+def sched_state(opt, sched):
+    """A copy of what loading a scheduler's state dict could change: its state dict, and its optimizer's options."""
+    return copy.deepcopy(sched.state_dict()), [{k: v for k, v in g.items() if k != 'params'} for g in opt.param_groups]
+
+
+def test_error_lr_scheduler_load_state_dict_changes_nothing():
+    """A state dict that the scheduler's constructor would refuse (ReduceLROnPlateau's mode or threshold_mode unknown,
+    StepLR's step_size or CosineAnnealingLR's T_max 0, LinearLR's start_factor 0), a last_epoch that is no int,
+    LambdaLR's without lr_lambdas or with the wrong number of them, and a list (a TypeError, as torch's): refused,
+    naming the entry, before anything changes (torch's loads every entry, then raises or fails at a later step).
+    Plateau's, refused, then steps as torch's scheduler that never saw it: its lr is not cut while the metric
+    improves."""
+    need_torch()
+    metrics = [1.0, 0.5, 0.25, 0.1, 0.05, 0.01, 0.001]
+    cases = [('ReduceLROnPlateau', dict(patience=0), dict(mode='maximum', patience=5), ValueError, ('mode maximum',)),
+             ('ReduceLROnPlateau', dict(patience=0), dict(threshold_mode='relative'), ValueError, ('relative',)),
+             ('ReduceLROnPlateau', dict(patience=0), dict(factor=2.0), ValueError, ('Factor', '2.0')),
+             ('StepLR', dict(step_size=2), dict(step_size=0, last_epoch=5), ValueError, ('step_size', '0')),
+             ('StepLR', dict(step_size=2), dict(last_epoch='a'), TypeError, ('last_epoch', "'a'")),
+             ('StepLR', dict(step_size=2), None, TypeError, ('expected a dict', 'list')),
+             ('CosineAnnealingLR', dict(T_max=4), dict(T_max=0), ValueError, ('T_max', '0')),
+             ('LinearLR', {}, dict(start_factor=0.0), ValueError, ('Starting multiplicative factor', '0.0')),
+             ('LambdaLR', dict(lr_lambda=[lambda e: 0.5, WarmUp(3), WarmUp(5)]), dict(lr_lambdas=None), ValueError,
+              ('lr_lambdas', 'None')),
+             ('LambdaLR', dict(lr_lambda=[lambda e: 0.5, WarmUp(3), WarmUp(5)]), dict(lr_lambdas=[None, {'n': 9}]),
+              ValueError, ('lr_lambdas', '3 entries'))]
+    for cls, kw, bad, exc, needles in cases:
+        opt, topt = sched_optimizers()
+        sched, tsched = getattr(tl, cls)(opt, **kw), getattr(torch.optim.lr_scheduler, cls)(topt, **kw)
+        state = [1, 2] if bad is None else {**sched.state_dict(), **bad}
+        if cls == 'LambdaLR' and bad['lr_lambdas'] is None:
+            del state['lr_lambdas']
+        before = sched_state(opt, sched)
+        raises(exc, lambda: sched.load_state_dict(state), *needles)
+        after = sched_state(opt, sched)
+        assert after[1] == before[1], (cls, bad, after[1])
+        assert after[0].keys() == before[0].keys() and all(
+            np.array_equal(after[0][k], before[0][k]) for k in before[0]), (cls, bad, after[0])
+        for metric in metrics:
+            for o in (opt, topt):
+                o.step()
+            for s in (sched, tsched):
+                s.step(metric) if cls == 'ReduceLROnPlateau' else s.step()
+            assert_close(np.array(sched.get_last_lr()), np.array(tsched.get_last_lr()), 1e-12, 0, f'{cls} {bad}')
+        if cls == 'ReduceLROnPlateau':
+            assert sched.get_last_lr() == [0.1, 0.05, 0.3], sched.get_last_lr()
+
+
+def test_error_one_cycle_phase_of_no_steps_changes_nothing():
+    """OneCycleLR where pct_start * total_steps is 1 (or pct_start 1.0, or three_phase's second end at the last step)
+    leaves a phase no steps, and div_factor or final_div_factor 0 divide by zero: torch raises ZeroDivisionError at
+    construction or at a later step (its groups already rewritten); here a ValueError naming the arguments, before any
+    group changes. A torch state dict with such a phase (pct_start 1.0: torch fails only at the last step) is refused
+    too, changing nothing."""
+    need_torch()
+    cases = [(dict(total_steps=10, pct_start=0.1), ('pct_start', 'total_steps=10', 'phase 1 of 2')),
+             (dict(epochs=1, steps_per_epoch=4, pct_start=0.25), ('pct_start', 'total_steps=4', 'phase 1 of 2')),
+             (dict(total_steps=20, pct_start=0.05), ('pct_start', 'total_steps=20')),
+             (dict(total_steps=10, pct_start=0.1, three_phase=True), ('pct_start', 'total_steps=10', 'phase 1 of 3')),
+             (dict(total_steps=10, pct_start=1.0), ('pct_start', 'total_steps=10', 'phase 2 of 2')),
+             (dict(total_steps=9, pct_start=5 / 9, three_phase=True), ('pct_start', 'total_steps=9', 'phase 3 of 3')),
+             (dict(total_steps=10, final_div_factor=0), ('final_div_factor', 'positive', '0')),
+             (dict(total_steps=10, div_factor=0.0), ('div_factor', 'positive', '0.0'))]
+    for kw, needles in cases:
+        for name, opt_kw in (('SGD', dict(momentum=0.9)), ('Adam', {})):
+            opt, topt = sched_optimizers(name, **opt_kw)
+            with contextlib.suppress(ZeroDivisionError):   # (raised at construction, or at a later step below)
+                tsched = torch.optim.lr_scheduler.OneCycleLR(topt, 1.0, **kw)
+                for _ in range(tsched.total_steps):
+                    topt.step()
+                    tsched.step()
+                raise AssertionError(f'torch took {kw}')
+            before = [{k: v for k, v in g.items() if k != 'params'} for g in opt.param_groups]
+            raises(ValueError, lambda: tl.OneCycleLR(opt, 1.0, **kw), *needles)
+            assert [{k: v for k, v in g.items() if k != 'params'} for g in opt.param_groups] == before, (kw, name)
+    opt, topt = sched_optimizers(momentum=0.9)
+    sched = tl.OneCycleLR(opt, 1.0, total_steps=10)
+    state = torch.optim.lr_scheduler.OneCycleLR(topt, 1.0, total_steps=10, pct_start=1.0).state_dict()
+    before = sched_state(opt, sched)
+    raises(ValueError, lambda: sched.load_state_dict(state), 'pct_start', 'phase 2 of 2')
+    after = sched_state(opt, sched)
+    assert after[1] == before[1] and after[0].keys() == before[0].keys()
+    assert all(np.array_equal(after[0][k], before[0][k]) for k in before[0] if k != '_schedule_phases')
+    assert after[0]['_schedule_phases'] == before[0]['_schedule_phases']
+
+
+def test_error_lr_scheduler_failed_constructor_restores_groups():
+    """A scheduler's constructor that fails once it has written to the groups (its first step: a gamma that is no
+    number, a lambda that raises; OneCycleLR's max_lr or momentum that is none) puts every group back as it was:
+    torch's leaves initial_lr (and OneCycleLR's keys) behind, so that a scheduler made after the lr was changed
+    started from the stale initial_lr. Here that later scheduler's rates are those of torch's on an optimizer that
+    saw no failure."""
+    need_torch()
+    cases = [(lambda o: tl.MultiStepLR(o, [1], gamma='x'), TypeError),
+             (lambda o: tl.LambdaLR(o, lambda e: 1 / 0), ZeroDivisionError),
+             (lambda o: tl.LambdaLR(o, [lambda e: 1.0, lambda e: 1.0, lambda e: [][e]]), IndexError),
+             (lambda o: tl.OneCycleLR(o, [1.0, 'x', 1.0], total_steps=10), TypeError),
+             (lambda o: tl.OneCycleLR(o, 1.0, total_steps=10, base_momentum='x'), TypeError)]
+    for make_sched, exc in cases:
+        for name, opt_kw in (('SGD', dict(momentum=0.9)), ('Adam', {})):
+            opt, _ = sched_optimizers(name, **opt_kw)
+            before = [dict(g) for g in opt.param_groups]
+            raises(exc, lambda: make_sched(opt))
+            assert opt.param_groups == before, (name, [sorted(g) for g in opt.param_groups])
+            _, topt = sched_optimizers(name, **opt_kw)
+            for o in (opt, topt):
+                o.param_groups[0]['lr'] = 0.5
+            sched, tsched = tl.StepLR(opt, 2, 0.5), torch.optim.lr_scheduler.StepLR(topt, 2, 0.5)
+            assert_close(np.array(sched.base_lrs), np.array(tsched.base_lrs), 1e-12, 0, 'base_lrs')
+            for _ in range(3):
+                for stepper in (opt, topt, sched, tsched):
+                    stepper.step()
+            assert_snapshots_close(sched_snapshot(opt, sched), sched_snapshot(topt, tsched), f'{name} after {exc}')
 
 
 def test_lr_scheduler_one_cycle_training_as_pytorch():

@@ -6574,38 +6574,57 @@ class GRU(Module):
 
 # ================================================================ optimizers
 
+def _refuse_unwritable(t, what):
+    """Before an update in place of t that could not write each element: as Tensor._refuse_expanded, and a
+    RuntimeError where t's memory is read-only (NumPy's error would come once the tensors before t were updated)."""
+    t._refuse_expanded(what)
+    if not getattr(t.data.flags, 'writeable', True):
+        raise RuntimeError(f"in-place {what}: the tensor's memory is read-only (as np.load(..., mmap_mode='r') gives): "
+                           "copy it first")
+
+
 class Optimizer:
     """Parameter groups, per-parameter state, and a step() that checks every gradient and state before it changes
     anything. As torch.optim's, `state` maps each parameter (the tensor itself) to a dict of tensors."""
     state_keys = ()   # what the state of a parameter holds once it is not empty
 
     def __init__(self, params, defaults):
+        if isinstance(params, Tensor):   # (list() would take its rows for the parameters)
+            raise TypeError("params argument given to the optimizer should be an iterable of Tensors or dicts, but got "
+                            f"{type(params).__name__}")
         params = list(params)
         if not params:
             raise ValueError(f"{type(self).__name__} got an empty parameter list")
-        groups = params if isinstance(params[0], dict) else [{'params': params}]
         self.defaults, self.param_groups, self.state = defaults, [], collections.defaultdict(dict)
         # as torch.optim: the constructor's options, even where every group has its own
         _check_options(defaults, defaults)
-        seen = set()
-        for g in groups:
-            given = g['params']
-            group = {**defaults, **g, 'params': [given] if isinstance(given, Tensor) else list(given)}
-            for p in group['params']:
-                if not isinstance(p, Tensor):
-                    raise TypeError(f"{type(self).__name__} can only optimize tensors, got {type(p).__name__}")
-                if not p.is_leaf:
-                    raise ValueError(f"{type(self).__name__} can't optimize a non-leaf tensor")
-            ids = {id(p) for p in group['params']}
-            if len(ids) < len(group['params']):   # PyTorch's warning (each copy is updated, as in PyTorch)
-                warnings.warn("optimizer contains a parameter group with duplicate parameters; in future, this will "
-                              "cause an error; see github.com/pytorch/pytorch/issues/40967 for more information",
-                              UserWarning, stacklevel=3)
-            if ids & seen:
-                raise ValueError("some parameters appear in more than one parameter group")
-            seen |= ids
-            _check_options(group, defaults)
-            self.param_groups.append(group)
+        for group in params if isinstance(params[0], dict) else [{'params': params}]:
+            self.add_param_group(group)
+
+    def add_param_group(self, param_group):
+        """As torch.optim's: a group (a dict holding 'params'; the options it lacks are the defaults) added after the
+        others, once its options and parameters are checked (floating-point leaf tensors, none in another group)."""
+        if not isinstance(param_group, dict):
+            raise TypeError(f"param_group must be a dict, but got {type(param_group).__name__}")
+        given = param_group['params']
+        group = {**self.defaults, **param_group, 'params': [given] if isinstance(given, Tensor) else list(given)}
+        name = type(self).__name__
+        for p in group['params']:
+            if not isinstance(p, Tensor):
+                raise TypeError(f"{name} can only optimize tensors, got {type(p).__name__}")
+            if not p.is_leaf:
+                raise ValueError(f"{name} can't optimize a non-leaf tensor")
+            if p.dtype.kind != 'f':   # (torch.optim's step fails on one at a float lr, after the parameters before it)
+                raise TypeError(f"{name} can only optimize floating-point tensors, got one of dtype {p.dtype}")
+        ids = {id(p) for p in group['params']}
+        if len(ids) < len(group['params']):   # PyTorch's warning (each copy is updated, as in PyTorch)
+            warnings.warn("optimizer contains a parameter group with duplicate parameters; in future, this will "
+                          "cause an error; see github.com/pytorch/pytorch/issues/40967 for more information",
+                          UserWarning, stacklevel=3)
+        if ids & {id(p) for p in self._params()}:
+            raise ValueError("some parameters appear in more than one parameter group")
+        _check_options(group, self.defaults)
+        self.param_groups.append(group)
 
     def zero_grad(self, set_to_none=True):
         _zero_grads(self._params(), set_to_none)
@@ -6617,16 +6636,20 @@ class Optimizer:
         if closure is not None:
             with enable_grad():
                 loss = closure()
-        work = []
-        for i, (p, group) in enumerate((p, group) for group in self.param_groups for p in group['params']):
-            if p.grad is None:
-                continue
-            if p.grad.shape != p.shape:
-                raise ValueError(f"{type(self).__name__}.step: gradient of shape {p.grad.shape} for a parameter of shape {p.shape}")
-            if p.grad.device != p.device:
-                raise RuntimeError(f"{type(self).__name__}.step: gradient on {p.grad.device} for a parameter on {p.device}")
-            self._check_state(i, p, self.state.get(p, {}))
-            work.append((p, group))
+        work, i, name = [], -1, type(self).__name__
+        for g, group in enumerate(self.param_groups):
+            for j, p in enumerate(group['params']):
+                i += 1   # p's index in state_dict()
+                if p.grad is None:
+                    continue
+                if p.grad.shape != p.shape:
+                    raise ValueError(f"{name}.step: gradient of shape {p.grad.shape} for a parameter of shape "
+                                     f"{p.shape}")
+                if p.grad.device != p.device:
+                    raise RuntimeError(f"{name}.step: gradient on {p.grad.device} for a parameter on {p.device}")
+                _refuse_unwritable(p, f"{name}.step of param_groups[{g}]['params'][{j}]")
+                self._check_state(i, p, self.state.get(p, {}))
+                work.append((p, group))
         for p, group in work:
             self._update(p.data, p.grad.data.astype(p.dtype, copy=False), group, self.state[p])
             p._version[0] += 1   # updated in place, as PyTorch's optimizers count it
@@ -6642,6 +6665,7 @@ class Optimizer:
             name = f"{type(self).__name__}: state '{k}' of parameter {i}"
             if not isinstance(v, Tensor):
                 raise TypeError(f"{name} is a {type(v).__name__}, not a Tensor")
+            _refuse_unwritable(v, f"{type(self).__name__} update of state '{k}' of parameter {i}")
             if k == 'step':
                 if v.shape != ():
                     raise ValueError(f"{name} has shape {v.shape}, not () (a count)")
@@ -6669,15 +6693,21 @@ class Optimizer:
             raise ValueError(f"{type(self).__name__}.load_state_dict: parameter groups of sizes "
                              f"{[len(g['params']) for g in groups]} for an optimizer with "
                              f"{[len(g['params']) for g in self.param_groups]}")
-        state = collections.defaultdict(dict)
+        state, name = collections.defaultdict(dict), type(self).__name__
         for i, s in state_dict['state'].items():
-            if not 0 <= int(i) < len(params):
-                raise ValueError(f"{type(self).__name__}.load_state_dict: state for parameter {i} of an optimizer "
-                                 f"with {len(params)} parameters")
-            p = params[int(i)]
-            # 'step' is a count, float32 on the CPU as PyTorch's; None (PyTorch's absent momentum buffer) is no state
-            state[p] = {k: Tensor(_as_array(v).astype(np.float32), device='cpu') if k == 'step' else
-                        Tensor(_as_array(v).astype(p.dtype), device=p.device) for k, v in s.items() if v is not None}
+            if not isinstance(i, (int, np.integer)) or not 0 <= i < len(params):
+                raise ValueError(f"{name}.load_state_dict: state for parameter {i!r} of an optimizer with "
+                                 f"{len(params)} parameters (the state's keys are their indices)")
+            p = params[i]
+            # None is no state (PyTorch's absent momentum buffer)
+            arrays = {k: _as_array(v) for k, v in s.items() if v is not None}
+            for k, a in arrays.items():
+                if a.dtype.kind not in 'biuf':
+                    raise TypeError(f"{name}.load_state_dict: state '{k}' of parameter {i} is a {type(s[k]).__name__} "
+                                    f"of {a.dtype}, not of numbers")
+            # 'step' is a count, float32 on the CPU as PyTorch's
+            state[p] = {k: Tensor(a.astype(np.float32), device='cpu') if k == 'step' else
+                        Tensor(a.astype(p.dtype), device=p.device) for k, a in arrays.items()}
             self._check_state(i, p, state[p])
         for saved in groups:
             _check_options(saved, self.defaults)
@@ -6700,13 +6730,28 @@ def _check_options(group, defaults):
             raise ValueError(f"optimizer option {key}={group[key]!r} is not supported (only its default, off)")
     if not isinstance(group.get('decoupled_weight_decay', False), (bool, np.bool_)):
         raise TypeError(f"decoupled_weight_decay must be a bool, got {group['decoupled_weight_decay']!r}")
+    _option_number(group.get('dampening', 0), 'dampening')   # (any number, as torch's)
     for key, what in (('lr', 'learning rate'), ('momentum', 'momentum value'), ('eps', 'epsilon value'),
                       ('weight_decay', 'weight_decay value')):
-        if key in group and not 0 <= group[key]:
+        if key in group and not 0 <= _option_number(group[key], key):
             raise ValueError(f"Invalid {what}: {group[key]}")
-    for i, beta in enumerate(group.get('betas', ())):
-        if not 0 <= beta < 1:
-            raise ValueError(f"Invalid beta parameter at index {i}: {beta}")
+    if 'betas' in group:
+        betas = group['betas']
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
+        for i, beta in enumerate(betas):
+            if not 0 <= _option_number(beta, f'betas[{i}]') < 1:
+                raise ValueError(f"Invalid beta parameter at index {i}: {beta}")
+
+
+def _option_number(value, key):
+    """Option `key`'s value as a number; TypeError naming it where it is none (a one-element tensor is one: a rate
+    that a CUDA graph reads)."""
+    if isinstance(value, Tensor) and value.numel() == 1:
+        value = value.item()
+    if not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"optimizer option {key} must be a number, got {value!r}")
+    return value
 
 
 def _add(a, b, alpha, out=None):
@@ -6882,19 +6927,19 @@ def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=Non
 def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
     """torch.nn.utils.clip_grads_with_norm_: each gradient times min(max_norm / (total_norm + 1e-6), 1), in place
     (even by 1, as PyTorch: no comparison that would wait for the GPU)."""
-    grads = [p.grad for p in _tensor_list(parameters, 'clip_grads_with_norm_') if p.grad is not None]
+    grads = {k: p.grad for k, p in enumerate(_tensor_list(parameters, 'clip_grads_with_norm_')) if p.grad is not None}
     max_norm = _nonnegative(max_norm, 'max_norm')
     if not isinstance(total_norm, Tensor) or total_norm.numel() != 1 or total_norm.dtype not in _FLOATS:
         raise TypeError("total_norm must be a one-element float tensor (as get_total_norm returns)")
-    for g in grads:
-        g._refuse_expanded('gradient clipping')
+    for k, g in grads.items():
+        _refuse_unwritable(g, f'gradient clipping of parameter {k}')
     total, dtype = total_norm.data.reshape(()), total_norm.dtype
     xp, f = _xp(total), _opmath(dtype).type   # torch's ops on the norm: each computes in f and rounds to dtype
     rounded = lambda a: xp.asarray(a).astype(dtype, copy=False)
     shifted = rounded(_wide(total) + f(1e-6))
     coef = rounded(_wide(rounded(xp.reciprocal(_wide(shifted)))) * f(max_norm))   # max_norm / x: 1 / x * max_norm
     coef = xp.minimum(coef, dtype.type(1))   # (NaN stays NaN)
-    for g in grads:   # g * coef: float16 times the coefficient in float32, rounded once, as PyTorch
+    for g in grads.values():   # g * coef: float16 times the coefficient in float32, rounded once, as PyTorch
         c = _move(coef, g.device).astype(_opmath(g.dtype))
         _xp(g.data).multiply(_wide(g.data), c, out=g.data)
         g._version[0] += 1
@@ -6915,12 +6960,12 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
 def clip_grad_value_(parameters, clip_value, foreach=None):
     """torch.nn.utils.clip_grad_value_: each gradient of `parameters` clamped to [-clip_value, clip_value] in place
     (NaN stays NaN)."""
-    grads = [p.grad for p in _tensor_list(parameters, 'clip_grad_value_') if p.grad is not None]
+    grads = {k: p.grad for k, p in enumerate(_tensor_list(parameters, 'clip_grad_value_')) if p.grad is not None}
     clip_value = _nonnegative(clip_value, 'clip_value')
-    for g in grads:
-        g._refuse_expanded('gradient clipping')
+    for k, g in grads.items():
+        _refuse_unwritable(g, f'gradient clipping of parameter {k}')
         _check_fits(clip_value, g.dtype, 'clip_grad_value_')   # (1e6 for float16 raises, as PyTorch)
-    for g in grads:
+    for g in grads.values():
         bound = g.dtype.type(clip_value)
         _xp(g.data).clip(g.data, -bound, bound, out=g.data)
         g._version[0] += 1
@@ -6956,6 +7001,14 @@ def _set_group_value(group, key, value):
         group[key] = value
 
 
+def _refuse_nan(**arguments):
+    """ValueError naming the first argument that is NaN or holds one (torch takes it, and schedules NaN rates or
+    none at all)."""
+    for name, value in arguments.items():
+        if any(v != v for v in (value if isinstance(value, (list, tuple)) else [value])):
+            raise ValueError(f"{name} must not be NaN, got {value}")
+
+
 def _per_group(name, optimizer, value):
     """A list or tuple of one value per group, or one value for every group (torch's _format_param)."""
     n = len(optimizer.param_groups)
@@ -6963,6 +7016,20 @@ def _per_group(name, optimizer, value):
         raise ValueError(f"{name} must have the same length as optimizer.param_groups. {name} has {len(value)} values, "
                          f"param_groups has {n}.")
     return [_copied(v) for v in (value if isinstance(value, (list, tuple)) else [value] * n)]
+
+
+@contextlib.contextmanager
+def _groups_restored_on_error(optimizer):
+    """The optimizer's groups put back as they were (every key) where the body raises: a scheduler's constructor that
+    fails (in its first step, say) leaves no 'initial_lr' behind, which the next scheduler would start from."""
+    saved = [dict(group) for group in optimizer.param_groups]
+    try:
+        yield
+    except BaseException:
+        for group, keys in zip(optimizer.param_groups, saved):
+            group.clear()
+            group.update(keys)
+        raise
 
 
 def _note_optimizer_steps(optimizer):
@@ -6988,23 +7055,28 @@ class LRScheduler:
 
     def __init__(self, optimizer, last_epoch=-1):
         self.optimizer = _is_optimizer(optimizer)
-        for i, group in enumerate(optimizer.param_groups):
-            if last_epoch == -1:
-                group.setdefault('initial_lr', _copied(group['lr']))
-            elif 'initial_lr' not in group:
-                raise KeyError(f"param 'initial_lr' is not specified in param_groups[{i}] when resuming scheduler with "
-                               "last_epoch >= 0 (load the optimizer's state first, or start with last_epoch=-1)")
-        self.base_lrs = _group_values(optimizer, 'initial_lr')
-        self.last_epoch = last_epoch
-        _note_optimizer_steps(optimizer)
-        self._step_count, self._is_initial = 0, True
-        try:
-            self.step()
-        finally:
-            self._is_initial = False
+        with _groups_restored_on_error(optimizer):
+            for i, group in enumerate(optimizer.param_groups):
+                if last_epoch == -1:
+                    group.setdefault('initial_lr', _copied(group['lr']))
+                elif 'initial_lr' not in group:
+                    raise KeyError(f"param 'initial_lr' is not specified in param_groups[{i}] when resuming scheduler "
+                                   "with last_epoch >= 0 (load the optimizer's state first, or start with "
+                                   "last_epoch=-1)")
+            self.base_lrs = _group_values(optimizer, 'initial_lr')
+            self.last_epoch = last_epoch
+            _note_optimizer_steps(optimizer)
+            self._step_count, self._is_initial = 0, True
+            try:
+                self.step()
+            finally:
+                self._is_initial = False
 
     def get_lr(self):
         raise NotImplementedError
+
+    def _check(self):
+        """A subclass's: its constructor's checks, run on its attributes (a state dict's too, before it loads)."""
 
     def _scaled(self, factor):
         """Each group's lr as it is now times factor (1: unchanged, exactly)."""
@@ -7038,12 +7110,21 @@ class LRScheduler:
         return {k: v for k, v in self.__dict__.items() if k != 'optimizer'}
 
     def load_state_dict(self, state_dict):
-        n = len(self.optimizer.param_groups)
-        for key in ('base_lrs', '_last_lr', 'lr_lambdas'):
+        """As torch's, once checked: loaded onto a copy of the scheduler, which must pass _check() (the constructor's
+        checks), so a refused state dict changes nothing."""
+        name, n = type(self).__name__, len(self.optimizer.param_groups)
+        if not isinstance(state_dict, collections.abc.Mapping):
+            raise TypeError(f"{name}.load_state_dict: expected a dict, got {type(state_dict).__name__}")
+        for key in ('base_lrs', '_last_lr'):
             if key in state_dict and len(state_dict[key]) != n:
-                raise ValueError(f"{type(self).__name__}.load_state_dict: {key} has {len(state_dict[key])} values "
-                                 f"for an optimizer with {n} param_groups")
-        self.__dict__.update(state_dict)
+                raise ValueError(f"{name}.load_state_dict: {key} has {len(state_dict[key])} values for an optimizer "
+                                 f"with {n} param_groups")
+        if not isinstance(state_dict.get('last_epoch', 0), (int, np.integer)):
+            raise TypeError(f"{name}.load_state_dict: last_epoch must be an int, got {state_dict['last_epoch']!r}")
+        loaded = object.__new__(type(self))
+        loaded.__dict__.update({**self.__dict__, **state_dict})
+        loaded._check()
+        self.__dict__.update(loaded.__dict__)
 
 
 class LambdaLR(LRScheduler):
@@ -7065,20 +7146,30 @@ class LambdaLR(LRScheduler):
                                                        f.__dict__.copy() for f in self.lr_lambdas]}
 
     def load_state_dict(self, state_dict):
+        """As torch's: each callable object's saved attributes put back into it (a function's entry is None)."""
+        saved = state_dict.get('lr_lambdas')
+        if not (isinstance(saved, (list, tuple)) and len(saved) == len(self.lr_lambdas) and
+                all(s is None or isinstance(s, dict) for s in saved)):
+            raise ValueError(f"LambdaLR.load_state_dict: lr_lambdas must be a list of {len(self.lr_lambdas)} entries "
+                             f"(one per group: None or a dict of attributes), got {saved!r}")
         super().load_state_dict({k: v for k, v in state_dict.items() if k != 'lr_lambdas'})
-        for f, saved in zip(self.lr_lambdas, state_dict['lr_lambdas']):
-            if saved is not None:
-                f.__dict__.update(saved)
+        for f, attributes in zip(self.lr_lambdas, saved):
+            if attributes is not None:
+                f.__dict__.update(attributes)
 
 
 class StepLR(LRScheduler):
     """The lr times gamma every step_size epochs."""
 
     def __init__(self, optimizer, step_size, gamma=0.1, last_epoch=-1):
-        if not step_size > 0:   # (torch divides by zero at the first step)
-            raise ValueError(f"step_size must be positive, got {step_size}")
         self.step_size, self.gamma = step_size, gamma
+        self._check()
         super().__init__(optimizer, last_epoch)
+
+    def _check(self):
+        if not self.step_size > 0:   # (torch divides by zero at the first step)
+            raise ValueError(f"step_size must be positive, got {self.step_size}")
+        _refuse_nan(gamma=self.gamma)
 
     def get_lr(self):
         return self._scaled(self.gamma if self.last_epoch != 0 and self.last_epoch % self.step_size == 0 else 1)
@@ -7089,7 +7180,11 @@ class MultiStepLR(LRScheduler):
 
     def __init__(self, optimizer, milestones, gamma=0.1, last_epoch=-1):
         self.milestones, self.gamma = collections.Counter(milestones), gamma
+        self._check()
         super().__init__(optimizer, last_epoch)
+
+    def _check(self):
+        _refuse_nan(gamma=self.gamma)
 
     def get_lr(self):   # (.get: a loaded state dict may hold a plain dict)
         return self._scaled(self.gamma ** self.milestones.get(self.last_epoch, 0))
@@ -7100,7 +7195,11 @@ class ExponentialLR(LRScheduler):
 
     def __init__(self, optimizer, gamma, last_epoch=-1):
         self.gamma = gamma
+        self._check()
         super().__init__(optimizer, last_epoch)
+
+    def _check(self):
+        _refuse_nan(gamma=self.gamma)
 
     def get_lr(self):
         return self._scaled(1 if self._is_initial else self.gamma)
@@ -7111,10 +7210,14 @@ class CosineAnnealingLR(LRScheduler):
     past T_max: back up to the initial lr at 2 T_max, and so on."""
 
     def __init__(self, optimizer, T_max, eta_min=0.0, last_epoch=-1):
-        if not T_max > 0:   # (torch divides by zero at the first step)
-            raise ValueError(f"T_max must be positive, got {T_max}")
         self.T_max, self.eta_min = T_max, eta_min
+        self._check()
         super().__init__(optimizer, last_epoch)
+
+    def _check(self):
+        if not self.T_max > 0:   # (torch divides by zero at the first step)
+            raise ValueError(f"T_max must be positive, got {self.T_max}")
+        _refuse_nan(eta_min=self.eta_min)
 
     def get_lr(self):
         groups, e, T, eta_min = self.optimizer.param_groups, self.last_epoch, self.T_max, self.eta_min
@@ -7131,13 +7234,17 @@ class LinearLR(LRScheduler):
     """The lr times a factor going linearly from start_factor to end_factor over total_iters epochs, then kept."""
 
     def __init__(self, optimizer, start_factor=1.0 / 3, end_factor=1.0, total_iters=5, last_epoch=-1):
-        if not 0 < start_factor <= 1:
-            raise ValueError("Starting multiplicative factor expected to be greater than 0 and less or equal to 1, "
-                             f"got {start_factor}")
-        if not 0 <= end_factor <= 1:
-            raise ValueError(f"Ending multiplicative factor expected to be between 0 and 1, got {end_factor}")
         self.start_factor, self.end_factor, self.total_iters = start_factor, end_factor, total_iters
+        self._check()
         super().__init__(optimizer, last_epoch)
+
+    def _check(self):
+        if not 0 < self.start_factor <= 1:
+            raise ValueError("Starting multiplicative factor expected to be greater than 0 and less or equal to 1, "
+                             f"got {self.start_factor}")
+        if not 0 <= self.end_factor <= 1:
+            raise ValueError(f"Ending multiplicative factor expected to be between 0 and 1, got {self.end_factor}")
+        _refuse_nan(total_iters=self.total_iters)
 
     def get_lr(self):
         e, start, end = self.last_epoch, self.start_factor, self.end_factor
@@ -7180,6 +7287,10 @@ class OneCycleLR(LRScheduler):
             raise ValueError(f"Expected float between 0 and 1 pct_start, but got {pct_start}")
         if anneal_strategy not in ('cos', 'linear'):
             raise ValueError(f"anneal_strategy must be one of 'cos' or 'linear', instead got {anneal_strategy}")
+        for name, value in (('div_factor', div_factor), ('final_div_factor', final_div_factor)):
+            if not value > 0:   # (torch divides by it, or schedules negative rates)
+                raise ValueError(f"{name} must be positive, got {value}")
+        _refuse_nan(max_lr=max_lr, base_momentum=base_momentum, max_momentum=max_momentum)
         max_lrs = _per_group('max_lr', optimizer, max_lr)
         max_momenta = base_momenta = None
         if cycle_momentum:
@@ -7197,15 +7308,26 @@ class OneCycleLR(LRScheduler):
             up, phase(float(2 * pct_start * total_steps) - 2, 'max_lr initial_lr base_momentum max_momentum'),
             phase(total_steps - 1, 'initial_lr min_lr max_momentum max_momentum')] if three_phase else [
             up, phase(total_steps - 1, 'max_lr min_lr base_momentum max_momentum')]
-        if last_epoch == -1:
-            for i, group in enumerate(optimizer.param_groups):
-                group['initial_lr'] = max_lrs[i] / div_factor
-                group['max_lr'] = max_lrs[i]
-                group['min_lr'] = group['initial_lr'] / final_div_factor
-                if cycle_momentum:
-                    self._set_momentum(group, max_momenta[i])
-                    group['max_momentum'], group['base_momentum'] = max_momenta[i], base_momenta[i]
-        super().__init__(optimizer, last_epoch)
+        self._check()
+        with _groups_restored_on_error(optimizer):
+            if last_epoch == -1:
+                for i, group in enumerate(optimizer.param_groups):
+                    group['initial_lr'] = max_lrs[i] / div_factor
+                    group['max_lr'] = max_lrs[i]
+                    group['min_lr'] = group['initial_lr'] / final_div_factor
+                    if cycle_momentum:
+                        self._set_momentum(group, max_momenta[i])
+                        group['max_momentum'], group['base_momentum'] = max_momenta[i], base_momenta[i]
+            super().__init__(optimizer, last_epoch)
+
+    def _check(self):
+        start = 0.0
+        for i, phase in enumerate(self._schedule_phases):   # (get_lr divides by each one's length)
+            if phase['end_step'] == start:
+                raise ValueError(f"OneCycleLR: with total_steps={self.total_steps}, pct_start leaves phase {i + 1} of "
+                                 f"{len(self._schedule_phases)} no steps (it starts and ends at step {start:g}), which "
+                                 "torch's schedule divides by: choose another pct_start")
+            start = phase['end_step']
 
     def _set_momentum(self, group, value):
         if self.use_beta1:
@@ -7239,26 +7361,28 @@ class ReduceLROnPlateau(LRScheduler):
 
     def __init__(self, optimizer, mode='min', factor=0.1, patience=10, threshold=1e-4, threshold_mode='rel', cooldown=0,
                  min_lr=0, eps=1e-8):
-        if not factor < 1.0:
-            raise ValueError(f"Factor should be < 1.0, got {factor}")
-        self.factor, self.optimizer = factor, _is_optimizer(optimizer)
+        self.optimizer = _is_optimizer(optimizer)
         n = len(optimizer.param_groups)
         if isinstance(min_lr, (list, tuple)) and len(min_lr) != n:
             raise ValueError(f"expected {n} min_lrs, got {len(min_lr)}")
         self.default_min_lr = None if isinstance(min_lr, (list, tuple)) else min_lr
         self.min_lrs = list(min_lr) if isinstance(min_lr, (list, tuple)) else [min_lr] * n
-        self.patience, self.cooldown, self.eps, self.last_epoch = patience, cooldown, eps, 0
+        self.factor, self.patience, self.cooldown, self.eps, self.last_epoch = factor, patience, cooldown, eps, 0
+        self.mode, self.threshold, self.threshold_mode = mode, threshold, threshold_mode
+        self._check()
         self._last_lr = _group_values(optimizer, 'lr')
-        self._init_is_better(mode, threshold, threshold_mode)
         self.best, self.cooldown_counter, self.num_bad_epochs = self.mode_worse, 0, 0
 
-    def _init_is_better(self, mode, threshold, threshold_mode):
-        if mode not in ('min', 'max'):
-            raise ValueError(f"mode {mode} is unknown!")
-        if threshold_mode not in ('rel', 'abs'):
-            raise ValueError(f"threshold mode {threshold_mode} is unknown!")
-        self.mode_worse = math.inf if mode == 'min' else -math.inf
-        self.mode, self.threshold, self.threshold_mode = mode, threshold, threshold_mode
+    def _check(self):   # (and mode_worse from mode, as torch's _init_is_better)
+        if not self.factor < 1.0:
+            raise ValueError(f"Factor should be < 1.0, got {self.factor}")
+        _refuse_nan(min_lr=self.min_lrs, threshold=self.threshold, eps=self.eps, patience=self.patience,
+                    cooldown=self.cooldown)
+        if self.mode not in ('min', 'max'):
+            raise ValueError(f"mode {self.mode} is unknown!")
+        if self.threshold_mode not in ('rel', 'abs'):
+            raise ValueError(f"threshold mode {self.threshold_mode} is unknown!")
+        self.mode_worse = math.inf if self.mode == 'min' else -math.inf
 
     @property
     def in_cooldown(self):
@@ -7294,10 +7418,6 @@ class ReduceLROnPlateau(LRScheduler):
                     _set_group_value(group, 'lr', new_lr)
             self.cooldown_counter, self.num_bad_epochs = self.cooldown, 0
         self._last_lr = _group_values(self.optimizer, 'lr')
-
-    def load_state_dict(self, state_dict):
-        super().load_state_dict(state_dict)
-        self._init_is_better(self.mode, self.threshold, self.threshold_mode)
 
 
 # ================================================================ CUDA graphs
