@@ -369,8 +369,19 @@ def _expanded(a):
 def _unwritable(a):
     """Why array a cannot take an elementwise write, or None."""
     if _expanded(a):
-        return "more than one element refers to a single memory location (an expanded tensor): clone() it first"
-    return None if getattr(a.flags, 'writeable', True) else "read-only memory"
+        return ("more than one element of the written-to tensor refers to a single memory location (an expanded "
+                "tensor): clone() it first")
+    if not getattr(a.flags, 'writeable', True):
+        return "the tensor's memory is read-only (as np.load(..., mmap_mode='r') gives): copy it first"
+    return None
+
+
+def _refuse_unwritable(t, what):
+    """Before an update in place of tensor t (an optimizer's, a clipping's), where the tensors before it would be
+    updated first: a RuntimeError naming `what` if t cannot take it element by element."""
+    why = _unwritable(t.data)
+    if why:
+        raise RuntimeError(f"in-place {what}: {why}")
 
 
 def _is_dense(a):
@@ -3591,9 +3602,9 @@ class Tensor:
     def _refuse_expanded(self, what, written=None):
         """As PyTorch: no in-place update of a tensor (or of its `written` view) whose elements share memory
         (expand()'s views)."""
-        if _expanded(self.data if written is None else written):
-            raise RuntimeError(f"in-place {what}: more than one element of the written-to tensor refers to a single "
-                               "memory location (an expanded tensor): clone() it first")
+        a = self.data if written is None else written
+        if _expanded(a):
+            raise RuntimeError(f"in-place {what}: {_unwritable(a)}")
 
     __iadd__ = lambda self, o: self._inplace(operator.add, o)
     __isub__ = lambda self, o: self._inplace(operator.sub, o)
@@ -6573,15 +6584,6 @@ class GRU(Module):
 
 
 # ================================================================ optimizers
-
-def _refuse_unwritable(t, what):
-    """Before an update in place of t that could not write each element: as Tensor._refuse_expanded, and a
-    RuntimeError where t's memory is read-only (NumPy's error would come once the tensors before t were updated)."""
-    t._refuse_expanded(what)
-    if not getattr(t.data.flags, 'writeable', True):
-        raise RuntimeError(f"in-place {what}: the tensor's memory is read-only (as np.load(..., mmap_mode='r') gives): "
-                           "copy it first")
-
 
 class Optimizer:
     """Parameter groups, per-parameter state, and a step() that checks every gradient and state before it changes
