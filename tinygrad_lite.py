@@ -136,7 +136,7 @@ def _sum(a, axis=None, keepdims=False, scale=1):
     if a.dtype == np.float16:
         return xp.asarray(a.sum(axis=axis, dtype=np.float32, keepdims=keepdims) * scale).astype(np.float16)
     total = xp.asarray(a.sum(axis=axis, keepdims=keepdims, dtype=None if a.dtype.kind == 'f' else np.int64))
-    return total if scale == 1 else total * a.dtype.type(scale) if a.dtype.kind == 'f' else total * scale
+    return total if scale == 1 else total * a.dtype.type(scale)   # (a scale comes with float input only)
 
 
 def _matmul(a, b, out_dtype=None, tf32=False):
@@ -744,7 +744,7 @@ class Function:
                 raise RuntimeError(f"{cls.__name__}: expected all tensors on one device, got {device} and {t.device}")
         ctx = cls(inputs)
         out = ctx.forward(*[t.data for t in inputs], **params)
-        recording = _GradMode.enabled and any(ctx.needs_grad) and out.dtype.kind == 'f'   # integer results need none
+        recording = ctx.recording and out.dtype.kind == 'f'   # integer results need none
         result = Tensor._wrap(out, ctx.output_device(device), ctx if recording else None)
         if cls.may_view and _memory_owner(out) is _memory_owner(inputs[0].data):
             result._version = inputs[0]._version   # a view: an in-place change to either changes both
@@ -3890,11 +3890,11 @@ class Tensor:
         return self._truth('any', axis, keepdim)
 
     # ---- indexing and reductions as PyTorch's (gather, scatter, sort, ...)
-    def _index_tensor(self, what, index, dtypes=(np.int32, np.int64)):
+    def _index_tensor(self, what, index):
         """index as a tensor of integers on this device; TypeError for another dtype (PyTorch takes int32 and int64)."""
         index = index if isinstance(index, Tensor) else Tensor(index, device=self.device)
-        if index.dtype not in dtypes:
-            raise TypeError(f"{what}: index must be {' or '.join(np.dtype(d).name for d in dtypes)}, not {index.dtype}")
+        if index.dtype not in (np.int32, np.int64):
+            raise TypeError(f"{what}: index must be int32 or int64, not {index.dtype}")
         if index.device != self.device:
             raise RuntimeError(f"{what}: index on {index.device} for a tensor on {self.device}")
         return index
