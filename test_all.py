@@ -11018,7 +11018,7 @@ def test_cifar_augment_matches_numpy_and_is_seeded():
     plans = [tc.epoch_plan(np.random.default_rng(7), 6, flip0, epoch=0) for _ in range(2)]
     assert all(np.array_equal(a, b) for a, b in zip(*plans)), 'the same seed gave different plans'
     index, shifts, flips = plans[0]
-    crops = tc.augment(images, index, shifts, flips)
+    crops = images.crops(*images.offsets(index, shifts, flips))
     assert crops.shape == (6, 3, 32, 32) and crops.dtype == np.uint8, (crops.shape, crops.dtype)
     for k, (i, (dy, dx), f) in enumerate(zip(index, shifts, flips)):
         want = padded[i, :, 2 + dy:34 + dy, 2 + dx:34 + dx]
@@ -11026,7 +11026,7 @@ def test_cifar_augment_matches_numpy_and_is_seeded():
     # flips alternate between epochs; shifts and order are drawn anew
     odd = tc.epoch_plan(np.random.default_rng(7), 6, flip0, epoch=1)
     assert np.array_equal(odd[2], ~flip0[odd[0]]) and np.array_equal(flips, flip0[index])
-    batch = images.batch(*(tl.Tensor(a) for a in images.offsets(np.arange(6), np.zeros((6, 2), int), np.zeros(6))))
+    batch = images.batch(*images.offsets(np.arange(6), np.zeros((6, 2), int), np.zeros(6)))
     want = (x - tc.MEAN[:, None, None]) / tc.STD[:, None, None]
     assert batch.dtype == np.float32 and np.allclose(batch.numpy(), want, atol=1e-4)
 
@@ -11251,7 +11251,7 @@ def test_cifar_net_and_optimizer_match_pytorch():
                             dict(params=[named['whiten.bias']], lr=lr, weight_decay=decay / lr)],
                            momentum=momentum, nesterov=True)
     offsets = images.offsets(np.arange(n), np.zeros((n, 2), int), np.zeros(n, bool))
-    xb = images.batch(*(tl.Tensor(a) for a in offsets))
+    xb = images.batch(*offsets)
     for multiplier in (0.2, 0.5, 1.0):
         for g, h, base in zip(opt.param_groups, topt.param_groups, lrs):
             g['lr'] = h['lr'] = base * multiplier

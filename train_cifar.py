@@ -204,11 +204,11 @@ class DeviceImages:
         self.shift = tl.Tensor((-MEAN / STD).reshape(1, 3, 1, 1), device=device, dtype=dtype)
 
     def offsets(self, index, shifts, flips):
-        """NumPy (base, step) for images `index` (B,) shifted by `shifts` (B, 2) of (dy, dx) in [-PAD, PAD]
-        and mirrored where `flips` (B,)."""
+        """(base, step) int64 tensors on the images' device for images `index` (B,) shifted by `shifts` (B, 2) of
+        (dy, dx) in [-PAD, PAD] and mirrored where `flips` (B,), all NumPy arrays."""
         P, p, flips = self.size, self.pad, np.asarray(flips, dtype=bool)
         base = np.asarray(index) * (3 * P * P) + (p + shifts[:, 0]) * P + p + shifts[:, 1] + 31 * flips
-        return base.astype(np.int64), np.where(flips, -1, 1).astype(np.int64)
+        return tuple(tl.Tensor(a.astype(np.int64), device=self.flat.device) for a in (base, np.where(flips, -1, 1)))
 
     def crops(self, base, step):
         """uint8 (B, 3, 32, 32) crops for (base, step) tensors (B,) on the device."""
@@ -217,11 +217,6 @@ class DeviceImages:
     def batch(self, base, step):
         """The normalised crops, in the activation dtype."""
         return self.crops(base, step).to(self.dtype) * self.scale + self.shift
-
-
-def augment(images, index, shifts, flips):
-    """uint8 crops (B, 3, 32, 32) of DeviceImages `images`: NumPy index (B,), shifts (B, 2), flips (B,)."""
-    return images.crops(*(tl.Tensor(a, device=images.flat.device) for a in images.offsets(index, shifts, flips)))
 
 
 def epoch_plan(rng, n, flip0, epoch, pad=PAD):
@@ -279,7 +274,7 @@ def whitening_filters(images, n=5000, eps=5e-4):
     index = np.arange(min(n, images.n))
     offsets = images.offsets(index, np.zeros((len(index), 2), np.int64), np.zeros(len(index), bool))
     with tl.no_grad():
-        x = images.crops(*(tl.Tensor(a, device=images.flat.device) for a in offsets)).float()
+        x = images.crops(*offsets).float()
         x = x * images.scale.float() + images.shift.float()
         # a patch's 12 values in the weight's (c, kh, kw) order: the four shifted views stacked as kh * 2 + kw
         p = tl.stack([x[:, :, i:i + 31, j:j + 31] for i in (0, 1) for j in (0, 1)], axis=2)
@@ -394,7 +389,7 @@ def evaluate(model, images, labels, tta='off', batch_size=1000):
             logits = []
             for dy, dx, flip, weight in TTA_VIEWS[tta]:
                 offsets = images.offsets(index, np.tile([dy, dx], (len(index), 1)), np.full(len(index), flip))
-                x = images.batch(*(tl.Tensor(a, device=images.flat.device) for a in offsets))
+                x = images.batch(*offsets)
                 logits.append(model(x).float() * weight)
             plain += int((logits[0].argmax(axis=1).numpy() == labels[index]).sum())
             combined += int((sum(logits[1:], logits[0]).argmax(axis=1).numpy() == labels[index]).sum())
@@ -409,8 +404,7 @@ def warm_up(images, labels, batch, widths, device, steps=3):
     opt, _ = make_optimizer(model, 1.0, 0.0, batch)
     lookahead = Lookahead(model)
     index = np.arange(batch) % images.n
-    offsets = images.offsets(index, np.zeros((batch, 2), np.int64), index % 2 == 1)
-    base, xstep = (tl.Tensor(a, device=device) for a in offsets)
+    base, xstep = images.offsets(index, np.zeros((batch, 2), np.int64), index % 2 == 1)
     y = tl.Tensor(labels[index], device=device)
     for _ in range(steps):
         logits, loss = train_step(model, opt, images.batch(base, xstep), y)
@@ -521,7 +515,7 @@ def train(args):
         steps = min(steps_per_epoch, total_steps - step)
         index, shifts, flips = epoch_plan(rng, len(x_train), flip0, epoch)
         index, shifts, flips = index[:steps * batch], shifts[:steps * batch], flips[:steps * batch]
-        base, xstep = (tl.Tensor(a, device=device) for a in train_images.offsets(index, shifts, flips))
+        base, xstep = train_images.offsets(index, shifts, flips)
         labels = tl.Tensor(y_train[index], device=device)
         bar = tqdm(total=steps * batch, unit='img', unit_scale=True, leave=False, disable=None,
                    desc=f'epoch {epoch + 1}/{n_epochs}')
