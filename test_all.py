@@ -8338,6 +8338,36 @@ def test_error_messages_name_the_argument_as_pytorch():
     assert tl.Linear(2, 2).to(tl.zeros(1, dtype=np.float64)).weight.dtype == np.float64
 
 
+def test_pytorch_forms_numpy_of_grad_tensors_max_of_tensor_pad_mode_requires_grad_keyword():
+    """.numpy() of a CPU tensor that requires grad is read-only (PyTorch refuses numpy() there: a write through it
+    reached the backward unseen, w.grad 14 for 2), of any other the tensor's own memory, as PyTorch's; t.max(other) and
+    t.min(other) are the elementwise forms, as PyTorch's (an error naming axis before); pad takes PyTorch's mode
+    (only 'constant'; 'reflect' was read as the fill value); requires_grad_(requires_grad=) as PyTorch's keyword."""
+    need_torch()
+    w = tl.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = w * 1
+    z = y * y
+    for t in (w, y):
+        raises(ValueError, lambda: t.numpy().__setitem__(0, 7.0), 'read-only')
+    z.sum().backward()
+    assert w.grad.tolist() == [2.0, 4.0, 6.0]
+    raises(RuntimeError, lambda: torch.ones(2, requires_grad=True).numpy(), 'requires grad')
+    plain = tl.tensor([1.0, 2.0])
+    plain.numpy()[0] = 9.0
+    assert plain.tolist() == [9.0, 2.0]
+    a0, b0 = sample(rng('max other a'), (3, 4)), sample(rng('max other b'), (3, 4))
+    for name in ('max', 'min'):
+        assert_close(getattr(tl.tensor(a0), name)(tl.tensor(b0)),
+                     getattr(torch.tensor(a0), name)(torch.tensor(b0)).numpy(), 0, 0, name)
+    x0 = sample(rng('pad mode'), (2, 3))
+    assert_close(tl.tensor(x0).pad((1, 2), 'constant', 0.5), F.pad(torch.tensor(x0), (1, 2), 'constant', 0.5).numpy(),
+                 0, 0, 'pad')
+    assert_close(tl.pad(tl.tensor(x0), (1, 1), value=None), F.pad(torch.tensor(x0), (1, 1), value=None).numpy(), 0, 0)
+    raises(NotImplementedError, lambda: tl.pad(tl.tensor(x0), (1, 1), 'reflect'), 'reflect')
+    assert tl.zeros(2).requires_grad_(requires_grad=True).requires_grad
+    assert not tl.zeros(2).requires_grad_(False).requires_grad
+
+
 def test_error_load_state_dict_into_expanded_or_read_only():
     """A parameter or buffer that cannot take the values element by element (an expanded view: its rows share
     memory, or read-only memory such as np.load(mmap_mode='r')'s) is named in the error, before any key changes;

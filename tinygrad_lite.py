@@ -3278,6 +3278,7 @@ class Tensor:
             raise RuntimeError("requires_grad can only be switched off on leaf tensors: use .detach()")
         self._requires_grad = bool(flag)
 
+    @_aliases(requires_grad='flag')
     def requires_grad_(self, flag=True):
         self.requires_grad = flag
         return self
@@ -3367,7 +3368,15 @@ class Tensor:
 
     # ---- conversion
     def numpy(self):
-        return self.data if self.device == 'cpu' else cp.asnumpy(self.data)
+        """The data as a NumPy array: on the CPU the tensor's own memory (as PyTorch's), read-only where the tensor
+        requires grad (PyTorch refuses numpy() there: a write would reach the backward unseen by version counters)."""
+        if self.device != 'cpu':
+            return cp.asnumpy(self.data)
+        if not self._requires_grad:
+            return self.data
+        view = self.data.view()
+        view.flags.writeable = False
+        return view
 
     def item(self):
         if self.numel() != 1:
@@ -3811,11 +3820,11 @@ class Tensor:
             values, index = values.squeeze(dim), index.squeeze(dim)
         return _ValuesIndices(values, index)
 
-    def max(self, axis=None, keepdim=False, *, dim=None):
-        return self._extreme(False, axis, keepdim, dim)
+    def max(self, axis=None, keepdim=False, *, dim=None):   # (max(other): PyTorch's elementwise maximum)
+        return maximum(self, axis) if isinstance(axis, Tensor) else self._extreme(False, axis, keepdim, dim)
 
     def min(self, axis=None, keepdim=False, *, dim=None):
-        return self._extreme(True, axis, keepdim, dim)
+        return minimum(self, axis) if isinstance(axis, Tensor) else self._extreme(True, axis, keepdim, dim)
 
     @_aliases(dim='axis')
     def var(self, axis=None, keepdim=False, correction=None, *, unbiased=None):
@@ -4320,7 +4329,11 @@ class Tensor:
             raise ValueError(f"expand: a tensor of shape {self.shape} cannot expand to {shape}")
         return Expand.apply(self, shape=target)
 
-    def pad(self, pad, value=0.0):
+    def pad(self, pad, mode='constant', value=None):
+        """torch.nn.functional.pad's constant mode (value None: 0)."""
+        if mode != 'constant':
+            raise NotImplementedError(f"pad: mode {mode!r}: only 'constant' is implemented")
+        value = 0.0 if value is None else value
         pairs = [pad[i:i + 2] for i in range(0, len(pad), 2)]   # from the last axis back
         if len(pad) % 2 or len(pairs) > self.ndim or any(n + lo + hi < 0 or n + min(lo, 0) + min(hi, 0) < 0
                                                          for (lo, hi), n in zip(pairs, reversed(self.shape))):
