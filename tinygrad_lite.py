@@ -4632,8 +4632,9 @@ def _check_data_fits(array, dtype):
 
 
 def _check_fits(value, dtype, what):
-    """As PyTorch's fills: a number that an integer dtype cannot hold (out of range, NaN, inf) raises, not wraps, and
-    a finite one beyond a float dtype's range (1e10 in float16) raises, not overflows to inf."""
+    """As PyTorch's fills: a number that an integer dtype cannot hold (out of range, NaN, inf) raises, not wraps (a
+    negative one for uint8 too, which PyTorch wraps), and a finite one beyond a float dtype's range (1e10 in float16)
+    raises, not overflows to inf."""
     kind = np.dtype(dtype).kind
     if not isinstance(value, _NUMBERS) or isinstance(value, (bool, np.bool_)):
         return
