@@ -767,6 +767,11 @@ def test_tensor_data_that_does_not_fit_raises_as_pytorch():
         raises(ValueError, lambda: torch.tensor(data))
         raises(ValueError, lambda: tl.tensor(data), 'int64', 'overflow')
         raises(ValueError, lambda: tl.tensor(data, dtype=tl.int32), 'int64')
+    # NumPy's integers among them (NumPy makes a uint64 array, which wrapped into int64, or float64); PyTorch raises
+    for data in ([np.uint64(2 ** 64 - 1)], [np.uint64(5), 2 ** 63], [np.int64(5), 2 ** 63], [np.uint64(2 ** 63)]):
+        raises((TypeError, ValueError, RuntimeError), lambda: torch.tensor(data))
+        raises(ValueError, lambda: tl.tensor(data), 'int64', 'overflow')
+    assert tl.tensor([np.uint64(3), 4]).tolist() == [3, 4]   # (PyTorch refuses any uint64 scalar: fits, so taken)
     unfit = [([300], 'uint8'), (300, 'uint8'), ([1e20], 'int64'), (math.nan, 'int64'), ([2 ** 40], 'int32'),
              (np.float64(1e20), 'int64'), ([np.int64(300)], 'uint8'), (math.inf, 'int32'), ([255.9], 'uint8'),
              ([-129, 0], 'int8'), ([1.0, math.nan], 'int16')]

@@ -4614,8 +4614,9 @@ def _python_data(data, dtype):
     one, and so does a value an integer dtype cannot hold (NumPy would wrap it)."""
     array, dtype = np.array(data), dtype and _dtype(dtype)
     kind = array.dtype.kind   # NumPy makes ints beyond int64 uint64, objects, or (with smaller ones) float64
-    big = kind in 'uO' or kind == 'f' and array.size and np.abs(array).max() >= 2 ** 63
-    if big and array.size and all(isinstance(v, int) for v in np.array(data, dtype=object).flat) and (
+    big = kind == 'O' or kind in 'uf' and array.size and np.abs(array).max() >= 2 ** 63
+    ints = (int, np.integer)   # (NumPy's integers too: a uint64 one beyond int64 wrapped)
+    if big and array.size and all(isinstance(v, ints) for v in np.array(data, dtype=object).flat) and (
             dtype is None or dtype.kind in 'iu'):
         raise ValueError(f"tensor: an int beyond int64's range cannot be converted (overflow), in {data!r}"[:200])
     if dtype is not None:
