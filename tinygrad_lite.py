@@ -110,11 +110,16 @@ def _xp(array):
     return np if cp is None or isinstance(array, (np.ndarray, np.generic)) else cp
 
 
+def _on(device):
+    """The context in which arrays are made on `device` ('cpu' or 'cuda:N')."""
+    return contextlib.nullcontext() if device == 'cpu' else cp.cuda.Device(int(device[5:]))
+
+
 def _move(array, device):
     """`array` as an array on `device` (no copy where it is already there)."""
     if device == 'cpu':
         return array if isinstance(array, (np.ndarray, np.generic)) else cp.asnumpy(array)
-    with cp.cuda.Device(int(device[5:])):
+    with _on(device):
         return cp.asarray(array)
 
 
@@ -4589,12 +4594,8 @@ def _factory(make, shape, device, dtype, requires_grad):
     if any(n < 0 for n in shape):
         raise ValueError(f"size must be non-negative, got {shape!r}")
     device = _parse_device(device)
-    xp = np if device == 'cpu' else cp
-    if device == 'cpu':
-        array = make(xp, shape, _dtype(dtype or np.float32))
-    else:
-        with cp.cuda.Device(int(device[5:])):
-            array = make(xp, shape, _dtype(dtype or np.float32))
+    with _on(device):
+        array = make(np if device == 'cpu' else cp, shape, _dtype(dtype or np.float32))
     return Tensor(array, requires_grad=requires_grad)
 
 
@@ -5769,9 +5770,8 @@ def _init_write(t, what, make, floating=True, distinct=True):
         raise TypeError(f"init.{what}: expected a floating-point tensor, got {t.dtype}")
     if distinct:
         t._refuse_expanded(f'init.{what}')
-    xp = _xp(t.data)
-    with contextlib.nullcontext() if xp is np else cp.cuda.Device(int(t.device[5:])):
-        t.data[...] = make(xp, t.shape, t.dtype)
+    with _on(t.device):
+        t.data[...] = make(_xp(t.data), t.shape, t.dtype)
     t._version[0] += 1
     return t
 
@@ -6928,7 +6928,7 @@ def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=Non
     dtype = _promote(*(n.dtype for n in norms))
     # the norms side by side, each copied into its place: not xp.stack, which on CuPy joins more than 8 arrays by
     # one kernel fed a pointer table copied from the host (cupy.array), which a CUDA graph capture cannot hold
-    with contextlib.nullcontext() if device == 'cpu' else cp.cuda.Device(int(device[5:])):
+    with _on(device):
         joined = _xp(norms[0]).empty(len(norms), dtype)
         for i, n in enumerate(norms):
             joined[i] = n
