@@ -1630,7 +1630,7 @@ def _dense(a):
     return a if _is_dense(a) else cp.ascontiguousarray(a)
 
 
-def _like(a, ref):
+def _in_layout_of(a, ref):
     """a's values in ref's memory layout (ref dense), so the two can be walked as one flat buffer."""
     if a.strides == tuple(s // ref.itemsize * a.itemsize for s in ref.strides):
         return a
@@ -1662,7 +1662,7 @@ class Relu(Function):
         kernel = _fused(g, 'relu_bwd', g.dtype, self.out.dtype)
         if kernel is None:
             return _relu_grad(self.out, g)
-        g = _like(g, self.out)
+        g = _in_layout_of(g, self.out)
         dx = cp.empty_like(g)
         _launch_flat(kernel, g.size, 16 // min(g.itemsize, self.out.itemsize), (self.out, g, dx) + _int64s(g.size))
         return dx
@@ -1700,7 +1700,7 @@ class Gelu(Function):
     def backward(self, g):
         x = self.x
         if _xp(g) is not np:
-            g = _like(g.astype(x.dtype, copy=False), x)
+            g = _in_layout_of(g.astype(x.dtype, copy=False), x)
             width = _width(x.dtype, 0, x, g)
             kernel = _kernel('gelu_bwd', x.dtype, width, self.tanh)
             if kernel is not None:
@@ -5222,7 +5222,7 @@ _KL_MEAN_WARNING = ("reduction: 'mean' divides the total loss by both the batch 
                     "to behave the same as 'batchmean' in the next major release.")   # PyTorch's, word for word
 
 
-def _reduced(loss, reduction):
+def _apply_reduction(loss, reduction):
     return loss.mean() if reduction == 'mean' else loss.sum() if reduction == 'sum' else loss
 
 
@@ -5282,7 +5282,7 @@ def _nll(what, logp, target, weight, ignore_index, reduction, smoothing=0.0):
         spread = -(logp if weight is None else logp * weight).sum(1)
         loss = loss * (1 - smoothing) + where(kept, spread, 0) * (smoothing / classes)
     if reduction != 'mean':
-        return _reduced(loss, reduction)
+        return _apply_reduction(loss, reduction)
     with np.errstate(invalid='ignore', divide='ignore'):   # no weight kept: 0 / 0, NaN as PyTorch's
         return loss.sum() / Tensor._wrap(rows_weight.sum(dtype=_opmath(dtype)).astype(dtype), logp.device)
 
@@ -5307,7 +5307,7 @@ def binary_cross_entropy(input, target, weight=None, reduction='mean'):
             raise ValueError(f"binary_cross_entropy: every element of {name} must lie in [0, 1]")
     loss = BinaryCrossEntropy.apply(input, target)
     weight = _loss_weight('binary_cross_entropy', 'weight', weight, input, dtype=input.dtype)
-    return _reduced(loss if weight is None else loss * weight, reduction)
+    return _apply_reduction(loss if weight is None else loss * weight, reduction)
 
 
 def binary_cross_entropy_with_logits(input, target, weight=None, reduction='mean', pos_weight=None):
@@ -5321,18 +5321,18 @@ def binary_cross_entropy_with_logits(input, target, weight=None, reduction='mean
     x, t = input.to(wide), target.to(wide)
     softplus = (-x.abs()).exp().log1p() - x.minimum(0)   # -log sigmoid(x); x = 0 takes half of each side's gradient
     loss = (1 - t) * x + (softplus if pos_weight is None else softplus * ((pos_weight - 1) * t + 1))
-    return _reduced(loss if weight is None else loss * weight, reduction).to(dtype)
+    return _apply_reduction(loss if weight is None else loss * weight, reduction).to(dtype)
 
 
 def mse_loss(input, target, reduction='mean'):
     target = _pair_loss('mse_loss', input, target, reduction)
     diff = input - target
-    return _reduced(diff * diff, reduction)
+    return _apply_reduction(diff * diff, reduction)
 
 
 def l1_loss(input, target, reduction='mean'):
     target = _pair_loss('l1_loss', input, target, reduction)
-    return _reduced((input - target).abs(), reduction)
+    return _apply_reduction((input - target).abs(), reduction)
 
 
 def _smooth_l1(what, input, target, reduction, beta, huber):
@@ -5344,7 +5344,7 @@ def _smooth_l1(what, input, target, reduction, beta, huber):
     z = d.abs()
     quadratic, linear = (d * d * 0.5, (z - 0.5 * beta) * beta) if huber else (d * d * 0.5 / beta, z - 0.5 * beta)
     loss = where(z < beta, quadratic, linear)
-    return _reduced(loss, reduction).to(dtype)
+    return _apply_reduction(loss, reduction).to(dtype)
 
 
 def smooth_l1_loss(input, target, reduction='mean', beta=1.0):
@@ -5377,7 +5377,7 @@ def kl_div(input, target, reduction='mean', log_target=False):
         loss = where(zero, 0, t * where(zero, 1, t).log()) - t * x
     if reduction == 'batchmean':
         return (loss.sum() / (input.shape[0] if input.ndim else 1)).to(dtype)
-    return _reduced(loss, reduction).to(dtype)
+    return _apply_reduction(loss, reduction).to(dtype)
 
 
 def one_hot(tensor, num_classes=-1):
@@ -5660,7 +5660,7 @@ class Module:
 
     def _to(self, device, dtype, what, recurse=True):
         """to()'s work, `what` naming the caller in errors; recurse=False: this module's own tensors alone (a layer's
-        device= and dtype=, see _factory_kwargs)."""
+        device= and dtype=, see _apply_device_dtype)."""
         device = None if device is None else _parse_device(device)
         dtype = None if dtype is None else _dtype(dtype)
         if dtype is not None and dtype.kind != 'f':
@@ -5744,7 +5744,7 @@ def _uniform_parameter(shape, fan):
     return init.uniform_(Parameter(np.empty(shape, np.float32)), -bound, bound)
 
 
-def _factory_kwargs(module, device, dtype):
+def _apply_device_dtype(module, device, dtype):
     """PyTorch's device= and dtype= of a layer, applied at the end of its __init__: its own parameters and buffers, drawn
     and filled as by default (float32, on the CPU, from NumPy's generator), converted once to `dtype` (floating-point
     tensors only: num_batches_tracked stays int64) and moved to `device`. So a layer built with them equals one built
@@ -5957,7 +5957,7 @@ class Linear(Module):
         super().__init__()
         self.weight = _uniform_parameter((out_features, in_features), in_features)
         self.bias = _uniform_parameter((out_features,), in_features) if bias else None
-        _factory_kwargs(self, device, dtype)
+        _apply_device_dtype(self, device, dtype)
 
     def forward(self, x):
         return linear(x, self.weight, self.bias)
@@ -5979,7 +5979,7 @@ class Conv2d(Module):
         fan = in_channels * kh * kw
         self.weight = _uniform_parameter((out_channels, in_channels, kh, kw), fan)
         self.bias = _uniform_parameter((out_channels,), fan) if bias else None
-        _factory_kwargs(self, device, dtype)
+        _apply_device_dtype(self, device, dtype)
 
     def forward(self, x):
         return conv2d(x, self.weight, self.bias, self.stride, self.padding)
@@ -6004,7 +6004,7 @@ class _BatchNorm(Module):
         self.register_buffer('running_mean', Tensor(np.zeros(num_features, np.float32)))
         self.register_buffer('running_var', Tensor(np.ones(num_features, np.float32)))
         self.register_buffer('num_batches_tracked', Tensor(np.array(0, np.int64)))
-        _factory_kwargs(self, device, dtype)
+        _apply_device_dtype(self, device, dtype)
 
     def forward(self, x):
         if x.ndim not in self.input_dims:
@@ -6140,7 +6140,7 @@ class LayerNorm(Module):
         self.eps, self.elementwise_affine = eps, elementwise_affine
         self.weight = Parameter(np.ones(self.normalized_shape, np.float32)) if elementwise_affine else None
         self.bias = Parameter(np.zeros(self.normalized_shape, np.float32)) if elementwise_affine and bias else None
-        _factory_kwargs(self, device, dtype)
+        _apply_device_dtype(self, device, dtype)
 
     def forward(self, x):
         return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -6263,7 +6263,7 @@ class Embedding(Module):
     def __init__(self, num_embeddings, embedding_dim, *, device=None, dtype=None):
         super().__init__()
         self.weight = init.normal_(Parameter(np.empty((num_embeddings, embedding_dim), np.float32)))   # N(0, 1)
-        _factory_kwargs(self, device, dtype)
+        _apply_device_dtype(self, device, dtype)
 
     def forward(self, index):   # (int32 or int64 indices in [0, num_embeddings), as PyTorch's)
         index = self.weight._index_tensor('Embedding', index)
@@ -6510,7 +6510,7 @@ class GRUCell(Module):
         super().__init__()
         self.input_size, self.hidden_size = input_size, hidden_size
         _gru_parameters(self, '', input_size, hidden_size, bias)
-        _factory_kwargs(self, device, dtype)
+        _apply_device_dtype(self, device, dtype)
 
     def forward(self, x, h=None):
         if x.ndim not in (1, 2) or x.shape[-1] != self.input_size:   # as PyTorch: (B, in) or one unbatched (in,)
@@ -6553,7 +6553,7 @@ class GRU(Module):
             for suffix in self._suffixes():   # PyTorch's order: layer by layer, forward before reverse
                 size = input_size if k == 0 else hidden_size * len(self._suffixes())
                 _gru_parameters(self, f'_l{k}{suffix}', size, hidden_size, bias)
-        _factory_kwargs(self, device, dtype)
+        _apply_device_dtype(self, device, dtype)
 
     def _suffixes(self):
         """The directions' parameter name suffixes."""
@@ -6805,7 +6805,7 @@ class SGD(Optimizer):
             factors = [0.0 if k == 'lr' and on_device is not None else float(group[k])
                        for k in ('lr', 'weight_decay', 'momentum', 'dampening')]
             buf = state['momentum_buffer'].data if 'momentum_buffer' in state else p
-            _launch_flat(kernel, p.size, 1, (p, _like(g, p), buf) + _int64s(p.size)
+            _launch_flat(kernel, p.size, 1, (p, _in_layout_of(g, p), buf) + _int64s(p.size)
                          + (on_device,) + _scalars(np.float64, *factors) + _int32s(group['nesterov'], bool(first)))
             return
         if group['weight_decay']:   # torch.optim's ops, in torch's float16 arithmetic
@@ -6993,7 +6993,7 @@ def clip_grad_value_(parameters, clip_value, foreach=None):
 # bit. A rate is written to group['lr'], into a one-element tensor in place where the group holds one (which a CUDA
 # graph reads anew each replay). Call step() after optimizer.step(), once per epoch (OneCycleLR: once per batch).
 
-def _is_optimizer(optimizer):
+def _check_optimizer(optimizer):
     if not isinstance(optimizer, Optimizer):
         raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
     return optimizer
@@ -7071,7 +7071,7 @@ class LRScheduler:
     from groups that hold 'initial_lr' (an optimizer's loaded state)."""
 
     def __init__(self, optimizer, last_epoch=-1):
-        self.optimizer = _is_optimizer(optimizer)
+        self.optimizer = _check_optimizer(optimizer)
         with _groups_restored_on_error(optimizer):
             for i, group in enumerate(optimizer.param_groups):
                 if last_epoch == -1:
@@ -7148,7 +7148,7 @@ class LambdaLR(LRScheduler):
     """Each group's initial lr times lr_lambda(last_epoch): one function, or a list of one per group."""
 
     def __init__(self, optimizer, lr_lambda, last_epoch=-1):
-        n = len(_is_optimizer(optimizer).param_groups)
+        n = len(_check_optimizer(optimizer).param_groups)
         if isinstance(lr_lambda, (list, tuple)) and len(lr_lambda) != n:
             raise ValueError(f"Expected {n} lr_lambdas, but got {len(lr_lambda)}")
         self.lr_lambdas = list(lr_lambda) if isinstance(lr_lambda, (list, tuple)) else [lr_lambda] * n
@@ -7289,7 +7289,7 @@ class OneCycleLR(LRScheduler):
     def __init__(self, optimizer, max_lr, total_steps=None, epochs=None, steps_per_epoch=None, pct_start=0.3,
                  anneal_strategy='cos', cycle_momentum=True, base_momentum=0.85, max_momentum=0.95, div_factor=25.0,
                  final_div_factor=1e4, three_phase=False, last_epoch=-1):
-        _is_optimizer(optimizer)   # every argument is checked before a group changes
+        _check_optimizer(optimizer)   # every argument is checked before a group changes
         if total_steps is not None:
             if not isinstance(total_steps, int) or total_steps <= 0:
                 raise ValueError(f"Expected positive integer total_steps, but got {total_steps}")
@@ -7378,7 +7378,7 @@ class ReduceLROnPlateau(LRScheduler):
 
     def __init__(self, optimizer, mode='min', factor=0.1, patience=10, threshold=1e-4, threshold_mode='rel', cooldown=0,
                  min_lr=0, eps=1e-8):
-        self.optimizer = _is_optimizer(optimizer)
+        self.optimizer = _check_optimizer(optimizer)
         n = len(optimizer.param_groups)
         if isinstance(min_lr, (list, tuple)) and len(min_lr) != n:
             raise ValueError(f"expected {n} min_lrs, got {len(min_lr)}")
