@@ -1011,6 +1011,8 @@ def main():
         parser.error(f'--out {args.out}: a folder; give a file path')
     if args.out is not None and not os.path.isdir(os.path.dirname(args.out) or '.'):
         parser.error(f'--out {args.out}: its folder {os.path.dirname(args.out)} does not exist')
+    if args.gru_sweep < 0:
+        parser.error(f'--gru-sweep {args.gru_sweep}: a number of layouts, at least 0')
     global CIFAR_DATA, GRU_LAYOUT_SWEEP
     CIFAR_DATA, GRU_LAYOUT_SWEEP = args.cifar, args.gru_sweep
     out_dir = os.environ.get('OUT')

@@ -5186,6 +5186,13 @@ def test_optim_zero_grad_and_state_dict():
     assert opt.param_groups[0]['lr'] == 0.01 and len(opt.param_groups[0]['params']) == 2
     opt.zero_grad()
     assert all(p.grad is None or not p.grad.numpy().any() for p in lin.parameters())
+    # a rate held in a one-element tensor (train_cifar's CUDA graph reads it) saves as a 0-d array: loaded as a number
+    opt.param_groups[0]['lr'] = tl.tensor(np.float32(0.02))
+    with tempfile.TemporaryDirectory() as d:
+        tl.save(opt.state_dict(), os.path.join(d, 'opt.npz'))
+        again = tl.Adam(lin.parameters(), lr=0.5)
+        again.load_state_dict(tl.load(os.path.join(d, 'opt.npz')))
+    assert float(again.param_groups[0]['lr']) == np.float32(0.02)
 
 
 def test_optim_lr_zero_keeps_params():
@@ -11087,6 +11094,17 @@ def test_cifar_short_run_loss_falls():
     assert result['test_acc'] >= 0.4, result['test_acc']
 
 
+def test_cifar_float64_run_trains():
+    """--dtype float64 trains: its BatchNorms take float64 copies of their float32 parameters (batch_norm refuses a
+    float32 weight for float64 activations, as PyTorch's), the loss falls and the accuracies are numbers."""
+    with tempfile.TemporaryDirectory() as root:
+        _write_batches(os.path.join(root, 'cifar-10-batches-py'), *_tiny_cifar(n_train=80, n_test=20))
+        result = _train(_args(root, '--epochs', '3', '--dtype', 'float64', '--lr', '100'))
+    losses = [r['train_loss'] for r in result['epochs']]
+    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0] and 0 <= result['test_acc'] <= 1, losses
+    assert result['model'].state_dict()['layers.0.norm1.weight'].dtype == np.float32, 'master weights float32'
+
+
 def test_cifar_resume_equals_uninterrupted():
     with tempfile.TemporaryDirectory() as root:
         _write_batches(os.path.join(root, 'cifar-10-batches-py'), *_tiny_cifar(n_train=80, n_test=20))
@@ -11322,22 +11340,24 @@ def test_cifar_gpu_matches_cpu():
 # ===== bench.py =====
 
 def test_bench_out_folder_checked_before_timing():
-    """bench.py --out in a missing folder (or naming a folder) is an argparse error before any table is timed."""
+    """bench.py --out in a missing folder (or naming a folder), and a negative --gru-sweep, are argparse errors before
+    any table is timed."""
     import bench
     def timed():
         raise AssertionError('a table was timed before --out was checked')
     with tempfile.TemporaryDirectory() as d:
-        for out, needle in ((os.path.join(d, 'nope', 'tables.md'), 'does not exist'), (d, 'a folder')):
+        for args, needle in ((['--out', os.path.join(d, 'nope', 'tables.md')], 'does not exist'),
+                             (['--out', d], 'a folder'), (['--gru-sweep', '-1'], 'at least 0')):
             err = io.StringIO()
-            with mock.patch.object(sys, 'argv', ['bench.py', '--only', 'cpu', '--out', out]), \
+            with mock.patch.object(sys, 'argv', ['bench.py', '--only', 'cpu', *args]), \
                     mock.patch.object(bench, 'bench_cpu', timed), contextlib.redirect_stderr(err), \
                     contextlib.redirect_stdout(io.StringIO()):
                 try:
                     bench.main()
                 except SystemExit as e:
-                    assert e.code == 2 and f'--out {out}' in err.getvalue() and needle in err.getvalue(), err.getvalue()
+                    assert e.code == 2 and ' '.join(args) in err.getvalue() and needle in err.getvalue(), err.getvalue()
                 else:
-                    raise AssertionError(f'--out {out} accepted')
+                    raise AssertionError(f'{args} accepted')
 
 
 

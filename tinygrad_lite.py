@@ -6762,9 +6762,11 @@ def _check_options(group, defaults):
 
 
 def _option_number(value, key):
-    """Option `key`'s value as a number; TypeError naming it where it is none (a one-element tensor is one: a rate
-    that a CUDA graph reads)."""
-    if isinstance(value, Tensor) and value.numel() == 1:
+    """Option `key`'s value as a number; TypeError naming it where it is none (a one-element tensor or array is one: a
+    rate that a CUDA graph reads, and its state dict's array)."""
+    if isinstance(value, Tensor):
+        value = value.data
+    if isinstance(value, _ARRAYS) and value.size == 1 and value.dtype.kind in 'iuf':
         value = value.item()
     if not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"optimizer option {key} must be a number, got {value!r}")

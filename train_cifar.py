@@ -233,9 +233,11 @@ def epoch_plan(rng, n, flip0, epoch, pad=PAD):
 # reads it (no op when they agree). BatchNorm takes float16 input with float32 parameters and statistics.
 
 def norm_gelu(norm, x):
-    """GELU(BatchNorm(x)) with the BatchNorm2d layer `norm`'s parameters and statistics, in one op."""
-    return tl.batch_norm(x, norm.running_mean, norm.running_var, norm.weight, norm.bias, norm.training,
-                         norm.momentum, norm.eps, activation='gelu')
+    """GELU(BatchNorm(x)) with the BatchNorm2d layer `norm`'s parameters and statistics, in one op. float16
+    activations take the float32 parameters as they are (mixed precision), float64 ones a float64 copy."""
+    weight, bias = (p if x.dtype == np.float16 else p.to(x.dtype) for p in (norm.weight, norm.bias))
+    return tl.batch_norm(x, norm.running_mean, norm.running_var, weight, bias, norm.training, norm.momentum, norm.eps,
+                         activation='gelu')
 
 
 class ConvGroup(tl.Module):
