@@ -2879,9 +2879,9 @@ def test_addcmul_addcdiv_dtype_and_float16_rounding_as_pytorch():
     ulp where the sum cancels); gradients reach all three tensors. addcdiv of two integer tensors and a bool matmul
     raise, as PyTorch's."""
     need_torch()
-    f16, i64, f64 = (np.float16, torch.float16), (np.int64, torch.int64), (np.float64, torch.float64)
+    f16, i64, f64, f32 = [(np.dtype(d).type, getattr(torch, d)) for d in ('float16', 'int64', 'float64', 'float32')]
     for what, kinds in (('addcmul', (f16, i64, i64)), ('addcmul', (f64, i64, i64)), ('addcdiv', (f16, i64, f16)),
-                        ('addcdiv', (f64, i64, (np.float32, torch.float32)))):
+                        ('addcdiv', (f64, i64, f32)), ('addcdiv', (f32, f32, i64))):
         ours = getattr(tl, what)(*[tl.ones(3, dtype=d) for d, _ in kinds], value=0.5)
         theirs = getattr(torch, what)(*[torch.ones(3, dtype=d) for _, d in kinds], value=0.5)
         assert same_dtype(ours, theirs), f'{what} of {[d.__name__ for d, _ in kinds]}: {ours.dtype}'
@@ -5271,7 +5271,8 @@ def test_error_optim_param_in_two_groups():
 
 
 def test_optim_duplicate_parameters_in_a_group_warn_as_pytorch():
-    """A parameter listed twice in one group: PyTorch's warning, and (as PyTorch's) each copy is updated."""
+    """A parameter listed twice in one group: PyTorch's warning (and none for distinct parameters), and (as
+    PyTorch's) each copy is updated."""
     need_torch()
     results = []
     for m, optim in ((tl, tl), (torch, torch.optim)):
@@ -5280,6 +5281,11 @@ def test_optim_duplicate_parameters_in_a_group_warn_as_pytorch():
             warnings.simplefilter('always')
             opt = optim.SGD([p, p], lr=0.1)
         assert any('duplicate parameters' in str(w.message) for w in caught), m.__name__
+        q = (tl.Parameter(np.ones(2, np.float32)) if m is tl else torch.nn.Parameter(torch.ones(2)))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            optim.Adam([q, m.ones(2, requires_grad=True)])   # distinct parameters: no warning
+        assert caught == [], (m.__name__, [str(w.message) for w in caught])
         p.grad = m.ones(2)
         opt.step()
         results.append(p.detach().numpy())
@@ -7041,9 +7047,10 @@ def test_error_window_sizes_name_the_argument():
                            ({'padding': (1, 1, 1)}, 'padding')):
         raises(ValueError, lambda: tl.conv2d(x, w, **kwargs), 'conv2d', needle, str(list(kwargs.values())[0]))
     assert tl.conv2d(x, w, padding=0).shape == (2, 4, 4, 4)
-    # one int in a sequence stands for both, as PyTorch's; a pool's stride () is its default (the window)
+    # one int in a sequence stands for both, as PyTorch's; a pool's stride () or [] is its default (the window)
     assert tl.conv2d(x, w, stride=(2,), padding=[1]).shape == tl.conv2d(x, w, stride=2, padding=1).shape == (2, 4, 3, 3)
     assert tl.max_pool2d(x, [2]).shape == tl.avg_pool2d(x, 2, stride=()).shape == (2, 3, 3, 3)
+    assert tl.max_pool2d(x, 2, stride=[]).shape == tl.avg_pool2d(x, (2, 2), stride=[]).shape == (2, 3, 3, 3)
     for fn in ('max_pool2d', 'avg_pool2d'):   # each message names the function (some said MaxPool or AvgPool)
         pool = getattr(tl, fn)
         raises(ValueError, lambda: pool(x, 0), fn, 'kernel_size')
@@ -7308,6 +7315,10 @@ def test_cross_entropy_shapes_as_pytorch():
             got = ours_fn(tl.tensor(x), tl.tensor(np.array([3])), reduction=reduction)
             want = theirs_fn(torch.tensor(x), torch.tensor(np.array([3])), reduction=reduction)
             assert got.shape == tuple(want.shape) == () and abs(got.item() - want.item()) < 1e-12, reduction
+    for shape in ((3, 5), (3, 5, 2)):   # but a batched input refuses a (1,) target, as PyTorch's
+        for ours_fn, theirs_fn in ((tl.cross_entropy, F.cross_entropy), (tl.nll_loss, F.nll_loss)):
+            raises(ValueError, lambda: theirs_fn(torch.tensor(sample(r, shape)), torch.tensor(np.array([1]))))
+            raises(ValueError, lambda: ours_fn(tl.tensor(sample(r, shape)), tl.tensor(np.array([1]))), '(1,)')
 
 
 def test_cross_entropy_ignore_index_as_pytorch():
