@@ -11235,7 +11235,7 @@ def test_cifar_test_batch_read_only_after_training():
 
 def test_cifar_validation_split_never_reads_test_batch():
     """--val N trains on all but the last N training images and evaluates on those after training, in place of
-    test_batch, which it never reads (here unreadable); the result and the log's last line give val_acc (with TTA)
+    test_batch, which it never reads (here unreadable, then missing); the result and the log's last line give val_acc (with TTA)
     and val_acc_no_tta, the accuracy of a plain evaluation of the model on the held-back images; a --val leaving no
     training images is a DataError, and a checkpoint of another --val does not resume."""
     with tempfile.TemporaryDirectory() as root:
@@ -11260,7 +11260,27 @@ def test_cifar_validation_split_never_reads_test_batch():
         assert last['val_acc'] == result['val_acc'] and last['val_acc_no_tta'] == result['val_acc_no_tta'], last
         raises(tc.DataError, lambda: _train(_args(root, '--val', '70')), '--val 70', '70 training images')
         raises(tc.ResumeError, lambda: _train(_args(root, '--epochs', '2', '--val', '20', '--resume', ck)), 'val')
+        os.remove(os.path.join(folder, 'test_batch'))   # nor needs it there
+        assert 0 <= _train(_args(root, '--epochs', '1', '--val', '30', '--tta', 'off'))['val_acc'] <= 1
     assert 'validation' in _help() and 'never reads' in _help()
+
+
+def test_cifar_cpu_duration_note():
+    """A CPU run whose steps left take over 0.2 h at 50 images/s says so before it trains; one resumed near the end of
+    such a schedule does not (the steps left count, not the schedule's)."""
+    with tempfile.TemporaryDirectory() as root:
+        _write_batches(os.path.join(root, 'cifar-10-batches-py'), *_tiny_cifar(n_train=20, n_test=20))
+        ck, load_checkpoint = os.path.join(root, 'ck.npz'), tc.load_checkpoint
+        def printed(*extra):   # 2000 epochs of one step of 20 images: 0.22 h
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                tc.train(_args(root, '--epochs', '2000', '--tta', 'off', *extra))
+            return out.getvalue()
+        assert 'note: about 0.2 h on a CPU of 2 cores' in printed('--stop-after', '1', '--save', ck)
+        near_end = lambda path, config: {**load_checkpoint(path, config), 'epoch': 1999, 'step': 1999}
+        with mock.patch.object(tc, 'load_checkpoint', near_end):
+            out = printed('--resume', ck)
+        assert 'step 1999 of 2000' in out and 'h on a CPU' not in out, out
 
 
 def test_cifar_finished_checkpoint_resumed_with_stop_after_tests():
