@@ -3686,11 +3686,12 @@ def test_gru_plan_ranks_its_choice():
     """_gru_plan's `ranked` list (bench.py's gru_parts table times it) holds the layouts it chose among: with the
     H200's figures, over batches, hidden sizes, both directions and dtypes, with and without the k-split kernels, the
     choice is the least clocks of the eligible unsplit layouts (fewer blocks on a tie) unless the least of the k-split
-    ones beats it plus its L2 reads; ranking leaves the choice as it was; the backward's clusters past 4 blocks are
-    ranked, never chosen; and every ranked layout fits the shared memory."""
+    ones beats it plus its L2 reads (an exact tie, B 145 H 224, keeps the unsplit one); a cooperative layout's L2 read
+    is its operand rows at 2800 bytes a clock, the others' none; ranking leaves the choice as it was; the backward's
+    clusters past 4 blocks are ranked, never chosen; and every ranked layout fits the shared memory."""
     resident, smem_max, shapes = {2: 66, 4: 30, 8: 15}, 232448, collections.Counter()
-    for batch, hidden, forward, itemsize, with_splits in itertools.product(
-            (1, 16, 64, 256), (8, 128, 256, 512), (True, False), (4, 2), (False, True)):
+    for batch, hidden, forward, itemsize, with_splits in [*itertools.product(
+            (1, 16, 64, 256), (8, 128, 256, 512), (True, False), (4, 2), (False, True)), (145, 224, True, 2, True)]:
         splits = tuple((p, n, tl._GRU_WG if itemsize == 4 else ()) for p, n in resident.items()) if with_splits else ()
         args, ranked = (forward, 132, smem_max, batch, hidden, itemsize, 1, True, splits), []
         chosen = tl._gru_plan(*args, ranked=ranked)
@@ -3701,6 +3702,9 @@ def test_gru_plan_ranks_its_choice():
         want = split if split and not (unsplit and unsplit[0] + unsplit[1] <= split[0]) else unsplit
         assert chosen == (want and want[3]), what
         for _, read, _, layout, eligible in ranked:
+            groups, slices, _, rows, _, _, cluster, split, _ = layout   # a cooperative layout reads its operand from L2
+            operand = groups * slices * -(-rows // 16) * 16 * (hidden if forward else 3 * hidden) * itemsize
+            assert read == (0 if cluster or split else operand / 2800), what   # at 2800 bytes a clock
             assert layout[5] <= smem_max and read >= 0, what
             assert eligible == (forward or layout[7] > 0 or layout[6] <= 4), what
             shapes[forward, eligible] += 1
