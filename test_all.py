@@ -11434,16 +11434,43 @@ def test_bench_out_folder_checked_before_timing():
 
 
 
-def test_bench_gru_layout_sweep_logs_each_timed_layout():
-    """bench.py's gru_parts (launches mocked on NumPy arrays): each direction times the planner's choice first, its
-    near-ties and other kinds, and with --gru-sweep N at least the model's N best-ranked layouts, once each; every
-    timed layout is a JSON line in the log (a failed launch too); a layout that leaves a cell unwritten (NaN) counts
-    as a failure."""
+def test_bench_full_run_note_reads_train_cifar_log():
+    """bench.py's time-to-accuracy note reads train_cifar.py's last --log record as it is written: test_acc with TTA,
+    test_acc_no_tta without (cifar_full_run mocked to return a tiny run's record, whose two accuracies differ)."""
     import bench
-    key, splits = (132, 232448, 16, 128, 4, 1, True), tuple((p, n, tl._GRU_WG) for p, n in ((2, 66), (4, 30), (8, 15)))
+    with tempfile.TemporaryDirectory() as root:
+        _write_batches(os.path.join(root, 'cifar-10-batches-py'), *_tiny_cifar(n_train=60, n_test=40))
+        log = os.path.join(root, 'log.jsonl')
+        _train(_args(root, '--epochs', '2', '--seed', '2', '--tta', 'flip', '--lr', '100', '--log', log))
+        with open(log) as f:
+            record = json.loads(f.read().splitlines()[-1])
+    assert record['test_acc'] != record['test_acc_no_tta'], record
+    notes = []
+    with mock.patch.object(bench, 'cifar_full_run', lambda args: record):
+        bench._full_run_note(types.SimpleNamespace(note=notes.append), ['--data', 'DIR'])
+    tta, plain = (f'{100 * record[k]:.2f}%' for k in ('test_acc', 'test_acc_no_tta'))
+    assert f'{tta} test accuracy with TTA ({plain} without)' in notes[0], notes
+
+
+def test_bench_gru_layout_sweep_logs_each_timed_layout():
+    """bench.py's gru_parts (launches mocked on NumPy arrays): each direction times the planner's choice first (the
+    only record marked chosen), its near-ties (within 2%) and the best-ranked layout of up to GRU_LAYOUT_KINDS other
+    kinds, in the model's order (clocks plus L2 reads), and with --gru-sweep N at least the model's N best-ranked
+    layouts, once each; every timed layout is a JSON line in the log (a failed launch too); a layout that leaves a
+    cell unwritten (NaN) counts as a failure."""
+    import bench
     class Table:
-        failures, note = 0, lambda self, line: None
-    for forward, sweep in itertools.product((True, False), (0, 40)):
+        failures, note, markdown = 0, lambda self, line: None, lambda self: ''
+    seen = []   # main() sets GRU_LAYOUT_SWEEP from --gru-sweep while the tables run
+    with mock.patch.object(sys, 'argv', ['bench.py', '--only', 'cpu', '--gru-sweep', '5']), \
+            mock.patch.dict(os.environ, {'OUT': ''}), mock.patch.object(bench, 'GRU_LAYOUT_SWEEP', 0), \
+            mock.patch.object(bench, 'bench_cpu', lambda: seen.append(bench.GRU_LAYOUT_SWEEP) or Table()), \
+            contextlib.redirect_stdout(io.StringIO()):
+        assert bench.main() == 0 and seen == [5], seen
+    splits = tuple((p, n, tl._GRU_WG) for p, n in ((2, 66), (4, 30), (8, 15)))
+    kind = lambda layout: (layout[6], layout[7] > 0, layout[8], layout[1])   # cluster, k-split, WN, slices
+    keys = (132, 232448, 16, 128, 4, 1, True), (132, 232448, 200, 528, 4, 1, False)   # (the second: L2 reads rank)
+    for key, forward, sweep in itertools.product(keys, (True, False), (0, 40)):
         chosen, log, table = tl._gru_plan(forward, *key, splits), io.StringIO(), Table()
         def launch(layout, results):
             if layout[6] == 8:
@@ -11456,13 +11483,21 @@ def test_bench_gru_layout_sweep_logs_each_timed_layout():
                                 lambda: (np.full((3, 4), np.nan, np.float32),), (np.ones((3, 4), np.float32),), 1e-3)
         records = [json.loads(line.split(' ', 1)[1]) for line in log.getvalue().splitlines()]
         layouts = [tuple(r['layout']) for r in records]
-        what = f'forward {forward} sweep {sweep}: {layouts}'
-        assert layouts[0] == chosen and records[0]['chosen'] and len(set(layouts)) == len(layouts), what
+        what = f'{key} forward {forward} sweep {sweep}: {layouts}'
+        assert layouts[0] == chosen and len(set(layouts)) == len(layouts), what
+        assert [r['chosen'] for r in records] == [True] + [False] * (len(records) - 1), what
         assert len(layouts) <= sweep + 1 + 8 + 9, what
         ranked = []
         tl._gru_plan(forward, *key, splits, ranked=ranked)
-        best = [e[3] for e in sorted(ranked, key=lambda e: (e[0] + e[1], e[2]))][:sweep]
-        assert set(best) <= set(layouts), what
+        ranked.sort(key=lambda e: (e[0] + e[1], e[2]))   # by clocks and L2 reads, then blocks
+        cost = next(e[0] + e[1] for e in ranked if e[3] == chosen)
+        ties = [e[3] for e in ranked if e[0] + e[1] <= 1.02 * cost and e[3] != chosen][:bench.GRU_LAYOUT_TIES]
+        assert set(ties) <= set(layouts) and set(e[3] for e in ranked[:sweep]) <= set(layouts), what
+        kinds = len({kind(e[3]) for e in ranked})   # the choice's kind and up to GRU_LAYOUT_KINDS others
+        assert sweep or len({kind(layout) for layout in layouts}) == min(kinds, bench.GRU_LAYOUT_KINDS + 1), what
+        place = {e[3]: i for i, e in enumerate(ranked)}   # after the choice: near-ties, then other kinds, in rank order
+        order = [place[layout] for layout in layouts[1:]]
+        assert sweep or order == sorted(order), what
         for r in records:
             assert ('failed' in r) == (r['layout'][6] == 8), r
             assert 'failed' in r or r['ms'] == 0.25 and (r['off'] == 0) == (r['layout'][0] != 4), r
