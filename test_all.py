@@ -11180,7 +11180,7 @@ def test_cifar_float64_run_trains():
         result = _train(_args(root, '--epochs', '3', '--dtype', 'float64', '--lr', '100'))
     losses = [r['train_loss'] for r in result['epochs']]
     assert np.all(np.isfinite(losses)) and losses[-1] < losses[0] and 0 <= result['test_acc'] <= 1, losses
-    assert result['model'].state_dict()['layers.0.norm1.weight'].dtype == np.float32, 'master weights float32'
+    assert result['model'].state_dict()['blocks.0.norm1.weight'].dtype == np.float32, 'master weights float32'
 
 
 def test_cifar_resume_equals_uninterrupted():
