@@ -1222,9 +1222,17 @@ class MatMul(Function):
             g = xp.expand_dims(g, -1)
         if self.a.ndim == 1:
             g = xp.expand_dims(g, -2)
-        da = _unbroadcast(_matmul(g, xp.swapaxes(b, -1, -2)), a.shape).reshape(self.a.shape) if self.needs_grad[0] else None
-        db = _unbroadcast(_matmul(xp.swapaxes(a, -1, -2), g), b.shape).reshape(self.b.shape) if self.needs_grad[1] else None
+        da = _product_to(g, xp.swapaxes(b, -1, -2), a.shape).reshape(self.a.shape) if self.needs_grad[0] else None
+        db = _product_to(xp.swapaxes(a, -1, -2), g, b.shape).reshape(self.b.shape) if self.needs_grad[1] else None
         return da, db
+
+
+def _product_to(x, y, shape):
+    """x @ y summed down to `shape` (a broadcast operand's gradient), in x's dtype: float16 products summed in float32
+    and rounded once, as PyTorch's (which folds the batch into one product)."""
+    if np.broadcast_shapes(x.shape[:-2], y.shape[:-2]) + (x.shape[-2], y.shape[-1]) == shape:
+        return _matmul(x, y)
+    return _unbroadcast(_matmul(x, y, _opmath(x.dtype)), shape).astype(x.dtype, copy=False)
 
 
 # Tensor._inplace's op -> the NumPy ufunc that updates in place where the dtypes allow (%=, //= and **= have none)
