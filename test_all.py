@@ -8480,6 +8480,23 @@ def test_pytorch_forms_numpy_of_grad_tensors_max_of_tensor_pad_mode_requires_gra
     assert not tl.zeros(2).requires_grad_(False).requires_grad
 
 
+def test_warnings_name_the_callers_line():
+    """Each of tinygrad_lite's warnings names the line that called into it (the user's), however many of the library's
+    functions lie between (aliases, modules, constructors, add_param_group): the duplicate-parameter warning had
+    pointed into the library since the constructor's checks moved into add_param_group."""
+    p, x = tl.Parameter(np.ones(2, np.float32)), tl.tensor(sample(rng('warn lines'), (2, 3)).astype(np.float32))
+    calls = [lambda: tl.SGD([p, p], lr=0.1), lambda: tl.Adam([p, p], lr=0.1),
+             lambda: tl.SGD([tl.Parameter(np.ones(2, np.float32))], lr=0.1).add_param_group({'params': [p, p]}),
+             lambda: tl.Softmax()(x), lambda: tl.softmax(x, dim=None), lambda: tl.KLDivLoss()(x, x),
+             lambda: tl.GRU(2, 3, dropout=0.5), lambda: x[tl.tensor(np.array([1, 0], np.uint8))],
+             lambda: tl.where(tl.tensor(np.array([1, 0, 1], np.uint8)), x, x), lambda: tl.init.kaiming_uniform_(tl.zeros(0, 2))]
+    for k, call in enumerate(calls):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            call()
+        assert caught and all(w.filename == __file__ for w in caught), (k, [(w.filename, w.lineno) for w in caught])
+
+
 def test_error_load_state_dict_into_expanded_or_read_only():
     """A parameter or buffer that cannot take the values element by element (an expanded view: its rows share
     memory, or read-only memory such as np.load(mmap_mode='r')'s) is named in the error, before any key changes;

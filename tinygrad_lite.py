@@ -110,6 +110,15 @@ def _xp(array):
     return np if cp is None or isinstance(array, (np.ndarray, np.generic)) else cp
 
 
+def _stacklevel():
+    """warnings.warn's stacklevel, for the function that calls it, of the first caller outside this file: the user's
+    line, however many of this file's functions (aliases, modules, constructors) lie between."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def _on(device):
     """The context in which arrays are made on `device` ('cpu' or 'cuda:N')."""
     return contextlib.nullcontext() if device == 'cpu' else cp.cuda.Device(int(device[5:]))
@@ -4524,7 +4533,7 @@ class Tensor:
         masks = [isinstance(i, (Tensor,) + _ARRAYS) and i.dtype == np.uint8 for i in index]
         if any(mask and i.ndim for mask, i in zip(masks, index)):
             warnings.warn("indexing with dtype uint8 is deprecated (as in PyTorch), please use a dtype bool instead",
-                          UserWarning, stacklevel=3)
+                          UserWarning, stacklevel=_stacklevel())
         index = tuple(i != 0 if mask else i for mask, i in zip(masks, index))
         selects = [_is_select(i) for i in index]
         if not any(selects) or all(selects) or all(_index_dims(i) is None for i in index):
@@ -4896,7 +4905,7 @@ def where(condition, a, b):
     condition = condition if isinstance(condition, Tensor) else Tensor(condition)
     if condition.dtype == np.uint8:   # PyTorch's deprecation, as for a uint8 index
         warnings.warn("where received a uint8 condition tensor: deprecated (as in PyTorch), use a bool one",
-                      UserWarning, stacklevel=2)
+                      UserWarning, stacklevel=_stacklevel())
     elif condition.dtype != np.bool_:
         raise TypeError(f"where: the condition must be a bool tensor, not {condition.dtype} (as PyTorch's)")
     if not isinstance(a, Tensor):
@@ -4945,7 +4954,7 @@ def _implicit_axis(fn, x, axis):
     if axis is not None:
         return axis
     warnings.warn(f"Implicit dimension choice for {fn} has been deprecated. Change the call to include dim=X as an "
-                  "argument.", stacklevel=4)   # the caller of softmax (through _aliases) or of the module
+                  "argument.", stacklevel=_stacklevel())
     return 0 if x.ndim in (0, 1, 3) else 1
 
 
@@ -5375,7 +5384,7 @@ def kl_div(input, target, reduction='mean', log_target=False):
     target = _pair_loss('kl_div', input, target, reduction, float_target=True,
                         reductions=_LOSS_REDUCTIONS + ('batchmean',))
     if reduction == 'mean':
-        warnings.warn(_KL_MEAN_WARNING, stacklevel=2)
+        warnings.warn(_KL_MEAN_WARNING, stacklevel=_stacklevel())
     dtype = _promote(input.dtype, target.dtype)
     x, t = input.to(_opmath(dtype)), target.to(_opmath(dtype))
     if log_target:
@@ -5862,7 +5871,7 @@ class init:
         cdf = lambda x: (1.0 + math.erf(x / math.sqrt(2.0))) / 2.0
         if mean < a - 2 * std or mean > b + 2 * std:
             warnings.warn("mean is more than 2 std from [a, b] in init.trunc_normal_. The distribution of values may "
-                          "be incorrect.", stacklevel=2)
+                          "be incorrect.", stacklevel=_stacklevel())
         p = cdf((b - mean) / std) - cdf((a - mean) / std)
         peak = -0.5 * ((max(a, min(mean, b)) - mean) / std) ** 2
 
@@ -5923,7 +5932,7 @@ class init:
     def _kaiming_std(tensor, a, mode, nonlinearity):
         """gain / sqrt(fan), or None (PyTorch's warning given) for a tensor without elements, which stays as it is."""
         if 0 in tensor.shape:
-            warnings.warn("Initializing zero-element tensors is a no-op", stacklevel=3)
+            warnings.warn("Initializing zero-element tensors is a no-op", stacklevel=_stacklevel())
             return None
         fan = init._calculate_correct_fan(tensor, mode)
         return init.calculate_gain(nonlinearity, a) / math.sqrt(fan)
@@ -6554,7 +6563,7 @@ class GRU(Module):
         if dropout > 0 and num_layers == 1:   # PyTorch's warning, word for word
             warnings.warn("dropout option adds dropout after all but last recurrent layer, so non-zero dropout expects "
                           f"num_layers greater than 1, but got dropout={dropout} and num_layers={num_layers}",
-                          stacklevel=2)
+                          stacklevel=_stacklevel())
         self.input_size, self.hidden_size, self.num_layers, self.batch_first = input_size, hidden_size, num_layers, batch_first
         self.dropout, self.bidirectional = float(dropout), bidirectional
         for k in range(num_layers):
@@ -6645,7 +6654,7 @@ class Optimizer:
         if len(ids) < len(group['params']):   # PyTorch's warning (each copy is updated, as in PyTorch)
             warnings.warn("optimizer contains a parameter group with duplicate parameters; in future, this will "
                           "cause an error; see github.com/pytorch/pytorch/issues/40967 for more information",
-                          UserWarning, stacklevel=3)
+                          UserWarning, stacklevel=_stacklevel())
         if ids & {id(p) for p in self._params()}:
             raise ValueError("some parameters appear in more than one parameter group")
         _check_options(group, self.defaults)
@@ -6977,7 +6986,7 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     total norm (get_total_norm) is at most max_norm, in place; returns the total norm before clipping."""
     params = _tensor_list(parameters, 'clip_grad_norm_')
     if isinstance(parameters, types.GeneratorType) and not params:
-        warnings.warn("`parameters` is an empty generator, no gradient clipping will occur.", stacklevel=2)
+        warnings.warn("`parameters` is an empty generator, no gradient clipping will occur.", stacklevel=_stacklevel())
     _nonnegative(max_norm, 'max_norm')   # (before an error_if_nonfinite wait)
     total = get_total_norm([p.grad for p in params if p.grad is not None], norm_type, error_if_nonfinite)
     clip_grads_with_norm_(params, max_norm, total)
@@ -7113,10 +7122,10 @@ class LRScheduler:
         if self._step_count == 1 and not hasattr(self.optimizer.step, '_wrapped_by_lr_sched'):
             warnings.warn("Seems like `optimizer.step()` has been overridden after learning rate scheduler "
                           "initialization. Please, make sure to call `optimizer.step()` before `lr_scheduler.step()`",
-                          UserWarning, stacklevel=2)
+                          UserWarning, stacklevel=_stacklevel())
         elif self._step_count == 1 and not getattr(self.optimizer, '_opt_called', False):
             warnings.warn("Detected call of `lr_scheduler.step()` before `optimizer.step()`: call `optimizer.step()` "
-                          "first, or the first value of the learning rate schedule is skipped", UserWarning, stacklevel=2)
+                          "first, or the first value of the learning rate schedule is skipped", UserWarning, stacklevel=_stacklevel())
         counts = self._step_count, self.last_epoch
         self._step_count, self.last_epoch = self._step_count + 1, self.last_epoch + 1
         try:
