@@ -97,7 +97,8 @@ def _device_and_dtype(args, device, dtype):
             try:
                 said = {'dtype': np.dtype(a)}
             except TypeError:
-                raise TypeError(f"to: {a!r} is neither a device ('cpu', 'cuda', 'cuda:N'), a dtype nor a tensor") from None
+                raise TypeError(f"to: {a!r} is neither a device ('cpu', 'cuda', 'cuda:N'), a dtype nor a "
+                                "tensor") from None
         for key, value in said.items():
             if given[key] is not None:
                 raise TypeError(f"to: the {key} given twice ({given[key]!r} and {value!r})")
@@ -7125,7 +7126,8 @@ class LRScheduler:
                           UserWarning, stacklevel=_stacklevel())
         elif self._step_count == 1 and not getattr(self.optimizer, '_opt_called', False):
             warnings.warn("Detected call of `lr_scheduler.step()` before `optimizer.step()`: call `optimizer.step()` "
-                          "first, or the first value of the learning rate schedule is skipped", UserWarning, stacklevel=_stacklevel())
+                          "first, or the first value of the learning rate schedule is skipped", UserWarning,
+                          stacklevel=_stacklevel())
         counts = self._step_count, self.last_epoch
         self._step_count, self.last_epoch = self._step_count + 1, self.last_epoch + 1
         try:
