@@ -310,6 +310,7 @@ def _axes(axis, ndim):
 
 _KIND_RANK = {'b': 0, 'u': 1, 'i': 1, 'f': 2}
 _NUMBERS = (bool, int, float, np.generic)   # Python numbers, and NumPy scalars treated as they are
+_REALS = (int, float, np.integer, np.floating)   # a number an option or hyperparameter may be (bools are ints)
 _ARRAYS = (np.ndarray,) if cp is None else (np.ndarray, cp.ndarray)
 
 
@@ -5140,7 +5141,7 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
         raise TypeError(f"batch_norm: input of dtype {x.dtype} with " + ', '.join(f"{name} of dtype {t.dtype}"
                         for name, t in affine) + f": weight and bias must share one dtype, {x.dtype}"
                         + (" or float32" if x.dtype == np.float16 else ""))
-    if not isinstance(momentum, (int, float, np.integer, np.floating)):
+    if not isinstance(momentum, _REALS):
         raise TypeError(f"batch_norm: momentum must be a number, got {momentum!r}")
     if not training and running_mean is None:
         raise ValueError("batch_norm: evaluation mode needs running_mean and running_var")
@@ -6557,7 +6558,7 @@ class GRU(Module):
                              f"{hidden_size}")
         if num_layers < 1:
             raise ValueError(f"GRU: num_layers must be at least 1, got {num_layers}")
-        if not (isinstance(dropout, (int, float, np.integer, np.floating)) and not isinstance(dropout, bool)
+        if not (isinstance(dropout, _REALS) and not isinstance(dropout, bool)
                 and 0 <= dropout <= 1):
             raise ValueError(f"GRU: dropout must be a number in [0, 1] (the probability of an element being zeroed), "
                              f"got {dropout!r}")
@@ -6786,7 +6787,7 @@ def _option_number(value, key):
         value = value.data
     if isinstance(value, _ARRAYS) and value.size == 1 and value.dtype.kind in 'iuf':
         value = value.item()
-    if not isinstance(value, (int, float, np.integer, np.floating)):
+    if not isinstance(value, _REALS):
         raise TypeError(f"optimizer option {key} must be a number, got {value!r}")
     return value
 
