@@ -588,8 +588,8 @@ def _gru_rows(table, steps, batch, n_in, hidden, dtype):
 
 # ================================================================ GPU: the GRU's parts and layouts (issue 4)
 
-GRU_LAYOUT_KINDS = 8   # per direction: the planner's choice, its model's near-ties (at most GRU_LAYOUT_TIES) and the
-GRU_LAYOUT_TIES = 8    # best-ranked layout of up to GRU_LAYOUT_KINDS other kinds
+GRU_LAYOUT_KINDS = 9   # per direction: the layout used, its model's near-ties (at most GRU_LAYOUT_TIES) and the
+GRU_LAYOUT_TIES = 8    # best-ranked layout of other kinds until GRU_LAYOUT_KINDS kinds are in (tl._gru_candidates)
 GRU_LAYOUT_SWEEP = 0   # bench.py --gru-sweep N: at least the N best-ranked layouts each way (a refit's data)
 
 
@@ -661,7 +661,7 @@ def _gru_part_rows(table, steps, batch, n_in, hidden, dtype):
         return
     xg = tl._matmul(x2, w_ih.T, tf32=tf32).reshape(steps, batch, 3 * hidden)
     gates = cp.empty((steps, batch, 4 * hidden), dtype)
-    tl._gru_launch('fwd', plans[0], tf32, (xg, w_hh, b_ih, b_hh, h0, out, gates), steps, batch, hidden)
+    tl._gru_run('fwd', plans, tf32, (xg, w_hh, b_ih, b_hh, h0, out, gates), steps, batch, hidden)
     tc = int(dtype == np.float16 or tf32)
     key = next(k for k in tl._gru_layouts if k[2:6] == (batch, hidden, np.dtype(dtype).itemsize, tc))   # _gru_plans'
     tol = 2e-2 if dtype == np.float16 else 5e-3 if tf32 else 1e-3   # the GRU tests' (TF32: wgmma truncates, mma.sync
@@ -673,7 +673,7 @@ def _gru_part_rows(table, steps, batch, n_in, hidden, dtype):
     new = lambda: tuple(cp.full_like(a, np.nan) for a in (dg_ih, dg_hh, dh0, parts))
     bwd = lambda layout, res: tl._gru_launch('bwd', layout, tf32, (g, gates, out, h0, w_hh_t) + res, steps, batch,
                                              hidden)
-    bwd(plans[1], (dg_ih, dg_hh, dh0, parts))
+    tl._gru_run('bwd', plans, tf32, (g, gates, out, h0, w_hh_t, dg_ih, dg_hh, dh0, parts), steps, batch, hidden)
     _layout_notes(table, f'{label} bwd', key, plans[1], bwd, new, (dg_ih, dg_hh, dh0, parts), tol)
 
 
@@ -696,19 +696,9 @@ def _layout_notes(table, label, key, chosen, launch, new_results, reference, tol
     ranked, forward, dtype = [], label.endswith('fwd'), reference[0].dtype
     planned = tl._gru_plan(forward, *key, tl._gru_splits(forward, dtype) if key[5] else (), ranked=ranked)
     if planned != chosen:
-        table.note(f'{label}: the ranking\'s choice {planned} is not the layout used, {chosen}')
-    kind = lambda layout: (layout[6], layout[7] > 0, layout[8], layout[1])   # cluster, k-split, WN, slices
-    ranked.sort(key=lambda e: (e[0] + e[1], e[2]))
-    picks = [entry for entry in ranked if entry[3] == chosen][:1]
-    close = [e for e in ranked if e[0] + e[1] <= 1.02 * (picks[0][0] + picks[0][1]) and e[3] != chosen]
-    picks += close[:GRU_LAYOUT_TIES]   # the model's near-ties (other batch groups, rows and clusters of one cost)
-    kinds = {kind(entry[3]) for entry in picks}
-    for entry in ranked:
-        if kind(entry[3]) not in kinds and len(kinds) <= GRU_LAYOUT_KINDS:
-            kinds.add(kind(entry[3]))
-            picks.append(entry)
-    timed = {entry[3] for entry in picks}
-    picks += [entry for entry in ranked[:GRU_LAYOUT_SWEEP] if entry[3] not in timed]
+        table.note(f'{label}: the model\'s choice {planned} is not the layout used (tl.gru_autotune timed it '
+                   f'slower), {chosen}')
+    picks = tl._gru_candidates(ranked, chosen, GRU_LAYOUT_TIES, GRU_LAYOUT_KINDS, GRU_LAYOUT_SWEEP)
     lines, fastest, chosen_ms = [], None, None
     for clocks, read, _, layout, eligible in picks:
         results = new_results()

@@ -3709,6 +3709,38 @@ def test_gru_split_layouts_fit_their_kernels():
     assert all(seen[w, b] for w in (False, True) for b in (1, 2)), f'layouts (wgmma, buffers): {dict(seen)}'
 
 
+def test_gru_choice_lists_candidates_to_time():
+    """With tl.gru_autotune (the default) _gru_plans keeps, for each direction, the layouts _gru_candidates picks from
+    _gru_plan's ranking, the model's choice first, each once, each a layout the ranking holds; the near-ties (within 2%
+    of the choice, at most _GRU_TUNE_TIES) and the best-ranked layout of each other kind until _GRU_TUNE_KINDS kinds
+    are in. A single candidate is kept as the layout itself, and without tl.gru_autotune it is the model's choice."""
+    splits = tuple((p, n, tl._GRU_WG) for p, n in ((2, 66), (4, 30), (8, 15)))
+    kind = lambda layout: (layout[6], layout[7] > 0, layout[8], layout[1])   # cluster, k-split, WN, slices
+    lists = 0
+    for batch, hidden, forward, itemsize in itertools.product((1, 16, 256), (8, 128, 512), (True, False), (4, 2)):
+        key = (132, 232448, batch, hidden, itemsize, 1, True)
+        ranked, what = [], f'B {batch} H {hidden} {("bwd", "fwd")[forward]} itemsize {itemsize}'
+        chosen = tl._gru_plan(forward, *key, splits, ranked=ranked)
+        with mock.patch.object(tl, '_gru_splits', lambda *args: splits):
+            tuned = tl._gru_choice(forward, key, np.float32 if itemsize == 4 else np.float16)
+            with mock.patch.object(tl, 'gru_autotune', False):
+                assert tl._gru_choice(forward, key, np.float32) == chosen, what
+        if not isinstance(tuned, list):
+            assert tuned == chosen, what
+            continue
+        lists += 1
+        ranked.sort(key=lambda e: (e[0] + e[1], e[2]))
+        cost = {e[3]: e[0] + e[1] for e in ranked}
+        ties = [e[3] for e in ranked if e[0] + e[1] <= 1.02 * cost[chosen] and e[3] != chosen][:tl._GRU_TUNE_TIES]
+        assert tuned[0] == chosen and len(set(tuned)) == len(tuned) > 1 and set(tuned) <= set(cost), what
+        assert tuned[1:1 + len(ties)] == ties, what
+        kinds = {kind(layout) for layout in tuned}
+        assert len(kinds) == min(tl._GRU_TUNE_KINDS, len({kind(e[3]) for e in ranked})), what
+        for layout in tuned[1 + len(ties):]:   # the best-ranked of its kind, each a kind of its own
+            assert next(e[3] for e in ranked if kind(e[3]) == kind(layout)) == layout, what
+    assert lists > 20, lists
+
+
 def test_gru_plan_ranks_its_choice():
     """_gru_plan's `ranked` list (bench.py's gru_parts table times it) holds the layouts it chose among: with the
     H200's figures, over batches, hidden sizes, both directions and dtypes, with and without the k-split kernels, the
@@ -10586,14 +10618,10 @@ def test_gpu_gru_split_sizes():
             wgmma_sizes.add(layout[8])
             return layout
         what = f'GRU k-split {size} (clusters at most {at_most}, wgmma {wgmma}) {np.dtype(dtype).name}'
-        tl._gru_layouts.clear()
-        try:
-            with mock.patch.object(tl, '_gru_plan', split_only), gru_calls() as calls, tf32(True), poisoned(), \
-                    mock.patch.object(tl, '_gru_chunk_cap', 32 if at_most == 'chunks' else None), \
-                    mock.patch.object(tl, '_gru_wgmma', wgmma):
-                got = gru_results(make, state, arrays, dtype, 'cuda')
-        finally:
-            tl._gru_layouts.clear()
+        with mock.patch.object(tl, '_gru_plan', split_only), gru_autotuned(False), gru_calls() as calls, tf32(True), \
+                poisoned(), mock.patch.object(tl, '_gru_chunk_cap', 32 if at_most == 'chunks' else None), \
+                mock.patch.object(tl, '_gru_wgmma', wgmma):
+            got = gru_results(make, state, arrays, dtype, 'cuda')
         assert calls == {'_gru_forward_fused', *GRU_SPLIT_KERNELS}, f'{what}: {sorted(calls)} ran'
         for k, (g, w) in enumerate(zip(got, want)):
             assert_matches(g, w, 2e-2 if dtype == np.float16 else TF32_TOL, f'{what}: result {k}')
@@ -10642,6 +10670,17 @@ def gru_calls():
             setattr(tl, name, inner)
 
 
+@contextlib.contextmanager
+def gru_autotuned(on):
+    """tl.gru_autotune set to `on` inside, with no layouts kept from outside or kept after."""
+    tl._gru_layouts.clear()
+    try:
+        with mock.patch.object(tl, 'gru_autotune', on):
+            yield
+    finally:
+        tl._gru_layouts.clear()
+
+
 def check_gru_gpu(case, dtype, path, allow_tf32):
     """The GRU on the GPU path `path` forced against the CPU in float64: 'persistent' (the cooperative kernels: the
     cluster and k-split kernels hidden), 'cluster' (the persistent kernels as the layouts choose, the k-split ones
@@ -10659,9 +10698,9 @@ def check_gru_gpu(case, dtype, path, allow_tf32):
     state = {k: 1.5 * v.astype(np.float64) for k, v in make().state_dict().items()}   # 1.5 x PyTorch's init
     want = gru_results(make, state, arrays, np.float64, 'cpu')
     saved, tl._gru_path = tl._gru_path, 'persistent' if path in ('cluster', 'split') else path
-    try:
+    try:   # 'cluster' and 'split' run the model's choices (the kernels they check), 'persistent' the autotuned ones
         with (kernels_hidden(hidden) if hidden else contextlib.nullcontext()), \
-                gru_calls() as calls, tf32(allow_tf32), poisoned():
+                gru_autotuned(path == 'persistent'), gru_calls() as calls, tf32(allow_tf32), poisoned():
             got = gru_results(make, state, arrays, dtype, 'cuda')
     finally:
         tl._gru_path = saved
@@ -10721,6 +10760,72 @@ def test_gpu_gru_bias_gradients_from_the_kernel():
             assert got.keys() == want.keys() and rows == [(5, 240)], f'{what}: the GPU summed {rows}'
             for name in want:
                 assert_matches(got[name], want[name], 1e-5, f'{name} ({what})')
+
+
+def test_gpu_gru_autotune_keeps_the_fastest_layout():
+    """tl.gru_autotune: the first run of a shape launches each direction's candidates (_gru_plans' lists) three times
+    (one to load, two timed by events) and then the fastest, kept for later runs, which launch only it; the times here
+    are made up (the last candidate fastest), so the choice is the tuner's, not the GPU's. Results match the CPU's in
+    float64 (TF32), the first run's and the second's alike. A first run inside a CUDA-graph capture times nothing: it
+    launches the model's choice, and the replay's results match too."""
+    need_cuda()
+    r = rng('gru autotune')
+    x0, h0 = r.uniform(-1, 1, (7, 5, 12)), r.uniform(-1, 1, (1, 5, 40))
+    tl.manual_seed(0)
+    state = {k: 1.5 * v.astype(np.float64) for k, v in tl.GRU(12, 40).state_dict().items()}
+
+    def run(device, dtype=np.float32):
+        m = tl.GRU(12, 40).to(dtype)
+        m.load_state_dict(state)
+        m = m.to(device)
+        x = tl.tensor(x0.astype(dtype), device=device, requires_grad=True)
+        out, h_n = m(x, tl.tensor(h0.astype(dtype), device=device))
+        ((out * tl.tensor(upstream(0, out.shape, dtype), device=device)).sum() + h_n.sum()).backward()
+        return [t.numpy().astype(np.float64) for t in (out, h_n, x.grad, *(p.grad for p in m.parameters()))]
+    want = run('cpu', np.float64)
+    launched, launch, elapsed = [], tl._gru_launch, cp.cuda.get_elapsed_time
+
+    def spy(direction, layout, *args):
+        launched.append((direction, layout))
+        return launch(direction, layout, *args)
+    rank = {}   # made-up times: a candidate's place from the end of its list, so the last one is the fastest
+
+    def made_up(start, stop):
+        elapsed(start, stop)
+        return float(rank[launched[-1]])
+    with gru_autotuned(True), tf32(True):
+        with mock.patch.object(tl, '_gru_launch', spy), mock.patch.object(cp.cuda, 'get_elapsed_time', made_up), \
+                poisoned():
+            plans = tl._gru_plans(cp.zeros((7, 5, 12), np.float32), 40, True)
+            candidates = {d: list(plans[i]) for i, d in enumerate(('fwd', 'bwd')) if isinstance(plans[i], list)}
+            assert candidates, f'one candidate each way: {plans}'
+            rank.update({(d, layout): len(ls) - i for d, ls in candidates.items() for i, layout in enumerate(ls)})
+            first = run('cuda')
+            kept = {d: plans[i] for i, d in enumerate(('fwd', 'bwd'))}
+            for d, ls in candidates.items():
+                assert kept[d] == ls[-1], f'{d}: kept {kept[d]}, candidates {ls}'
+                assert [layout for e, layout in launched if e == d] == [l for l in ls for _ in range(3)] + [ls[-1]], \
+                    f'{d}: launched {launched}'
+            launched.clear()
+            second = run('cuda')
+            assert launched == [('fwd', kept['fwd']), ('bwd', kept['bwd'])], launched
+        for k, (a, b, w) in enumerate(zip(first, second, want)):
+            assert_matches(a, w, TF32_TOL, f'first run, result {k}')
+            assert_matches(b, w, TF32_TOL, f'second run, result {k}')
+        tl._gru_layouts.clear()   # a first run inside a capture
+        m = tl.GRU(12, 40)
+        m.load_state_dict(state)
+        m, x, h = m.to('cuda'), *(tl.tensor(a.astype(np.float32), device='cuda') for a in (x0, h0))
+        with tl.no_grad(), mock.patch.object(tl, '_gru_launch', spy):
+            launched.clear()
+            graph = tl.CUDAGraph()
+            with graph.capture():
+                out, _ = m(x, h)
+            graph.replay()
+            plans = tl._gru_plans(x.data, 40, True)
+        untimed = candidates.get('fwd', kept['fwd'])
+        assert plans[0] == untimed and launched == [('fwd', candidates.get('fwd', [untimed])[0])], (plans, launched)
+        assert_matches(out.numpy().astype(np.float64), want[0], TF32_TOL, 'output replayed from a CUDA graph')
 
 
 def test_gpu_fused_kernels_relu_batchnorm_listed():
@@ -11518,8 +11623,8 @@ def test_bench_full_run_note_reads_train_cifar_log():
 
 def test_bench_gru_layout_sweep_logs_each_timed_layout():
     """bench.py's gru_parts (launches mocked on NumPy arrays): each direction times the planner's choice first (the
-    only record marked chosen), its near-ties (within 2%) and the best-ranked layout of up to GRU_LAYOUT_KINDS other
-    kinds, in the model's order (clocks plus L2 reads), and with --gru-sweep N at least the model's N best-ranked
+    only record marked chosen), its near-ties (within 2%) and the best-ranked layout of other kinds until
+    GRU_LAYOUT_KINDS kinds are in (tl._gru_candidates), in the model's order (clocks plus L2 reads), and with --gru-sweep N at least the model's N best-ranked
     layouts, once each; every timed layout is a JSON line in the log (a failed launch too); a layout that leaves a
     cell unwritten (NaN) counts as a failure."""
     import bench
@@ -11557,8 +11662,8 @@ def test_bench_gru_layout_sweep_logs_each_timed_layout():
         cost = next(e[0] + e[1] for e in ranked if e[3] == chosen)
         ties = [e[3] for e in ranked if e[0] + e[1] <= 1.02 * cost and e[3] != chosen][:bench.GRU_LAYOUT_TIES]
         assert set(ties) <= set(layouts) and set(e[3] for e in ranked[:sweep]) <= set(layouts), what
-        kinds = len({kind(e[3]) for e in ranked})   # the choice's kind and up to GRU_LAYOUT_KINDS others
-        assert sweep or len({kind(layout) for layout in layouts}) == min(kinds, bench.GRU_LAYOUT_KINDS + 1), what
+        kinds = len({kind(e[3]) for e in ranked})   # the choice's kind and others, GRU_LAYOUT_KINDS in all at most
+        assert sweep or len({kind(layout) for layout in layouts}) == min(kinds, bench.GRU_LAYOUT_KINDS), what
         place = {e[3]: i for i, e in enumerate(ranked)}   # after the choice: near-ties, then other kinds, in rank order
         order = [place[layout] for layout in layouts[1:]]
         assert sweep or order == sorted(order), what

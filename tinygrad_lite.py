@@ -2119,9 +2119,11 @@ _gru_chunk_cap = None   # None, or the k-split kernels' staging chunk at most th
 # the k-split kernels' products on wgmma where the model picks it; False: never, 'only': wherever a wgmma layout fits
 # (tests, probes)
 _gru_wgmma = True
+gru_autotune = True   # a persistent GRU kernel's first run at a shape times _gru_candidates' layouts, keeps the fastest
+_GRU_TUNE_TIES, _GRU_TUNE_KINDS = 4, 8   # the candidates: the model's near-ties, the best of other kinds (at most)
 _GRU_MACS = {(4, 0): 96, (4, 1): 512, (2, 1): 1024}   # multiply-adds per clock and SM: FMA, TF32 mma, f16 mma
 _gru_devices = {}   # GPU index -> (multiprocessors, shared memory per block, the persistent kernels' barrier flags)
-_gru_layouts = {}   # (multiprocessors, shared memory, B, H, itemsize, TC, clusters loaded) -> both layouts
+_gru_layouts = {}   # (multiprocessors, shared memory, B, H, itemsize, TC, clusters loaded) -> [forward, backward]
 
 
 class GRULayer(Function):
@@ -2142,7 +2144,7 @@ class GRULayer(Function):
             out, gates = _gru_forward_loop(x, w_ih, w_hh, b_ih, b_hh, h0)
         else:
             w_hh, b_ih, b_hh, h0 = (_aligned(a) for a in (w_hh, b_ih, b_hh, h0))
-            out, gates = _gru_forward_fused(x, w_ih, w_hh, b_ih, b_hh, h0, self.plans[0], self.tf32)
+            out, gates = _gru_forward_fused(x, w_ih, w_hh, b_ih, b_hh, h0, self.plans, self.tf32)
         self.saved = x, w_ih, w_hh, h0, out, gates
         return out.astype(self.dtype, copy=False)
 
@@ -2155,7 +2157,7 @@ class GRULayer(Function):
         if self.plans is None:
             dh0, db = _gru_backward_loop(g, w_hh, h0, out, gates, dg_ih, dg_hh), None
         else:
-            dh0, db = _gru_backward_fused(_aligned(g), w_hh, h0, out, gates, dg_ih, dg_hh, self.plans[1], self.tf32,
+            dh0, db = _gru_backward_fused(_aligned(g), w_hh, h0, out, gates, dg_ih, dg_hh, self.plans, self.tf32,
                                           need[3] or need[4])
         gi, gh = dg_ih.reshape(steps * batch, 3 * hidden), dg_hh.reshape(steps * batch, 3 * hidden)
         if db is None:   # the xp loop and the fallback: the column sums of dG
@@ -2238,14 +2240,15 @@ def _gru_backward_loop(g, w_hh, h0, out, gates, dg_ih, dg_hh):
     return dh
 
 
-def _gru_forward_fused(x, w_ih, w_hh, b_ih, b_hh, h0, plan, tf32):
-    """out (T, B, H) and gates (T, B, 4H) on the GPU: the persistent kernel with layout `plan`, or (plan None)
-    per step a cuBLAS product and gru_gates_fwd. The kernels add the biases; tf32: float32 products on TF32."""
+def _gru_forward_fused(x, w_ih, w_hh, b_ih, b_hh, h0, plans, tf32):
+    """out (T, B, H) and gates (T, B, 4H) on the GPU: the persistent kernel with the forward layout of `plans`
+    (_gru_plans'), or (that None) per step a cuBLAS product and gru_gates_fwd. The kernels add the biases; tf32:
+    float32 products on TF32."""
     xp, (steps, batch, _), hidden = _xp(x), x.shape, w_hh.shape[1]
     xg = _matmul(x.reshape(steps * batch, x.shape[-1]), w_ih.T, tf32=tf32).reshape(steps, batch, 3 * hidden)
     out, gates = xp.empty((steps, batch, hidden), x.dtype), xp.empty((steps, batch, 4 * hidden), x.dtype)
-    if plan is not None:
-        _gru_launch('fwd', plan, tf32, (xg, w_hh, b_ih, b_hh, h0, out, gates), steps, batch, hidden)
+    if plans[0] is not None:
+        _gru_run('fwd', plans, tf32, (xg, w_hh, b_ih, b_hh, h0, out, gates), steps, batch, hidden)
         return out, gates
     hg, kernel = xp.empty((batch, 3 * hidden), x.dtype), _kernel('gru_gates_fwd', x.dtype)
     for t in range(steps):
@@ -2259,14 +2262,14 @@ def _gru_forward_fused(x, w_ih, w_hh, b_ih, b_hh, h0, plan, tf32):
     return out, gates
 
 
-def _gru_backward_fused(g, w_hh, h0, out, gates, dg_ih, dg_hh, plan, tf32, bias):
+def _gru_backward_fused(g, w_hh, h0, out, gates, dg_ih, dg_hh, plans, tf32, bias):
     """Fill dg_ih and dg_hh on the GPU as _gru_forward_fused does; returns the gradient of h0 and, where the persistent
     kernel ran and `bias` asks for them, the bias gradients (b_ih's, b_hh's: float32), else None. The kernel sums each
     of its (row, unit) cells over the steps as it writes them, so that only B rows are left to sum, not T B."""
     xp, (steps, batch, hidden) = _xp(g), out.shape
-    if plan is not None:
+    if plans[1] is not None:
         dh0, parts = xp.empty((batch, hidden), g.dtype), xp.empty((batch, 6 * hidden), np.float32) if bias else None
-        _gru_launch('bwd', plan, tf32, (g, gates, out, h0, xp.ascontiguousarray(w_hh.T), dg_ih, dg_hh, dh0, parts),
+        _gru_run('bwd', plans, tf32, (g, gates, out, h0, xp.ascontiguousarray(w_hh.T), dg_ih, dg_hh, dh0, parts),
                     steps, batch, hidden)
         return dh0, parts if parts is None else _sum(parts, 0).reshape(2, 3 * hidden)
     carry, dh_mm = xp.zeros((batch, hidden), np.float32), xp.empty((batch, hidden), g.dtype)
@@ -2285,6 +2288,37 @@ def _aligned(a):
         return None
     a = cp.ascontiguousarray(a)
     return a if a.data.ptr % 16 == 0 else a.copy()
+
+
+def _gru_run(direction, plans, tf32, arrays, steps, batch, hidden):
+    """_gru_launch with the layout of `direction` in `plans` (_gru_plans'). Where that is still a list of candidates
+    (gru_autotune: the first run at this shape), each is first launched on these arrays and timed, and the fastest is
+    kept for every later run (their results differ only in rounding); not while a CUDA graph is being captured, which
+    takes the model's choice and leaves the timing to a later run."""
+    index = int(direction == 'bwd')
+    if isinstance(plans[index], list) and not cp.cuda.get_current_stream().is_capturing():
+        plans[index] = _gru_fastest(direction, plans[index], tf32, arrays, steps, batch, hidden)
+    layout = plans[index]
+    _gru_launch(direction, layout[0] if isinstance(layout, list) else layout, tf32, arrays, steps, batch, hidden)
+
+
+def _gru_fastest(direction, layouts, tf32, arrays, steps, batch, hidden):
+    """Of `layouts`, the one whose launches on `arrays` took the least time: each launched once (loading its kernel)
+    and then timed over two launches by events; one the kernels or the GPU refuse is passed over."""
+    start, stop, times = cp.cuda.Event(), cp.cuda.Event(), []
+    for layout in layouts:
+        launch = functools.partial(_gru_launch, direction, layout, tf32, arrays, steps, batch, hidden)
+        try:
+            launch()
+        except (RuntimeError, cp.cuda.driver.CUDADriverError):
+            continue
+        start.record()
+        launch()
+        launch()
+        stop.record()
+        stop.synchronize()
+        times.append((cp.cuda.get_elapsed_time(start, stop), layout))
+    return min(times, default=(0, layouts[0]))[1]
 
 
 def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
@@ -2307,6 +2341,8 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
     else:
         kernel, blocks = _kernel(f'gru_{direction}_persistent', arrays[0].dtype, tc), groups * slices
     flags = _gru_device()[2]
+    if kernel is None:
+        raise RuntimeError(f"GRU: layout {plan}'s kernel did not load")
     if blocks >= flags.size:   # a block each SM (the layouts' shared memory); the flags hold one a block
         raise RuntimeError(f"GRU: layout {plan} takes {blocks} blocks, more than the GPU's multiprocessors")
     sizes = _int32s(steps, batch, hidden, slices, units, rows, chunk) + extra
@@ -2324,22 +2360,50 @@ def _gru_device():
 
 def _gru_plans(x, hidden, tf32):
     """How the recurrence of x runs: None for the xp loop (NumPy; on the GPU an empty batch, float64, no kernels.cu,
-    or 'composed'), else the (forward, backward) layouts of the persistent kernels, None each for the fallback;
+    or 'composed'), else [forward, backward] layouts of the persistent kernels, None each for the fallback, or
+    (gru_autotune, until the first run times them: _gru_run) a list of candidate layouts, the model's choice first;
     on the tensor cores for float16, and for float32 as TF32 where tf32 says so."""
     if _xp(x) is np or x.shape[1] == 0 or _gru_path == 'composed' or _kernel('gru_gates_fwd', x.dtype) is None:
         return None
-    tc, plans = int(x.dtype == np.float16 or tf32), (None, None)
+    tc, plans = int(x.dtype == np.float16 or tf32), [None, None]
     if _gru_path != 'fallback' and _kernel('gru_fwd_persistent', x.dtype, tc) is not None:
         clusters = all(_kernel(f'gru_{d}_cluster', x.dtype, tc, 1) is not None for d in ('fwd', 'bwd'))
         key = _gru_device()[:2] + (x.shape[1], hidden, x.itemsize, tc, clusters)
         if key not in _gru_layouts:
-            _gru_layouts[key] = tuple(_gru_plan(forward, *key, _gru_splits(forward, x.dtype) if tc else ())
-                                      for forward in (True, False))
+            _gru_layouts[key] = [_gru_choice(forward, key, x.dtype) for forward in (True, False)]
         plans = _gru_layouts[key]
     if _gru_path == 'persistent' and None in plans:
         raise ValueError(f"GRU: no persistent kernels for batch {x.shape[1]} and hidden size {hidden} (they do not "
                          "fit on chip, or kernels.cu's cooperative module did not load)")
     return plans
+
+
+def _gru_choice(forward, key, dtype):
+    """_gru_plan's layout at _gru_plans' key, or with gru_autotune the list of layouts to time (_gru_candidates)."""
+    ranked = [] if gru_autotune else None
+    choice = _gru_plan(forward, *key, _gru_splits(forward, dtype) if key[5] else (), ranked=ranked)
+    if choice is None or ranked is None:
+        return choice
+    candidates = [entry[3] for entry in _gru_candidates(ranked, choice, _GRU_TUNE_TIES, _GRU_TUNE_KINDS)]
+    return candidates if len(candidates) > 1 else choice
+
+
+def _gru_candidates(ranked, choice, ties, kinds, top=0):
+    """The entries of _gru_plan's `ranked` worth timing against its `choice`: the choice's first, then the model's
+    near-ties (within 2%: other batch groups, rows and clusters of one cost; at most `ties`), the best-ranked layout of
+    other kinds (cluster size, k-split, wgmma WN, slices) until `kinds` kinds are in, and the `top` best-ranked."""
+    kind = lambda layout: (layout[6], layout[7] > 0, layout[8], layout[1])
+    ranked = sorted(ranked, key=lambda entry: (entry[0] + entry[1], entry[2]))
+    picks = [entry for entry in ranked if entry[3] == choice][:1]
+    cost = picks[0][0] + picks[0][1]
+    picks += [entry for entry in ranked if entry[0] + entry[1] <= 1.02 * cost and entry[3] != choice][:ties]
+    seen = {kind(entry[3]) for entry in picks}
+    for entry in ranked:
+        if kind(entry[3]) not in seen and len(seen) < kinds:
+            seen.add(kind(entry[3]))
+            picks.append(entry)
+    timed = {entry[3] for entry in picks}
+    return picks + [entry for entry in ranked[:top] if entry[3] not in timed]
 
 
 def _gru_splits(forward, dtype):
@@ -2396,8 +2460,9 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
     of 7 shapes each way on mma.sync (P = 2, 4, 8 against the unsplit layouts) and picks the fastest there (wgmma's
     rate in it is a guess); it is compared with the unsplit layout chosen as before plus that layout's time to read
     its operand rows from L2 (about 2800 bytes a clock on the H200: the bound the k-split lifts). `ranked`, a list,
-    gets (clocks, L2 read clocks, blocks, layout, eligible) of every layout that fits (bench.py's gru_parts table times
-    them against the choice; with --gru-sweep N, the N best-ranked: the data for a refit)."""
+    gets (clocks, L2 read clocks, blocks, layout, eligible) of every layout that fits (gru_autotune times the best of
+    them against the choice: _gru_candidates; so does bench.py's gru_parts table, and with --gru-sweep N the N
+    best-ranked: the data for a refit)."""
     up = lambda a, b: -(-a // b) * b
     row_bytes = lambda n: (up(n, 128 // itemsize) + 16 // itemsize) * itemsize   # kernels.cu's smem_ld
     k = hidden if forward else 3 * hidden
