@@ -2121,6 +2121,7 @@ _gru_chunk_cap = None   # None, or the k-split kernels' staging chunk at most th
 _gru_wgmma = True
 gru_autotune = True   # a persistent GRU kernel's first run at a shape times _gru_candidates' layouts, keeps the fastest
 _GRU_TUNE_TIES, _GRU_TUNE_KINDS = 4, 8   # the candidates: the model's near-ties, the best of other kinds (at most)
+_GRU_TUNE_STEPS = 16   # the fewest steps of a run that times them (in shorter ones the fixed costs rank the layouts)
 _GRU_MACS = {(4, 0): 96, (4, 1): 512, (2, 1): 1024}   # multiply-adds per clock and SM: FMA, TF32 mma, f16 mma
 _gru_devices = {}   # GPU index -> (multiprocessors, shared memory per block, the persistent kernels' barrier flags)
 _gru_layouts = {}   # (multiprocessors, shared memory, B, H, itemsize, TC, clusters loaded) -> [forward, backward]
@@ -2293,10 +2294,11 @@ def _aligned(a):
 def _gru_run(direction, plans, tf32, arrays, steps, batch, hidden):
     """_gru_launch with the layout of `direction` in `plans` (_gru_plans'). Where that is still a list of candidates
     (gru_autotune: the first run at this shape), each is first launched on these arrays and timed, and the fastest is
-    kept for every later run (their results differ only in rounding); not while a CUDA graph is being captured, which
-    takes the model's choice and leaves the timing to a later run."""
+    kept for every later run (their results differ only in rounding); not in a run of fewer than _GRU_TUNE_STEPS steps
+    (at (1, 16, 32, 128) on the H200 the layout fastest over one step was 1.6 times the fastest over 100) or while a
+    CUDA graph is being captured: those take the model's choice and leave the timing to a later run."""
     index = int(direction == 'bwd')
-    if isinstance(plans[index], list) and not cp.cuda.get_current_stream().is_capturing():
+    if isinstance(plans[index], list) and steps >= _GRU_TUNE_STEPS and not cp.cuda.get_current_stream().is_capturing():
         plans[index] = _gru_fastest(direction, plans[index], tf32, arrays, steps, batch, hidden)
     layout = plans[index]
     _gru_launch(direction, layout[0] if isinstance(layout, list) else layout, tf32, arrays, steps, batch, hidden)
@@ -2389,21 +2391,25 @@ def _gru_choice(forward, key, dtype):
 
 
 def _gru_candidates(ranked, choice, ties, kinds, top=0):
-    """The entries of _gru_plan's `ranked` worth timing against its `choice`: the choice's first, then the model's
-    near-ties (within 2%: other batch groups, rows and clusters of one cost; at most `ties`), the best-ranked layout of
-    other kinds (cluster size, k-split, wgmma WN, slices) until `kinds` kinds are in, and the `top` best-ranked."""
-    kind = lambda layout: (layout[6], layout[7] > 0, layout[8], layout[1])
-    ranked = sorted(ranked, key=lambda entry: (entry[0] + entry[1], entry[2]))
-    picks = [entry for entry in ranked if entry[3] == choice][:1]
-    cost = picks[0][0] + picks[0][1]
-    picks += [entry for entry in ranked if entry[0] + entry[1] <= 1.02 * cost and entry[3] != choice][:ties]
+    """The entries of _gru_plan's `ranked` worth timing against its `choice`, each once: the choice's first, then its
+    near-ties (within 2% of its cost: other batch groups, rows and clusters; at most `ties`, those of the most blocks
+    first: the model breaks a tie towards fewer blocks, and on the H200 more were up to 1.3 times faster), then for
+    other kinds (cluster size, k-split, wgmma WN, slices) in the model's order until `kinds` kinds are in, each kind's
+    cheapest layout of the fewest blocks and of the most; then the `top` best-ranked."""
+    kind, cost = (lambda layout: (layout[6], layout[7] > 0, layout[8], layout[1])), (lambda entry: entry[0] + entry[1])
+    fewest = sorted(ranked, key=lambda entry: (cost(entry), entry[2]))
+    most = sorted(ranked, key=lambda entry: (cost(entry), -entry[2]))
+    picks = [entry for entry in fewest if entry[3] == choice][:1]
+    picks += [entry for entry in most if cost(entry) <= 1.02 * cost(picks[0]) and entry[3] != choice][:ties]
     seen = {kind(entry[3]) for entry in picks}
-    for entry in ranked:
+    for entry in fewest:
         if kind(entry[3]) not in seen and len(seen) < kinds:
             seen.add(kind(entry[3]))
-            picks.append(entry)
-    timed = {entry[3] for entry in picks}
-    return picks + [entry for entry in ranked[:top] if entry[3] not in timed]
+            picks += [entry, next(other for other in most if kind(other[3]) == kind(entry[3]))]
+    unique = {}
+    for entry in picks + fewest[:top]:
+        unique.setdefault(entry[3], entry)
+    return list(unique.values())
 
 
 def _gru_splits(forward, dtype):
