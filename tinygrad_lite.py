@@ -2120,7 +2120,7 @@ _gru_chunk_cap = None   # None, or the k-split kernels' staging chunk at most th
 # (tests, probes)
 _gru_wgmma = True
 gru_autotune = True   # a persistent GRU kernel's first run at a shape times _gru_candidates' layouts, keeps the fastest
-_GRU_TUNE_TIES, _GRU_TUNE_KINDS = 4, 8   # the candidates: the model's near-ties, the best of other kinds (at most)
+_GRU_TUNE_TIES, _GRU_TUNE_KINDS = 4, 8   # the candidates: at most this many near-ties of the choice, kinds in all
 _GRU_TUNE_STEPS = 16   # the fewest steps of a run that times them (in shorter ones the fixed costs rank the layouts)
 _GRU_MACS = {(4, 0): 96, (4, 1): 512, (2, 1): 1024}   # multiply-adds per clock and SM: FMA, TF32 mma, f16 mma
 _gru_devices = {}   # GPU index -> (multiprocessors, shared memory per block, the persistent kernels' barrier flags)
@@ -2271,7 +2271,7 @@ def _gru_backward_fused(g, w_hh, h0, out, gates, dg_ih, dg_hh, plans, tf32, bias
     if plans[1] is not None:
         dh0, parts = xp.empty((batch, hidden), g.dtype), xp.empty((batch, 6 * hidden), np.float32) if bias else None
         _gru_run('bwd', plans, tf32, (g, gates, out, h0, xp.ascontiguousarray(w_hh.T), dg_ih, dg_hh, dh0, parts),
-                    steps, batch, hidden)
+                 steps, batch, hidden)
         return dh0, parts if parts is None else _sum(parts, 0).reshape(2, 3 * hidden)
     carry, dh_mm = xp.zeros((batch, hidden), np.float32), xp.empty((batch, hidden), g.dtype)
     kernel = _kernel('gru_gates_bwd', g.dtype)
@@ -2393,7 +2393,7 @@ def _gru_choice(forward, key, dtype):
 def _gru_candidates(ranked, choice, ties, kinds, top=0):
     """The entries of _gru_plan's `ranked` worth timing against its `choice`, each once: the choice's first, then its
     near-ties (within 2% of its cost: other batch groups, rows and clusters; at most `ties`, those of the most blocks
-    first: the model breaks a tie towards fewer blocks, and on the H200 more were up to 1.3 times faster), then for
+    first: the model breaks a tie towards fewer blocks, and on the H200 more were up to 1.4 times faster), then for
     other kinds (cluster size, k-split, wgmma WN, slices) in the model's order until `kinds` kinds are in, each kind's
     cheapest layout of the fewest blocks and of the most; then the `top` best-ranked."""
     kind, cost = (lambda layout: (layout[6], layout[7] > 0, layout[8], layout[1])), (lambda entry: entry[0] + entry[1])
