@@ -583,7 +583,7 @@ def _gru_rows(table, steps, batch, n_in, hidden, dtype):
                f'{ft:.4f} ({f / ft:.2f}), fwd+bwd {fb:.4f} / {fbt:.4f} ({fb / fbt:.2f})')
     plans = tl._gru_plans(x.data, hidden, tl.allow_tf32 and dtype == np.float32)
     table.note(f'{label}: our layouts (batch groups, slices, units, rows, KC, shared bytes, cluster, k-chunk, wgmma '
-               f'WN) fwd {plans and plans[0]}, bwd {plans and plans[1]}')
+               f'WN) fwd {plans and tl._gru_used(plans[0])}, bwd {plans and tl._gru_used(plans[1])}')
 
 
 # ================================================================ GPU: the GRU's parts and layouts (issue 4)
@@ -666,7 +666,7 @@ def _gru_part_rows(table, steps, batch, n_in, hidden, dtype):
     key = next(k for k in tl._gru_layouts if k[2:6] == (batch, hidden, np.dtype(dtype).itemsize, tc))   # _gru_plans'
     tol = 2e-2 if dtype == np.float16 else 5e-3 if tf32 else 1e-3   # the GRU tests' (TF32: wgmma truncates, mma.sync
     new = lambda: tuple(cp.full_like(a, np.nan) for a in (out, gates))   # rounds); NaN: a cell left unwritten shows
-    _layout_notes(table, f'{label} fwd', key, plans[0], lambda layout, res: tl._gru_launch(
+    _layout_notes(table, f'{label} fwd', key, tl._gru_used(plans[0]), lambda layout, res: tl._gru_launch(
         'fwd', layout, tf32, (xg, w_hh, b_ih, b_hh, h0) + res, steps, batch, hidden), new, (out, gates), tol)
     w_hh_t, dh0, parts = cp.ascontiguousarray(w_hh.T), cp.empty((batch, hidden), dtype), \
         cp.empty((batch, 6 * hidden), np.float32)   # parts: the bias gradients' sums by row (the kernels' last write)
@@ -674,7 +674,7 @@ def _gru_part_rows(table, steps, batch, n_in, hidden, dtype):
     bwd = lambda layout, res: tl._gru_launch('bwd', layout, tf32, (g, gates, out, h0, w_hh_t) + res, steps, batch,
                                              hidden)
     tl._gru_run('bwd', plans, tf32, (g, gates, out, h0, w_hh_t, dg_ih, dg_hh, dh0, parts), steps, batch, hidden)
-    _layout_notes(table, f'{label} bwd', key, plans[1], bwd, new, (dg_ih, dg_hh, dh0, parts), tol)
+    _layout_notes(table, f'{label} bwd', key, tl._gru_used(plans[1]), bwd, new, (dg_ih, dg_hh, dh0, parts), tol)
 
 
 def _json_number(value):

@@ -3713,8 +3713,9 @@ def test_gru_choice_lists_candidates_to_time():
     """With tl.gru_autotune (the default) _gru_plans keeps, for each direction, the layouts _gru_candidates picks from
     _gru_plan's ranking, each once and each a layout the ranking holds: the model's choice first, then its near-ties
     (within 2% of its cost, at most _GRU_TUNE_TIES, the most blocks first), then for each other kind until
-    _GRU_TUNE_KINDS kinds are in, its cheapest layouts of the fewest and of the most blocks. A single candidate is
-    kept as the layout itself, and without tl.gru_autotune it is the model's choice."""
+    _GRU_TUNE_KINDS kinds are in, its cheapest layouts of the fewest and of the most blocks; untimed, a run launches
+    the choice (_gru_used). A single candidate is kept as the layout itself, and without tl.gru_autotune it is the
+    model's choice."""
     splits = tuple((p, n, tl._GRU_WG) for p, n in ((2, 66), (4, 30), (8, 15)))
     kind = lambda layout: (layout[6], layout[7] > 0, layout[8], layout[1])   # cluster, k-split, WN, slices
     lists = 0
@@ -3726,6 +3727,7 @@ def test_gru_choice_lists_candidates_to_time():
             tuned = tl._gru_choice(forward, key, np.float32 if itemsize == 4 else np.float16)
             with mock.patch.object(tl, 'gru_autotune', False):
                 assert tl._gru_choice(forward, key, np.float32) == chosen, what
+        assert tl._gru_used(tuned) == chosen, what   # what a run launches before (or without) the timing
         if not isinstance(tuned, list):
             assert tuned == chosen, what
             continue

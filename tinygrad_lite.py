@@ -2300,8 +2300,13 @@ def _gru_run(direction, plans, tf32, arrays, steps, batch, hidden):
     index = int(direction == 'bwd')
     if isinstance(plans[index], list) and steps >= _GRU_TUNE_STEPS and not cp.cuda.get_current_stream().is_capturing():
         plans[index] = _gru_fastest(direction, plans[index], tf32, arrays, steps, batch, hidden)
-    layout = plans[index]
-    _gru_launch(direction, layout[0] if isinstance(layout, list) else layout, tf32, arrays, steps, batch, hidden)
+    _gru_launch(direction, _gru_used(plans[index]), tf32, arrays, steps, batch, hidden)
+
+
+def _gru_used(plan):
+    """The layout a run launches for one direction's entry of _gru_plans: the entry, or (candidates not timed yet)
+    the model's choice."""
+    return plan[0] if isinstance(plan, list) else plan
 
 
 def _gru_fastest(direction, layouts, tf32, arrays, steps, batch, hidden):
