@@ -3713,9 +3713,9 @@ def test_gru_choice_lists_candidates_to_time():
     """With tl.gru_autotune (the default) _gru_plans keeps, for each direction, the layouts _gru_candidates picks from
     _gru_plan's ranking, each once and each a layout the ranking holds: the model's choice first, then its near-ties
     (within 2% of its cost, at most _GRU_TUNE_TIES, the most blocks first), then for each other kind until
-    _GRU_TUNE_KINDS kinds are in, its cheapest layouts of the fewest and of the most blocks; untimed, a run launches
-    the choice (_gru_used). A single candidate is kept as the layout itself, and without tl.gru_autotune it is the
-    model's choice."""
+    _GRU_TUNE_KINDS kinds are in, its cheapest layouts of the fewest, the most and the median blocks; untimed, a run
+    launches the choice (_gru_used). A single candidate is kept as the layout itself, and without tl.gru_autotune it
+    is the model's choice."""
     splits = tuple((p, n, tl._GRU_WG) for p, n in ((2, 66), (4, 30), (8, 15)))
     kind = lambda layout: (layout[6], layout[7] > 0, layout[8], layout[1])   # cluster, k-split, WN, slices
     lists = 0
@@ -3744,8 +3744,11 @@ def test_gru_choice_lists_candidates_to_time():
         for k in kinds - first:   # each other kind's two ends
             least = min(cost[e[3]] for e in ranked if kind(e[3]) == k)
             cheapest = [e for e in ranked if kind(e[3]) == k and cost[e[3]] == least]
-            fewest, most = min(cheapest, key=lambda e: e[2]), max(e[2] for e in cheapest)
-            assert fewest[3] in tuned and any(e[2] == most and e[3] in tuned for e in cheapest), (what, k)
+            counts = sorted(e[2] for e in cheapest)
+            fewest = min(cheapest, key=lambda e: e[2])
+            for blocks in (counts[-1], counts[len(counts) // 2]):
+                assert any(e[2] == blocks and e[3] in tuned for e in cheapest), (what, k, blocks)
+            assert fewest[3] in tuned and sum(kind(layout) == k for layout in tuned) <= 3, (what, k)
     assert lists > 20, lists
 
 
