@@ -588,8 +588,8 @@ def _gru_rows(table, steps, batch, n_in, hidden, dtype):
 
 # ================================================================ GPU: the GRU's parts and layouts (issue 4)
 
-GRU_LAYOUT_KINDS = 9   # per direction: the layout used, its model's near-ties (at most GRU_LAYOUT_TIES) and the
-GRU_LAYOUT_TIES = 8    # best-ranked layout of other kinds until GRU_LAYOUT_KINDS kinds are in (tl._gru_candidates)
+GRU_LAYOUT_KINDS = 9   # per direction: the layout used, its model's near-ties (at most GRU_LAYOUT_TIES) and other
+GRU_LAYOUT_TIES = 8    # kinds' cheapest layouts until GRU_LAYOUT_KINDS kinds are in (tl._gru_candidates)
 GRU_LAYOUT_SWEEP = 0   # bench.py --gru-sweep N: at least the N best-ranked layouts each way (a refit's data)
 
 

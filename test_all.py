@@ -3741,7 +3741,7 @@ def test_gru_choice_lists_candidates_to_time():
         assert len(kinds) == min(tl._GRU_TUNE_KINDS, len({kind(e[3]) for e in ranked})), what
         first = {kind(layout) for layout in tuned[:1 + len(ties)]}
         assert not first & {kind(layout) for layout in tuned[1 + len(ties):]}, what
-        for k in kinds - first:   # each other kind's two ends
+        for k in kinds - first:   # each other kind's cheapest layouts of the fewest, the median and the most blocks
             least = min(cost[e[3]] for e in ranked if kind(e[3]) == k)
             cheapest = [e for e in ranked if kind(e[3]) == k and cost[e[3]] == least]
             counts = sorted(e[2] for e in cheapest)
