@@ -392,12 +392,13 @@ def _unwritable(a):
     return None
 
 
-def _refuse_unwritable(t, what):
+def _refuse_unwritable(t, what, *args):
     """Before an update in place of tensor t (an optimizer's, a clipping's), where the tensors before it would be
-    updated first: a RuntimeError naming `what` if t cannot take it element by element."""
+    updated first: a RuntimeError naming `what` (a str.format template of args, formatted only then: a step checks
+    every parameter) if t cannot take it element by element."""
     why = _unwritable(t.data)
     if why:
-        raise RuntimeError(f"in-place {what}: {why}")
+        raise RuntimeError(f"in-place {what.format(*args)}: {why}")
 
 
 def _is_dense(a):
@@ -6761,7 +6762,7 @@ class Optimizer:
                                      f"{p.shape}")
                 if p.grad.device != p.device:
                     raise RuntimeError(f"{name}.step: gradient on {p.grad.device} for a parameter on {p.device}")
-                _refuse_unwritable(p, f"{name}.step of param_groups[{g}]['params'][{j}]")
+                _refuse_unwritable(p, "{}.step of param_groups[{}]['params'][{}]", name, g, j)
                 self._check_state(i, p, self.state.get(p, {}))
                 work.append((p, group))
         for p, group in work:
@@ -6779,7 +6780,7 @@ class Optimizer:
             name = f"{type(self).__name__}: state '{k}' of parameter {i}"
             if not isinstance(v, Tensor):
                 raise TypeError(f"{name} is a {type(v).__name__}, not a Tensor")
-            _refuse_unwritable(v, f"{type(self).__name__} update of state '{k}' of parameter {i}")
+            _refuse_unwritable(v, "{} update of state '{}' of parameter {}", type(self).__name__, k, i)
             if k == 'step':
                 if v.shape != ():
                     raise ValueError(f"{name} has shape {v.shape}, not () (a count)")
@@ -7048,7 +7049,7 @@ def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
     if not isinstance(total_norm, Tensor) or total_norm.numel() != 1 or total_norm.dtype not in _FLOATS:
         raise TypeError("total_norm must be a one-element float tensor (as get_total_norm returns)")
     for k, g in grads.items():
-        _refuse_unwritable(g, f'gradient clipping of parameter {k}')
+        _refuse_unwritable(g, 'gradient clipping of parameter {}', k)
     total, dtype = total_norm.data.reshape(()), total_norm.dtype
     xp, f = _xp(total), _opmath(dtype).type   # torch's ops on the norm: each computes in f and rounds to dtype
     rounded = lambda a: xp.asarray(a).astype(dtype, copy=False)
@@ -7079,7 +7080,7 @@ def clip_grad_value_(parameters, clip_value, foreach=None):
     grads = {k: p.grad for k, p in enumerate(_tensor_list(parameters, 'clip_grad_value_')) if p.grad is not None}
     clip_value = _nonnegative(clip_value, 'clip_value')
     for k, g in grads.items():
-        _refuse_unwritable(g, f'gradient clipping of parameter {k}')
+        _refuse_unwritable(g, 'gradient clipping of parameter {}', k)
         _check_fits(clip_value, g.dtype, 'clip_grad_value_')   # (1e6 for float16 raises, as PyTorch)
     for g in grads.values():
         bound = g.dtype.type(clip_value)
