@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Train a CIFAR-10 classifier with tinygrad_lite, on airbench94's recipe, and report its test accuracy.
 
-    python train_cifar.py                        # downloads CIFAR-10 into ./data, trains 14 epochs, tests
+    python train_cifar.py                        # downloads CIFAR-10 into ./data, trains 12 epochs, tests
     python train_cifar.py --data DIR --seed 3 --log run.jsonl --save ckpt.npz
     python train_cifar.py --synthetic --device cpu --epochs 1 --train-limit 512     # a quick timing run
 
@@ -599,11 +599,10 @@ def parse_args(argv=None):
     p.add_argument('--data', default='./data', help='folder holding cifar-10-batches-py/ (downloaded there if missing)')
     p.add_argument('--synthetic', action='store_true', help='random CIFAR-shaped data, for timing only')
     p.add_argument('--device', default=None, help="'cpu', 'cuda' or 'cuda:N' (default: cuda where available)")
-    # airbench94 trains 9.9 epochs; on the shared JPEG data (45,000 images) that gave a 5-seed mean of 90.38 to
-    # 90.54% here (the target is 90.5%), 12 epochs 90.74% in 2.5 s and 14 epochs 91.00% in 2.9 s on the H200. Those
-    # accuracies were test_batch's, so this choice looked at the held-back split: to be chosen again with --val
-    # (README, CIFAR-10)
-    p.add_argument('--epochs', type=float, default=14, help='epochs of training, fractions allowed (default 14)')
+    # chosen on --val 5000 alone (the last 5,000 training images; test_batch never read): 5-seed mean validation
+    # accuracy 89.94% at airbench94's 9.9 epochs, 90.53% at 12, 90.70% at 14; the rule, fixed before the runs, took the
+    # fewest epochs reaching the 90.5% target (README, CIFAR-10)
+    p.add_argument('--epochs', type=float, default=12, help='epochs of training, fractions allowed (default 12)')
     p.add_argument('--batch-size', type=int, default=1024, help='images a step (default 1024)')
     p.add_argument('--lr', type=float, default=11.5, help='learning rate per 1024 examples (default 11.5)')
     p.add_argument('--weight-decay', type=float, default=0.0153, help='weight decay per 1024 examples')
