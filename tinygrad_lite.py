@@ -172,7 +172,7 @@ def _matmul(a, b, out_dtype=None, tf32=False):
 # float32 (as PyTorch's torch.backends.cuda.matmul.allow_tf32, False by default). Set False for exact float32.
 allow_tf32 = True
 _CUDA_TYPES = {np.dtype(np.float16): 2, np.dtype(np.float32): 0, np.dtype(np.float64): 1}   # cudaDataType
-_cublas = {}   # GPU index -> (libcublas, handle, workspace)
+_cublas = {}   # GPU index -> [libcublas, handle, the stream last set on the handle]
 
 
 def _mapped_libraries(name):
@@ -192,11 +192,9 @@ def _cublas_handle():
     if index not in _cublas:
         cp.cuda.device.get_cublas_handle()   # CuPy loads libcublas into the process: use the same library
         lib, handle = ctypes.CDLL(next(iter(_mapped_libraries('libcublas.so')))), ctypes.c_void_p()
-        workspace = cp.empty(32 << 20, np.uint8)   # fixed, so that captured GEMMs allocate nothing
-        if lib.cublasCreate_v2(ctypes.byref(handle)) or \
-                lib.cublasSetWorkspace_v2(handle, ctypes.c_void_p(workspace.data.ptr), ctypes.c_size_t(workspace.nbytes)):
+        if lib.cublasCreate_v2(ctypes.byref(handle)):
             raise RuntimeError("cuBLAS: cannot create a handle")
-        _cublas[index] = lib, handle, workspace
+        _cublas[index] = [lib, handle, None]
     return _cublas[index]
 
 
@@ -205,7 +203,8 @@ def _gemm(a, b, out_dtype, tf32=False, out=None):
     `out` (C-contiguous) if given; tf32: float32 on the TF32 tensor cores. cuBLAS is column-major, so it
     computes c^T = b^T a^T: a C-contiguous row-major matrix is its own transpose there, an F-contiguous
     one needs the transpose flag."""
-    lib, handle, _ = _cublas_handle()
+    cublas = _cublas_handle()
+    lib, handle, stream = *cublas[:2], cp.cuda.get_current_stream().ptr
     (m, k), n, batch = a.shape[-2:], b.shape[-1], a.shape[0] if a.ndim == 3 else 1
     c = cp.empty(a.shape[:-2] + (m, n), out_dtype) if out is None else out
     if 0 in (m, n, k, batch):
@@ -226,7 +225,9 @@ def _gemm(a, b, out_dtype, tf32=False, out=None):
     # CUBLAS_COMPUTE_64F, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32F
     compute = 70 if a.dtype == np.float64 else 77 if tf32 and a.dtype == np.float32 else 68
     t_ab, t_c, ptr = _CUDA_TYPES[a.dtype], _CUDA_TYPES[np.dtype(out_dtype)], lambda x: ctypes.c_void_p(x.data.ptr)
-    lib.cublasSetStream_v2(handle, ctypes.c_void_p(cp.cuda.get_current_stream().ptr))
+    if cublas[2] != stream:   # (setting it also resets cuBLAS's workspace to its default pool: only on a change)
+        lib.cublasSetStream_v2(handle, ctypes.c_void_p(stream))
+        cublas[2] = stream
     if batch == 1 and a.ndim == 2:
         status = lib.cublasGemmEx(handle, flag_b, flag_a, n, m, k, ctypes.byref(one), ptr(b), t_ab, ld_b, ptr(a), t_ab, ld_a,
                                   ctypes.byref(zero), ptr(c), t_c, n, compute, -1)
