@@ -363,6 +363,12 @@ def _wide(a):
     return a.astype(np.float32) if a.dtype == np.float16 else a
 
 
+def _as_dtype(a, dtype):
+    """a in `dtype`, itself where it is already (CuPy's astype(copy=False) costs a few microseconds of host time even
+    then, a dozen times in a GRU layer's fwd+bwd); None stays None."""
+    return a if a is None or a.dtype == dtype else a.astype(dtype)
+
+
 def _acc_dtype(dtype):
     """The dtype sums, statistics and per-channel arithmetic accumulate in: float64 for float64 input, float32
     otherwise (kernels.cu's acc_t)."""
@@ -2143,20 +2149,20 @@ class GRULayer(Function):
         self.given, self.dtype, self.plans = given, x.dtype, _gru_plans(x, w_hh.shape[1], tf32)
         self.tf32 = tf32 and self.plans is not None   # the xp loop (CPU, composed) stays exact
         ct = _acc_dtype(x.dtype) if self.plans is None else x.dtype
-        x, w_ih, w_hh, b_ih, b_hh, h0 = (a if a is None else a.astype(ct, copy=False) for a in (x, w_ih, w_hh, b_ih, b_hh, h0))
+        x, w_ih, w_hh, b_ih, b_hh, h0 = (_as_dtype(a, ct) for a in (x, w_ih, w_hh, b_ih, b_hh, h0))
         if self.plans is None:
             out, gates = _gru_forward_loop(x, w_ih, w_hh, b_ih, b_hh, h0)
         else:
             w_hh, b_ih, b_hh, h0 = (_aligned(a) for a in (w_hh, b_ih, b_hh, h0))
             out, gates = _gru_forward_fused(x, w_ih, w_hh, b_ih, b_hh, h0, self.plans, self.tf32)
         self.saved = x, w_ih, w_hh, h0, out, gates
-        return out.astype(self.dtype, copy=False)
+        return _as_dtype(out, self.dtype)
 
     def backward(self, g):
         x, w_ih, w_hh, h0, out, gates = self.saved
         (steps, batch, hidden), xp = out.shape, _xp(out)
         dg_ih, dg_hh = xp.empty((steps, batch, 3 * hidden), out.dtype), xp.empty((steps, batch, 3 * hidden), out.dtype)
-        g = g.astype(out.dtype, copy=False)
+        g = _as_dtype(g, out.dtype)
         need = _fill(self.needs_grad, self.given, False)
         if self.plans is None:
             dh0, db = _gru_backward_loop(g, w_hh, h0, out, gates, dg_ih, dg_hh), None
@@ -2174,7 +2180,7 @@ class GRULayer(Function):
         grads = (_matmul(gi, w_ih, tf32=tf32).reshape(x.shape) if need[0] else None,
                  _matmul(gi.T, x.reshape(steps * batch, x.shape[-1]), tf32=tf32) if need[1] else None, dw_hh,
                  db[0] if need[3] else None, db[1] if need[4] else None, dh0 if need[5] else None)
-        return tuple(d if d is None else d.astype(self.dtype, copy=False) for d, given in zip(grads, self.given) if given)
+        return tuple(_as_dtype(d, self.dtype) for d, given in zip(grads, self.given) if given)
 
 
 def _gru_forward_loop(x, w_ih, w_hh, b_ih, b_hh, h0):
@@ -2290,8 +2296,9 @@ def _aligned(a):
     copy 16-byte pieces)."""
     if a is None:
         return None
-    a = cp.ascontiguousarray(a)
+    a = a if a.flags.c_contiguous else cp.ascontiguousarray(a)   # (the call costs host time even where a is)
     return a if a.data.ptr % 16 == 0 else a.copy()
+
 
 
 def _gru_run(direction, plans, tf32, arrays, steps, batch, hidden):
