@@ -2372,6 +2372,19 @@ __global__ void gru_gates_bwd(const T* __restrict__ dout_t, const T* __restrict_
     }
 }
 
+// The bias gradients from the persistent backward's per-row sums (BwdCells::store_bias): column c of parts (B, 6H)
+// summed over its B rows into db_ih[c] (c < 3H) or db_hh[c - 3H], a thread a column.
+template <typename T>
+__global__ void gru_bias_sums(const float* __restrict__ parts, T* __restrict__ db_ih, T* __restrict__ db_hh, int B,
+                              int H) {
+    using namespace gru;
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < 6 * H; c += gridDim.x * blockDim.x) {
+        float sum = 0.f;
+        for (int b = 0; b < B; ++b) sum += parts[static_cast<size_t>(b) * 6 * H + c];
+        (c < 3 * H ? db_ih[c] : db_hh[c - 3 * H]) = from_f<T>(sum);
+    }
+}
+
 // ===== conv: layouts, im2col/col2im, direct, implicit GEMM (mma.sync, wgmma, TMA) =====
 // cols[m, (i*kw + j)*C + c] = x[n, ho*sh - ph + i, wo*sw - pw + j, c] (0 outside the image),
 // m = (n*Ho + ho)*Wo + wo, so the forward conv is cols @ W2^T with W2 = w.transpose(0,2,3,1)

@@ -10737,9 +10737,11 @@ for _case in GRU_CASES:
 
 def test_gpu_gru_bias_gradients_from_the_kernel():
     """On the persistent path the backward kernel sums the bias gradients of its cells over the steps
-    (BwdCells::store_bias) and the host sums their B rows: no column sum over the (T B, 3H) gradients runs. b_ih's and
-    b_hh's gradients (each requiring grad alone, and both) match the CPU's in float64, the other parameters' too: in
-    the kernels the layouts choose (a cluster one on Hopper) and in the cooperative ones (the others hidden)."""
+    (BwdCells::store_bias) and gru_bias_sums sums their B rows: no column sum over the (T B, 3H) gradients runs, and
+    none on the host at all (with gru_bias_sums hidden, the host's _sum of the B rows). b_ih's and b_hh's gradients
+    (each requiring grad alone, and both) match the CPU's in float64, the other parameters' too: in the kernels the
+    layouts choose (a cluster one on Hopper), in the cooperative ones (the others hidden), and so without
+    gru_bias_sums."""
     need_cuda()
     r = rng('gru kernel bias sums')
     x0, h0 = r.uniform(-1, 1, (7, 5, 12)), r.uniform(-1, 1, (1, 5, 40))
@@ -10765,10 +10767,11 @@ def test_gpu_gru_bias_gradients_from_the_kernel():
     for alone in ('bias_ih_l0', 'bias_hh_l0', None):
         want, rows = gradients(alone, np.float64, 'cpu')
         assert len(want) == 2 + (2 if alone is None else 1) and (7 * 5, 120) in rows, (alone, rows)
-        for hidden in (None, GRU_CLUSTER_KERNELS + GRU_SPLIT_KERNELS):
+        for hidden, summed in ((None, []), (GRU_CLUSTER_KERNELS + GRU_SPLIT_KERNELS, []),
+                               (('gru_bias_sums',), [(5, 240)])):
             got, rows = gradients(alone, np.float32, 'cuda', hidden)
-            what = f'{alone or "both biases"} requiring grad, {"cooperative kernels" if hidden else "as chosen"}'
-            assert got.keys() == want.keys() and rows == [(5, 240)], f'{what}: the GPU summed {rows}'
+            what = f'{alone or "both biases"} requiring grad, kernels hidden: {hidden}'
+            assert got.keys() == want.keys() and rows == summed, f'{what}: the GPU summed {rows}'
             for name in want:
                 assert_matches(got[name], want[name], 1e-5, f'{name} ({what})')
 

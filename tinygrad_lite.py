@@ -517,7 +517,7 @@ _KERNEL_INSTANCES = {
        for name in ('gru_fwd_cluster', 'gru_bwd_cluster')},
     **{name: [(t, str(p), '0') for t in ('float', '__half') for p in _GRU_SPLITS] +
              [('float', str(p), str(n)) for p in _GRU_SPLITS for n in _GRU_WG] for name in ('gru_fwd_split', 'gru_bwd_split')},
-    **{name: [('float',), ('__half',)] for name in ('gru_gates_fwd', 'gru_gates_bwd')},
+    **{name: [('float',), ('__half',)] for name in ('gru_gates_fwd', 'gru_gates_bwd', 'gru_bias_sums')},
     **{name: [(t,) for t in _FLOAT_C]
        for name in ('batch_transpose', 'conv_weight_layouts', 'conv_direct_fwd', 'conv_direct_dx', 'conv_direct_dw',
                     'conv_direct_dw_fold')},
@@ -2274,14 +2274,14 @@ def _gru_forward_fused(x, w_ih, w_hh, b_ih, b_hh, h0, plans, tf32):
 
 def _gru_backward_fused(g, w_hh, h0, out, gates, dg_ih, dg_hh, plans, tf32, bias):
     """Fill dg_ih and dg_hh on the GPU as _gru_forward_fused does; returns the gradient of h0 and, where the persistent
-    kernel ran and `bias` asks for them, the bias gradients (b_ih's, b_hh's: float32), else None. The kernel sums each
-    of its (row, unit) cells over the steps as it writes them, so that only B rows are left to sum, not T B."""
+    kernel ran and `bias` asks for them, the bias gradients (b_ih's, b_hh's, in g's dtype), else None. The kernel sums
+    each of its (row, unit) cells over the steps as it writes them, so that only B rows are left to sum, not T B."""
     xp, (steps, batch, hidden) = _xp(g), out.shape
     if plans[1] is not None:
         dh0, parts = xp.empty((batch, hidden), g.dtype), xp.empty((batch, 6 * hidden), np.float32) if bias else None
         _gru_run('bwd', plans, tf32, (g, gates, out, h0, xp.ascontiguousarray(w_hh.T), dg_ih, dg_hh, dh0, parts),
                  steps, batch, hidden)
-        return dh0, parts if parts is None else _sum(parts, 0).reshape(2, 3 * hidden)
+        return dh0, parts if parts is None else _gru_bias_sums(parts, g.dtype)
     carry, dh_mm = xp.zeros((batch, hidden), np.float32), xp.empty((batch, hidden), g.dtype)
     kernel = _kernel('gru_gates_bwd', g.dtype)
     for t in range(steps - 1, -1, -1):   # dh_mm holds dG_hh[t + 1] W_hh, carry dh z of step t + 1
@@ -2289,6 +2289,18 @@ def _gru_backward_fused(g, w_hh, h0, out, gates, dg_ih, dg_hh, plans, tf32, bias
                                                  out[t - 1] if t else h0, dg_ih[t], dg_hh[t]) + _int32s(batch, hidden))
         _gemm(dg_hh[t], w_hh, g.dtype, tf32, out=dh_mm)
     return (carry + dh_mm).astype(g.dtype), None
+
+
+def _gru_bias_sums(parts, dtype):
+    """(b_ih's gradient, b_hh's) in `dtype` from the backward kernel's per-row sums `parts` (B, 6H): one launch of
+    gru_bias_sums writing each into memory of its own: on an H100's host 9 us, against 33 us for CuPy's sum and 21 for
+    each copy of its halves that the leaves' gradients then took."""
+    kernel, size = _kernel('gru_bias_sums', dtype), parts.shape[1] // 2
+    if kernel is None:
+        return _as_dtype(_sum(parts, 0), dtype).reshape(2, size)
+    db_ih, db_hh = cp.empty(size, dtype), cp.empty(size, dtype)
+    _launch_flat(kernel, 2 * size, 1, (parts, db_ih, db_hh) + _int32s(parts.shape[0], size // 3))
+    return db_ih, db_hh
 
 
 def _aligned(a):
