@@ -172,7 +172,7 @@ def _matmul(a, b, out_dtype=None, tf32=False):
 # float32 (as PyTorch's torch.backends.cuda.matmul.allow_tf32, False by default). Set False for exact float32.
 allow_tf32 = True
 _CUDA_TYPES = {np.dtype(np.float16): 2, np.dtype(np.float32): 0, np.dtype(np.float64): 1}   # cudaDataType
-_cublas = {}   # GPU index -> [libcublas, handle, the stream last set on the handle]
+_cublas = {}   # GPU index -> (libcublas, handle)
 
 
 def _mapped_libraries(name):
@@ -194,7 +194,7 @@ def _cublas_handle():
         lib, handle = ctypes.CDLL(next(iter(_mapped_libraries('libcublas.so')))), ctypes.c_void_p()
         if lib.cublasCreate_v2(ctypes.byref(handle)):
             raise RuntimeError("cuBLAS: cannot create a handle")
-        _cublas[index] = [lib, handle, None]
+        _cublas[index] = lib, handle
     return _cublas[index]
 
 
@@ -203,8 +203,7 @@ def _gemm(a, b, out_dtype, tf32=False, out=None):
     `out` (C-contiguous) if given; tf32: float32 on the TF32 tensor cores. cuBLAS is column-major, so it
     computes c^T = b^T a^T: a C-contiguous row-major matrix is its own transpose there, an F-contiguous
     one needs the transpose flag."""
-    cublas = _cublas_handle()
-    lib, handle, stream = *cublas[:2], cp.cuda.get_current_stream().ptr
+    lib, handle = _cublas_handle()
     (m, k), n, batch = a.shape[-2:], b.shape[-1], a.shape[0] if a.ndim == 3 else 1
     c = cp.empty(a.shape[:-2] + (m, n), out_dtype) if out is None else out
     if 0 in (m, n, k, batch):
@@ -225,9 +224,10 @@ def _gemm(a, b, out_dtype, tf32=False, out=None):
     # CUBLAS_COMPUTE_64F, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32F
     compute = 70 if a.dtype == np.float64 else 77 if tf32 and a.dtype == np.float32 else 68
     t_ab, t_c, ptr = _CUDA_TYPES[a.dtype], _CUDA_TYPES[np.dtype(out_dtype)], lambda x: ctypes.c_void_p(x.data.ptr)
-    if cublas[2] != stream:   # (setting it also resets cuBLAS's workspace to its default pool: only on a change)
-        lib.cublasSetStream_v2(handle, ctypes.c_void_p(stream))
-        cublas[2] = stream
+    # the handle's stream, on every call (CuPy's current stream is per thread; 1.2 us of host time on an H100's host);
+    # setting it also resets the handle's workspace to cuBLAS's default pool, which the GEMMs then use
+    if lib.cublasSetStream_v2(handle, ctypes.c_void_p(cp.cuda.get_current_stream().ptr)):
+        raise RuntimeError("cuBLAS: cannot set the handle's stream")
     if batch == 1 and a.ndim == 2:
         status = lib.cublasGemmEx(handle, flag_b, flag_a, n, m, k, ctypes.byref(one), ptr(b), t_ab, ld_b, ptr(a), t_ab, ld_a,
                                   ctypes.byref(zero), ptr(c), t_c, n, compute, -1)
