@@ -3193,11 +3193,13 @@ def test_copies_are_row_major_and_flatten_empty_as_pytorch():
     """An advanced index's result, cat and stack of transposed inputs and masked_fill of one are row-major, as
     PyTorch's: view(-1) works (it raised) and a reshape of the result is a view of it; flatten keeps a size-0 axis
     outside the flattened range (it raised: reshape's -1 is ambiguous with no elements), the Flatten module too. cat of
-    channels-last tensors stays channels-last, as PyTorch's."""
+    channels-last tensors stays channels-last, as PyTorch's; cat of one tensor (a copy of it, not concatenate) too, and
+    its result shares no memory with its input."""
     need_torch()
     x0, m0 = np.arange(24.).reshape(2, 3, 4), np.arange(12.).reshape(3, 4)
     cases = [lambda m, x, w: x[:, [2, 0]], lambda m, x, w: m.cat([w.T, w.T]), lambda m, x, w: m.stack([w.T, w.T], 1),
-             lambda m, x, w: w.T.masked_fill(w.T > 3, 0.0), lambda m, x, w: x[[1, 0], :, 1:]]
+             lambda m, x, w: w.T.masked_fill(w.T > 3, 0.0), lambda m, x, w: x[[1, 0], :, 1:],
+             lambda m, x, w: m.cat([w.T]), lambda m, x, w: m.cat([x[:, ::2]], 2)]
     for k, f in enumerate(cases):
         results = []
         for m in (tl, torch):
@@ -3211,11 +3213,13 @@ def test_copies_are_row_major_and_flatten_empty_as_pytorch():
         assert got.shape == tuple(want.shape), (shape, start, end, got.shape)
     assert tl.Flatten()(tl.zeros(0, 3, 4)).shape == tuple(torch.nn.Flatten()(torch.zeros(0, 3, 4)).shape) == (0, 12)
     nhwc = [sample(rng(('cat channels-last', k)), (2, 4, 5, 3)) for k in range(2)]
-    for m in (tl, torch):   # but cat of channels-last tensors stays channels-last, as PyTorch's: view(2, -1) raises
-        c = m.cat([m.tensor(a).permute(0, 3, 1, 2) for a in nhwc], 1)
+    for m, inputs in ((m, inputs) for m in (tl, torch) for inputs in (nhwc, nhwc[:1])):   # but channels-last stays so,
+        c = m.cat([m.tensor(a).permute(0, 3, 1, 2) for a in inputs], 1)   # as PyTorch's: view(2, -1) raises
         assert tl._channels_last(c.data) if m is tl else c.is_contiguous(memory_format=torch.channels_last)
-        assert np.array_equal(to_np(c), np.concatenate(nhwc, 3).transpose(0, 3, 1, 2)), m.__name__
+        assert np.array_equal(to_np(c), np.concatenate(inputs, 3).transpose(0, 3, 1, 2)), m.__name__
         raises(RuntimeError, lambda: c.view(2, -1))
+    for x in (tl.tensor(x0), tl.tensor(x0).transpose(0, 2), tl.tensor(nhwc[0]).permute(0, 3, 1, 2)):
+        assert not np.shares_memory(tl.cat([x]).data, x.data), x.shape
 
 
 def test_softmax_log_softmax_float16_gradients_rounded_once():
