@@ -2069,7 +2069,8 @@ struct BwdCells : Cells {
             if (has(i)) dh0[static_cast<size_t>(b(i)) * H + j(i)] = from_f<T>(dh[i]);
     }
     // The bias gradients' sums over the steps, by batch row: row b(i) of parts (B, 6H) holds db_ih's r, z, n then
-    // db_hh's r, z, n (r and z twice), for the host to sum over the rows; parts may be null (no bias gradients).
+    // db_hh's r, z, n (r and z twice), for gru_bias_sums to sum over the rows; parts may be null (no bias
+    // gradients).
     __device__ void store_bias(float* parts, int H) const {
         if (parts == nullptr) return;
 #pragma unroll
