@@ -1732,11 +1732,11 @@ __device__ __forceinline__ void share_operand(const Block<T, FWD>& bk, int next,
 // gru_fwd_split_h). W's N rows are the A operand in m-tiles of 64 (the block's two warpgroups take them alternately, at
 // most MB each) and the operand's rows the WN-column B operand (MTp <= WN), both in K-major k-tiles of KT values (128
 // bytes a row) in the 128-byte swizzle, KP and KC multiples of KT, the tiles 1024-byte aligned (the host adds 1024
-// bytes). The last m-tile reaches past row N into the next k-tile's rows (past
-// the last k-tile, into `tail` zeroed rows): its products of those rows are not kept. A warpgroup keeps its tiles'
-// sums over the chunks in registers and writes them into red (WN rows) once the last chunk is multiplied, times inv[n]
-// where the weights were scaled (stage_scaled_weights). TF32: the operand is multiplied as staged, the tensor cores
-// truncating it (the weights are rounded when staged).
+// bytes). The last m-tile reaches past row N into the next k-tile's rows (past the last k-tile, into `tail` zeroed
+// rows): its products of those rows are not kept. A warpgroup keeps its tiles' sums over the chunks in registers and
+// writes them into red (WN rows) once the last chunk is multiplied, times inv[n] where the weights were scaled
+// (stage_scaled_weights). TF32: the operand is multiplied as staged, the tensor cores truncating it (the weights are
+// rounded when staged).
 template <typename T, bool FWD, int WN = 0>
 struct Split : Owned {
     static constexpr int NQ = FWD ? 3 : 1;        // gates per unit in the weight rows
@@ -1901,8 +1901,8 @@ struct Split : Owned {
         cluster_sync();
     }
     // wgmma: the warpgroup's m-tiles (2 i + its index) times the B tile A over `ksteps` k-steps of 32 bytes from W's
-    // column k0 (a multiple of KT), in whole k-tiles of 4 (staged zeros past the chunk); first: the first chunk (its first
-    // k-step overwrites d). Returns once they are done. No wgmma runs under a condition of its own, and each k-tile's
+    // column k0 (a multiple of KT), in whole k-tiles of 4 (staged zeros past the chunk); first: the first chunk (its
+    // first k-step overwrites d). Returns once they are done. No wgmma runs under a condition of its own, and each k-tile's
     // are fenced as CUTLASS's mainloops do (the sums' registers fenced around wgmma.fence, commit and wait): else
     // ptxas (CUDA 13) merges the registers between them and serializes the products (its warnings C7519, C7520).
     __device__ void wg_products(float (&d)[MB][WN ? WN / 2 : 1], const T* A, int k0w, int ksteps, bool first) const {

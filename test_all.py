@@ -3680,18 +3680,20 @@ def test_gpu_gru_empty_batch():
 
 def test_gru_split_layouts_fit_their_kernels():
     """_gru_plan's k-split layouts (mma.sync and wgmma, whole and k-chunked) over many sizes, with the H200's figures
-    (232448 bytes of shared memory, 66 / 30 / 15 resident clusters of 2 / 4 / 8): each covers the batch, the hidden
+    (232448 bytes of shared memory, 66 / 30 / 15 resident clusters of 2 / 4 / 8, and 132 blocks alone for the f16
+    forward's P = 1, which some layouts take): each covers the batch, the hidden
     units and (its k-slices) K, keeps its blocks resident and at most 4 cells a thread, and asks for the shared memory
     kernels.cu's Split addresses (W's rows, the operand's one or two buffers, the partial sums; wgmma: 1024 bytes of
     alignment slack, W's tail rows to an m-tile of 64, the operand's rows padded to WN; the float32 forward's f16
     operands, _gru_half_operands: 2-byte values and N floats of scales), within the limit; a wgmma layout keeps to its
     tiles (KP and KC multiples of 128 bytes, at most 4 m-tiles, batch rows at most WN)."""
     up = lambda a, b: -(-a // b) * b
-    smem_max, resident, seen = 232448, {2: 66, 4: 30, 8: 15}, collections.Counter()
+    smem_max, resident, seen = 232448, {1: 132, 2: 66, 4: 30, 8: 15}, collections.Counter()
     for batch, hidden, forward, itemsize, wgmma, cap, half in itertools.product(
             (1, 5, 16, 33, 64, 100, 256), (8, 50, 128, 300, 512, 1024), (True, False), (4, 2), (False, True, 'only'),
             (None, 32), (True, False)):
-        splits = tuple((p, n, tl._GRU_WG if wgmma and itemsize == 4 else ()) for p, n in resident.items())
+        splits = tuple((p, n, tl._GRU_WG if wgmma and itemsize == 4 else ()) for p, n in resident.items()
+                       if p > 1 or (half and wgmma and itemsize == 4 and forward))   # P = 1: the f16 forward's
         with mock.patch.object(tl, '_gru_wgmma', wgmma), mock.patch.object(tl, '_gru_chunk_cap', cap), \
                 mock.patch.object(tl, '_gru_half_operands', half):
             layout = tl._gru_plan(forward, 0, smem_max, batch, hidden, itemsize, 1, False, splits)
@@ -3715,7 +3717,9 @@ def test_gru_split_layouts_fit_their_kernels():
             kernel = itemsize * (n * ld(kp) + bufs * mtp * ld(kc)) + 4 * mtp * (n + 8)
         assert smem == kernel <= smem_max, f'{what}: the kernel addresses {kernel} bytes'
         seen[wn and ob, bufs] += 1
-    assert all(seen[w, b] for w in (False, 2, 4) for b in (1, 2)), f'layouts (wgmma operand bytes, buffers): {dict(seen)}'
+        seen['alone'] += size == 1
+    assert all(seen[w, b] for w in (False, 2, 4) for b in (1, 2)) and seen['alone'], \
+        f'layouts (wgmma operand bytes, buffers; P = 1): {dict(seen)}'
 
 
 def test_gru_choice_lists_candidates_to_time():
@@ -10678,7 +10682,7 @@ def test_gpu_gru_half_operands():
     b_hh[2 * hidden:] = 0
     sigmoid = lambda v: 1 / (1 + np.exp(-v))
     chunked, smem = set(), tl._gru_device()[1]
-    for wn, size, cap, large in itertools.product(tl._GRU_WG, tl._GRU_SPLITS, (None, 32), (False, True)):
+    for wn, size, cap, large in itertools.product(tl._GRU_WG, tl._GRU_SPLITS_HALF, (None, 32), (False, True)):
         splits, ranked = tuple((p, n, (wn,)) for p, n, _ in tl._gru_splits(True, np.float32) if p == size), []
         with mock.patch.object(tl, '_gru_chunk_cap', cap):
             tl._gru_plan(True, 0, smem, batch, hidden, 4, 1, False, splits, ranked=ranked)

@@ -482,6 +482,7 @@ _PACK = {'__half': ('1', '8'), 'float': ('1', '4'), 'double': ('1', '2')}   # el
 _ACTIVATIONS = {None: 0, 'relu': 1, 'gelu': 2}   # the ACT template argument of the BatchNorm kernels
 _GRU_CLUSTERS = (1, 2, 4, 8)   # the GRU's cluster kernels' blocks per cluster (8: the portable most)
 _GRU_SPLITS = (2, 4, 8)   # the GRU's k-split kernels' blocks per cluster: slices of the product's k extent
+_GRU_SPLITS_HALF = (1,) + _GRU_SPLITS   # gru_fwd_split_h's (1: a block takes all of k, no cluster)
 _GRU_WG = (16, 32, 64)   # their float32 products on wgmma: the operand's rows (the B operand's) padded to one of these
 # The fused BatchNorm training passes' packs kept in registers per thread (their RC template argument), per C type
 # (none for float64: the two-kernel passes serve it): the fastest measured on the H200 (PERF_NOTES.md)
@@ -517,7 +518,7 @@ _KERNEL_INSTANCES = {
        for name in ('gru_fwd_cluster', 'gru_bwd_cluster')},
     **{name: [(t, str(p), '0') for t in ('float', '__half') for p in _GRU_SPLITS] +
              [('float', str(p), str(n)) for p in _GRU_SPLITS for n in _GRU_WG] for name in ('gru_fwd_split', 'gru_bwd_split')},
-    'gru_fwd_split_h': [(str(p), str(n)) for p in _GRU_SPLITS for n in _GRU_WG],
+    'gru_fwd_split_h': [(str(p), str(n)) for p in _GRU_SPLITS_HALF for n in _GRU_WG],
     **{name: [('float',), ('__half',)] for name in ('gru_gates_fwd', 'gru_gates_bwd', 'gru_bias_sums')},
     **{name: [(t,) for t in _FLOAT_C]
        for name in ('batch_transpose', 'conv_weight_layouts', 'conv_direct_fwd', 'conv_direct_dx', 'conv_direct_dw',
@@ -2460,13 +2461,15 @@ def _gru_splits(forward, dtype):
     """((P, clusters, wgmma), ...): for each size P of _GRU_SPLITS whose k-split kernel (forward or backward) loaded, how
     many clusters of P blocks the GPU holds at once at the most shared memory a block may take (less holds no fewer),
     and the sizes of _GRU_WG whose wgmma kernels of P loaded (float32; none where _gru_wgmma is False; the forward's
-    f16 ones where _gru_half_operands)."""
+    f16 ones where _gru_half_operands, also of P = 1, which has no mma.sync kernel: _gru_plan offers it on wgmma
+    only)."""
     smem_max, splits, name = _gru_device()[1], [], f"gru_{'fwd' if forward else 'bwd'}_split"
-    for size in _GRU_SPLITS:
-        kernel = _kernel(name, dtype, size, 0)
+    for size in _GRU_SPLITS_HALF if _gru_half_wgmma(forward, dtype) else _GRU_SPLITS:
+        wgmma = tuple(n for n in _GRU_WG if _gru_wgmma and np.dtype(dtype) == np.float32
+                      and _gru_wgmma_kernel(forward, size, n) is not None)
+        kernel = _kernel(name, dtype, size, 0) if size > 1 else _gru_wgmma_kernel(forward, size, wgmma[0]) if wgmma \
+            else None
         if kernel is not None:
-            wgmma = tuple(n for n in _GRU_WG if _gru_wgmma and np.dtype(dtype) == np.float32
-                          and _gru_wgmma_kernel(forward, size, n) is not None)
             splits.append((size, _resident_clusters(_allow_smem(kernel, smem_max), size, smem_max), wgmma))
     return tuple(splits)
 
@@ -2561,7 +2564,7 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
                 # clock, or the shared memory's 128 bytes a clock for both operands' reads; twice that on f16 operands
                 # (the float32 forward's, with N floats of scales: _gru_half_wgmma)
                 variants = [(16, up(w_rows, 24 if forward else 32), up(w_rows, 24 if forward else 32), 0, m_rows,
-                             row_bytes, 0.75 * _GRU_MACS[itemsize, tc], 0, itemsize, 0)]
+                             row_bytes, 0.75 * _GRU_MACS[itemsize, tc], 0, itemsize, 0)][size == 1:]   # P = 1: wgmma
                 wn = next((n for n in wgmma if n >= m_rows), 0)
                 if wn and up(w_rows, 64) <= 256:
                     ob = 2 if _gru_half_wgmma(forward, np.float32) else 4
