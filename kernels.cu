@@ -220,6 +220,18 @@ __device__ __forceinline__ unsigned long long operand(unsigned address, unsigned
 // d (+)= A B of one k-step: accumulate false overwrites d (the first step: d needs no zeros, whose writes would
 // make ptxas serialize the asynchronous products). MN: both tiles MN-major (float16 only)
 template <typename T, int N, int MN = 0> struct Wgmma;
+template <int MN> struct Wgmma<__half, 16, MN> {
+    __device__ static void mma(float (&d)[8], unsigned long long a, unsigned long long b, bool accumulate) {
+        TL_WGMMA("wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16", TL_R8, "%8", "%9", "%10", ", %11, %11",
+                 TL_D4(0), TL_D4(4));
+    }
+};
+template <int MN> struct Wgmma<__half, 32, MN> {
+    __device__ static void mma(float (&d)[16], unsigned long long a, unsigned long long b, bool accumulate) {
+        TL_WGMMA("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16", TL_R16, "%16", "%17", "%18", ", %19, %19",
+                 TL_D16(0));
+    }
+};
 template <int MN> struct Wgmma<__half, 64, MN> {
     __device__ static void mma(float (&d)[32], unsigned long long a, unsigned long long b, bool accumulate) {
         TL_WGMMA("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", TL_R32, "%32", "%33", "%34", ", %35, %35",
@@ -1298,6 +1310,43 @@ __device__ __forceinline__ __half ld_cg(const __half* p) {
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + __expf(-x)); }
 
+// f16 operands for float32 in TF32's place (gru_fwd_split_h): values scaled by powers of two into f16's range,
+// exactly. half_scale(m): s with m s in [2^14, 2^15) for a largest magnitude m (1 where m is 0 or not finite, which
+// then stays so), so that the values down to 2^-29 m are f16 normals with 11 significant bits (TF32 keeps 11,
+// truncated); its exponent within +-100, so that a product of two stays a float.
+__device__ __forceinline__ float half_scale(float m) {
+    if (!(m > 0.f) || isinf(m)) return 1.f;
+    int e;
+    frexpf(m, &e);   // m < 2^e
+    return ldexpf(1.f, max(-100, min(100, 15 - e)));
+}
+
+// The scale of a batch group's f16 operand h, the same in every block of the group: half_scale of the larger of 1 and
+// the largest magnitude in h0's rows [b0, b0 + bn) (h0 null: zeros). |h_t| stays below that for t > 0 (h_t lies
+// between n_t in (-1, 1) and h_{t-1}). `top`: a word of shared memory nothing else uses meanwhile.
+__device__ float operand_scale(const float* h0, int b0, int bn, int H, unsigned* top) {
+    constexpr int U = 8;   // loads in flight a thread
+    float part[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) part[u] = 1.f;
+    const float* rows = h0 + static_cast<size_t>(b0) * H;
+    for (int i = threadIdx.x; h0 != nullptr && i < bn * H; i += U * blockDim.x)
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (i + u * blockDim.x < bn * H) part[u] = fmaxf(part[u], fabsf(rows[i + u * blockDim.x]));
+    float m = part[0];
+#pragma unroll
+    for (int u = 1; u < U; ++u) m = fmaxf(m, part[u]);
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (threadIdx.x == 0) *top = 0u;
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) atomicMax(top, __float_as_uint(m));   // non-negative floats order as their bits
+    __syncthreads();
+    const float s = half_scale(__uint_as_float(*top));
+    __syncthreads();
+    return s;
+}
+
 // Calls f(r, v) for this thread's cells of an nrows x n grid: cells t, t + blockDim.x, ... in row-major order
 // for thread t, (r, v) stepped without an integer division per cell.
 template <typename F>
@@ -1679,25 +1728,28 @@ __device__ __forceinline__ void share_operand(const Block<T, FWD>& bk, int next,
 // cluster's cells, summing the P blocks' partial products over distributed shared memory. Where the operand's slice
 // does not fit beside the weights, it is staged in k-chunks of KC into two buffers, the next chunk's copies in flight
 // while the warps multiply the current one.
-// WN > 0 (float only, sm_90a): the products run on wgmma. W's N rows are the A operand in m-tiles of 64 (the block's
-// two warpgroups take them alternately, at most MB each) and the operand's rows the WN-column B operand (MTp <= WN),
-// both in K-major k-tiles of 32 floats (128 bytes a row) in the 128-byte swizzle, KP and KC multiples of 32, the tiles
-// 1024-byte aligned (the host adds 1024 bytes). The last m-tile reaches past row N into the next k-tile's rows (past
-// the last k-tile, into `tail` zeroed rows): its products of those rows are not kept. A warpgroup keeps its tiles'
-// sums over the chunks in registers and writes them into red (WN rows) once the last chunk is multiplied. The operand
-// is multiplied as staged: the tensor cores truncate it to TF32 (the weights are rounded when staged).
+// WN > 0 (sm_90a): the products run on wgmma, TF32 (T = float) or f16 (T = __half: the float32 forward's f16 operands,
+// gru_fwd_split_h). W's N rows are the A operand in m-tiles of 64 (the block's two warpgroups take them alternately, at
+// most MB each) and the operand's rows the WN-column B operand (MTp <= WN), both in K-major k-tiles of KT values (128
+// bytes a row) in the 128-byte swizzle, KP and KC multiples of KT, the tiles 1024-byte aligned (the host adds 1024
+// bytes). The last m-tile reaches past row N into the next k-tile's rows (past the last k-tile, into `tail` zeroed
+// rows): its products of those rows are not kept. A warpgroup keeps its tiles' sums over the chunks in registers and
+// writes them into red (WN rows) once the last chunk is multiplied, times inv[n] where the weights were scaled
+// (stage_scaled_weights). TF32: the operand is multiplied as staged, the tensor cores truncating it (the weights are
+// rounded when staged).
 template <typename T, bool FWD, int WN = 0>
 struct Split : Owned {
     static constexpr int NQ = FWD ? 3 : 1;        // gates per unit in the weight rows
     static constexpr int NTW = FWD ? 3 : 4;       // n-tiles of 8 per warp tile
     static constexpr int KT = 128 / sizeof(T);    // a k-tile of the wgmma layout: 128 bytes of a row
     static constexpr int MB = 2;                  // wgmma: m-tiles a warpgroup at most (N <= 256)
-    static_assert(WN == 0 || (sizeof(T) == 4 && WN % 16 == 0 && WN <= 64), "wgmma: TF32, B operand of 16 to 64 rows");
+    static_assert(WN == 0 || (WN % 16 == 0 && WN <= 64), "wgmma: a B operand of 16 to 64 rows");
     int k0, kn, kc, chunks, N, ldw, lda, ldc, c0, c1, a_rows, mtiles, tail;
     bool vec;   // K a multiple of 16 bytes: 16-byte copies
     T* Ws;
     T* As;
     float* red;
+    float* inv = nullptr;   // scaled weights: 1 / (row n's scale times the operand's), after red (N floats)
 
     __device__ Split(int B, int H, int P, int nu, int J, int BB, int KP, int KC)
         : Owned(blockIdx.x / P % nu, blockIdx.x / (P * nu), B, H, J, BB, FWD) {
@@ -1745,6 +1797,72 @@ struct Split : Owned {
             return q < NQ && u < jn ? w + static_cast<size_t>(q * H + j0 + u) * K + k0 : nullptr;
         });
     }
+    // f16 operands (T = __half, WN > 0) for float32 weights w: the rows stage_weights stages, each scaled by half_scale
+    // of its largest magnitude over the block's k-slice, and inv[n] = 1 / (that scale times hs, the operand's scale),
+    // which store_sums applies before the cluster adds its blocks' sums. A warp takes R rows at once, each lane 4
+    // columns in 128, up to CH columns of the R rows in registers (16-byte loads where K allows), so that the loads are
+    // in flight together and (k-slices of CH or fewer) read once: a row at a time, read twice, the first step took 51
+    // us against TF32's 22 at (50, 256, 512, 512) on the H100.
+    __device__ void stage_scaled_weights(const float* w, int H, float hs) {
+        for (int i = threadIdx.x; i < weight_count(); i += blockDim.x) Ws[i] = from_f<T>(0.f);
+        __syncthreads();
+        inv = red + a_rows * ldc;
+        constexpr int R = 2, KV = 4, CH = 128 * KV;
+        const int lane = threadIdx.x % 32;
+        for (int n0 = threadIdx.x / 32 * R; n0 < N; n0 += NW * R) {
+            const float* row[R];
+            float m[R];
+            float4 v[R][KV];
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const int n = n0 + r, q = n / Jp, u = n - q * Jp;
+                row[r] = n < N && q < NQ && u < jn ? w + static_cast<size_t>(q * H + j0 + u) * K + k0 : nullptr;
+                m[r] = 0.f;
+            }
+            const auto fetch = [&](int c0) {   // columns c0 + 128 i + 4 lane .. + 3 of the rows (zeros past kn)
+#pragma unroll
+                for (int r = 0; r < R; ++r)
+#pragma unroll
+                    for (int i = 0; i < KV; ++i) {
+                        const int k = c0 + 128 * i + 4 * lane;
+                        const auto at_k = [&](int c) { return row[r] != nullptr && c < kn ? row[r][c] : 0.f; };
+                        v[r][i] = row[r] != nullptr && K % 4 == 0 && k + 3 < kn
+                                      ? *reinterpret_cast<const float4*>(row[r] + k)
+                                      : make_float4(at_k(k), at_k(k + 1), at_k(k + 2), at_k(k + 3));
+                    }
+            };
+            for (int c0 = 0; c0 < kn; c0 += CH) {
+                fetch(c0);
+#pragma unroll
+                for (int r = 0; r < R; ++r)
+#pragma unroll
+                    for (int i = 0; i < KV; ++i)
+                        m[r] = fmaxf(fmaxf(m[r], fmaxf(fabsf(v[r][i].x), fabsf(v[r][i].y))),
+                                     fmaxf(fabsf(v[r][i].z), fabsf(v[r][i].w)));
+            }
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                for (int o = 16; o > 0; o >>= 1) m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], o));
+                m[r] = half_scale(m[r]);   // now the row's scale
+                if (lane == r && n0 + r < N) inv[n0 + r] = 1.f / (m[r] * hs);
+            }
+            for (int c0 = 0; c0 < kn; c0 += CH) {
+                if (kn > CH) fetch(c0);
+#pragma unroll
+                for (int r = 0; r < R; ++r)
+#pragma unroll
+                    for (int i = 0; i < KV; ++i) {
+                        const int k = c0 + 128 * i + 4 * lane;
+                        if (row[r] == nullptr || k >= kn) continue;
+                        // 4 values of one 16-byte granule of the swizzled row
+                        const __half2 lo = __floats2half2_rn(v[r][i].x * m[r], v[r][i].y * m[r]);
+                        const __half2 hi = __floats2half2_rn(v[r][i].z * m[r], v[r][i].w * m[r]);
+                        *reinterpret_cast<uint2*>(at(Ws, ldw, N, n0 + r, k)) =
+                            make_uint2(*reinterpret_cast<const unsigned*>(&lo), *reinterpret_cast<const unsigned*>(&hi));
+                    }
+            }
+        }
+    }
     // The step's partial products: rows [b0, b0 + bn) of src (row stride K; null: zeros) over the block's k-slice,
     // times its weight rows, into red (rows of N, stride ldc: MTp of them, wgmma WN); then the cluster meets. Chunk c (buffer c & 1) holds
     // columns [c kc, + kc) of the slice; the copies of chunk c + 1 are in flight while the warps multiply chunk c.
@@ -1782,9 +1900,9 @@ struct Split : Owned {
         if constexpr (WN != 0) store_sums(d);
         cluster_sync();
     }
-    // wgmma: the warpgroup's m-tiles (2 i + its index) times the B tile A over `ksteps` k-steps of 8 from W's column
-    // k0 (a multiple of 32), in whole k-tiles of 4 (staged zeros past the chunk); first: the first chunk (its first
-    // k-step overwrites d). Returns once they are done. No wgmma runs under a condition of its own, and each k-tile's
+    // wgmma: the warpgroup's m-tiles (2 i + its index) times the B tile A over `ksteps` k-steps of 32 bytes from W's
+    // column k0 (a multiple of KT), in whole k-tiles of 4 (staged zeros past the chunk); first: the first chunk (its
+    // first k-step overwrites d). Returns once they are done. No wgmma runs under a condition of its own, and each k-tile's
     // are fenced as CUTLASS's mainloops do (the sums' registers fenced around wgmma.fence, commit and wait): else
     // ptxas (CUDA 13) merges the registers between them and serializes the products (its warnings C7519, C7520).
     __device__ void wg_products(float (&d)[MB][WN ? WN / 2 : 1], const T* A, int k0w, int ksteps, bool first) const {
@@ -1802,7 +1920,7 @@ struct Split : Owned {
                     for (int k = 0; k < 4; ++k)
 #pragma unroll
                         for (int i = 0; i < decltype(tiles)::value; ++i)
-                            hopper::Wgmma<float, WN>::mma(
+                            hopper::Wgmma<T, WN>::mma(
                                 d[i], hopper::operand(w_base + kt * N * 128 + i * 2 * 64 * 128 + 32 * k),
                                 hopper::operand(a_base + kt * WN * 128 + 32 * k), !first || kt > 0 || k > 0);
                     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
@@ -1843,7 +1961,8 @@ struct Split : Owned {
                     for (int j = 0; j < WN / 8; ++j)
 #pragma unroll
                         for (int e = 0; e < 2; ++e)
-                            red[(8 * j + 2 * (lane & 3) + e) * ldc + m] = kn > 0 ? d[i][4 * j + 2 * h + e] : 0.f;
+                            red[(8 * j + 2 * (lane & 3) + e) * ldc + m] =
+                                kn > 0 ? d[i][4 * j + 2 * h + e] * (inv != nullptr ? inv[m] : 1.f) : 0.f;
             }
     }
     // red = As Ws^T in warp tiles of 32 rows (16 at an odd end) by 8 NTW columns, dealt to the warps in turn:
@@ -2167,18 +2286,37 @@ gru_fwd_cluster(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* _
 // The k-split forward (gru::Split; WN > 0: its products on wgmma): nb * nu * P blocks, clusters of P, KP of the K = H
 // columns a block; the nu P blocks of a batch group meet at flags after every step, so all must be resident at once. Not
 // a cooperative launch: the host takes residency from the driver's count of clusters the GPU holds, so nothing else
-// may hold SMs meanwhile (as the flags' one kernel at a time).
-template <typename T, int P, int WN>
-__global__ void __cluster_dims__(P, 1, 1) __launch_bounds__(gru::NT, 1)
-gru_fwd_split(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __restrict__ b_ih,
-              const T* __restrict__ b_hh, const T* __restrict__ h0, T* out, T* __restrict__ gates,
-              unsigned long long* flags, int steps, int B, int H, int nu, int J, int BB, int KP, int KC) {
+// may hold SMs meanwhile (as the flags' one kernel at a time). O: the operands' type in shared memory, T but for
+// gru_fwd_split_h (T = float, O = __half): the weights scaled (Split::stage_scaled_weights), h_{t-1} staged from hh (2,
+// B, H), where finish keeps an f16 copy of h_t scaled by the batch group's operand_scale, in buffer t & 1 (h0's in
+// buffer 1, behind a first barrier, before step 0).
+template <typename T, typename O, int P, int WN>
+__device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, const T* __restrict__ w_hh,
+                                                   const T* __restrict__ b_ih, const T* __restrict__ b_hh,
+                                                   const T* __restrict__ h0, T* out, T* __restrict__ gates,
+                                                   unsigned long long* flags, O* hh, int steps, int B, int H, int nu,
+                                                   int J, int BB, int KP, int KC) {
     using namespace gru;
-    const Split<T, true, WN> bk(B, H, P, nu, J, BB, KP, KC);
+    constexpr bool scaled = sizeof(O) != sizeof(T);
+    Split<O, true, WN> bk(B, H, P, nu, J, BB, KP, KC);
     const Flags fl(flags);
-    bk.stage_weights(w_hh, H);
-    weights_to_tf32<T, 1>(bk.Ws, bk.weight_count());
+    const int members = nu * P, first = blockIdx.x - blockIdx.x % members;   // the batch group's blocks
+    float hs = 1.f;   // the operand's scale
+    if constexpr (scaled) {
+        hs = operand_scale(h0, bk.b0, bk.bn, H, reinterpret_cast<unsigned*>(bk.red));
+        bk.stage_scaled_weights(w_hh, H, hs);
+    } else {
+        bk.stage_weights(w_hh, H);
+        weights_to_tf32<T, 1>(bk.Ws, bk.weight_count());
+    }
     FwdCells<T> cells(bk.c0, bk.c1, bk.jn, bk.b0, bk.j0, b_ih, b_hh, h0, H);
+    unsigned barriers = 0;   // flag barriers so far
+    if (scaled && h0 != nullptr) {
+#pragma unroll
+        for (int i = 0; i < CPT; ++i)
+            if (cells.has(i)) hh[static_cast<size_t>(B + cells.b(i)) * H + cells.j(i)] = from_f<O>(cells.hp[i] * hs);
+        fl.sync(first, members, ++barriers, [] {});
+    }
     cells.load(cells.in, xg, 0, B, H);
     typename FwdCells<T>::Inputs xn;   // step t + 1's xg values, loaded after step t's barrier: in flight during the
     // product (the cluster barrier after it may wait for them). Loaded while waiting at the barrier, the float32
@@ -2186,7 +2324,10 @@ gru_fwd_split(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __r
     // release then waited for them.
     for (int t = 0; t < steps; ++t) {
         if (t + 1 < steps) cells.load(xn, xg, t + 1, B, H);
-        bk.product(t == 0 ? h0 : out + static_cast<size_t>(t - 1) * B * H);
+        if constexpr (scaled)
+            bk.product(t == 0 && h0 == nullptr ? nullptr : hh + static_cast<size_t>((t + 1) & 1) * B * H);
+        else
+            bk.product(t == 0 ? h0 : out + static_cast<size_t>(t - 1) * B * H);
         // every cell's sums before finish stores to out (which the loads from the cluster's shared memory might
         // alias): the loads in flight together, not a round trip a cell (at (50, 256, 512, 512) on the H100, 8.2 ->
         // 7.9 us a step; in finish itself, for every forward kernel, the cluster kernels' steps took up to 9% longer)
@@ -2199,14 +2340,36 @@ gru_fwd_split(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __r
         cells.finish([&](int i, float (&s)[3]) {
 #pragma unroll
             for (int q = 0; q < 3; ++q) s[q] = sums[i][q];
-        }, [](int, T) {}, out, gates, t, B, H);
+        }, [&](int i, T h) {
+            if constexpr (scaled)
+                hh[static_cast<size_t>((t & 1) * B + cells.b(i)) * H + cells.j(i)] = from_f<O>(to_f(h) * hs);
+        }, out, gates, t, B, H);
         if (t + 1 < steps) {
             cells.in = xn;
-            fl.sync(blockIdx.x - blockIdx.x % (nu * P), nu * P, t + 1, [] {});   // also keeps red until the cluster's
-        }   // blocks have read it
+            fl.sync(first, members, ++barriers, [] {});   // also keeps red until the cluster's blocks have read it
+        }
     }
     cluster_sync();   // no block leaves while another may read its red
     fl.finish();
+}
+
+template <typename T, int P, int WN>
+__global__ void __cluster_dims__(P, 1, 1) __launch_bounds__(gru::NT, 1)
+gru_fwd_split(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __restrict__ b_ih,
+              const T* __restrict__ b_hh, const T* __restrict__ h0, T* out, T* __restrict__ gates,
+              unsigned long long* flags, int steps, int B, int H, int nu, int J, int BB, int KP, int KC) {
+    gru_fwd_split_body<T, T, P, WN>(xg, w_hh, b_ih, b_hh, h0, out, gates, flags, nullptr, steps, B, H, nu, J, BB, KP,
+                                    KC);
+}
+
+// gru_fwd_split on f16 wgmma for float32: hh, (2, B, H) f16 values the kernel writes and reads (the host's scratch)
+template <int P, int WN>
+__global__ void __cluster_dims__(P, 1, 1) __launch_bounds__(gru::NT, 1)
+gru_fwd_split_h(const float* __restrict__ xg, const float* __restrict__ w_hh, const float* __restrict__ b_ih,
+                const float* __restrict__ b_hh, const float* __restrict__ h0, float* out, float* __restrict__ gates,
+                unsigned long long* flags, __half* hh, int steps, int B, int H, int nu, int J, int BB, int KP, int KC) {
+    gru_fwd_split_body<float, __half, P, WN>(xg, w_hh, b_ih, b_hh, h0, out, gates, flags, hh, steps, B, H, nu, J, BB,
+                                             KP, KC);
 }
 #endif
 

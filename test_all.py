@@ -3680,37 +3680,46 @@ def test_gpu_gru_empty_batch():
 
 def test_gru_split_layouts_fit_their_kernels():
     """_gru_plan's k-split layouts (mma.sync and wgmma, whole and k-chunked) over many sizes, with the H200's figures
-    (232448 bytes of shared memory, 66 / 30 / 15 resident clusters of 2 / 4 / 8): each covers the batch, the hidden
+    (232448 bytes of shared memory, 66 / 30 / 15 resident clusters of 2 / 4 / 8, and 132 blocks alone for the f16
+    forward's P = 1, which some layouts take): each covers the batch, the hidden
     units and (its k-slices) K, keeps its blocks resident and at most 4 cells a thread, and asks for the shared memory
     kernels.cu's Split addresses (W's rows, the operand's one or two buffers, the partial sums; wgmma: 1024 bytes of
-    alignment slack, W's tail rows to an m-tile of 64, the operand's rows padded to WN), within the limit; a wgmma
-    layout keeps to its tiles (KP and KC multiples of 32, at most 4 m-tiles, batch rows at most WN)."""
+    alignment slack, W's tail rows to an m-tile of 64, the operand's rows padded to WN; the float32 forward's f16
+    operands, _gru_half_operands: 2-byte values and N floats of scales), within the limit; a wgmma layout keeps to its
+    tiles (KP and KC multiples of 128 bytes, at most 4 m-tiles, batch rows at most WN)."""
     up = lambda a, b: -(-a // b) * b
-    smem_max, resident, seen = 232448, {2: 66, 4: 30, 8: 15}, collections.Counter()
-    for batch, hidden, forward, itemsize, wgmma, cap in itertools.product(
+    smem_max, resident, seen = 232448, {1: 132, 2: 66, 4: 30, 8: 15}, collections.Counter()
+    for batch, hidden, forward, itemsize, wgmma, cap, half in itertools.product(
             (1, 5, 16, 33, 64, 100, 256), (8, 50, 128, 300, 512, 1024), (True, False), (4, 2), (False, True, 'only'),
-            (None, 32)):
-        splits = tuple((p, n, tl._GRU_WG if wgmma and itemsize == 4 else ()) for p, n in resident.items())
-        with mock.patch.object(tl, '_gru_wgmma', wgmma), mock.patch.object(tl, '_gru_chunk_cap', cap):
+            (None, 32), (True, False)):
+        splits = tuple((p, n, tl._GRU_WG if wgmma and itemsize == 4 else ()) for p, n in resident.items()
+                       if p > 1 or (half and wgmma and itemsize == 4 and forward))   # P = 1: the f16 forward's
+        with mock.patch.object(tl, '_gru_wgmma', wgmma), mock.patch.object(tl, '_gru_chunk_cap', cap), \
+                mock.patch.object(tl, '_gru_half_operands', half):
             layout = tl._gru_plan(forward, 0, smem_max, batch, hidden, itemsize, 1, False, splits)
         if layout is None:
             continue
         groups, slices, units, rows, kp, smem, size, kc, wn = layout
-        what = f'B {batch} H {hidden} {("bwd", "fwd")[forward]} itemsize {itemsize} wgmma {wgmma} cap {cap}: {layout}'
+        what = (f'B {batch} H {hidden} {("bwd", "fwd")[forward]} itemsize {itemsize} wgmma {wgmma} cap {cap} half '
+                f'{half}: {layout}')
         (k, nq), jp, mtp, bufs = (hidden, 3) if forward else (3 * hidden, 1), up(units, 8), up(rows, 16), 1 + (kc < kp)
         assert groups * rows >= batch and slices * units >= hidden and size * kp >= k, what
         assert groups * slices <= resident[size] and -(-(-(-rows * units // 256)) // size) <= 4, what
-        assert 0 < kc <= kp and kc % (32 if wn else 16) == 0, what
+        ob = 2 if wn and forward and half else 4   # bytes an operand value
+        assert 0 < kc <= kp and kc % (128 // ob if wn else 16) == 0, what
         if wn:
             n = nq * jp
-            assert itemsize == 4 and mtp <= wn and up(n, 64) <= 256 and kp % 32 == 0, what
-            kernel = 1024 + 4 * (n * kp + 32 * (up(n, 64) - n) + bufs * wn * kc + wn * (up(n, 32) + 4))
+            assert itemsize == 4 and mtp <= wn and up(n, 64) <= 256 and kp % (128 // ob) == 0, what
+            kernel = 1024 + ob * (n * kp + 128 // ob * (up(n, 64) - n) + bufs * wn * kc) + 4 * wn * (up(n, 32) + 4) \
+                + (4 * n if ob == 2 else 0)
         else:
             n, ld = up(nq * jp, 24 if forward else 32), lambda c: up(c, 128 // itemsize) + 16 // itemsize   # smem_ld
             kernel = itemsize * (n * ld(kp) + bufs * mtp * ld(kc)) + 4 * mtp * (n + 8)
         assert smem == kernel <= smem_max, f'{what}: the kernel addresses {kernel} bytes'
-        seen[bool(wn), bufs] += 1
-    assert all(seen[w, b] for w in (False, True) for b in (1, 2)), f'layouts (wgmma, buffers): {dict(seen)}'
+        seen[wn and ob, bufs] += 1
+        seen['alone'] += size == 1
+    assert all(seen[w, b] for w in (False, 2, 4) for b in (1, 2)) and seen['alone'], \
+        f'layouts (wgmma operand bytes, buffers; P = 1): {dict(seen)}'
 
 
 def test_gru_choice_lists_candidates_to_time():
@@ -10559,7 +10568,7 @@ GRU_CASES = [   # name, module, input shapes (x[, h]), dtypes
 GRU_RAN = {'persistent': {'_gru_forward_fused', 'gru_fwd_persistent', 'gru_bwd_persistent'},
            'fallback': {'_gru_forward_fused'}, 'composed': {'_gru_forward_loop'}}   # what each path calls
 GRU_CLUSTER_KERNELS = ('gru_fwd_cluster', 'gru_bwd_cluster')
-GRU_SPLIT_KERNELS = ('gru_fwd_split', 'gru_bwd_split')
+GRU_SPLIT_KERNELS = ('gru_fwd_split', 'gru_bwd_split', 'gru_fwd_split_h')
 
 
 def gru_case_plan(case, dtype, tc, forward, splits):
@@ -10571,11 +10580,18 @@ def gru_case_plan(case, dtype, tc, forward, splits):
                         tl._gru_splits(forward, np.dtype(dtype)) if splits and tc else ())
 
 
+def gru_split_kernels(dtype, wgmma):
+    """The k-split kernels a run of `dtype` launches, with products on wgmma or not (the float32 forward's wgmma on f16
+    operands: gru_fwd_split_h)."""
+    return {'gru_bwd_split', 'gru_fwd_split_h' if wgmma and tl._gru_half_wgmma(True, dtype) else 'gru_fwd_split'}
+
+
 def gru_kernels_planned(case, dtype, allow_tf32, splits):
     """The persistent kernels (gru_{fwd,bwd}_{persistent,cluster,split}) the layouts choose for a case on this GPU."""
     tc = int(dtype == np.float16 or allow_tf32)
     plans = {d: gru_case_plan(case, dtype, tc, d == 'fwd', splits) for d in ('fwd', 'bwd')}
-    return {f'gru_{d}_' + ('split' if plan[7] else 'cluster' if plan[6] else 'persistent') for d, plan in plans.items()}
+    return {f'gru_{d}_' + ('split' if plan[7] else 'cluster' if plan[6] else 'persistent') +
+            ('_h' if d == 'fwd' and plan[8] and tl._gru_half_wgmma(True, dtype) else '') for d, plan in plans.items()}
 
 
 def test_gpu_gru_cases_take_clusters():
@@ -10604,7 +10620,8 @@ def test_gpu_gru_split_sizes():
     clusters (batch groups of 20 or 40 rows: warp tiles of 32 rows, and of 16 at the end), and in those staging the
     operand in k-chunks of 32 columns (k-slices of 48 or more: the last chunk part-filled in some). float32 also with
     the products on wgmma wherever a layout fits (_gru_wgmma 'only'), with the operand's rows padded to each of
-    _GRU_WG (batch groups of 14, 20 and 40 rows: at most 4 clusters gives 20) and in chunks."""
+    _GRU_WG (batch groups of 14, 20 and 40 rows: at most 4 clusters gives 20) and in chunks, the forward's on TF32 and
+    on f16 operands (_gru_half_operands; test_gpu_gru_half_operands takes them further)."""
     need_cuda()
     if not set(GRU_SPLIT_KERNELS) <= set(tl.fused_kernels()):
         raise Skip('no GRU k-split kernels on this GPU (Hopper only)')
@@ -10616,11 +10633,12 @@ def test_gpu_gru_split_sizes():
     want = gru_results(make, state, arrays, np.float64, 'cpu')
     plan = tl._gru_plan
     chunked, wgmma_sizes = set(), set()
-    runs = [(size, at_most, wgmma, dtype) for size in tl._GRU_SPLITS
+    runs = [(size, at_most, wgmma, dtype, half) for size in tl._GRU_SPLITS
             for at_most, wgmma, dtypes in [(None, False, (np.float32, np.float16)), (2, False, (np.float32, np.float16)),
                                            ('chunks', False, (np.float32, np.float16))] +
-            [(at_most, 'only', (np.float32,)) for at_most in (None, 2, 4, 'chunks')] for dtype in dtypes]
-    for size, at_most, wgmma, dtype in runs:
+            [(at_most, 'only', (np.float32,)) for at_most in (None, 2, 4, 'chunks')] for dtype in dtypes
+            for half in ((False, True) if wgmma else (True,))]
+    for size, at_most, wgmma, dtype, half in runs:
         # no unsplit layout fits 0 SMs; the splits of `size` only, at most `at_most` clusters
         def split_only(forward, sms, smem, batch, hidden, itemsize, tc, clusters, splits=(), ranked=None):
             splits = tuple((p, n if at_most in (None, 'chunks') else min(n, at_most), *rest)
@@ -10632,17 +10650,74 @@ def test_gpu_gru_split_sizes():
                 chunked.add((size, forward, layout[8]))
             wgmma_sizes.add(layout[8])
             return layout
-        what = f'GRU k-split {size} (clusters at most {at_most}, wgmma {wgmma}) {np.dtype(dtype).name}'
+        what = f'GRU k-split {size} (clusters at most {at_most}, wgmma {wgmma}, f16 {half}) {np.dtype(dtype).name}'
         with mock.patch.object(tl, '_gru_plan', split_only), gru_autotuned(False), gru_calls() as calls, tf32(True), \
                 poisoned(), mock.patch.object(tl, '_gru_chunk_cap', 32 if at_most == 'chunks' else None), \
-                mock.patch.object(tl, '_gru_wgmma', wgmma):
+                mock.patch.object(tl, '_gru_wgmma', wgmma), mock.patch.object(tl, '_gru_half_operands', half):
             got = gru_results(make, state, arrays, dtype, 'cuda')
-        assert calls == {'_gru_forward_fused', *GRU_SPLIT_KERNELS}, f'{what}: {sorted(calls)} ran'
+            kernels = gru_split_kernels(dtype, wgmma)
+        assert calls == {'_gru_forward_fused', *kernels}, f'{what}: {sorted(calls)} ran'
         for k, (g, w) in enumerate(zip(got, want)):
             assert_matches(g, w, 2e-2 if dtype == np.float16 else TF32_TOL, f'{what}: result {k}')
     assert {(2, True, 0), (2, False, 0), (4, False, 0), (2, True, 16), (2, False, 16)} <= chunked, \
         f'k-chunked layouts: {sorted(chunked)}'
     assert wgmma_sizes == {0, *tl._GRU_WG}, f'wgmma sizes run: {sorted(wgmma_sizes)}'
+
+
+def test_gpu_gru_half_operands():
+    """gru_fwd_split_h (the float32 forward's wgmma products on f16 operands, each weight row and the batch group's h
+    scaled by powers of two) launched on its own at every cluster size, with the operand's rows padded to each of
+    _GRU_WG, whole and in k-chunks of 64 (hidden size 136: k-slices of 68, 34 and 17, padded to 128 and 64), against a
+    float64 recurrence of the same inputs: out and every gate, each unit's column to TF32's tolerance of its own largest
+    value. W_hh's rows span 1e-6 to 1 times PyTorch's scale (f16 unscaled loses the small ones to subnormals) and b_hn
+    is 0, so that the hn gate is the product alone; h0 is absent, or its column 7 is 1e5 (past f16's largest value,
+    an infinity unscaled) where W_hh's column 7 is 0 (infinity times 0: NaN)."""
+    need_cuda()
+    if 'gru_fwd_split_h' not in tl.fused_kernels():
+        raise Skip('no f16-operand GRU kernels on this GPU (Hopper only)')
+    steps, batch, hidden, r = 3, 40, 136, rng('gru half operands')
+    w = r.uniform(-1, 1, (3 * hidden, hidden)) * 10.0 ** r.integers(-6, 1, (3 * hidden, 1)) / hidden ** 0.5
+    w[:, 7] = 0
+    b_ih, b_hh = r.uniform(-1, 1, 3 * hidden), r.uniform(-1, 1, 3 * hidden)
+    b_hh[2 * hidden:] = 0
+    sigmoid = lambda v: 1 / (1 + np.exp(-v))
+    chunked, smem = set(), tl._gru_device()[1]
+    for wn, size, cap, large in itertools.product(tl._GRU_WG, tl._GRU_SPLITS_HALF, (None, 32), (False, True)):
+        splits, ranked = tuple((p, n, (wn,)) for p, n, _ in tl._gru_splits(True, np.float32) if p == size), []
+        with mock.patch.object(tl, '_gru_chunk_cap', cap):
+            tl._gru_plan(True, 0, smem, batch, hidden, 4, 1, False, splits, ranked=ranked)
+        layout = min((entry for entry in ranked if entry[3][8] == wn and entry[4]), default=(0, 0, 0, None))[3]
+        assert layout is not None, f'no wgmma layout of {size} blocks, {wn} rows'
+        if layout[7] < layout[4]:
+            chunked.add(size)
+        xg = r.uniform(-2, 2, (steps, batch, 3 * hidden))
+        h0 = None
+        if large:
+            h0 = r.uniform(-1, 1, (batch, hidden))
+            h0[:, 7] = 1e5
+        h, want_out, want_gates = np.zeros((batch, hidden)) if h0 is None else h0, [], []
+        for t in range(steps):   # float64
+            s = h @ w.T
+            rz = sigmoid(xg[t, :, :2 * hidden] + b_ih[:2 * hidden] + b_hh[:2 * hidden] + s[:, :2 * hidden])
+            hn = s[:, 2 * hidden:]
+            n = np.tanh(xg[t, :, 2 * hidden:] + b_ih[2 * hidden:] + rz[:, :hidden] * hn)
+            h = n + rz[:, hidden:] * (h - n)
+            want_out.append(h)
+            want_gates.append(np.concatenate((rz, n, hn), axis=1))
+        arrays = [None if a is None else cp.asarray(a, np.float32) for a in (xg, w, b_ih, b_hh, h0)]
+        out = cp.full((steps, batch, hidden), np.nan, np.float32)
+        gates = cp.full((steps, batch, 4 * hidden), np.nan, np.float32)
+        with gru_calls() as calls:
+            tl._gru_launch('fwd', layout, True, tuple(arrays) + (out, gates), steps, batch, hidden)
+        assert calls == {'gru_fwd_split_h'}, sorted(calls)
+        what = f'layout {layout}, h0 {"large" if large else "absent"}'
+        for name, got, want in (('out', out, np.stack(want_out)), ('gates', gates, np.stack(want_gates))):
+            got = cp.asnumpy(got).astype(np.float64)
+            assert not np.isnan(got).any(), f'{what}: {name} has NaN'
+            off, top = np.abs(got - want).max(axis=(0, 1)), np.abs(want).max(axis=(0, 1))
+            worst = int(np.argmax(off / top))
+            assert (off <= TF32_TOL * top).all(), f'{what}: {name} column {worst} off {off[worst]:.3g} of {top[worst]:.3g}'
+    assert chunked, 'no layout in k-chunks'
 
 
 def gru_results(make, state, arrays, dtype, device):

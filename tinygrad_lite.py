@@ -482,6 +482,7 @@ _PACK = {'__half': ('1', '8'), 'float': ('1', '4'), 'double': ('1', '2')}   # el
 _ACTIVATIONS = {None: 0, 'relu': 1, 'gelu': 2}   # the ACT template argument of the BatchNorm kernels
 _GRU_CLUSTERS = (1, 2, 4, 8)   # the GRU's cluster kernels' blocks per cluster (8: the portable most)
 _GRU_SPLITS = (2, 4, 8)   # the GRU's k-split kernels' blocks per cluster: slices of the product's k extent
+_GRU_SPLITS_HALF = (1,) + _GRU_SPLITS   # gru_fwd_split_h's (1: a block takes all of k, no cluster)
 _GRU_WG = (16, 32, 64)   # their float32 products on wgmma: the operand's rows (the B operand's) padded to one of these
 # The fused BatchNorm training passes' packs kept in registers per thread (their RC template argument), per C type
 # (none for float64: the two-kernel passes serve it): the fastest measured on the H200 (PERF_NOTES.md)
@@ -517,6 +518,7 @@ _KERNEL_INSTANCES = {
        for name in ('gru_fwd_cluster', 'gru_bwd_cluster')},
     **{name: [(t, str(p), '0') for t in ('float', '__half') for p in _GRU_SPLITS] +
              [('float', str(p), str(n)) for p in _GRU_SPLITS for n in _GRU_WG] for name in ('gru_fwd_split', 'gru_bwd_split')},
+    'gru_fwd_split_h': [(str(p), str(n)) for p in _GRU_SPLITS_HALF for n in _GRU_WG],
     **{name: [('float',), ('__half',)] for name in ('gru_gates_fwd', 'gru_gates_bwd', 'gru_bias_sums')},
     **{name: [(t,) for t in _FLOAT_C]
        for name in ('batch_transpose', 'conv_weight_layouts', 'conv_direct_fwd', 'conv_direct_dx', 'conv_direct_dw',
@@ -537,7 +539,7 @@ _KERNEL_INSTANCES = {
 _COOPERATIVE = {'gru_fwd_persistent', 'gru_bwd_persistent', 'bn_fwd_train', 'bn_bwd_train'}
 # Hopper's wgmma (and TMA), and the GRU's thread-block clusters: built with -arch=sm_90a, on 9.0 devices only
 _SM90A = {'conv_implicit_wg', 'conv_implicit_wg_dw', 'conv_implicit_tma', 'gru_fwd_cluster', 'gru_bwd_cluster',
-          'gru_fwd_split', 'gru_bwd_split'}
+          'gru_fwd_split', 'gru_bwd_split', 'gru_fwd_split_h'}
 # threads per block of every kernel but the implicit-GEMM convs', which set their own (128, 256, 384, or 512 for
 # TF32's conv_implicit_wg_dw, its warpgroups specialized)
 _BLOCK = 256
@@ -2129,6 +2131,8 @@ _gru_chunk_cap = None   # None, or the k-split kernels' staging chunk at most th
 # the k-split kernels' products on wgmma where the model picks it; False: never, 'only': wherever a wgmma layout fits
 # (tests, probes)
 _gru_wgmma = True
+# the float32 forward's wgmma products on f16 operands, scaled by powers of two (gru_fwd_split_h); False: on TF32
+_gru_half_operands = True
 gru_autotune = True   # a persistent GRU kernel's first run at a shape times _gru_candidates' layouts, keeps the fastest
 _GRU_TUNE_TIES, _GRU_TUNE_KINDS = 4, 8   # the candidates: at most this many near-ties of the choice, kinds in all
 _GRU_TUNE_STEPS = 16   # the fewest steps of a run that times them (in shorter ones the fixed costs rank the layouts)
@@ -2353,19 +2357,25 @@ def _gru_fastest(direction, layouts, tf32, arrays, steps, batch, hidden):
 
 def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
     """One launch of the persistent kernel of `direction` ('fwd' or 'bwd') with layout `plan` (_gru_plan): a
-    cooperative one (gru_*_persistent), clusters of its slices (gru_*_cluster) or of its k-slices (gru_*_split)."""
+    cooperative one (gru_*_persistent), clusters of its slices (gru_*_cluster) or of its k-slices (gru_*_split; the
+    float32 forward's wgmma layouts on f16 operands: gru_fwd_split_h, with its scratch for h's f16 copies)."""
     groups, slices, units, rows, chunk, smem, cluster, split, wn = plan
-    tc, extra = int(arrays[0].dtype == np.float16 or tf32), ()
+    tc, extra, scratch, forward = int(arrays[0].dtype == np.float16 or tf32), (), (), direction == 'fwd'
     if split:
-        if split % (32 if wn else 16) or split > chunk:
-            raise RuntimeError(f"GRU: layout {plan}'s staging chunk is not a multiple of {32 if wn else 16} within the "
-                               "k-slice")
-        weight_rows = -(-units // 8) * 8 * (3 if direction == 'fwd' else 1)
-        if wn and (chunk % 32 or -(-rows // 16) * 16 > wn or -(-weight_rows // 64) * 64 > 256):
-            raise RuntimeError(f"GRU: layout {plan} exceeds the wgmma products' tiles (k-slice a multiple of 32, "
+        half = wn and _gru_half_wgmma(forward, arrays[0].dtype)
+        granule = (64 if half else 32) if wn else 16   # wgmma: a k-tile, 128 bytes of a row
+        if split % granule or split > chunk:
+            raise RuntimeError(f"GRU: layout {plan}'s staging chunk is not a multiple of {granule} within the k-slice")
+        weight_rows = -(-units // 8) * 8 * (3 if forward else 1)
+        if wn and (chunk % granule or -(-rows // 16) * 16 > wn or -(-weight_rows // 64) * 64 > 256):
+            raise RuntimeError(f"GRU: layout {plan} exceeds the wgmma products' tiles (k-slice a multiple of {granule}, "
                                f"batch rows at most {wn}, weight rows at most 256)")
         extra = _int32s(split)   # the k-split's staging chunk
-        kernel, blocks = _kernel(f'gru_{direction}_split', arrays[0].dtype, cluster, wn), groups * slices * cluster
+        kernel = _gru_wgmma_kernel(forward, cluster, wn) if wn else _kernel(f'gru_{direction}_split', arrays[0].dtype,
+                                                                            cluster, 0)
+        blocks = groups * slices * cluster
+        if half:
+            scratch = (cp.empty((2, batch, hidden), np.float16),)
     elif cluster:
         kernel, blocks = _kernel(f'gru_{direction}_cluster', arrays[0].dtype, tc, slices), groups * slices
     else:
@@ -2376,7 +2386,7 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
     if blocks >= flags.size:   # a block each SM (the layouts' shared memory); the flags hold one a block
         raise RuntimeError(f"GRU: layout {plan} takes {blocks} blocks, more than the GPU's multiprocessors")
     sizes = _int32s(steps, batch, hidden, slices, units, rows, chunk) + extra
-    _launch_with_smem(kernel, (blocks,), _BLOCK, arrays + (flags,) + sizes, smem)
+    _launch_with_smem(kernel, (blocks,), _BLOCK, arrays + (flags,) + scratch + sizes, smem)
 
 
 def _gru_device():
@@ -2424,14 +2434,19 @@ def _gru_candidates(ranked, choice, ties, kinds, top=0):
     first: the model breaks a tie towards fewer blocks, and on the H200 more were up to 1.4 times faster), then for
     other kinds (cluster size, k-split, wgmma WN, slices) in the model's order until `kinds` kinds are in, each kind's
     cheapest layouts of the fewest blocks, of the most and of the median count (at (100, 16, 32, 128) the fastest on
-    the H100 and near it on the H200: clusters of 8 in 4 batch groups of 4 rows); then the `top` best-ranked."""
+    the H100 and near it on the H200: clusters of 8 in 4 batch groups of 4 rows); then the `top` best-ranked. The
+    cheapest kind of each family (unsplit, k-split) comes first among the other kinds: the model's f16 k-split
+    layouts, ranked above every unsplit one at (200, 8, 256, 256), would crowd out its fastest, clusters of 8."""
     kind, cost = (lambda layout: (layout[6], layout[7] > 0, layout[8], layout[1])), (lambda entry: entry[0] + entry[1])
     fewest = sorted(ranked, key=lambda entry: (cost(entry), entry[2]))
     most = sorted(ranked, key=lambda entry: (cost(entry), -entry[2]))
     picks = [entry for entry in fewest if entry[3] == choice][:1]
     picks += [entry for entry in most if cost(entry) <= 1.02 * cost(picks[0]) and entry[3] != choice][:ties]
     seen = {kind(entry[3]) for entry in picks}
-    for entry in fewest:
+    family = lambda entry: entry[3][7] > 0   # k-split
+    leaders = [next(entry for entry in fewest if family(entry) == split) for split in (False, True)
+               if any(family(entry) == split for entry in fewest)]
+    for entry in leaders + fewest:
         if kind(entry[3]) not in seen and len(seen) < kinds:
             seen.add(kind(entry[3]))
             cheapest = [other for other in fewest if kind(other[3]) == kind(entry[3]) and cost(other) == cost(entry)]
@@ -2445,15 +2460,30 @@ def _gru_candidates(ranked, choice, ties, kinds, top=0):
 def _gru_splits(forward, dtype):
     """((P, clusters, wgmma), ...): for each size P of _GRU_SPLITS whose k-split kernel (forward or backward) loaded, how
     many clusters of P blocks the GPU holds at once at the most shared memory a block may take (less holds no fewer),
-    and the sizes of _GRU_WG whose wgmma kernels of P loaded (float32; none where _gru_wgmma is False)."""
+    and the sizes of _GRU_WG whose wgmma kernels of P loaded (float32; none where _gru_wgmma is False; the forward's
+    f16 ones where _gru_half_operands, also of P = 1, which has no mma.sync kernel: _gru_plan offers it on wgmma
+    only)."""
     smem_max, splits, name = _gru_device()[1], [], f"gru_{'fwd' if forward else 'bwd'}_split"
-    for size in _GRU_SPLITS:
-        kernel = _kernel(name, dtype, size, 0)
+    for size in _GRU_SPLITS_HALF if _gru_half_wgmma(forward, dtype) else _GRU_SPLITS:
+        wgmma = tuple(n for n in _GRU_WG if _gru_wgmma and np.dtype(dtype) == np.float32
+                      and _gru_wgmma_kernel(forward, size, n) is not None)
+        kernel = _kernel(name, dtype, size, 0) if size > 1 else _gru_wgmma_kernel(forward, size, wgmma[0]) if wgmma \
+            else None
         if kernel is not None:
-            wgmma = tuple(n for n in _GRU_WG if _gru_wgmma and np.dtype(dtype) == np.float32
-                          and _kernel(name, dtype, size, n) is not None)
             splits.append((size, _resident_clusters(_allow_smem(kernel, smem_max), size, smem_max), wgmma))
     return tuple(splits)
+
+
+def _gru_half_wgmma(forward, dtype):
+    """Whether a direction's float32 wgmma products run on f16 operands (the forward's, where _gru_half_operands)."""
+    return forward and _gru_half_operands and np.dtype(dtype) == np.float32
+
+
+def _gru_wgmma_kernel(forward, size, wn):
+    """The float32 k-split kernel of a direction on wgmma, clusters of `size`, B operands of `wn` rows."""
+    if _gru_half_wgmma(forward, np.float32):
+        return _kernel('gru_fwd_split_h', size, wn)
+    return _kernel(f"gru_{'fwd' if forward else 'bwd'}_split", np.float32, size, wn)
 
 
 class _LaunchConfig(ctypes.Structure):   # the CUDA driver's CUlaunchConfig
@@ -2529,28 +2559,31 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
                 # Split's products: mma.sync (wn 0), or wgmma on W's rows in m-tiles of 64 (at most 4; the last one's
                 # rows past N read from the next k-tile or, past the last, from zeroed tail rows) and the operand's rows
                 # padded to wn of _GRU_WG; (KP and KC granule, N, rows multiplied, tail bytes, operand rows, bytes of a
-                # staged row of n values, multiply-adds a clock and SM, wn). wgmma's rate is a guess, not measured: the
-                # tensor cores' 1024 TF32 multiply-adds a clock, or the shared memory's 128 bytes a clock for both
-                # operands' reads
+                # staged row of n values, multiply-adds a clock and SM, wn, bytes an operand value, bytes past the
+                # partial sums). wgmma's rate is a guess, not measured: the tensor cores' 1024 TF32 multiply-adds a
+                # clock, or the shared memory's 128 bytes a clock for both operands' reads; twice that on f16 operands
+                # (the float32 forward's, with N floats of scales: _gru_half_wgmma)
                 variants = [(16, up(w_rows, 24 if forward else 32), up(w_rows, 24 if forward else 32), 0, m_rows,
-                             row_bytes, 0.75 * _GRU_MACS[itemsize, tc], 0)]
+                             row_bytes, 0.75 * _GRU_MACS[itemsize, tc], 0, itemsize, 0)][size == 1:]   # P = 1: wgmma
                 wn = next((n for n in wgmma if n >= m_rows), 0)
                 if wn and up(w_rows, 64) <= 256:
+                    ob = 2 if _gru_half_wgmma(forward, np.float32) else 4
                     variants = variants[_gru_wgmma == 'only':] + [
-                        (32, w_rows, up(w_rows, 64), (up(w_rows, 64) - w_rows) * 128, wn, lambda n: n * itemsize,
-                         0.75 * min(1024, 64 * wn * 8 * 128 / (2048 + 32 * wn)), wn)]
-                for granule, n_cols, m_cols, tail, a_rows, staged, rate, wn in variants:
+                        (128 // ob, w_rows, up(w_rows, 64), (up(w_rows, 64) - w_rows) * 128, wn, lambda n, ob=ob: n * ob,
+                         0.75 * min(1024, 64 * wn * 8 * 128 / (2048 + 32 * wn)) * 4 / ob, wn, ob,
+                         w_rows * 4 if ob == 2 else 0)]
+                for granule, n_cols, m_cols, tail, a_rows, staged, rate, wn, ob, scales in variants:
                     kp, ldc = up(-(-k // size), granule), up(n_cols, 32) + 4 if wn else n_cols + 8   # Split's KP, ldc
                     # the weights and partial sums (wgmma: and the tiles' alignment); the operand's slice whole
                     # (KC = KP) or in two buffers of k-chunks of KC
-                    fixed = (1024 if wn else 0) + n_cols * staged(kp) + tail + a_rows * ldc * 4
+                    fixed = (1024 if wn else 0) + n_cols * staged(kp) + tail + a_rows * ldc * 4 + scales
                     kc = min(kp, up(_gru_chunk_cap or kp, granule))
-                    while kc > 32 and fixed + a_rows * staged(kc) * (1 if kc == kp else 2) > smem_max:
+                    while kc > max(32, granule) and fixed + a_rows * staged(kc) * (1 if kc == kp else 2) > smem_max:
                         kc -= granule
                     kc = up(-(-kp // -(-kp // kc)), granule)   # as many chunks, evened out
                     # clocks: products, staging the operand's slice, the cluster's sums (remote loads), the rest of a
                     # step (fitted, see above), each chunk past the first (a guess: not measured)
-                    consider(a_rows * m_cols * kp / rate + m_rows * kp * itemsize / 28
+                    consider(a_rows * m_cols * kp / rate + m_rows * kp * ob / 28
                              + 15 * size * (3 if forward else 1) * -(-cells // size) + 1400 + 400 * (-(-kp // kc) - 1),
                              groups * slices * size,
                              (groups, slices, units, rows, kp, fixed + a_rows * staged(kc) * (1 if kc == kp else 2),
