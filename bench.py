@@ -663,7 +663,7 @@ def _gru_part_rows(table, steps, batch, n_in, hidden, dtype):
     gates = cp.empty((steps, batch, 4 * hidden), dtype)
     tl._gru_run('fwd', plans, tf32, (xg, w_hh, b_ih, b_hh, h0, out, gates), steps, batch, hidden)
     tc = int(dtype == np.float16 or tf32)
-    key = next(k for k in tl._gru_layouts if k[2:6] == (batch, hidden, np.dtype(dtype).itemsize, tc))   # _gru_plans'
+    key = next(k for k, _ in tl._gru_layouts if k[2:6] == (batch, hidden, np.dtype(dtype).itemsize, tc))   # _gru_plans'
     tol = 2e-2 if dtype == np.float16 else 5e-3 if tf32 else 1e-3   # the GRU tests' (TF32: wgmma truncates, mma.sync
     new = lambda: tuple(cp.full_like(a, np.nan) for a in (out, gates))   # rounds); NaN: a cell left unwritten shows
     _layout_notes(table, f'{label} fwd', key, tl._gru_used(plans[0]), lambda layout, res: tl._gru_launch(

@@ -1313,7 +1313,8 @@ __device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + __expf(-
 // f16 operands for float32 in TF32's place (gru_fwd_split_h): values scaled by powers of two into f16's range,
 // exactly. half_scale(m): s with m s in [2^14, 2^15) for a largest magnitude m (1 where m is 0 or not finite, which
 // then stays so), so that the values down to 2^-29 m are f16 normals with 11 significant bits (TF32 keeps 11,
-// truncated); its exponent within +-100, so that a product of two stays a float.
+// truncated); its exponent within +-100. A weight row's scale times the operand's (at most 2^14) has a finite float
+// inverse unless the row's and h0's largest magnitudes multiply past about 2^150.
 __device__ __forceinline__ float half_scale(float m) {
     if (!(m > 0.f) || isinf(m)) return 1.f;
     int e;
@@ -1819,20 +1820,20 @@ struct Split : Owned {
                 row[r] = n < N && q < NQ && u < jn ? w + static_cast<size_t>(q * H + j0 + u) * K + k0 : nullptr;
                 m[r] = 0.f;
             }
-            const auto fetch = [&](int c0) {   // columns c0 + 128 i + 4 lane .. + 3 of the rows (zeros past kn)
+            const auto fetch = [&](int kb) {   // columns kb + 128 i + 4 lane .. + 3 of the rows (zeros past kn)
 #pragma unroll
                 for (int r = 0; r < R; ++r)
 #pragma unroll
                     for (int i = 0; i < KV; ++i) {
-                        const int k = c0 + 128 * i + 4 * lane;
+                        const int k = kb + 128 * i + 4 * lane;
                         const auto at_k = [&](int c) { return row[r] != nullptr && c < kn ? row[r][c] : 0.f; };
                         v[r][i] = row[r] != nullptr && K % 4 == 0 && k + 3 < kn
                                       ? *reinterpret_cast<const float4*>(row[r] + k)
                                       : make_float4(at_k(k), at_k(k + 1), at_k(k + 2), at_k(k + 3));
                     }
             };
-            for (int c0 = 0; c0 < kn; c0 += CH) {
-                fetch(c0);
+            for (int kb = 0; kb < kn; kb += CH) {
+                fetch(kb);
 #pragma unroll
                 for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -1846,13 +1847,13 @@ struct Split : Owned {
                 m[r] = half_scale(m[r]);   // now the row's scale
                 if (lane == r && n0 + r < N) inv[n0 + r] = 1.f / (m[r] * hs);
             }
-            for (int c0 = 0; c0 < kn; c0 += CH) {
-                if (kn > CH) fetch(c0);
+            for (int kb = 0; kb < kn; kb += CH) {
+                if (kn > CH) fetch(kb);
 #pragma unroll
                 for (int r = 0; r < R; ++r)
 #pragma unroll
                     for (int i = 0; i < KV; ++i) {
-                        const int k = c0 + 128 * i + 4 * lane;
+                        const int k = kb + 128 * i + 4 * lane;
                         if (row[r] == nullptr || k >= kn) continue;
                         // 4 values of one 16-byte granule of the swizzled row
                         const __half2 lo = __floats2half2_rn(v[r][i].x * m[r], v[r][i].y * m[r]);

@@ -10666,34 +10666,39 @@ def test_gpu_gru_split_sizes():
 
 def test_gpu_gru_half_operands():
     """gru_fwd_split_h (the float32 forward's wgmma products on f16 operands, each weight row and the batch group's h
-    scaled by powers of two) launched on its own at every cluster size, with the operand's rows padded to each of
-    _GRU_WG, whole and in k-chunks of 64 (hidden size 136: k-slices of 68, 34 and 17, padded to 128 and 64), against a
-    float64 recurrence of the same inputs: out and every gate, each unit's column to TF32's tolerance of its own largest
-    value. W_hh's rows span 1e-6 to 1 times PyTorch's scale (f16 unscaled loses the small ones to subnormals) and b_hn
-    is 0, so that the hn gate is the product alone; h0 is absent, or its column 7 is 1e5 (past f16's largest value,
-    an infinity unscaled) where W_hh's column 7 is 0 (infinity times 0: NaN)."""
+    scaled by powers of two) launched on its own against a float64 recurrence of the same inputs, out and every gate,
+    each unit's column to TF32's tolerance of its own largest value. Hidden size 136 at every cluster size, with the
+    operand's rows padded to each of _GRU_WG, whole and in k-chunks of 64 (k-slices of 136, 68, 34 and 17, padded to
+    192, 128 and 64); 522 in clusters of 1, 2 and 4 (K not a multiple of 4 floats or 8 halves: the element-wise loads
+    and staging; at P = 1 a k-slice of 576 columns, past the 512 that stage_scaled_weights keeps in registers; of 8,
+    no layout of 16 rows fits). W_hh's rows span 1e-12 to 1 times PyTorch's scale (one scale for a block's rows would
+    lose the small ones to f16's subnormals) and b_hn is 0, so that the hn gate is the product alone. h0 is absent; or
+    its column 7 is 1e5 (past f16's largest value, an infinity unscaled) where W_hh's column 7 is 0 (infinity times 0:
+    NaN); or it is at most 1e-3 (the operand's scale floored at 1's, which leaves h_t, up to 1, in range)."""
     need_cuda()
     if 'gru_fwd_split_h' not in tl.fused_kernels():
         raise Skip('no f16-operand GRU kernels on this GPU (Hopper only)')
-    steps, batch, hidden, r = 3, 40, 136, rng('gru half operands')
-    w = r.uniform(-1, 1, (3 * hidden, hidden)) * 10.0 ** r.integers(-6, 1, (3 * hidden, 1)) / hidden ** 0.5
-    w[:, 7] = 0
-    b_ih, b_hh = r.uniform(-1, 1, 3 * hidden), r.uniform(-1, 1, 3 * hidden)
-    b_hh[2 * hidden:] = 0
+    steps, batch, r = 3, 40, rng('gru half operands')
     sigmoid = lambda v: 1 / (1 + np.exp(-v))
     chunked, smem = set(), tl._gru_device()[1]
-    for wn, size, cap, large in itertools.product(tl._GRU_WG, tl._GRU_SPLITS_HALF, (None, 32), (False, True)):
+    runs = [(136, wn, size, cap, h0) for wn, size, cap, h0 in itertools.product(
+        tl._GRU_WG, tl._GRU_SPLITS_HALF, (None, 32), ('absent', 'large', 'small'))]
+    runs += [(522, 16, size, None, 'large') for size in (1, 2, 4)]
+    for hidden, wn, size, cap, h0_kind in runs:
+        w = r.uniform(-1, 1, (3 * hidden, hidden)) * 10.0 ** r.integers(-12, 1, (3 * hidden, 1)) / hidden ** 0.5
+        w[:, 7] = 0
+        b_ih, b_hh = r.uniform(-1, 1, 3 * hidden), r.uniform(-1, 1, 3 * hidden)
+        b_hh[2 * hidden:] = 0
         splits, ranked = tuple((p, n, (wn,)) for p, n, _ in tl._gru_splits(True, np.float32) if p == size), []
         with mock.patch.object(tl, '_gru_chunk_cap', cap):
             tl._gru_plan(True, 0, smem, batch, hidden, 4, 1, False, splits, ranked=ranked)
         layout = min((entry for entry in ranked if entry[3][8] == wn and entry[4]), default=(0, 0, 0, None))[3]
-        assert layout is not None, f'no wgmma layout of {size} blocks, {wn} rows'
+        assert layout is not None, f'no wgmma layout of {size} blocks, {wn} rows at hidden size {hidden}'
         if layout[7] < layout[4]:
             chunked.add(size)
         xg = r.uniform(-2, 2, (steps, batch, 3 * hidden))
-        h0 = None
-        if large:
-            h0 = r.uniform(-1, 1, (batch, hidden))
+        h0 = None if h0_kind == 'absent' else r.uniform(-1, 1, (batch, hidden)) * (1e-3 if h0_kind == 'small' else 1)
+        if h0_kind == 'large':
             h0[:, 7] = 1e5
         h, want_out, want_gates = np.zeros((batch, hidden)) if h0 is None else h0, [], []
         for t in range(steps):   # float64
@@ -10707,16 +10712,17 @@ def test_gpu_gru_half_operands():
         arrays = [None if a is None else cp.asarray(a, np.float32) for a in (xg, w, b_ih, b_hh, h0)]
         out = cp.full((steps, batch, hidden), np.nan, np.float32)
         gates = cp.full((steps, batch, 4 * hidden), np.nan, np.float32)
-        with gru_calls() as calls:
+        with gru_calls() as calls, mock.patch.object(tl, '_gru_half_operands', True):
             tl._gru_launch('fwd', layout, True, tuple(arrays) + (out, gates), steps, batch, hidden)
         assert calls == {'gru_fwd_split_h'}, sorted(calls)
-        what = f'layout {layout}, h0 {"large" if large else "absent"}'
+        what = f'hidden {hidden}, layout {layout}, h0 {h0_kind}'
         for name, got, want in (('out', out, np.stack(want_out)), ('gates', gates, np.stack(want_gates))):
             got = cp.asnumpy(got).astype(np.float64)
             assert not np.isnan(got).any(), f'{what}: {name} has NaN'
             off, top = np.abs(got - want).max(axis=(0, 1)), np.abs(want).max(axis=(0, 1))
             worst = int(np.argmax(off / top))
-            assert (off <= TF32_TOL * top).all(), f'{what}: {name} column {worst} off {off[worst]:.3g} of {top[worst]:.3g}'
+            assert (off <= TF32_TOL * top).all(), \
+                f'{what}: {name} column {worst} off {off[worst]:.3g} of {top[worst]:.3g}'
     assert chunked, 'no layout in k-chunks'
 
 

@@ -2138,7 +2138,9 @@ _GRU_TUNE_TIES, _GRU_TUNE_KINDS = 4, 8   # the candidates: at most this many nea
 _GRU_TUNE_STEPS = 16   # the fewest steps of a run that times them (in shorter ones the fixed costs rank the layouts)
 _GRU_MACS = {(4, 0): 96, (4, 1): 512, (2, 1): 1024}   # multiply-adds per clock and SM: FMA, TF32 mma, f16 mma
 _gru_devices = {}   # GPU index -> (multiprocessors, shared memory per block, the persistent kernels' barrier flags)
-_gru_layouts = {}   # (multiprocessors, shared memory, B, H, itemsize, TC, clusters loaded) -> [forward, backward]
+# ((multiprocessors, shared memory, B, H, itemsize, TC, clusters loaded), (_gru_half_operands, _gru_wgmma,
+# _gru_chunk_cap)) -> [forward, backward]
+_gru_layouts = {}
 
 
 class GRULayer(Function):
@@ -2409,9 +2411,10 @@ def _gru_plans(x, hidden, tf32):
     if _gru_path != 'fallback' and _kernel('gru_fwd_persistent', x.dtype, tc) is not None:
         clusters = all(_kernel(f'gru_{d}_cluster', x.dtype, tc, 1) is not None for d in ('fwd', 'bwd'))
         key = _gru_device()[:2] + (x.shape[1], hidden, x.itemsize, tc, clusters)
-        if key not in _gru_layouts:
-            _gru_layouts[key] = [_gru_choice(forward, key, x.dtype) for forward in (True, False)]
-        plans = _gru_layouts[key]
+        switches = (_gru_half_operands, _gru_wgmma, _gru_chunk_cap)   # a layout fits the kernels they select
+        if (key, switches) not in _gru_layouts:
+            _gru_layouts[key, switches] = [_gru_choice(forward, key, x.dtype) for forward in (True, False)]
+        plans = _gru_layouts[key, switches]
     if _gru_path == 'persistent' and None in plans:
         raise ValueError(f"GRU: no persistent kernels for batch {x.shape[1]} and hidden size {hidden} (they do not "
                          "fit on chip, or kernels.cu's cooperative module did not load)")
