@@ -1858,8 +1858,8 @@ struct Split : Owned {
                         // 4 values of one 16-byte granule of the swizzled row
                         const __half2 lo = __floats2half2_rn(v[r][i].x * m[r], v[r][i].y * m[r]);
                         const __half2 hi = __floats2half2_rn(v[r][i].z * m[r], v[r][i].w * m[r]);
-                        *reinterpret_cast<uint2*>(at(Ws, ldw, N, n0 + r, k)) =
-                            make_uint2(*reinterpret_cast<const unsigned*>(&lo), *reinterpret_cast<const unsigned*>(&hi));
+                        *reinterpret_cast<uint2*>(at(Ws, ldw, N, n0 + r, k)) = make_uint2(
+                            *reinterpret_cast<const unsigned*>(&lo), *reinterpret_cast<const unsigned*>(&hi));
                     }
             }
         }
@@ -1903,9 +1903,9 @@ struct Split : Owned {
     }
     // wgmma: the warpgroup's m-tiles (2 i + its index) times the B tile A over `ksteps` k-steps of 32 bytes from W's
     // column k0 (a multiple of KT), in whole k-tiles of 4 (staged zeros past the chunk); first: the first chunk (its
-    // first k-step overwrites d). Returns once they are done. No wgmma runs under a condition of its own, and each k-tile's
-    // are fenced as CUTLASS's mainloops do (the sums' registers fenced around wgmma.fence, commit and wait): else
-    // ptxas (CUDA 13) merges the registers between them and serializes the products (its warnings C7519, C7520).
+    // first k-step overwrites d). Returns once they are done. No wgmma runs under a condition of its own, and each
+    // k-tile's are fenced as CUTLASS's mainloops do (the sums' registers fenced around wgmma.fence, commit and wait):
+    // else ptxas (CUDA 13) merges the registers between them and serializes the products (its warnings C7519, C7520).
     __device__ void wg_products(float (&d)[MB][WN ? WN / 2 : 1], const T* A, int k0w, int ksteps, bool first) const {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
         if constexpr (WN != 0) {

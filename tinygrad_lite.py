@@ -2370,8 +2370,8 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
             raise RuntimeError(f"GRU: layout {plan}'s staging chunk is not a multiple of {granule} within the k-slice")
         weight_rows = -(-units // 8) * 8 * (3 if forward else 1)
         if wn and (chunk % granule or -(-rows // 16) * 16 > wn or -(-weight_rows // 64) * 64 > 256):
-            raise RuntimeError(f"GRU: layout {plan} exceeds the wgmma products' tiles (k-slice a multiple of {granule}, "
-                               f"batch rows at most {wn}, weight rows at most 256)")
+            raise RuntimeError(f"GRU: layout {plan} exceeds the wgmma products' tiles (k-slice a multiple of "
+                               f"{granule}, batch rows at most {wn}, weight rows at most 256)")
         extra = _int32s(split)   # the k-split's staging chunk
         kernel = _gru_wgmma_kernel(forward, cluster, wn) if wn else _kernel(f'gru_{direction}_split', arrays[0].dtype,
                                                                             cluster, 0)
@@ -2572,9 +2572,9 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
                 if wn and up(w_rows, 64) <= 256:
                     ob = 2 if _gru_half_wgmma(forward, np.float32) else 4
                     variants = variants[_gru_wgmma == 'only':] + [
-                        (128 // ob, w_rows, up(w_rows, 64), (up(w_rows, 64) - w_rows) * 128, wn, lambda n, ob=ob: n * ob,
-                         0.75 * min(1024, 64 * wn * 8 * 128 / (2048 + 32 * wn)) * 4 / ob, wn, ob,
-                         w_rows * 4 if ob == 2 else 0)]
+                        (128 // ob, w_rows, up(w_rows, 64), (up(w_rows, 64) - w_rows) * 128, wn,
+                         lambda n, ob=ob: n * ob, 0.75 * min(1024, 64 * wn * 8 * 128 / (2048 + 32 * wn)) * 4 / ob, wn,
+                         ob, w_rows * 4 if ob == 2 else 0)]
                 for granule, n_cols, m_cols, tail, a_rows, staged, rate, wn, ob, scales in variants:
                     kp, ldc = up(-(-k // size), granule), up(n_cols, 32) + 4 if wn else n_cols + 8   # Split's KP, ldc
                     # the weights and partial sums (wgmma: and the tiles' alignment); the operand's slice whole
