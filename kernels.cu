@@ -220,30 +220,19 @@ __device__ __forceinline__ unsigned long long operand(unsigned address, unsigned
 // d (+)= A B of one k-step: accumulate false overwrites d (the first step: d needs no zeros, whose writes would
 // make ptxas serialize the asynchronous products). MN: both tiles MN-major (float16 only)
 template <typename T, int N, int MN = 0> struct Wgmma;
-template <int MN> struct Wgmma<__half, 16, MN> {
-    __device__ static void mma(float (&d)[8], unsigned long long a, unsigned long long b, bool accumulate) {
-        TL_WGMMA("wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16", TL_R8, "%8", "%9", "%10", ", %11, %11",
-                 TL_D4(0), TL_D4(4));
-    }
-};
-template <int MN> struct Wgmma<__half, 32, MN> {
-    __device__ static void mma(float (&d)[16], unsigned long long a, unsigned long long b, bool accumulate) {
-        TL_WGMMA("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16", TL_R16, "%16", "%17", "%18", ", %19, %19",
-                 TL_D16(0));
-    }
-};
-template <int MN> struct Wgmma<__half, 64, MN> {
-    __device__ static void mma(float (&d)[32], unsigned long long a, unsigned long long b, bool accumulate) {
-        TL_WGMMA("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", TL_R32, "%32", "%33", "%34", ", %35, %35",
-                 TL_D16(0), TL_D16(16));
-    }
-};
-template <int MN> struct Wgmma<__half, 128, MN> {
-    __device__ static void mma(float (&d)[64], unsigned long long a, unsigned long long b, bool accumulate) {
-        TL_WGMMA("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", TL_R64, "%64", "%65", "%66", ", %67, %67",
-                 TL_D16(0), TL_D16(16), TL_D16(32), TL_D16(48));
-    }
-};
+// f16 (K-major, or MN-major both): N columns, N / 2 registers; TRANS: the MN operand's number, for both tiles
+#define TL_WGMMA_F16(N, REGS, A, B, SCALE, TRANS, ...)                                                                \
+    template <int MN> struct Wgmma<__half, N, MN> {                                                                    \
+        __device__ static void mma(float (&d)[N / 2], unsigned long long a, unsigned long long b, bool accumulate) {   \
+            TL_WGMMA("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.f16.f16", REGS, A, B, SCALE,                      \
+                     ", " TRANS ", " TRANS, __VA_ARGS__);                                                              \
+        }                                                                                                              \
+    };
+TL_WGMMA_F16(16, TL_R8, "%8", "%9", "%10", "%11", TL_D4(0), TL_D4(4))
+TL_WGMMA_F16(32, TL_R16, "%16", "%17", "%18", "%19", TL_D16(0))
+TL_WGMMA_F16(64, TL_R32, "%32", "%33", "%34", "%35", TL_D16(0), TL_D16(16))
+TL_WGMMA_F16(128, TL_R64, "%64", "%65", "%66", "%67", TL_D16(0), TL_D16(16), TL_D16(32), TL_D16(48))
+#undef TL_WGMMA_F16
 // TF32 (K-major tiles only): the low 13 bits of each float are ignored (truncation). N columns, N / 2 registers
 #define TL_WGMMA_TF32(N, REGS, A, B, SCALE, ...)                                                                      \
     template <int MN> struct Wgmma<float, N, MN> {                                                                     \
