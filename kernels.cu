@@ -1299,6 +1299,17 @@ __device__ __forceinline__ __half ld_cg(const __half* p) {
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + __expf(-x)); }
 
+// A forward cell's r, z, n and hg_n at gates[at], H apart, for the backward; gates null (inference): none kept
+template <typename T>
+__device__ __forceinline__ void keep_gates(T* gates, size_t at, int H, float r, float z, float n, float hn) {
+    if (gates == nullptr) return;
+    T* g = gates + at;
+    g[0] = from_f<T>(r);
+    g[H] = from_f<T>(z);
+    g[2 * H] = from_f<T>(n);
+    g[3 * H] = from_f<T>(hn);
+}
+
 // f16 operands for float32 in TF32's place (gru_fwd_split_h): values scaled by powers of two into f16's range,
 // exactly. half_scale(m): s with m s in [2^14, 2^15) for a largest magnitude m (1 where m is 0 or not finite, which
 // then stays so), so that the values down to 2^-29 m are f16 normals with 11 significant bits (TF32 keeps 11,
@@ -2096,11 +2107,7 @@ struct FwdCells : Cells {
                 const T h = from_f<T>(n + z * (hp[i] - n));
                 hp[i] = to_f(h);
                 out[(static_cast<size_t>(t) * B + b(i)) * H + j(i)] = h;
-                T* g = gates + (static_cast<size_t>(t) * B + b(i)) * 4 * H + j(i);
-                g[0] = from_f<T>(r);
-                g[H] = from_f<T>(z);
-                g[2 * H] = from_f<T>(n);
-                g[3 * H] = from_f<T>(hn);
+                keep_gates(gates, (static_cast<size_t>(t) * B + b(i)) * 4 * H + j(i), H, r, z, n, hn);
                 share(i, h);
             }
     }
@@ -2197,7 +2204,7 @@ struct BwdCells : Cells {
 }  // namespace gru
 
 // xg (T, B, 3H) = x W_ih^T without bias; w_hh (3H, H); b_ih, b_hh, h0 may be null. Writes out (T, B, H)
-// and gates (T, B, 4H). nb * nu blocks of gru::NT threads; CL = 0: a cooperative launch, the nu blocks of a batch
+// and gates (T, B, 4H), unless null. nb * nu blocks of gru::NT threads; CL = 0: a cooperative launch, the nu blocks of a batch
 // group meeting at flags; CL = nu: the batch group is a cluster (gru_fwd_cluster), h passed on in shared memory.
 template <typename T, int TC, int CL>
 __device__ __forceinline__ void gru_fwd_body(const T* __restrict__ xg, const T* __restrict__ w_hh,
@@ -2481,7 +2488,7 @@ gru_bwd_split(const T* __restrict__ dout, const T* __restrict__ gates, const T* 
 }
 #endif
 
-// Fallback, one step forward: hg = h_{t-1} W_hh^T (no bias) from cuBLAS; hprev may be null (zeros).
+// Fallback, one step forward: hg = h_{t-1} W_hh^T (no bias) from cuBLAS; hprev (zeros) and gates may be null.
 template <typename T>
 __global__ void gru_gates_fwd(const T* __restrict__ xg, const T* __restrict__ hg, const T* __restrict__ b_ih,
                               const T* __restrict__ b_hh, const T* __restrict__ hprev, T* __restrict__ out,
@@ -2502,11 +2509,7 @@ __global__ void gru_gates_fwd(const T* __restrict__ xg, const T* __restrict__ hg
         const float n = tanhf(to_f(x[2 * H]) + bi[2] + r * hn);
         const float hp = hprev != nullptr ? to_f(hprev[i]) : 0.f;
         out[i] = from_f<T>(n + z * (hp - n));
-        T* g = gates + static_cast<size_t>(b) * 4 * H + j;
-        g[0] = from_f<T>(r);
-        g[H] = from_f<T>(z);
-        g[2 * H] = from_f<T>(n);
-        g[3 * H] = from_f<T>(hn);
+        keep_gates(gates, static_cast<size_t>(b) * 4 * H + j, H, r, z, n, hn);
     }
 }
 

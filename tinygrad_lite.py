@@ -2161,7 +2161,7 @@ class GRULayer(Function):
             out, gates = _gru_forward_loop(x, w_ih, w_hh, b_ih, b_hh, h0)
         else:
             w_hh, b_ih, b_hh, h0 = (_aligned(a) for a in (w_hh, b_ih, b_hh, h0))
-            out, gates = _gru_forward_fused(x, w_ih, w_hh, b_ih, b_hh, h0, self.plans, self.tf32)
+            out, gates = _gru_forward_fused(x, w_ih, w_hh, b_ih, b_hh, h0, self.plans, self.tf32, self.recording)
         self.saved = x, w_ih, w_hh, h0, out, gates
         return _as_dtype(out, self.dtype)
 
@@ -2257,13 +2257,14 @@ def _gru_backward_loop(g, w_hh, h0, out, gates, dg_ih, dg_hh):
     return dh
 
 
-def _gru_forward_fused(x, w_ih, w_hh, b_ih, b_hh, h0, plans, tf32):
+def _gru_forward_fused(x, w_ih, w_hh, b_ih, b_hh, h0, plans, tf32, keep_gates):
     """out (T, B, H) and gates (T, B, 4H) on the GPU: the persistent kernel with the forward layout of `plans`
     (_gru_plans'), or (that None) per step a cuBLAS product and gru_gates_fwd. The kernels add the biases; tf32:
-    float32 products on TF32."""
+    float32 products on TF32; keep_gates False (no backward will run): gates None, the kernels write none."""
     xp, (steps, batch, _), hidden = _xp(x), x.shape, w_hh.shape[1]
     xg = _matmul(x.reshape(steps * batch, x.shape[-1]), w_ih.T, tf32=tf32).reshape(steps, batch, 3 * hidden)
-    out, gates = xp.empty((steps, batch, hidden), x.dtype), xp.empty((steps, batch, 4 * hidden), x.dtype)
+    out = xp.empty((steps, batch, hidden), x.dtype)
+    gates = xp.empty((steps, batch, 4 * hidden), x.dtype) if keep_gates else None
     if plans[0] is not None:
         _gru_run('fwd', plans, tf32, (xg, w_hh, b_ih, b_hh, h0, out, gates), steps, batch, hidden)
         return out, gates
@@ -2275,7 +2276,8 @@ def _gru_forward_fused(x, w_ih, w_hh, b_ih, b_hh, h0, plans, tf32):
         else:
             _gemm(h_prev, w_hh.T, x.dtype, tf32, out=hg)
         _launch_flat(kernel, batch * hidden, 1,
-                     (xg[t], hg, b_ih, b_hh, h_prev, out[t], gates[t]) + _int32s(batch, hidden))
+                     (xg[t], hg, b_ih, b_hh, h_prev, out[t], gates if gates is None else gates[t]) +
+                     _int32s(batch, hidden))
     return out, gates
 
 
