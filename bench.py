@@ -581,9 +581,11 @@ def _gru_rows(table, steps, batch, n_in, hidden, dtype):
     f, ft, fb, fbt = (statistics.median(times) for times in replayed)
     table.note(f'{label} by CUDA-graph replay (the GPU alone; two input sets), ms ours / torch: fwd {f:.4f} / '
                f'{ft:.4f} ({f / ft:.2f}), fwd+bwd {fb:.4f} / {fbt:.4f} ({fb / fbt:.2f})')
-    plans = tl._gru_plans(x.data, hidden, tl.allow_tf32 and dtype == np.float32)
+    tf32 = tl.allow_tf32 and dtype == np.float32
+    plans, inference = (tl._gru_plans(x.data, hidden, tf32, keep_gates) for keep_gates in (True, False))
     table.note(f'{label}: our layouts (batch groups, slices, units, rows, KC, shared bytes, cluster, k-chunk, wgmma '
-               f'WN) fwd {plans and tl._gru_used(plans[0])}, bwd {plans and tl._gru_used(plans[1])}')
+               f'WN) fwd {inference and tl._gru_used(inference[0])} (fwd+bwd: {plans and tl._gru_used(plans[0])}), '
+               f'bwd {plans and tl._gru_used(plans[1])}')
 
 
 # ================================================================ GPU: the GRU's parts and layouts (issue 4)

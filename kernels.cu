@@ -1244,7 +1244,8 @@ __global__ void __launch_bounds__(256) bn_bwd_train(const T* __restrict__ x, con
 // steps with one matmul; with hg = h W_hh^T + b_hh:
 //   r = sigmoid(xg_r + b_ir + hg_r), z = sigmoid(xg_z + b_iz + hg_z),
 //   n = tanh(xg_n + b_in + r hg_n),  h' = n + z (h - n).
-// Forward saves gates[t] = [r | z | n | hg_n] (T, B, 4H). Backward, with dh the gradient reaching h_t:
+// Forward saves gates[t] = [r | z | n | hg_n] (T, B, 4H), where a backward will run (else gates is null).
+// Backward, with dh the gradient reaching h_t:
 //   da_z = dh (h_prev - n) z (1 - z),  da_n = dh (1 - z) (1 - n^2),  da_r = da_n hg_n r (1 - r)
 //   dg_ih[t] = [da_r | da_z | da_n],  dg_hh[t] = [da_r | da_z | da_n r],  dh_prev = dg_hh[t] W_hh + dh z.
 //
@@ -2092,7 +2093,7 @@ struct FwdCells : Cells {
             }
     }
     // Step t's gates from the products sum(i, s) puts in s (h_{t-1} times W_hh's r, z and n rows): writes out and
-    // gates, keeps h_t, then share(i, h_t).
+    // gates (unless null), keeps h_t, then share(i, h_t).
     template <typename Sum, typename Share>
     __device__ void finish(Sum sum, Share share, T* out, T* gates, int t, int B, int H) {
 #pragma unroll
@@ -2204,8 +2205,9 @@ struct BwdCells : Cells {
 }  // namespace gru
 
 // xg (T, B, 3H) = x W_ih^T without bias; w_hh (3H, H); b_ih, b_hh, h0 may be null. Writes out (T, B, H)
-// and gates (T, B, 4H), unless null. nb * nu blocks of gru::NT threads; CL = 0: a cooperative launch, the nu blocks of a batch
-// group meeting at flags; CL = nu: the batch group is a cluster (gru_fwd_cluster), h passed on in shared memory.
+// and gates (T, B, 4H), unless null. nb * nu blocks of gru::NT threads; CL = 0: a cooperative launch, the nu blocks
+// of a batch group meeting at flags; CL = nu: the batch group is a cluster (gru_fwd_cluster), h passed on in shared
+// memory.
 template <typename T, int TC, int CL>
 __device__ __forceinline__ void gru_fwd_body(const T* __restrict__ xg, const T* __restrict__ w_hh,
                                              const T* __restrict__ b_ih, const T* __restrict__ b_hh,

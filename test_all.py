@@ -10821,11 +10821,11 @@ for _case in GRU_CASES:
 
 
 def test_gpu_gru_inference_keeps_no_gates():
-    """Under tl.no_grad the GRU forward allocates and writes no gates (what only the backward reads), in each forward
-    kernel (cooperative, cluster, k-split on mma.sync and on wgmma with f16 operands) and in the
-    fallback's gru_gates_fwd: each launch gets a null gates pointer, and out and h_n are bitwise those of the recorded
-    forward, whose launches get a gates array, and within TF32's tolerance of the CPU's (poisoned memory: an element
-    left unwritten reads as NaN)."""
+    """Where no backward will run (under tl.no_grad, or with no input or parameter needing a gradient) the GRU forward
+    on the GPU allocates and writes no gates (what only the backward reads), in each forward kernel (cooperative,
+    cluster, k-split on mma.sync, on TF32 wgmma and on wgmma with f16 operands) and in the fallback's gru_gates_fwd:
+    each launch gets a null gates pointer, and out and h_n are bitwise those of the recorded forward, whose launches get
+    a gates array, and within TF32's tolerance of the CPU's (poisoned memory: an element left unwritten reads as NaN)."""
     need_cuda()
     r = rng('gru inference')
     x, h0 = r.uniform(-1, 1, (5, 40, 12)), r.uniform(-1, 1, (1, 40, 68))
@@ -10837,13 +10837,14 @@ def test_gpu_gru_inference_keeps_no_gates():
 
     def split_only(forward, sms, smem, batch, hidden, itemsize, tc, clusters, splits=(), ranked=None):
         return plan(forward, 0, smem, batch, hidden, itemsize, tc, False, splits)   # no unsplit layout fits 0 SMs
-    runs = [('persistent', GRU_CLUSTER_KERNELS + GRU_SPLIT_KERNELS, True, plan, 'gru_fwd_persistent'),
-            ('fallback', (), True, plan, None)]
+    runs = [('persistent', GRU_CLUSTER_KERNELS + GRU_SPLIT_KERNELS, True, plan, True, 'gru_fwd_persistent'),
+            ('fallback', (), True, plan, True, 'gru_gates_fwd')]
     if set(GRU_CLUSTER_KERNELS + GRU_SPLIT_KERNELS) <= set(tl.fused_kernels()):
-        runs += [('persistent', GRU_SPLIT_KERNELS, True, plan, 'gru_fwd_cluster'),
-                 ('persistent', (), False, split_only, 'gru_fwd_split'),
-                 ('persistent', (), 'only', split_only, 'gru_fwd_split_h')]
-    for path, hidden, wgmma, planner, kernel in runs:
+        runs += [('persistent', GRU_SPLIT_KERNELS, True, plan, True, 'gru_fwd_cluster'),
+                 ('persistent', (), False, split_only, True, 'gru_fwd_split'),
+                 ('persistent', (), 'only', split_only, False, 'gru_fwd_split'),
+                 ('persistent', (), 'only', split_only, True, 'gru_fwd_split_h')]
+    for path, hidden, wgmma, planner, half, kernel in runs:
         results, gates = {}, []   # gates: each forward launch's gates argument
 
         def gru_launch(direction, layout, allow, arrays, *rest):
@@ -10858,23 +10859,29 @@ def test_gpu_gru_inference_keeps_no_gates():
         saved, tl._gru_path = tl._gru_path, path
         try:
             with kernels_hidden(hidden), gru_autotuned(False), tf32(True), poisoned(), \
-                    mock.patch.object(tl, '_gru_wgmma', wgmma), mock.patch.object(tl, '_gru_plan', planner), \
-                    mock.patch.object(tl, '_gru_launch', gru_launch), \
+                    mock.patch.object(tl, '_gru_wgmma', wgmma), mock.patch.object(tl, '_gru_half_operands', half), \
+                    mock.patch.object(tl, '_gru_plan', planner), mock.patch.object(tl, '_gru_launch', gru_launch), \
                     mock.patch.object(tl, '_launch_flat', launch_flat), gru_calls() as calls:
-                for recorded in (False, True):
-                    ins = [tl.tensor(a.astype(np.float32), device='cuda', requires_grad=recorded) for a in (x, h0)]
-                    with contextlib.nullcontext() if recorded else tl.no_grad():
-                        results[recorded] = [a.numpy() for a in model(*ins)]
-                    assert gates and all((g is not None) == recorded for g in gates), \
-                        f'{path} {kernel}, recorded {recorded}: gates passed {[type(g).__name__ for g in gates]}'
+                for mode in ('no_grad', 'frozen', 'recorded'):
+                    ins = [tl.tensor(a.astype(np.float32), device='cuda', requires_grad=mode == 'recorded')
+                           for a in (x, h0)]
+                    for p in model.parameters():
+                        p.requires_grad_(mode != 'frozen')
+                    with tl.no_grad() if mode == 'no_grad' else contextlib.nullcontext():
+                        results[mode] = [a.numpy() for a in model(*ins)]
+                    assert gates and all((g is not None) == (mode == 'recorded') for g in gates), \
+                        f'{path} {kernel}, {mode}: gates passed {[type(g).__name__ for g in gates]}'
                     gates.clear()
         finally:
             tl._gru_path = saved
+            for p in model.parameters():
+                p.requires_grad_(True)
         what = f'GRU inference, {path} ({kernel})'
-        assert kernel is None or kernel in calls, f'{what}: {sorted(calls)} ran'
-        for k, (got, rec, ref) in enumerate(zip(results[False], results[True], want)):
-            assert np.array_equal(got, rec), f'{what}: result {k} differs from the recorded forward\'s'
-            assert_matches(got.astype(np.float64), ref, TF32_TOL, f'{what}: result {k}')
+        assert kernel in calls if path != 'fallback' else calls == GRU_RAN[path], f'{what}: {sorted(calls)} ran'
+        for mode in ('no_grad', 'frozen'):
+            for k, (got, rec, ref) in enumerate(zip(results[mode], results['recorded'], want)):
+                assert np.array_equal(got, rec), f'{what}, {mode}: result {k} differs from the recorded forward\'s'
+                assert_matches(got.astype(np.float64), ref, TF32_TOL, f'{what}, {mode}: result {k}')
 
 
 def test_gpu_gru_bias_gradients_from_the_kernel():

@@ -2139,7 +2139,7 @@ _GRU_TUNE_STEPS = 16   # the fewest steps of a run that times them (in shorter o
 _GRU_MACS = {(4, 0): 96, (4, 1): 512, (2, 1): 1024}   # multiply-adds per clock and SM: FMA, TF32 mma, f16 mma
 _gru_devices = {}   # GPU index -> (multiprocessors, shared memory per block, the persistent kernels' barrier flags)
 # ((multiprocessors, shared memory, B, H, itemsize, TC, clusters loaded), (_gru_half_operands, _gru_wgmma,
-# _gru_chunk_cap)) -> [forward, backward]
+# _gru_chunk_cap, whether the forward keeps gates)) -> [forward, backward]
 _gru_layouts = {}
 
 
@@ -2153,7 +2153,7 @@ class GRULayer(Function):
         positions = [i for i, g in enumerate(given) if g]   # inputs' positions among (x, w_ih, w_hh, b_ih, b_hh, h0)
         self.saves = tuple(k for k, i in enumerate(positions) if i not in (3, 4))   # backward reads no bias
         tf32 = allow_tf32 and x.dtype == np.float32
-        self.given, self.dtype, self.plans = given, x.dtype, _gru_plans(x, w_hh.shape[1], tf32)
+        self.given, self.dtype, self.plans = given, x.dtype, _gru_plans(x, w_hh.shape[1], tf32, self.recording)
         self.tf32 = tf32 and self.plans is not None   # the xp loop (CPU, composed) stays exact
         ct = _acc_dtype(x.dtype) if self.plans is None else x.dtype
         x, w_ih, w_hh, b_ih, b_hh, h0 = (_as_dtype(a, ct) for a in (x, w_ih, w_hh, b_ih, b_hh, h0))
@@ -2167,6 +2167,7 @@ class GRULayer(Function):
 
     def backward(self, g):
         x, w_ih, w_hh, h0, out, gates = self.saved
+        gates = self._saved(gates)
         (steps, batch, hidden), xp = out.shape, _xp(out)
         dg_ih, dg_hh = xp.empty((steps, batch, 3 * hidden), out.dtype), xp.empty((steps, batch, 3 * hidden), out.dtype)
         g = _as_dtype(g, out.dtype)
@@ -2402,18 +2403,20 @@ def _gru_device():
     return _gru_devices[index]
 
 
-def _gru_plans(x, hidden, tf32):
+def _gru_plans(x, hidden, tf32, keep_gates=True):
     """How the recurrence of x runs: None for the xp loop (NumPy; on the GPU an empty batch, float64, no kernels.cu,
     or 'composed'), else [forward, backward] layouts of the persistent kernels, None each for the fallback, or
     (gru_autotune, until the first run times them: _gru_run) a list of candidate layouts, the model's choice first;
-    on the tensor cores for float16, and for float32 as TF32 where tf32 says so."""
+    on the tensor cores for float16, and for float32 as TF32 where tf32 says so. keep_gates False: for a forward that
+    keeps no gates (tuned apart: without the gates' stores another layout may be the fastest)."""
     if _xp(x) is np or x.shape[1] == 0 or _gru_path == 'composed' or _kernel('gru_gates_fwd', x.dtype) is None:
         return None
     tc, plans = int(x.dtype == np.float16 or tf32), [None, None]
     if _gru_path != 'fallback' and _kernel('gru_fwd_persistent', x.dtype, tc) is not None:
         clusters = all(_kernel(f'gru_{d}_cluster', x.dtype, tc, 1) is not None for d in ('fwd', 'bwd'))
         key = _gru_device()[:2] + (x.shape[1], hidden, x.itemsize, tc, clusters)
-        switches = (_gru_half_operands, _gru_wgmma, _gru_chunk_cap)   # a layout fits the kernels they select
+        # a layout fits the kernels the first three select
+        switches = (_gru_half_operands, _gru_wgmma, _gru_chunk_cap, keep_gates)
         if (key, switches) not in _gru_layouts:
             _gru_layouts[key, switches] = [_gru_choice(forward, key, x.dtype) for forward in (True, False)]
         plans = _gru_layouts[key, switches]
