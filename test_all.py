@@ -10820,6 +10820,39 @@ for _case in GRU_CASES:
                          lambda c=_case, dt=_dt, p=_path, a=_tf32: check_gru_gpu(c, dt, p, a))
 
 
+def test_gru_cpu_inference_keeps_no_gates():
+    """On the CPU (the xp loop) a GRU forward where no backward will run (under tl.no_grad, or with nothing needing a
+    gradient) keeps no gates, one step's reused as its workspace: out and h_n bitwise those of the recorded forward,
+    which keeps all T steps' (and whose backward then matches finite differences elsewhere), in float32 and float64."""
+    r = rng('gru cpu inference')
+    x, h0 = r.uniform(-1, 1, (6, 3, 5)), r.uniform(-1, 1, (2, 3, 7))
+    loop, kept = tl._gru_forward_loop, []
+
+    def spy(*args):
+        out, gates = loop(*args)
+        kept.append(gates)
+        return out, gates
+    for dtype in (np.float32, np.float64):
+        tl.manual_seed(0)
+        model, results = tl.GRU(5, 7, 2).to(dtype), {}
+        with mock.patch.object(tl, '_gru_forward_loop', spy):
+            for mode in ('no_grad', 'frozen', 'recorded'):
+                ins = [tl.tensor(a.astype(dtype), requires_grad=mode == 'recorded') for a in (x, h0)]
+                for p in model.parameters():
+                    p.requires_grad_(mode != 'frozen')
+                with tl.no_grad() if mode == 'no_grad' else contextlib.nullcontext():
+                    results[mode] = [a.numpy() for a in model(*ins)]
+                assert len(kept) == 2 and all((g is not None) == (mode == 'recorded') for g in kept), \
+                    f'{np.dtype(dtype).name} {mode}: gates kept {[None if g is None else g.shape for g in kept]}'
+                if mode == 'recorded':
+                    assert all(g.shape == (6, 4, 3, 7) for g in kept), [g.shape for g in kept]
+                kept.clear()
+        for mode in ('no_grad', 'frozen'):
+            for k, (got, want) in enumerate(zip(results[mode], results['recorded'])):
+                assert got.dtype == dtype and np.array_equal(got, want), \
+                    f'{np.dtype(dtype).name} {mode}: result {k} differs from the recorded forward\'s'
+
+
 def test_gpu_gru_inference_keeps_no_gates():
     """Where no backward will run (under tl.no_grad, or with no input or parameter needing a gradient) the GRU forward
     on the GPU allocates and writes no gates (what only the backward reads), in each forward kernel (cooperative,

@@ -2158,7 +2158,7 @@ class GRULayer(Function):
         ct = _acc_dtype(x.dtype) if self.plans is None else x.dtype
         x, w_ih, w_hh, b_ih, b_hh, h0 = (_as_dtype(a, ct) for a in (x, w_ih, w_hh, b_ih, b_hh, h0))
         if self.plans is None:
-            out, gates = _gru_forward_loop(x, w_ih, w_hh, b_ih, b_hh, h0)
+            out, gates = _gru_forward_loop(x, w_ih, w_hh, b_ih, b_hh, h0, self.recording)
         else:
             w_hh, b_ih, b_hh, h0 = (_aligned(a) for a in (w_hh, b_ih, b_hh, h0))
             out, gates = _gru_forward_fused(x, w_ih, w_hh, b_ih, b_hh, h0, self.plans, self.tf32, self.recording)
@@ -2191,8 +2191,9 @@ class GRULayer(Function):
         return tuple(_as_dtype(d, self.dtype) for d, given in zip(grads, self.given) if given)
 
 
-def _gru_forward_loop(x, w_ih, w_hh, b_ih, b_hh, h0):
-    """out (T, B, H) and gates (T, 4, B, H) = r, z, n, hg_n, step by step with in-place xp ops."""
+def _gru_forward_loop(x, w_ih, w_hh, b_ih, b_hh, h0, keep_gates):
+    """out (T, B, H) and gates (T, 4, B, H) = r, z, n, hg_n, step by step with in-place xp ops; keep_gates False:
+    gates None, one step's reused."""
     xp, (steps, batch, _), hidden = _xp(x), x.shape, w_hh.shape[1]
     xs = x.reshape(steps * batch, x.shape[-1])
     xg = _matmul(xs, w_ih.reshape(3, hidden, x.shape[-1]).transpose(0, 2, 1)).reshape(3, steps, batch, hidden)
@@ -2202,12 +2203,14 @@ def _gru_forward_loop(x, w_ih, w_hh, b_ih, b_hh, h0):
         xg[:2] += b_hh[:2 * hidden].reshape(2, 1, 1, hidden)
     b_hn = 0 if b_hh is None else b_hh[2 * hidden:]
     w_hh_t = xp.ascontiguousarray(w_hh.T)
-    out, gates = xp.empty((steps, batch, hidden), x.dtype), xp.empty((steps, 4, batch, hidden), x.dtype)
+    out, gates = xp.empty((steps, batch, hidden), x.dtype), xp.empty((steps if keep_gates else 1, 4, batch, hidden),
+                                                                     x.dtype)
     hg = xp.empty((batch, 3 * hidden), x.dtype)
     h = xp.zeros((batch, hidden), x.dtype) if h0 is None else h0
     for t in range(steps):
         xp.matmul(h, w_hh_t, out=hg)
-        rz, n, hn = gates[t, :2], gates[t, 2], gates[t, 3]
+        step = gates[t if keep_gates else 0]
+        rz, n, hn = step[:2], step[2], step[3]
         xp.add(xg[:2, t], hg[:, :2 * hidden].reshape(batch, 2, hidden).transpose(1, 0, 2), out=rz)
         rz *= 0.5   # sigmoid(a) = (tanh(a / 2) + 1) / 2
         xp.tanh(rz, out=rz)
@@ -2221,7 +2224,7 @@ def _gru_forward_loop(x, w_ih, w_hh, b_ih, b_hh, h0):
         h = out[t]
         h *= rz[1]
         h += n
-    return out, gates
+    return out, gates if keep_gates else None
 
 
 def _gru_backward_loop(g, w_hh, h0, out, gates, dg_ih, dg_hh):
