@@ -1789,15 +1789,23 @@ struct Split : Owned {
         }
     }
     __device__ int weight_count() const { return N * ldw + tail * KT; }   // W's staged values, padding included
-    // Zeroes W (its padding stays zero), then stages the weight rows: row n = q Jp + u of the block holds
-    // W_hh's row q H + j0 + u (forward) or W_hh^T's row j0 + u (backward, q = 0), columns [k0, k0 + kn).
-    __device__ void stage_weights(const T* w, int H) const {
+    // Row n = q Jp + u of the block's weights in w: W_hh's row q H + j0 + u (forward) or W_hh^T's row j0 + u
+    // (backward, q = 0), from column k0; null for a padding row (past NQ gates or jn units).
+    template <typename S>
+    __device__ const S* weight_row(const S* w, int H, int n) const {
+        const int q = n / Jp, u = n - q * Jp;
+        return q < NQ && u < jn ? w + static_cast<size_t>(q * H + j0 + u) * K + k0 : nullptr;
+    }
+    // Zeroes W, so that its padding stays zero once the rows are staged.
+    __device__ void zero_weights() const {
         for (int i = threadIdx.x; i < weight_count(); i += blockDim.x) Ws[i] = from_f<T>(0.f);
         __syncthreads();
-        copy_rows_to<T>([&](int n, int k) { return at(Ws, ldw, N, n, k); }, N, kn, vec, [&](int n) -> const T* {
-            const int q = n / Jp, u = n - q * Jp;
-            return q < NQ && u < jn ? w + static_cast<size_t>(q * H + j0 + u) * K + k0 : nullptr;
-        });
+    }
+    // Stages the weight rows (weight_row), columns [k0, k0 + kn).
+    __device__ void stage_weights(const T* w, int H) const {
+        zero_weights();
+        copy_rows_to<T>([&](int n, int k) { return at(Ws, ldw, N, n, k); }, N, kn, vec,
+                        [&](int n) { return weight_row(w, H, n); });
     }
     // f16 operands (T = __half, WN > 0) for float32 weights w: the rows stage_weights stages, each scaled by half_scale
     // of its largest magnitude over the block's k-slice, and inv[n] = 1 / (that scale times hs, the operand's scale),
@@ -1806,8 +1814,7 @@ struct Split : Owned {
     // in flight together and (k-slices of CH or fewer) read once: a row at a time, read twice, the first step took 51
     // us against TF32's 22 at (50, 256, 512, 512) on the H100.
     __device__ void stage_scaled_weights(const float* w, int H, float hs) {
-        for (int i = threadIdx.x; i < weight_count(); i += blockDim.x) Ws[i] = from_f<T>(0.f);
-        __syncthreads();
+        zero_weights();
         inv = red + a_rows * ldc;
         constexpr int R = 2, KV = 4, CH = 128 * KV;
         const int lane = threadIdx.x % 32;
@@ -1817,8 +1824,7 @@ struct Split : Owned {
             float4 v[R][KV];
 #pragma unroll
             for (int r = 0; r < R; ++r) {
-                const int n = n0 + r, q = n / Jp, u = n - q * Jp;
-                row[r] = n < N && q < NQ && u < jn ? w + static_cast<size_t>(q * H + j0 + u) * K + k0 : nullptr;
+                row[r] = n0 + r < N ? weight_row(w, H, n0 + r) : nullptr;
                 m[r] = 0.f;
             }
             const auto fetch = [&](int kb) {   // columns kb + 128 i + 4 lane .. + 3 of the rows (zeros past kn)
@@ -2309,11 +2315,14 @@ __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, con
         weights_to_tf32<T, 1>(bk.Ws, bk.weight_count());
     }
     FwdCells<T> cells(bk.c0, bk.c1, bk.jn, bk.b0, bk.j0, b_ih, b_hh, h0, H);
+    const auto keep_half = [&](int buffer, int i, float h) {   // cell i's f16 copy of h into hh's buffer, scaled
+        hh[static_cast<size_t>(buffer * B + cells.b(i)) * H + cells.j(i)] = from_f<O>(h * hs);
+    };
     unsigned barriers = 0;   // flag barriers so far
     if (scaled && h0 != nullptr) {
 #pragma unroll
         for (int i = 0; i < CPT; ++i)
-            if (cells.has(i)) hh[static_cast<size_t>(B + cells.b(i)) * H + cells.j(i)] = from_f<O>(cells.hp[i] * hs);
+            if (cells.has(i)) keep_half(1, i, cells.hp[i]);
         fl.sync(first, members, ++barriers, [] {});
     }
     cells.load(cells.in, xg, 0, B, H);
@@ -2340,8 +2349,7 @@ __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, con
 #pragma unroll
             for (int q = 0; q < 3; ++q) s[q] = sums[i][q];
         }, [&](int i, T h) {
-            if constexpr (scaled)
-                hh[static_cast<size_t>((t & 1) * B + cells.b(i)) * H + cells.j(i)] = from_f<O>(to_f(h) * hs);
+            if constexpr (scaled) keep_half(t & 1, i, to_f(h));
         }, out, gates, t, B, H);
         if (t + 1 < steps) {
             cells.in = xn;
