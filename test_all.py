@@ -10820,6 +10820,23 @@ for _case in GRU_CASES:
                          lambda c=_case, dt=_dt, p=_path, a=_tf32: check_gru_gpu(c, dt, p, a))
 
 
+GRU_FORWARD_MODES = ('no_grad', 'frozen', 'recorded')   # only the last records the forward for a backward
+
+
+def gru_forward_in_mode(model, arrays, mode, dtype, device='cpu'):
+    """model's outputs (host arrays) on `arrays`: under tl.no_grad, with the inputs and every parameter needing no
+    gradient ('frozen'), or recorded (all needing one); the parameters need gradients again after."""
+    ins = [tl.tensor(a.astype(dtype), device=device, requires_grad=mode == 'recorded') for a in arrays]
+    try:
+        for p in model.parameters():
+            p.requires_grad_(mode != 'frozen')
+        with tl.no_grad() if mode == 'no_grad' else contextlib.nullcontext():
+            return [a.numpy() for a in model(*ins)]
+    finally:
+        for p in model.parameters():
+            p.requires_grad_(True)
+
+
 def test_gru_cpu_inference_keeps_no_gates():
     """On the CPU (the xp loop) a GRU forward where no backward will run (under tl.no_grad, or with nothing needing a
     gradient) keeps no gates, one step's reused as its workspace: out and h_n bitwise those of the recorded forward,
@@ -10836,12 +10853,8 @@ def test_gru_cpu_inference_keeps_no_gates():
         tl.manual_seed(0)
         model, results = tl.GRU(5, 7, 2).to(dtype), {}
         with mock.patch.object(tl, '_gru_forward_loop', spy):
-            for mode in ('no_grad', 'frozen', 'recorded'):
-                ins = [tl.tensor(a.astype(dtype), requires_grad=mode == 'recorded') for a in (x, h0)]
-                for p in model.parameters():
-                    p.requires_grad_(mode != 'frozen')
-                with tl.no_grad() if mode == 'no_grad' else contextlib.nullcontext():
-                    results[mode] = [a.numpy() for a in model(*ins)]
+            for mode in GRU_FORWARD_MODES:
+                results[mode] = gru_forward_in_mode(model, (x, h0), mode, dtype)
                 assert len(kept) == 2 and all((g is not None) == (mode == 'recorded') for g in kept), \
                     f'{np.dtype(dtype).name} {mode}: gates kept {[None if g is None else g.shape for g in kept]}'
                 if mode == 'recorded':
@@ -10895,20 +10908,13 @@ def test_gpu_gru_inference_keeps_no_gates():
                     mock.patch.object(tl, '_gru_wgmma', wgmma), mock.patch.object(tl, '_gru_half_operands', half), \
                     mock.patch.object(tl, '_gru_plan', planner), mock.patch.object(tl, '_gru_launch', gru_launch), \
                     mock.patch.object(tl, '_launch_flat', launch_flat), gru_calls() as calls:
-                for mode in ('no_grad', 'frozen', 'recorded'):
-                    ins = [tl.tensor(a.astype(np.float32), device='cuda', requires_grad=mode == 'recorded')
-                           for a in (x, h0)]
-                    for p in model.parameters():
-                        p.requires_grad_(mode != 'frozen')
-                    with tl.no_grad() if mode == 'no_grad' else contextlib.nullcontext():
-                        results[mode] = [a.numpy() for a in model(*ins)]
+                for mode in GRU_FORWARD_MODES:
+                    results[mode] = gru_forward_in_mode(model, (x, h0), mode, np.float32, 'cuda')
                     assert gates and all((g is not None) == (mode == 'recorded') for g in gates), \
                         f'{path} {kernel}, {mode}: gates passed {[type(g).__name__ for g in gates]}'
                     gates.clear()
         finally:
             tl._gru_path = saved
-            for p in model.parameters():
-                p.requires_grad_(True)
         what = f'GRU inference, {path} ({kernel})'
         assert kernel in calls if path != 'fallback' else calls == GRU_RAN[path], f'{what}: {sorted(calls)} ran'
         for mode in ('no_grad', 'frozen'):
