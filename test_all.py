@@ -3681,12 +3681,12 @@ def test_gpu_gru_empty_batch():
 def test_gru_split_layouts_fit_their_kernels():
     """_gru_plan's k-split layouts (mma.sync and wgmma, whole and k-chunked) over many sizes, with the H200's figures
     (232448 bytes of shared memory, 66 / 30 / 15 resident clusters of 2 / 4 / 8, and 132 blocks alone for the f16
-    forward's P = 1, which some layouts take): each covers the batch, the hidden
-    units and (its k-slices) K, keeps its blocks resident and at most 4 cells a thread, and asks for the shared memory
-    kernels.cu's Split addresses (W's rows, the operand's one or two buffers, the partial sums; wgmma: 1024 bytes of
-    alignment slack, W's tail rows to an m-tile of 64, the operand's rows padded to WN; the float32 forward's f16
-    operands, _gru_half_operands: 2-byte values and N floats of scales), within the limit; a wgmma layout keeps to its
-    tiles (KP and KC multiples of 128 bytes, at most 4 m-tiles, batch rows at most WN)."""
+    forward's P = 1, which some layouts take): each covers the batch, the hidden units and (its k-slices) K, keeps its
+    blocks resident and at most 4 cells a thread, and asks for the shared memory kernels.cu's Split addresses (W's rows,
+    the operand's one or two buffers, the partial sums; wgmma: 1024 bytes of alignment slack, W's tail rows to an m-tile
+    of 64, the operand's rows padded to WN; the float32 forward's f16 operands, _gru_half_operands: 2-byte values and N
+    floats of scales), within the limit; a wgmma layout keeps to its tiles (KP and KC multiples of 128 bytes, at most 4
+    m-tiles, batch rows at most WN)."""
     up = lambda a, b: -(-a // b) * b
     smem_max, resident, seen = 232448, {1: 132, 2: 66, 4: 30, 8: 15}, collections.Counter()
     for batch, hidden, forward, itemsize, wgmma, cap, half in itertools.product(
@@ -10580,18 +10580,24 @@ def gru_case_plan(case, dtype, tc, forward, splits):
                         tl._gru_splits(forward, np.dtype(dtype)) if splits and tc else ())
 
 
+def gru_split_kernel(direction, dtype, wgmma):
+    """The k-split kernel of `direction` ('fwd' or 'bwd') a run of `dtype` launches, its products on wgmma or not (the
+    float32 forward's wgmma on f16 operands: gru_fwd_split_h, as tl._gru_wgmma_kernel picks)."""
+    half = wgmma and tl._gru_half_wgmma(direction == 'fwd', dtype)
+    return f'gru_{direction}_split' + ('_h' if half else '')
+
+
 def gru_split_kernels(dtype, wgmma):
-    """The k-split kernels a run of `dtype` launches, with products on wgmma or not (the float32 forward's wgmma on f16
-    operands: gru_fwd_split_h)."""
-    return {'gru_bwd_split', 'gru_fwd_split_h' if wgmma and tl._gru_half_wgmma(True, dtype) else 'gru_fwd_split'}
+    """The k-split kernels, forward and backward, a run of `dtype` launches (gru_split_kernel)."""
+    return {gru_split_kernel(d, dtype, wgmma) for d in ('fwd', 'bwd')}
 
 
 def gru_kernels_planned(case, dtype, allow_tf32, splits):
     """The persistent kernels (gru_{fwd,bwd}_{persistent,cluster,split}) the layouts choose for a case on this GPU."""
     tc = int(dtype == np.float16 or allow_tf32)
     plans = {d: gru_case_plan(case, dtype, tc, d == 'fwd', splits) for d in ('fwd', 'bwd')}
-    return {f'gru_{d}_' + ('split' if plan[7] else 'cluster' if plan[6] else 'persistent') +
-            ('_h' if d == 'fwd' and plan[8] and tl._gru_half_wgmma(True, dtype) else '') for d, plan in plans.items()}
+    return {gru_split_kernel(d, dtype, plan[8]) if plan[7] else f'gru_{d}_' + ('cluster' if plan[6] else 'persistent')
+            for d, plan in plans.items()}
 
 
 def test_gpu_gru_cases_take_clusters():
