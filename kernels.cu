@@ -1879,7 +1879,7 @@ struct Split : Owned {
     // The step's partial products: rows [b0, b0 + bn) of src (row stride K; null: zeros) over the block's k-slice,
     // times its weight rows, into red (rows of N, stride ldc: MTp of them, wgmma WN); then the cluster meets. Chunk c (buffer c & 1) holds
     // columns [c kc, + kc) of the slice; the copies of chunk c + 1 are in flight while the warps multiply chunk c.
-    __device__ void product(const T* src) const {
+    __device__ void product(const T* src, bool meet = true) const {
         auto stage = [&](int c) {   // commits one group of copies
             T* const buffer = As + (c & 1) * a_rows * lda;
             copy_rows_to<T, false, WN ? KT : 16>([&](int r, int k) { return at(buffer, lda, a_rows, r, k); }, a_rows,
@@ -1911,7 +1911,10 @@ struct Split : Owned {
             __syncthreads();
         }
         if constexpr (WN != 0) store_sums(d);
-        cluster_sync();
+        if (meet)
+            cluster_sync();
+        else
+            __syncthreads();
     }
     // wgmma: the warpgroup's m-tiles (2 i + its index) times the B tile A over `ksteps` k-steps of 32 bytes from W's
     // column k0 (a multiple of KT), in whole k-tiles of 4 (staged zeros past the chunk); first: the first chunk (its
@@ -2034,13 +2037,15 @@ struct Split : Owned {
                     *at = make_float2(before.x + acc[mi][j][2 * h], before.y + acc[mi][j][2 * h + 1]);
                 }
     }
-    // The cluster's sum of the partial products at (row r, weight row n).
-    template <int P>
+    // The cluster's sum of the partial products at (row r, weight row n): of its P blocks (clusters of G > P: of the P
+    // blocks of this block's k-split, consecutive ranks).
+    template <int P, int G = P>
     __device__ float cluster_sum(int r, int n) const {
         float* at = red + r * ldc + n;
+        const unsigned first = G == P ? 0u : blockIdx.x % G - blockIdx.x % P;
         float v[P];   // all P remote loads in flight before the first use
 #pragma unroll
-        for (int rank = 0; rank < P; ++rank) v[rank] = *in_block(at, rank);
+        for (int rank = 0; rank < P; ++rank) v[rank] = *in_block(at, first + rank);
         float sum = 0.f;
 #pragma unroll
         for (int rank = 0; rank < P; ++rank) sum += v[rank];
@@ -2299,8 +2304,10 @@ gru_fwd_cluster(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* _
 // may hold SMs meanwhile (as the flags' one kernel at a time). O: the operands' type in shared memory, T but for
 // gru_fwd_split_h (T = float, O = __half): the weights scaled (Split::stage_scaled_weights), h_{t-1} staged from hh (2,
 // B, H), where finish keeps an f16 copy of h_t scaled by the batch group's operand_scale, in buffer t & 1 (h0's in
-// buffer 1, behind a first barrier, before step 0).
-template <typename T, typename O, int P, int WN>
+// buffer 1, behind a first barrier, before step 0). G > P (gru_fwd_split_h, an experiment: branch gru-group-cluster):
+// clusters of G = nu P blocks, a batch group each, meeting at the cluster's barrier instead of flags (no residency
+// needed across groups); the k-split's partial sums then summed over P consecutive ranks.
+template <typename T, typename O, int P, int WN, int G = P>
 __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, const T* __restrict__ w_hh,
                                                    const T* __restrict__ b_ih, const T* __restrict__ b_hh,
                                                    const T* __restrict__ h0, T* out, T* __restrict__ gates,
@@ -2309,8 +2316,16 @@ __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, con
     using namespace gru;
     constexpr bool scaled = sizeof(O) != sizeof(T);
     Split<O, true, WN> bk(B, H, P, nu, J, BB, KP, KC);
-    const Flags fl(flags);
+    const Flags fl(G == P ? flags : nullptr);
     const int members = nu * P, first = blockIdx.x - blockIdx.x % members;   // the batch group's blocks
+    constexpr bool meet = G == P || P > 1;   // the products end at the cluster's barrier (the k-split's sums)
+    unsigned barriers = 0;   // flag barriers so far
+    const auto group_sync = [&](auto during) {   // the batch group's blocks meet
+        if constexpr (G > P)
+            cluster_sync(during);
+        else
+            fl.sync(first, members, ++barriers, during);
+    };
     float hs = 1.f;   // the operand's scale
     if constexpr (scaled) {
         hs = operand_scale(h0, bk.b0, bk.bn, H, reinterpret_cast<unsigned*>(bk.red));
@@ -2323,12 +2338,11 @@ __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, con
     const auto keep_half = [&](int buffer, int i, float h) {   // cell i's f16 copy of h into hh's buffer, scaled
         hh[static_cast<size_t>(buffer * B + cells.b(i)) * H + cells.j(i)] = from_f<O>(h * hs);
     };
-    unsigned barriers = 0;   // flag barriers so far
     if (scaled && h0 != nullptr) {
 #pragma unroll
         for (int i = 0; i < CPT; ++i)
             if (cells.has(i)) keep_half(1, i, cells.hp[i]);
-        fl.sync(first, members, ++barriers, [] {});
+        group_sync([] {});
     }
     cells.load(cells.in, xg, 0, B, H);
     typename FwdCells<T>::Inputs xn;   // step t + 1's xg values, loaded after step t's barrier: in flight during the
@@ -2338,9 +2352,9 @@ __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, con
     for (int t = 0; t < steps; ++t) {
         if (t + 1 < steps) cells.load(xn, xg, t + 1, B, H);
         if constexpr (scaled)
-            bk.product(t == 0 && h0 == nullptr ? nullptr : hh + static_cast<size_t>((t + 1) & 1) * B * H);
+            bk.product(t == 0 && h0 == nullptr ? nullptr : hh + static_cast<size_t>((t + 1) & 1) * B * H, meet);
         else
-            bk.product(t == 0 ? h0 : out + static_cast<size_t>(t - 1) * B * H);
+            bk.product(t == 0 ? h0 : out + static_cast<size_t>(t - 1) * B * H, meet);
         // every cell's sums before finish stores to out (which the loads from the cluster's shared memory might
         // alias): the loads in flight together, not a round trip a cell (at (50, 256, 512, 512) on the H100, 8.2 ->
         // 7.9 us a step; in finish itself, for every forward kernel, the cluster kernels' steps took up to 9% longer)
@@ -2349,7 +2363,7 @@ __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, con
         for (int i = 0; i < CPT; ++i)
 #pragma unroll
             for (int q = 0; q < 3; ++q)
-                sums[i][q] = cells.has(i) ? bk.template cluster_sum<P>(cells.r[i], q * bk.Jp + cells.u[i]) : 0.f;
+                sums[i][q] = cells.has(i) ? bk.template cluster_sum<P, G>(cells.r[i], q * bk.Jp + cells.u[i]) : 0.f;
         cells.finish([&](int i, float (&s)[3]) {
 #pragma unroll
             for (int q = 0; q < 3; ++q) s[q] = sums[i][q];
@@ -2358,11 +2372,11 @@ __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, con
         }, out, gates, t, B, H);
         if (t + 1 < steps) {
             cells.in = xn;
-            fl.sync(first, members, ++barriers, [] {});   // also keeps red until the cluster's blocks have read it
+            group_sync([] {});   // also keeps red until the cluster's blocks have read it
         }
     }
     cluster_sync();   // no block leaves while another may read its red
-    fl.finish();
+    if constexpr (G == P) fl.finish();
 }
 
 template <typename T, int P, int WN>
@@ -2375,13 +2389,13 @@ gru_fwd_split(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __r
 }
 
 // gru_fwd_split on f16 wgmma for float32: hh, (2, B, H) f16 values the kernel writes and reads (the host's scratch)
-template <int P, int WN>
-__global__ void __cluster_dims__(P, 1, 1) __launch_bounds__(gru::NT, 1)
+template <int P, int WN, int G = P>
+__global__ void __cluster_dims__(G, 1, 1) __launch_bounds__(gru::NT, 1)
 gru_fwd_split_h(const float* __restrict__ xg, const float* __restrict__ w_hh, const float* __restrict__ b_ih,
                 const float* __restrict__ b_hh, const float* __restrict__ h0, float* out, float* __restrict__ gates,
                 unsigned long long* flags, __half* hh, int steps, int B, int H, int nu, int J, int BB, int KP, int KC) {
-    gru_fwd_split_body<float, __half, P, WN>(xg, w_hh, b_ih, b_hh, h0, out, gates, flags, hh, steps, B, H, nu, J, BB,
-                                             KP, KC);
+    gru_fwd_split_body<float, __half, P, WN, G>(xg, w_hh, b_ih, b_hh, h0, out, gates, flags, hh, steps, B, H, nu, J,
+                                                BB, KP, KC);
 }
 #endif
 
