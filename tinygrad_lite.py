@@ -518,7 +518,7 @@ _KERNEL_INSTANCES = {
        for name in ('gru_fwd_cluster', 'gru_bwd_cluster')},
     **{name: [(t, str(p), '0') for t in ('float', '__half') for p in _GRU_SPLITS] +
              [('float', str(p), str(n)) for p in _GRU_SPLITS for n in _GRU_WG] for name in ('gru_fwd_split', 'gru_bwd_split')},
-    # (P, WN, G): clusters of G = a batch group (branch gru-group-cluster's probe, scratch/s33/group_cluster.py)
+    # (P, WN, G): clusters of G = a batch group (this branch's gru_group_cluster_probe.py)
     'gru_fwd_split_h': [(str(p), str(n)) for p in _GRU_SPLITS_HALF for n in _GRU_WG] +
                        [('1', str(n), str(g)) for n in (16, 32) for g in (8, 16)],
     **{name: [('float',), ('__half',)] for name in ('gru_gates_fwd', 'gru_gates_bwd', 'gru_bias_sums')},
