@@ -2318,9 +2318,13 @@ __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, con
     Split<O, true, WN> bk(B, H, P, nu, J, BB, KP, KC);
     const Flags fl(G == P ? flags : nullptr);
     const int members = nu * P, first = blockIdx.x - blockIdx.x % members;   // the batch group's blocks
+    static_assert(G % P == 0, "a cluster holds whole k-splits");
+    if (G > P && nu * P != G) __trap();   // a batch group split across clusters would meet nowhere
     constexpr bool meet = G == P || P > 1;   // the products end at the cluster's barrier (the k-split's sums)
     unsigned barriers = 0;   // flag barriers so far
-    const auto group_sync = [&](auto during) {   // the batch group's blocks meet
+    // the batch group's blocks meet. The cluster's barrier orders memory accesses but not asynchronous copies: every
+    // cp.async of hh must be complete before it (product waits for all of its groups), none prefetched in during
+    const auto group_sync = [&](auto during) {
         if constexpr (G > P)
             cluster_sync(during);
         else
