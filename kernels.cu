@@ -207,6 +207,8 @@ __device__ __forceinline__ unsigned long long operand(unsigned address, unsigned
 #define TL_D16(i) TL_D4(i), TL_D4(i + 4), TL_D4(i + 8), TL_D4(i + 12)
 #define TL_R8 "{%0, %1, %2, %3, %4, %5, %6, %7}"
 #define TL_R16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define TL_R24 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+               " %16, %17, %18, %19, %20, %21, %22, %23}"
 #define TL_R32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
                " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define TL_R64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
@@ -230,6 +232,7 @@ template <typename T, int N, int MN = 0> struct Wgmma;
     };
 TL_WGMMA_F16(16, TL_R8, "%8", "%9", "%10", "%11", TL_D4(0), TL_D4(4))
 TL_WGMMA_F16(32, TL_R16, "%16", "%17", "%18", "%19", TL_D16(0))
+TL_WGMMA_F16(48, TL_R24, "%24", "%25", "%26", "%27", TL_D16(0), TL_D4(16), TL_D4(20))
 TL_WGMMA_F16(64, TL_R32, "%32", "%33", "%34", "%35", TL_D16(0), TL_D16(16))
 TL_WGMMA_F16(128, TL_R64, "%64", "%65", "%66", "%67", TL_D16(0), TL_D16(16), TL_D16(32), TL_D16(48))
 #undef TL_WGMMA_F16
@@ -249,6 +252,7 @@ TL_WGMMA_TF32(128, TL_R64, "%64", "%65", "%66", TL_D16(0), TL_D16(16), TL_D16(32
 #undef TL_WGMMA
 #undef TL_R64
 #undef TL_R32
+#undef TL_R24
 #undef TL_R16
 #undef TL_R8
 #undef TL_D16
@@ -2054,12 +2058,14 @@ struct Split : Owned {
 };
 
 // The (row, unit) cells [c0, c1) of a batch group's rows by a block's units (jn of them, row-major; batch row b0 and
-// unit j0 first) that this thread finishes: c0 + threadIdx.x + i NT for i < CPT, local row r[i] and unit u[i].
+// unit j0 first) that this thread finishes: c0 + threadIdx.x + i NT for i < C (CPT; a batch group as one cluster:
+// CPT + 1), local row r[i] and unit u[i].
+template <int C = CPT>
 struct Cells {
-    int c0, c1, b0, j0, r[CPT], u[CPT];
+    int c0, c1, b0, j0, r[C], u[C];
     __device__ Cells(int first, int end, int jn, int row0, int unit0) : c0(first), c1(end), b0(row0), j0(unit0) {
 #pragma unroll
-        for (int i = 0; i < CPT; ++i) {
+        for (int i = 0; i < C; ++i) {
             const int c = c0 + threadIdx.x + i * NT;
             r[i] = jn > 0 ? c / jn : 0;
             u[i] = c - r[i] * jn;
@@ -2072,19 +2078,22 @@ struct Cells {
 
 // Forward, the thread's cells: bias = (b_ir + b_hr, b_iz + b_hz, b_in, b_hn) (b_ih, b_hh may be null), hp = h_{t-1}
 // (h0 may be null: zeros), in = step t's xg values.
-template <typename T>
-struct FwdCells : Cells {
+template <typename T, int C = CPT>
+struct FwdCells : Cells<C> {
+    using Cells<C>::has;
+    using Cells<C>::b;
+    using Cells<C>::j;
     struct Inputs {
-        float xv[CPT][3];
+        float xv[C][3];
     };
-    float bias[CPT][4], hp[CPT];
+    float bias[C][4], hp[C];
     Inputs in;
 
     __device__ FwdCells(int first, int end, int jn, int row0, int unit0, const T* b_ih, const T* b_hh, const T* h0,
                         int H)
-        : Cells(first, end, jn, row0, unit0) {
+        : Cells<C>(first, end, jn, row0, unit0) {
 #pragma unroll
-        for (int i = 0; i < CPT; ++i)
+        for (int i = 0; i < C; ++i)
             if (has(i)) {
                 const int jj = j(i);
 #pragma unroll
@@ -2101,7 +2110,7 @@ struct FwdCells : Cells {
     // while waiting at the barrier before step t; the k-split forward: a step earlier)
     __device__ void load(Inputs& to, const T* xg, int t, int B, int H) const {
 #pragma unroll
-        for (int i = 0; i < CPT; ++i)
+        for (int i = 0; i < C; ++i)
             if (has(i)) {
                 const T* p = xg + (static_cast<size_t>(t) * B + b(i)) * 3 * H + j(i);
 #pragma unroll
@@ -2113,7 +2122,7 @@ struct FwdCells : Cells {
     template <typename Sum, typename Share>
     __device__ void finish(Sum sum, Share share, T* out, T* gates, int t, int B, int H) {
 #pragma unroll
-        for (int i = 0; i < CPT; ++i)
+        for (int i = 0; i < C; ++i)
             if (has(i)) {
                 float s[3];
                 sum(i, s);
@@ -2133,14 +2142,14 @@ struct FwdCells : Cells {
 // Backward, the thread's cells: in = what step t's gates need (g = r, z, n, hg_n; hp = h_{t-1}; dout[t]), loaded
 // ahead of use; dh, the gradient reaching h_t; carry = dh z of the step after.
 template <typename T>
-struct BwdCells : Cells {
+struct BwdCells : Cells<> {
     struct Inputs {
         float g[CPT][4], hp[CPT], dout[CPT];
     };
     Inputs in;
     float dh[CPT], carry[CPT], bias[CPT][4];   // bias: the sums over the steps of dg_ih's r, z, n and dg_hh's n
 
-    using Cells::Cells;
+    using Cells<>::Cells;
     // step t's inputs into `to` (in, or a set loaded further ahead)
     __device__ void load(Inputs& to, const T* gates, const T* out, const T* h0, const T* dout_, int t, int B,
                          int H) const {
@@ -2304,9 +2313,10 @@ gru_fwd_cluster(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* _
 // may hold SMs meanwhile (as the flags' one kernel at a time). O: the operands' type in shared memory, T but for
 // gru_fwd_split_h (T = float, O = __half): the weights scaled (Split::stage_scaled_weights), h_{t-1} staged from hh (2,
 // B, H), where finish keeps an f16 copy of h_t scaled by the batch group's operand_scale, in buffer t & 1 (h0's in
-// buffer 1, behind a first barrier, before step 0). G > P (gru_fwd_split_h, an experiment: branch gru-group-cluster):
-// clusters of G = nu P blocks, a batch group each, meeting at the cluster's barrier instead of flags (no residency
-// needed across groups); the k-split's partial sums then summed over P consecutive ranks.
+// buffer 1, behind a first barrier, before step 0). G > P (gru_fwd_split_h): clusters of G = nu P blocks, a batch
+// group each, meeting at the cluster's barrier instead of flags (no residency needed across groups; at (50, 256, 512,
+// 512) on the H100 a step took 4.92 us against 6.22), with CPT + 1 cells a thread (the GPU holds fewer clusters of 8
+// or 16 than it holds blocks: larger groups); the k-split's partial sums then summed over P consecutive ranks.
 template <typename T, typename O, int P, int WN, int G = P>
 __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, const T* __restrict__ w_hh,
                                                    const T* __restrict__ b_ih, const T* __restrict__ b_hh,
@@ -2338,18 +2348,19 @@ __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, con
         bk.stage_weights(w_hh, H);
         weights_to_tf32<T, 1>(bk.Ws, bk.weight_count());
     }
-    FwdCells<T> cells(bk.c0, bk.c1, bk.jn, bk.b0, bk.j0, b_ih, b_hh, h0, H);
+    constexpr int C = G > P ? CPT + 1 : CPT;   // cells a thread: the larger groups of fewer clusters
+    FwdCells<T, C> cells(bk.c0, bk.c1, bk.jn, bk.b0, bk.j0, b_ih, b_hh, h0, H);
     const auto keep_half = [&](int buffer, int i, float h) {   // cell i's f16 copy of h into hh's buffer, scaled
         hh[static_cast<size_t>(buffer * B + cells.b(i)) * H + cells.j(i)] = from_f<O>(h * hs);
     };
     if (scaled && h0 != nullptr) {
 #pragma unroll
-        for (int i = 0; i < CPT; ++i)
+        for (int i = 0; i < C; ++i)
             if (cells.has(i)) keep_half(1, i, cells.hp[i]);
         group_sync([] {});
     }
     cells.load(cells.in, xg, 0, B, H);
-    typename FwdCells<T>::Inputs xn;   // step t + 1's xg values, loaded after step t's barrier: in flight during the
+    typename FwdCells<T, C>::Inputs xn;   // step t + 1's xg values, loaded after step t's barrier: in flight during the
     // product (the cluster barrier after it may wait for them). Loaded while waiting at the barrier, the float32
     // forward took 15% longer at H = 512 and 1024 on the H200: the compiler put the loads above the flag store, whose
     // release then waited for them.
@@ -2362,9 +2373,9 @@ __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, con
         // every cell's sums before finish stores to out (which the loads from the cluster's shared memory might
         // alias): the loads in flight together, not a round trip a cell (at (50, 256, 512, 512) on the H100, 8.2 ->
         // 7.9 us a step; in finish itself, for every forward kernel, the cluster kernels' steps took up to 9% longer)
-        float sums[CPT][3];
+        float sums[C][3];
 #pragma unroll
-        for (int i = 0; i < CPT; ++i)
+        for (int i = 0; i < C; ++i)
 #pragma unroll
             for (int q = 0; q < 3; ++q)
                 sums[i][q] = cells.has(i) ? bk.template cluster_sum<P, G>(cells.r[i], q * bk.Jp + cells.u[i]) : 0.f;

@@ -3689,22 +3689,29 @@ def test_gru_split_layouts_fit_their_kernels():
     m-tiles, batch rows at most WN)."""
     up = lambda a, b: -(-a // b) * b
     smem_max, resident, seen = 232448, {1: 132, 2: 66, 4: 30, 8: 15}, collections.Counter()
+    group_resident = {8: 15, 16: 7}
     for batch, hidden, forward, itemsize, wgmma, cap, half in itertools.product(
             (1, 5, 16, 33, 64, 100, 256), (8, 50, 128, 300, 512, 1024), (True, False), (4, 2), (False, True, 'only'),
             (None, 32), (True, False)):
         splits = tuple((p, n, tl._GRU_WG if wgmma and itemsize == 4 else ()) for p, n in resident.items()
                        if p > 1 or (half and wgmma and itemsize == 4 and forward))   # P = 1: the f16 forward's
+        if half and wgmma and itemsize == 4 and forward:   # and its batch groups as one cluster of 8 or 16
+            splits += tuple((1, n, tl._GRU_GROUP_WG, g) for g, n in group_resident.items())
         with mock.patch.object(tl, '_gru_wgmma', wgmma), mock.patch.object(tl, '_gru_chunk_cap', cap), \
                 mock.patch.object(tl, '_gru_half_operands', half):
             layout = tl._gru_plan(forward, 0, smem_max, batch, hidden, itemsize, 1, False, splits)
         if layout is None:
             continue
-        groups, slices, units, rows, kp, smem, size, kc, wn = layout
+        groups, slices, units, rows, kp, smem, size, kc, wn, group = layout
         what = (f'B {batch} H {hidden} {("bwd", "fwd")[forward]} itemsize {itemsize} wgmma {wgmma} cap {cap} half '
                 f'{half}: {layout}')
         (k, nq), jp, mtp, bufs = (hidden, 3) if forward else (3 * hidden, 1), up(units, 8), up(rows, 16), 1 + (kc < kp)
         assert groups * rows >= batch and slices * units >= hidden and size * kp >= k, what
-        assert groups * slices <= resident[size] and -(-(-(-rows * units // 256)) // size) <= 4, what
+        if group:   # clusters of a batch group each: up to 5 cells a thread
+            assert size == 1 and slices == group and groups <= group_resident[group] and wn, what
+            assert -(-rows * units // 256) <= 5, what
+        else:
+            assert groups * slices <= resident[size] and -(-(-(-rows * units // 256)) // size) <= 4, what
         ob = 2 if wn and forward and half else 4   # bytes an operand value
         assert 0 < kc <= kp and kc % (128 // ob if wn else 16) == 0, what
         if wn:
@@ -3718,8 +3725,10 @@ def test_gru_split_layouts_fit_their_kernels():
         assert smem == kernel <= smem_max, f'{what}: the kernel addresses {kernel} bytes'
         seen[wn and ob, bufs] += 1
         seen['alone'] += size == 1
+        seen['group', group] += 1
     assert all(seen[w, b] for w in (False, 2, 4) for b in (1, 2)) and seen['alone'], \
         f'layouts (wgmma operand bytes, buffers; P = 1): {dict(seen)}'
+    assert seen['group', 8] and seen['group', 16], f'layouts (batch groups as one cluster): {dict(seen)}'
 
 
 def test_gru_choice_lists_candidates_to_time():
@@ -3730,7 +3739,7 @@ def test_gru_choice_lists_candidates_to_time():
     launches the choice (_gru_used). A single candidate is kept as the layout itself, and without tl.gru_autotune it
     is the model's choice."""
     splits = tuple((p, n, tl._GRU_WG) for p, n in ((2, 66), (4, 30), (8, 15)))
-    kind = lambda layout: (layout[6], layout[7] > 0, layout[8], layout[1])   # cluster, k-split, WN, slices
+    kind = lambda layout: (layout[6], layout[7] > 0, layout[8], layout[1], layout[9])   # cluster, split, WN, nu, G
     lists = 0
     for batch, hidden, forward, itemsize in itertools.product((1, 16, 256), (8, 128, 512), (True, False), (4, 2)):
         key = (132, 232448, batch, hidden, itemsize, 1, True)
@@ -3785,7 +3794,7 @@ def test_gru_plan_ranks_its_choice():
         want = split if split and not (unsplit and unsplit[0] + unsplit[1] <= split[0]) else unsplit
         assert chosen == (want and want[3]), what
         for _, read, _, layout, eligible in ranked:
-            groups, slices, _, rows, _, _, cluster, split, _ = layout   # a cooperative layout reads its operand from L2
+            groups, slices, _, rows, _, _, cluster, split, _, _ = layout   # a cooperative layout: from L2
             operand = groups * slices * -(-rows // 16) * 16 * (hidden if forward else 3 * hidden) * itemsize
             assert read == (0 if cluster or split else operand / 2800), what   # at 2800 bytes a clock
             assert layout[5] <= smem_max and read >= 0, what
@@ -10677,7 +10686,8 @@ def test_gpu_gru_half_operands():
     operand's rows padded to each of _GRU_WG, whole and in k-chunks of 64 (k-slices of 136, 68, 34 and 17, padded to
     192, 128 and 64); 522 in clusters of 1, 2 and 4 (K not a multiple of 4 floats or 8 halves: the element-wise loads
     and staging; at P = 1 a k-slice of 576 columns, past the 512 that stage_scaled_weights keeps in registers; of 8,
-    no layout of 16 rows fits). W_hh's rows span 1e-12 to 1 times PyTorch's scale (one scale for a block's rows would
+    no layout of 16 rows fits); 250 with each batch group one cluster of 8 or 16 blocks meeting at the cluster's
+    barrier, its operand's rows padded to each of _GRU_GROUP_WG. W_hh's rows span 1e-12 to 1 times PyTorch's scale (one scale for a block's rows would
     lose the small ones to f16's subnormals) and b_hn is 0, so that the hn gate is the product alone. h0 is absent; or
     its column 7 is 1e5 (past f16's largest value, an infinity unscaled) where W_hh's column 7 is 0 (infinity times 0:
     NaN); or it is at most 1e-3 (the operand's scale floored at 1's, which leaves h_t, up to 1, in range)."""
@@ -10687,19 +10697,24 @@ def test_gpu_gru_half_operands():
     steps, batch, r = 3, 40, rng('gru half operands')
     sigmoid = lambda v: 1 / (1 + np.exp(-v))
     chunked, smem = set(), tl._gru_device()[1]
-    runs = [(136, wn, size, cap, h0) for wn, size, cap, h0 in itertools.product(
+    runs = [(136, wn, size, cap, h0, 0) for wn, size, cap, h0 in itertools.product(
         tl._GRU_WG, tl._GRU_SPLITS_HALF, (None, 32), ('absent', 'large', 'small'))]
-    runs += [(522, 16, size, None, 'large') for size in (1, 2, 4)]
-    for hidden, wn, size, cap, h0_kind in runs:
+    runs += [(522, 16, size, None, 'large', 0) for size in (1, 2, 4)]
+    # a batch group as one cluster of 8 or 16 blocks (hidden 250: 32 or 16 units a block), up to 5 cells a thread
+    runs += [(250, wn, 1, None, h0, group) for wn, group, h0 in itertools.product(
+        tl._GRU_GROUP_WG, tl._GRU_GROUPS, ('absent', 'large', 'small'))]
+    for hidden, wn, size, cap, h0_kind, group in runs:
         w = r.uniform(-1, 1, (3 * hidden, hidden)) * 10.0 ** r.integers(-12, 1, (3 * hidden, 1)) / hidden ** 0.5
         w[:, 7] = 0
         b_ih, b_hh = r.uniform(-1, 1, 3 * hidden), r.uniform(-1, 1, 3 * hidden)
         b_hh[2 * hidden:] = 0
-        splits, ranked = tuple((p, n, (wn,)) for p, n, _ in tl._gru_splits(True, np.float32) if p == size), []
+        splits, ranked = tuple((p, n, (wn,), *g) for p, n, _, *g in tl._gru_splits(True, np.float32)
+                               if p == size and g == ([group] if group else [])), []
         with mock.patch.object(tl, '_gru_chunk_cap', cap):
             tl._gru_plan(True, 0, smem, batch, hidden, 4, 1, False, splits, ranked=ranked)
-        layout = min((entry for entry in ranked if entry[3][8] == wn and entry[4]), default=(0, 0, 0, None))[3]
-        assert layout is not None, f'no wgmma layout of {size} blocks, {wn} rows at hidden size {hidden}'
+        layout = min((entry for entry in ranked if entry[3][8] == wn and entry[3][9] == group and entry[4]),
+                     default=(0, 0, 0, None))[3]
+        assert layout is not None, f'no wgmma layout of {size} blocks, {wn} rows, group {group} at hidden size {hidden}'
         if layout[7] < layout[4]:
             chunked.add(size)
         xg = r.uniform(-2, 2, (steps, batch, 3 * hidden))
@@ -11853,7 +11868,7 @@ def test_bench_gru_layout_sweep_logs_each_timed_layout():
             contextlib.redirect_stdout(io.StringIO()):
         assert bench.main() == 0 and seen == ([5] if torch is not None else []), seen
     splits = tuple((p, n, tl._GRU_WG) for p, n in ((2, 66), (4, 30), (8, 15)))
-    kind = lambda layout: (layout[6], layout[7] > 0, layout[8], layout[1])   # cluster, k-split, WN, slices
+    kind = lambda layout: (layout[6], layout[7] > 0, layout[8], layout[1], layout[9])   # cluster, split, WN, nu, G
     keys = (132, 232448, 16, 128, 4, 1, True), (132, 232448, 200, 528, 4, 1, False)   # (the second: L2 reads rank)
     for key, forward, sweep in itertools.product(keys, (True, False), (0, 40)):
         chosen, log, table = tl._gru_plan(forward, *key, splits), io.StringIO(), Table()

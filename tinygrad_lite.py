@@ -484,6 +484,8 @@ _GRU_CLUSTERS = (1, 2, 4, 8)   # the GRU's cluster kernels' blocks per cluster (
 _GRU_SPLITS = (2, 4, 8)   # the GRU's k-split kernels' blocks per cluster: slices of the product's k extent
 _GRU_SPLITS_HALF = (1,) + _GRU_SPLITS   # gru_fwd_split_h's (1: a block takes all of k, no cluster)
 _GRU_WG = (16, 32, 64)   # their float32 products on wgmma: the operand's rows (the B operand's) padded to one of these
+_GRU_GROUPS = (8, 16)   # gru_fwd_split_h's batch groups as one cluster: its blocks (16: a non-portable size)
+_GRU_GROUP_WG = (16, 32, 48)   # and their operand's rows
 # The fused BatchNorm training passes' packs kept in registers per thread (their RC template argument), per C type
 # (none for float64: the two-kernel passes serve it): the fastest measured on the H200 (PERF_NOTES.md)
 _BN_KEPT_REGS = {'bn_fwd_train': {'__half': 4, 'float': 16}, 'bn_bwd_train': {'__half': 4, 'float': 4}}
@@ -518,9 +520,9 @@ _KERNEL_INSTANCES = {
        for name in ('gru_fwd_cluster', 'gru_bwd_cluster')},
     **{name: [(t, str(p), '0') for t in ('float', '__half') for p in _GRU_SPLITS] +
              [('float', str(p), str(n)) for p in _GRU_SPLITS for n in _GRU_WG] for name in ('gru_fwd_split', 'gru_bwd_split')},
-    # (P, WN, G): clusters of G = a batch group (this branch's gru_group_cluster_probe.py)
+    # (P, WN) and (1, WN, G): a batch group as one cluster of G blocks (_GRU_GROUPS, with WN up to 48)
     'gru_fwd_split_h': [(str(p), str(n)) for p in _GRU_SPLITS_HALF for n in _GRU_WG] +
-                       [('1', str(n), str(g)) for n in (16, 32) for g in (8, 16)],
+                       [('1', str(n), str(g)) for n in _GRU_GROUP_WG for g in _GRU_GROUPS],
     **{name: [('float',), ('__half',)] for name in ('gru_gates_fwd', 'gru_gates_bwd', 'gru_bias_sums')},
     **{name: [(t,) for t in _FLOAT_C]
        for name in ('batch_transpose', 'conv_weight_layouts', 'conv_direct_fwd', 'conv_direct_dx', 'conv_direct_dw',
@@ -630,6 +632,7 @@ def fused_kernels():
 
 _resident, _sm_counts = {}, {}   # (kernel, GPU) -> blocks the GPU holds at once; GPU -> multiprocessors
 _smem_allowed = {}   # kernel -> the dynamic shared memory it is allowed
+_nonportable = set()   # kernels allowed clusters of more than 8 blocks
 
 
 def _multiprocessors():
@@ -2139,6 +2142,10 @@ gru_autotune = True   # a persistent GRU kernel's first run at a shape times _gr
 _GRU_TUNE_TIES, _GRU_TUNE_KINDS = 4, 8   # the candidates: at most this many near-ties of the choice, kinds in all
 _GRU_TUNE_STEPS = 16   # the fewest steps of a run that times them (in shorter ones the fixed costs rank the layouts)
 _GRU_MACS = {(4, 0): 96, (4, 1): 512, (2, 1): 1024}   # multiply-adds per clock and SM: FMA, TF32 mma, f16 mma
+# _gru_plan's clocks a step saved where a batch group meets at its cluster's barrier instead of flags: at (50, 256,
+# 512, 512) on the H100, 6.22 -> 4.92 us a step, a fifth of the model's 4725 clocks for that layout (the model's clocks
+# run about half the GPU's)
+_GRU_GROUP_BARRIER = 1000
 _gru_devices = {}   # GPU index -> (multiprocessors, shared memory per block, the persistent kernels' barrier flags)
 # ((multiprocessors, shared memory, B, H, itemsize, TC, clusters loaded), (_gru_half_operands, _gru_wgmma,
 # _gru_chunk_cap, whether the forward keeps gates)) -> [forward, backward]
@@ -2369,7 +2376,7 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
     """One launch of the persistent kernel of `direction` ('fwd' or 'bwd') with layout `plan` (_gru_plan): a
     cooperative one (gru_*_persistent), clusters of its slices (gru_*_cluster) or of its k-slices (gru_*_split; the
     float32 forward's wgmma layouts on f16 operands: gru_fwd_split_h, with its scratch for h's f16 copies)."""
-    groups, slices, units, rows, chunk, smem, cluster, split, wn = plan
+    groups, slices, units, rows, chunk, smem, cluster, split, wn, group = plan
     tc, extra, scratch, forward = int(arrays[0].dtype == np.float16 or tf32), (), (), direction == 'fwd'
     if split:
         half = wn and _gru_half_wgmma(forward, arrays[0].dtype)
@@ -2380,9 +2387,11 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
         if wn and (chunk % granule or -(-rows // 16) * 16 > wn or -(-weight_rows // 64) * 64 > 256):
             raise RuntimeError(f"GRU: layout {plan} exceeds the wgmma products' tiles (k-slice a multiple of "
                                f"{granule}, batch rows at most {wn}, weight rows at most 256)")
+        if group and group != slices * cluster:
+            raise RuntimeError(f"GRU: layout {plan}'s batch group is not one cluster of {group} blocks")
         extra = _int32s(split)   # the k-split's staging chunk
-        kernel = _gru_wgmma_kernel(forward, cluster, wn) if wn else _kernel(f'gru_{direction}_split', arrays[0].dtype,
-                                                                            cluster, 0)
+        kernel = _gru_wgmma_kernel(forward, cluster, wn, group) if wn else _kernel(f'gru_{direction}_split',
+                                                                                   arrays[0].dtype, cluster, 0)
         blocks = groups * slices * cluster
         if half:
             scratch = (cp.empty((2, batch, hidden), np.float16),)
@@ -2450,7 +2459,8 @@ def _gru_candidates(ranked, choice, ties, kinds, top=0):
     the H100 and near it on the H200: clusters of 8 in 4 batch groups of 4 rows); then the `top` best-ranked. The
     cheapest kind of each family (unsplit, k-split) comes first among the other kinds: the model's f16 k-split
     layouts, ranked above every unsplit one at (200, 8, 256, 256), would crowd out its fastest, clusters of 8."""
-    kind, cost = (lambda layout: (layout[6], layout[7] > 0, layout[8], layout[1])), (lambda entry: entry[0] + entry[1])
+    kind = lambda layout: (layout[6], layout[7] > 0, layout[8], layout[1], layout[9])
+    cost = lambda entry: entry[0] + entry[1]
     fewest = sorted(ranked, key=lambda entry: (cost(entry), entry[2]))
     most = sorted(ranked, key=lambda entry: (cost(entry), -entry[2]))
     picks = [entry for entry in fewest if entry[3] == choice][:1]
@@ -2475,7 +2485,8 @@ def _gru_splits(forward, dtype):
     many clusters of P blocks the GPU holds at once at the most shared memory a block may take (less holds no fewer),
     and the sizes of _GRU_WG whose wgmma kernels of P loaded (float32; none where _gru_wgmma is False; the forward's
     f16 ones where _gru_half_operands, also of P = 1, which has no mma.sync kernel: _gru_plan offers it on wgmma
-    only)."""
+    only). Then, for the forward's f16 kernels, (1, clusters, wgmma, G) for each G of _GRU_GROUPS whose kernels of a
+    batch group as one cluster of G blocks loaded: clusters of G the GPU holds, and the sizes of _GRU_GROUP_WG."""
     smem_max, splits, name = _gru_device()[1], [], f"gru_{'fwd' if forward else 'bwd'}_split"
     for size in _GRU_SPLITS_HALF if _gru_half_wgmma(forward, dtype) else _GRU_SPLITS:
         wgmma = tuple(n for n in _GRU_WG if _gru_wgmma and np.dtype(dtype) == np.float32
@@ -2484,6 +2495,11 @@ def _gru_splits(forward, dtype):
             else None
         if kernel is not None:
             splits.append((size, _resident_clusters(_allow_smem(kernel, smem_max), size, smem_max), wgmma))
+    for group in _GRU_GROUPS if _gru_half_wgmma(forward, dtype) and _gru_wgmma else ():
+        wgmma = tuple(n for n in _GRU_GROUP_WG if _gru_wgmma_kernel(forward, 1, n, group) is not None)
+        if wgmma:
+            kernel = _allow_smem(_gru_wgmma_kernel(forward, 1, wgmma[0], group), smem_max)
+            splits.append((1, _resident_clusters(kernel, group, smem_max), wgmma, group))
     return tuple(splits)
 
 
@@ -2492,8 +2508,15 @@ def _gru_half_wgmma(forward, dtype):
     return forward and _gru_half_operands and np.dtype(dtype) == np.float32
 
 
-def _gru_wgmma_kernel(forward, size, wn):
-    """The float32 k-split kernel of a direction on wgmma, clusters of `size`, B operands of `wn` rows."""
+def _gru_wgmma_kernel(forward, size, wn, group=0):
+    """The float32 k-split kernel of a direction on wgmma, clusters of `size`, B operands of `wn` rows; group: the f16
+    forward's kernel of a batch group as one cluster of `group` blocks (past 8, a non-portable size: allowed here)."""
+    if group:
+        kernel = _kernel('gru_fwd_split_h', size, wn, group) if _gru_half_wgmma(forward, np.float32) else None
+        if kernel is not None and group > 8 and kernel not in _nonportable:
+            cp.cuda.driver.funcSetAttribute(kernel.kernel.ptr, 14, 1)   # NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+            _nonportable.add(kernel)
+        return kernel
     if _gru_half_wgmma(forward, np.float32):
         return _kernel('gru_fwd_split_h', size, wn)
     return _kernel(f"gru_{'fwd' if forward else 'bwd'}_split", np.float32, size, wn)
@@ -2520,8 +2543,8 @@ def _resident_clusters(kernel, size, smem):
 
 
 def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, splits=(), ranked=None):
-    """The layout (nb, nu, J, BB, KC, shared memory bytes, cluster, split, wn) of a persistent kernel with the least
-    estimated clocks per step, None where none fits: nb batch groups of BB rows times nu slices of J units, all
+    """The layout (nb, nu, J, BB, KC, shared memory bytes, cluster, split, wn, group) of a persistent kernel with the
+    least estimated clocks per step, None where none fits: nb batch groups of BB rows times nu slices of J units, all
     resident at once. Unsplit (split False), a block each (nb nu <= SMs) holds its units' rows of W_hh in shared
     memory (3J of H forward, J of 3H backward), owns at most 4 (row, unit) cells per thread and at most one warp tile
     of 16 rows by 8 units per warp (kernels.cu's Block). The cooperative kernel (cluster 0) stages the step's operand
@@ -2535,13 +2558,16 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
     weights over KC = KP of the k extent and staging only that slice of the operand (kernels.cu's Split), whole or
     (where it does not fit beside the weights) in two buffers of k-chunks of `split` columns (split = KP: whole;
     unsplit layouts: split 0); every block of a batch group resident. Its products run on mma.sync (wn 0), or (float32,
-    where wgmma kernels of P loaded) on wgmma, the operand's rows padded to wn. Its model was fitted to the H200's times
-    of 7 shapes each way on mma.sync (P = 2, 4, 8 against the unsplit layouts) and picks the fastest there (wgmma's
-    rate in it is a guess); it is compared with the unsplit layout chosen as before plus that layout's time to read
-    its operand rows from L2 (about 2800 bytes a clock on the H200: the bound the k-split lifts). `ranked`, a list,
-    gets (clocks, L2 read clocks, blocks, layout, eligible) of every layout that fits (gru_autotune times the best of
-    them against the choice: _gru_candidates; so does bench.py's gru_parts table, and with --gru-sweep N the N
-    best-ranked: the data for a refit)."""
+    where wgmma kernels of P loaded) on wgmma, the operand's rows padded to wn. The float32 forward's f16 kernels of
+    P = 1 also come with a batch group as one cluster of `group` blocks (splits' entries (1, clusters resident, wgmma
+    sizes, group); else group 0): nu = group, its blocks meeting at the cluster's barrier, cheaper than flags by
+    _GRU_GROUP_BARRIER clocks, with up to 5 cells a thread (fewer, larger groups: only so many clusters fit at once).
+    The k-split's model was fitted to the H200's times of 7 shapes each way on mma.sync (P = 2, 4, 8 against the
+    unsplit layouts) and picks the fastest there (wgmma's rate in it is a guess); it is compared with the unsplit
+    layout chosen as before plus that layout's time to read its operand rows from L2 (about 2800 bytes a clock on the
+    H200: the bound the k-split lifts). `ranked`, a list, gets (clocks, L2 read clocks, blocks, layout, eligible) of
+    every layout that fits (gru_autotune times the best of them against the choice: _gru_candidates; so does
+    bench.py's gru_parts table, and with --gru-sweep N the N best-ranked: the data for a refit)."""
     up = lambda a, b: -(-a // b) * b
     row_bytes = lambda n: (up(n, 128 // itemsize) + 16 // itemsize) * itemsize   # kernels.cu's smem_ld
     k = hidden if forward else 3 * hidden
@@ -2549,7 +2575,7 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
     best = {False: None, True: None}   # unsplit, split: ((cost, blocks), layout)
 
     def read(layout):   # an unsplit cooperative layout's operand rows from L2, the k-split's and clusters' none
-        groups, slices, _, rows, _, _, cluster, split, _ = layout
+        groups, slices, _, rows, _, _, cluster, split, _, _ = layout
         return 0 if cluster or split else groups * slices * up(rows, 16) * k * itemsize / 2800
 
     def consider(cost, blocks, layout, eligible=True):
@@ -2566,8 +2592,10 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
         for rows in sorted({-(-batch // n) for n in range(1, batch + 1)}):
             groups, m_rows = -(-batch // rows), up(rows, 16)
             cells = -(-rows * units // _BLOCK)
-            for size, resident, wgmma in splits:
-                if groups * slices > resident or -(-cells // size) > 4:
+            for size, resident, wgmma, *group in splits:
+                group = group[0] if group else 0   # the batch group as one cluster of `group` (P = 1): nu = group
+                if (groups if group else groups * slices) > resident or -(-cells // size) > (5 if group else 4) \
+                        or group not in (0, slices):
                     continue
                 # Split's products: mma.sync (wn 0), or wgmma on W's rows in m-tiles of 64 (at most 4; the last one's
                 # rows past N read from the next k-tile or, past the last, from zeroed tail rows) and the operand's rows
@@ -2597,10 +2625,10 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
                     # clocks: products, staging the operand's slice, the cluster's sums (remote loads), the rest of a
                     # step (fitted, see above), each chunk past the first (a guess: not measured)
                     consider(a_rows * m_cols * kp / rate + m_rows * kp * ob / 28
-                             + 15 * size * (3 if forward else 1) * -(-cells // size) + 1400 + 400 * (-(-kp // kc) - 1),
-                             groups * slices * size,
+                             + 15 * size * (3 if forward else 1) * -(-cells // size) + 1400 + 400 * (-(-kp // kc) - 1)
+                             - (_GRU_GROUP_BARRIER if group else 0), groups * slices * size,
                              (groups, slices, units, rows, kp, fixed + a_rows * staged(kc) * (1 if kc == kp else 2),
-                              size, kc, wn))
+                              size, kc, wn, group))
             if m_rows // 16 * up(units, 8) // 8 > _BLOCK // 32 or cells > 4 or groups * slices > sms:
                 continue
             products = m_rows * w_rows * up(k, 16) / _GRU_MACS[itemsize, tc]
@@ -2609,11 +2637,12 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
                 chunk -= 64
             smem = weights + m_rows * row_bytes(chunk) + partials
             consider(products + m_rows * k * itemsize / 64 + 800 * -(-k // chunk) + 8 * slices + 2100 + 200 * cells,
-                     groups * slices, (groups, slices, units, rows, chunk, smem, 0, 0, 0))
+                     groups * slices, (groups, slices, units, rows, chunk, smem, 0, 0, 0, 0))
             # clusters: no staging, a cheaper barrier, writes into every block of the cluster
             if clusters and slices in _GRU_CLUSTERS:
                 consider(products + 600 + 200 * cells * (1 + slices // 4), groups * slices,
-                         (groups, slices, units, rows, k, weights + 2 * m_rows * row_bytes(k) + partials, slices, 0, 0),
+                         (groups, slices, units, rows, k, weights + 2 * m_rows * row_bytes(k) + partials, slices, 0, 0,
+                          0),
                          forward or slices <= 4)
     unsplit, split = best[False], best[True]
     if unsplit is not None and split is not None and unsplit[0][0] + read(unsplit[1]) <= split[0][0]:
