@@ -1881,8 +1881,9 @@ struct Split : Owned {
         }
     }
     // The step's partial products: rows [b0, b0 + bn) of src (row stride K; null: zeros) over the block's k-slice,
-    // times its weight rows, into red (rows of N, stride ldc: MTp of them, wgmma WN); then the cluster meets. Chunk c (buffer c & 1) holds
-    // columns [c kc, + kc) of the slice; the copies of chunk c + 1 are in flight while the warps multiply chunk c.
+    // times its weight rows, into red (rows of N, stride ldc: MTp of them, wgmma WN); then the cluster meets (meet
+    // false: the block alone, where no other block reads red). Chunk c (buffer c & 1) holds columns [c kc, + kc) of
+    // the slice; the copies of chunk c + 1 are in flight while the warps multiply chunk c.
     __device__ void product(const T* src, bool meet = true) const {
         auto stage = [&](int c) {   // commits one group of copies
             T* const buffer = As + (c & 1) * a_rows * lda;
