@@ -2395,13 +2395,13 @@ __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, con
     if constexpr (G == P) fl.finish();
 }
 
-template <typename T, int P, int WN>
-__global__ void __cluster_dims__(P, 1, 1) __launch_bounds__(gru::NT, 1)
+template <typename T, int P, int WN, int G = P>
+__global__ void __cluster_dims__(G, 1, 1) __launch_bounds__(gru::NT, 1)
 gru_fwd_split(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __restrict__ b_ih,
               const T* __restrict__ b_hh, const T* __restrict__ h0, T* out, T* __restrict__ gates,
               unsigned long long* flags, int steps, int B, int H, int nu, int J, int BB, int KP, int KC) {
-    gru_fwd_split_body<T, T, P, WN>(xg, w_hh, b_ih, b_hh, h0, out, gates, flags, nullptr, steps, B, H, nu, J, BB, KP,
-                                    KC);
+    gru_fwd_split_body<T, T, P, WN, G>(xg, w_hh, b_ih, b_hh, h0, out, gates, flags, nullptr, steps, B, H, nu, J, BB,
+                                       KP, KC);
 }
 
 // gru_fwd_split on f16 wgmma for float32: hh, (2, B, H) f16 values the kernel writes and reads (the host's scratch)

@@ -3686,7 +3686,9 @@ def test_gru_split_layouts_fit_their_kernels():
     the operand's one or two buffers, the partial sums; wgmma: 1024 bytes of alignment slack, W's tail rows to an m-tile
     of 64, the operand's rows padded to WN; the float32 forward's f16 operands, _gru_half_operands: 2-byte values and N
     floats of scales), within the limit; a wgmma layout keeps to its tiles (KP and KC multiples of 128 bytes, at most 4
-    m-tiles, batch rows at most WN)."""
+    m-tiles, batch rows at most WN). The forward on f16 wgmma (float16, or float32's f16 operands) also offers a batch
+    group as one cluster of 8 or 16 blocks (15 and 7 of them resident, the H100's count): then nu is the cluster's size,
+    the groups resident and at most 5 cells a thread."""
     up = lambda a, b: -(-a // b) * b
     smem_max, resident, seen = 232448, {1: 132, 2: 66, 4: 30, 8: 15}, collections.Counter()
     group_resident = {8: 15, 16: 7}
@@ -3695,7 +3697,7 @@ def test_gru_split_layouts_fit_their_kernels():
             (None, 32), (True, False)):
         splits = tuple((p, n, tl._GRU_WG if wgmma and itemsize == 4 else ()) for p, n in resident.items()
                        if p > 1 or (half and wgmma and itemsize == 4 and forward))   # P = 1: the f16 forward's
-        if half and wgmma and itemsize == 4 and forward:   # and its batch groups as one cluster of 8 or 16
+        if wgmma and forward and (half or itemsize == 2):   # f16 wgmma's batch groups as one cluster of 8 or 16
             splits += tuple((1, n, tl._GRU_GROUP_WG, g) for g, n in group_resident.items())
         with mock.patch.object(tl, '_gru_wgmma', wgmma), mock.patch.object(tl, '_gru_chunk_cap', cap), \
                 mock.patch.object(tl, '_gru_half_operands', half):
@@ -3712,23 +3714,23 @@ def test_gru_split_layouts_fit_their_kernels():
             assert -(-rows * units // 256) <= 5, what
         else:
             assert groups * slices <= resident[size] and -(-(-(-rows * units // 256)) // size) <= 4, what
-        ob = 2 if wn and forward and half else 4   # bytes an operand value
+        ob = 2 if wn and forward and half else itemsize   # bytes an operand value
         assert 0 < kc <= kp and kc % (128 // ob if wn else 16) == 0, what
         if wn:
             n = nq * jp
-            assert itemsize == 4 and mtp <= wn and up(n, 64) <= 256 and kp % (128 // ob) == 0, what
+            assert (itemsize == 4 or group) and mtp <= wn and up(n, 64) <= 256 and kp % (128 // ob) == 0, what
             kernel = 1024 + ob * (n * kp + 128 // ob * (up(n, 64) - n) + bufs * wn * kc) + 4 * wn * (up(n, 32) + 4) \
-                + (4 * n if ob == 2 else 0)
+                + (4 * n if ob < itemsize else 0)
         else:
             n, ld = up(nq * jp, 24 if forward else 32), lambda c: up(c, 128 // itemsize) + 16 // itemsize   # smem_ld
             kernel = itemsize * (n * ld(kp) + bufs * mtp * ld(kc)) + 4 * mtp * (n + 8)
         assert smem == kernel <= smem_max, f'{what}: the kernel addresses {kernel} bytes'
         seen[wn and ob, bufs] += 1
         seen['alone'] += size == 1
-        seen['group', group] += 1
+        seen['group', group, itemsize] += 1
     assert all(seen[w, b] for w in (False, 2, 4) for b in (1, 2)) and seen['alone'], \
         f'layouts (wgmma operand bytes, buffers; P = 1): {dict(seen)}'
-    assert seen['group', 8] and seen['group', 16], f'layouts (batch groups as one cluster): {dict(seen)}'
+    assert all(seen['group', g, i] for g in (8, 16) for i in (2, 4)), f'layouts (groups as one cluster): {dict(seen)}'
 
 
 def test_gru_choice_lists_candidates_to_time():
@@ -10745,6 +10747,53 @@ def test_gpu_gru_half_operands():
             assert (off <= TF32_TOL * top).all(), \
                 f'{what}: {name} column {worst} off {off[worst]:.3g} of {top[worst]:.3g}'
     assert chunked, 'no layout in k-chunks'
+
+
+def test_gpu_gru_group_clusters_float16():
+    """The float16 forward with a batch group as one cluster of 8 or 16 blocks (gru_fwd_split<__half, 1, WN, G>: wgmma
+    products on the f16 values as they are, the cluster's barrier instead of flags, up to 5 cells a thread) launched
+    on its own against a float64 recurrence of the same f16 inputs, out and every gate to float16's tolerance of each
+    unit's largest value: hidden 250 (16 or 32 units a block), batch 40 and 5 (rows padded to each of _GRU_GROUP_WG),
+    h0 absent or given, 4 steps."""
+    need_cuda()
+    if not tl._gru_wgmma or not any(len(entry) == 4 for entry in tl._gru_splits(True, np.float16)):
+        raise Skip('no float16 GRU kernels of a batch group as one cluster on this GPU (Hopper only)')
+    steps, hidden, r = 4, 250, rng('gru group clusters float16')
+    sigmoid = lambda v: 1 / (1 + np.exp(-v))
+    half = lambda a: a.astype(np.float16).astype(np.float64)   # the inputs as the kernel reads them
+    smem, tol = tl._gru_device()[1], FUSED_TOL[np.dtype(np.float16)]
+    for batch, wn, group, with_h0 in itertools.product((40, 5), tl._GRU_GROUP_WG, tl._GRU_GROUPS, (False, True)):
+        splits, ranked = tuple(e for e in tl._gru_splits(True, np.float16) if e[3:] == (group,)), []
+        tl._gru_plan(True, 0, smem, batch, hidden, 2, 1, False, tuple((p, n, (wn,), g) for p, n, _, g in splits),
+                     ranked=ranked)
+        layout = min((entry for entry in ranked if entry[3][9] == group and entry[4]), default=(0, 0, 0, None))[3]
+        assert layout is not None, f'no layout of groups of {group}, {wn} rows, batch {batch}'
+        w = half(r.uniform(-1, 1, (3 * hidden, hidden)) / hidden ** 0.5)
+        b_ih, b_hh = half(r.uniform(-1, 1, 3 * hidden)), half(r.uniform(-1, 1, 3 * hidden))
+        xg = half(r.uniform(-2, 2, (steps, batch, 3 * hidden)))
+        h0 = half(r.uniform(-1, 1, (batch, hidden))) if with_h0 else None
+        h, want_out, want_gates = np.zeros((batch, hidden)) if h0 is None else h0, [], []
+        for t in range(steps):   # float64, h rounded to f16 each step as the kernel keeps it
+            s = h @ w.T
+            rz = sigmoid(xg[t, :, :2 * hidden] + b_ih[:2 * hidden] + b_hh[:2 * hidden] + s[:, :2 * hidden])
+            hn = s[:, 2 * hidden:] + b_hh[2 * hidden:]
+            n = np.tanh(xg[t, :, 2 * hidden:] + b_ih[2 * hidden:] + rz[:, :hidden] * hn)
+            h = half(n + rz[:, hidden:] * (h - n))
+            want_out.append(h)
+            want_gates.append(np.concatenate((rz, n, hn), axis=1))
+        arrays = [None if a is None else cp.asarray(a, np.float16) for a in (xg, w, b_ih, b_hh, h0)]
+        out = cp.full((steps, batch, hidden), np.nan, np.float16)
+        gates = cp.full((steps, batch, 4 * hidden), np.nan, np.float16)
+        with gru_calls() as calls:
+            tl._gru_launch('fwd', layout, False, tuple(arrays) + (out, gates), steps, batch, hidden)
+        assert calls == {'gru_fwd_split'}, sorted(calls)
+        what = f'batch {batch}, layout {layout}, h0 {with_h0}'
+        for name, got, want in (('out', out, np.stack(want_out)), ('gates', gates, np.stack(want_gates))):
+            got = cp.asnumpy(got).astype(np.float64)
+            assert not np.isnan(got).any(), f'{what}: {name} has NaN'
+            off, top = np.abs(got - want).max(axis=(0, 1)), np.abs(want).max(axis=(0, 1))
+            worst = int(np.argmax(off / top))
+            assert (off <= tol * top).all(), f'{what}: {name} column {worst} off {off[worst]:.3g} of {top[worst]:.3g}'
 
 
 def gru_results(make, state, arrays, dtype, device):

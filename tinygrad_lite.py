@@ -518,8 +518,11 @@ _KERNEL_INSTANCES = {
     **{name: [('float', '0'), ('float', '1'), ('__half', '1')] for name in ('gru_fwd_persistent', 'gru_bwd_persistent')},
     **{name: [(t, tc, str(cl)) for t, tc in (('float', '0'), ('float', '1'), ('__half', '1')) for cl in _GRU_CLUSTERS]
        for name in ('gru_fwd_cluster', 'gru_bwd_cluster')},
+    # (T, P, WN); float16's forward on wgmma only with a batch group as one cluster: (T, 1, WN, G)
     **{name: [(t, str(p), '0') for t in ('float', '__half') for p in _GRU_SPLITS] +
-             [('float', str(p), str(n)) for p in _GRU_SPLITS for n in _GRU_WG] for name in ('gru_fwd_split', 'gru_bwd_split')},
+             [('float', str(p), str(n)) for p in _GRU_SPLITS for n in _GRU_WG] +
+             [('__half', '1', str(n), str(g)) for n in _GRU_GROUP_WG for g in _GRU_GROUPS if name == 'gru_fwd_split']
+       for name in ('gru_fwd_split', 'gru_bwd_split')},
     # (P, WN) and (1, WN, G): a batch group as one cluster of G blocks (_GRU_GROUPS, with WN up to 48)
     'gru_fwd_split_h': [(str(p), str(n)) for p in _GRU_SPLITS_HALF for n in _GRU_WG] +
                        [('1', str(n), str(g)) for n in _GRU_GROUP_WG for g in _GRU_GROUPS],
@@ -2380,7 +2383,7 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
     tc, extra, scratch, forward = int(arrays[0].dtype == np.float16 or tf32), (), (), direction == 'fwd'
     if split:
         half = wn and _gru_half_wgmma(forward, arrays[0].dtype)
-        granule = (64 if half else 32) if wn else 16   # wgmma: a k-tile, 128 bytes of a row
+        granule = 128 // (2 if half else arrays[0].itemsize) if wn else 16   # wgmma: a k-tile, 128 bytes of a row
         if split % granule or split > chunk:
             raise RuntimeError(f"GRU: layout {plan}'s staging chunk is not a multiple of {granule} within the k-slice")
         weight_rows = -(-units // 8) * 8 * (3 if forward else 1)
@@ -2390,7 +2393,7 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
         if group and group != slices * cluster:
             raise RuntimeError(f"GRU: layout {plan}'s batch group is not one cluster of {group} blocks")
         extra = _int32s(split)   # the k-split's staging chunk
-        kernel = _gru_wgmma_kernel(forward, cluster, wn, group) if wn else _kernel(f'gru_{direction}_split',
+        kernel = _gru_wgmma_kernel(forward, cluster, wn, group, arrays[0].dtype) if wn else _kernel(f'gru_{direction}_split',
                                                                                    arrays[0].dtype, cluster, 0)
         blocks = groups * slices * cluster
         if half:
@@ -2488,8 +2491,9 @@ def _gru_splits(forward, dtype):
     many clusters of P blocks the GPU holds at once at the most shared memory a block may take (less holds no fewer),
     and the sizes of _GRU_WG whose wgmma kernels of P loaded (float32; none where _gru_wgmma is False; the forward's
     f16 ones where _gru_half_operands, also of P = 1, which has no mma.sync kernel: _gru_plan offers it on wgmma
-    only). Then, for the forward's f16 kernels, (1, clusters, wgmma, G) for each G of _GRU_GROUPS whose kernels of a
-    batch group as one cluster of G blocks loaded: clusters of G the GPU holds, and the sizes of _GRU_GROUP_WG."""
+    only). Then, for the forward on f16 wgmma (float16, or float32 where _gru_half_operands), (1, clusters, wgmma, G)
+    for each G of _GRU_GROUPS whose kernels of a batch group as one cluster of G blocks loaded: clusters of G the GPU
+    holds, and the sizes of _GRU_GROUP_WG."""
     smem_max, splits, name = _gru_device()[1], [], f"gru_{'fwd' if forward else 'bwd'}_split"
     for size in _GRU_SPLITS_HALF if _gru_half_wgmma(forward, dtype) else _GRU_SPLITS:
         wgmma = tuple(n for n in _GRU_WG if _gru_wgmma and np.dtype(dtype) == np.float32
@@ -2498,10 +2502,10 @@ def _gru_splits(forward, dtype):
             else None
         if kernel is not None:
             splits.append((size, _resident_clusters(_allow_smem(kernel, smem_max), size, smem_max), wgmma))
-    for group in _GRU_GROUPS if _gru_half_wgmma(forward, dtype) and _gru_wgmma else ():
-        wgmma = tuple(n for n in _GRU_GROUP_WG if _gru_wgmma_kernel(forward, 1, n, group) is not None)
+    for group in _GRU_GROUPS if _gru_wgmma else ():
+        wgmma = tuple(n for n in _GRU_GROUP_WG if _gru_wgmma_kernel(forward, 1, n, group, dtype) is not None)
         if wgmma:
-            kernel = _allow_smem(_gru_wgmma_kernel(forward, 1, wgmma[0], group), smem_max)
+            kernel = _allow_smem(_gru_wgmma_kernel(forward, 1, wgmma[0], group, dtype), smem_max)
             splits.append((1, _resident_clusters(kernel, group, smem_max), wgmma, group))
     return tuple(splits)
 
@@ -2511,11 +2515,13 @@ def _gru_half_wgmma(forward, dtype):
     return forward and _gru_half_operands and np.dtype(dtype) == np.float32
 
 
-def _gru_wgmma_kernel(forward, size, wn, group=0):
-    """The float32 k-split kernel of a direction on wgmma, clusters of `size`, B operands of `wn` rows; group: the f16
-    forward's kernel of a batch group as one cluster of `group` blocks (past 8, a non-portable size: allowed here)."""
+def _gru_wgmma_kernel(forward, size, wn, group=0, dtype=np.float32):
+    """The float32 k-split kernel of a direction on wgmma, clusters of `size`, B operands of `wn` rows; group: the
+    forward's kernel on f16 wgmma (float16's, or float32's where _gru_half_operands; else None) of a batch group as one
+    cluster of `group` blocks (past 8, a non-portable size: allowed here)."""
     if group:
-        kernel = _kernel('gru_fwd_split_h', size, wn, group) if _gru_half_wgmma(forward, np.float32) else None
+        kernel = None if not forward else _kernel('gru_fwd_split', dtype, size, wn, group) if dtype == np.float16 \
+            else _kernel('gru_fwd_split_h', size, wn, group) if _gru_half_wgmma(forward, dtype) else None
         if kernel is not None and group > 8 and kernel not in _nonportable:
             cp.cuda.driver.funcSetAttribute(kernel.kernel.ptr, 14, 1)   # NON_PORTABLE_CLUSTER_SIZE_ALLOWED
             _nonportable.add(kernel)
@@ -2611,11 +2617,11 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
                              row_bytes, 0.75 * _GRU_MACS[itemsize, tc], 0, itemsize, 0)][size == 1:]   # P = 1: wgmma
                 wn = next((n for n in wgmma if n >= m_rows), 0)
                 if wn and up(w_rows, 64) <= 256:
-                    ob = 2 if _gru_half_wgmma(forward, np.float32) else 4
+                    ob = 2 if _gru_half_wgmma(forward, np.float32) else itemsize   # float16: only as groups
                     variants = variants[_gru_wgmma == 'only':] + [
                         (128 // ob, w_rows, up(w_rows, 64), (up(w_rows, 64) - w_rows) * 128, wn,
                          lambda n, ob=ob: n * ob, 0.75 * min(1024, 64 * wn * 8 * 128 / (2048 + 32 * wn)) * 4 / ob, wn,
-                         ob, w_rows * 4 if ob == 2 else 0)]
+                         ob, w_rows * 4 if ob < itemsize else 0)]
                 for granule, n_cols, m_cols, tail, a_rows, staged, rate, wn, ob, scales in variants:
                     kp, ldc = up(-(-k // size), granule), up(n_cols, 32) + 4 if wn else n_cols + 8   # Split's KP, ldc
                     # the weights and partial sums (wgmma: and the tiles' alignment); the operand's slice whole
