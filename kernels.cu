@@ -2043,18 +2043,22 @@ struct Split : Owned {
                 }
     }
     // The cluster's sum of the partial products at (row r, weight row n): of its P blocks (clusters of G > P: of the P
-    // blocks of this block's k-split, consecutive ranks).
+    // blocks of this block's k-split, consecutive ranks; P = 1: this block's own, without the cluster's window).
     template <int P, int G = P>
     __device__ float cluster_sum(int r, int n) const {
         float* at = red + r * ldc + n;
-        const unsigned first = G == P ? 0u : blockIdx.x % G - blockIdx.x % P;
-        float v[P];   // all P remote loads in flight before the first use
+        if constexpr (P == 1) {
+            return *at;
+        } else {
+            const unsigned first = G == P ? 0u : blockIdx.x % G - blockIdx.x % P;
+            float v[P];   // all P remote loads in flight before the first use
 #pragma unroll
-        for (int rank = 0; rank < P; ++rank) v[rank] = *in_block(at, first + rank);
-        float sum = 0.f;
+            for (int rank = 0; rank < P; ++rank) v[rank] = *in_block(at, first + rank);
+            float sum = 0.f;
 #pragma unroll
-        for (int rank = 0; rank < P; ++rank) sum += v[rank];
-        return sum;
+            for (int rank = 0; rank < P; ++rank) sum += v[rank];
+            return sum;
+        }
     }
 };
 
@@ -2314,10 +2318,11 @@ gru_fwd_cluster(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* _
 // may hold SMs meanwhile (as the flags' one kernel at a time). O: the operands' type in shared memory, T but for
 // gru_fwd_split_h (T = float, O = __half): the weights scaled (Split::stage_scaled_weights), h_{t-1} staged from hh (2,
 // B, H), where finish keeps an f16 copy of h_t scaled by the batch group's operand_scale, in buffer t & 1 (h0's in
-// buffer 1, behind a first barrier, before step 0). G > P (gru_fwd_split_h): clusters of G = nu P blocks, a batch
-// group each, meeting at the cluster's barrier instead of flags (no residency needed across groups; at (50, 256, 512,
-// 512) on the H100 a step took 4.92 us against 6.22), with CPT + 1 cells a thread (the GPU holds fewer clusters of 8
-// or 16 than it holds blocks: larger groups); the k-split's partial sums then summed over P consecutive ranks.
+// buffer 1, behind a first barrier, before step 0). G > P (gru_fwd_split_h, and gru_fwd_split for __half): clusters
+// of G = nu P blocks, a batch group each, meeting at the cluster's barrier instead of flags (no residency needed
+// across groups; at (50, 256, 512, 512) on the H100 a step took 4.92 us against 6.22), with CPT + 1 cells a thread (the
+// GPU holds fewer clusters of 8 or 16 than it holds blocks: larger groups); the k-split's partial sums then summed
+// over P consecutive ranks.
 template <typename T, typename O, int P, int WN, int G = P>
 __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, const T* __restrict__ w_hh,
                                                    const T* __restrict__ b_ih, const T* __restrict__ b_hh,
@@ -2330,11 +2335,13 @@ __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, con
     const Flags fl(G == P ? flags : nullptr);
     const int members = nu * P, first = blockIdx.x - blockIdx.x % members;   // the batch group's blocks
     static_assert(G % P == 0, "a cluster holds whole k-splits");
-    if (G > P && nu * P != G) __trap();   // a batch group split across clusters would meet nowhere
+    constexpr int C = G > P ? CPT + 1 : CPT;   // cells a thread: the larger groups of fewer clusters
+    if ((G > P && nu * P != G) || bk.c1 - bk.c0 > C * NT) __trap();   // a group across clusters would meet nowhere
     constexpr bool meet = G == P || P > 1;   // the products end at the cluster's barrier (the k-split's sums)
     unsigned barriers = 0;   // flag barriers so far
     // the batch group's blocks meet. The cluster's barrier orders memory accesses but not asynchronous copies: every
-    // cp.async of hh must be complete before it (product waits for all of its groups), none prefetched in during
+    // cp.async of the step's operand (hh or out) must be complete before it (product waits for all of its groups), none
+    // prefetched in during
     const auto group_sync = [&](auto during) {
         if constexpr (G > P)
             cluster_sync(during);
@@ -2349,7 +2356,6 @@ __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, con
         bk.stage_weights(w_hh, H);
         weights_to_tf32<T, 1>(bk.Ws, bk.weight_count());
     }
-    constexpr int C = G > P ? CPT + 1 : CPT;   // cells a thread: the larger groups of fewer clusters
     FwdCells<T, C> cells(bk.c0, bk.c1, bk.jn, bk.b0, bk.j0, b_ih, b_hh, h0, H);
     const auto keep_half = [&](int buffer, int i, float h) {   // cell i's f16 copy of h into hh's buffer, scaled
         hh[static_cast<size_t>(buffer * B + cells.b(i)) * H + cells.j(i)] = from_f<O>(h * hs);

@@ -484,8 +484,10 @@ _GRU_CLUSTERS = (1, 2, 4, 8)   # the GRU's cluster kernels' blocks per cluster (
 _GRU_SPLITS = (2, 4, 8)   # the GRU's k-split kernels' blocks per cluster: slices of the product's k extent
 _GRU_SPLITS_HALF = (1,) + _GRU_SPLITS   # gru_fwd_split_h's (1: a block takes all of k, no cluster)
 _GRU_WG = (16, 32, 64)   # their float32 products on wgmma: the operand's rows (the B operand's) padded to one of these
-_GRU_GROUPS = (8, 16)   # gru_fwd_split_h's batch groups as one cluster: its blocks (16: a non-portable size)
+_GRU_GROUPS = (8, 16)   # the forward's batch groups as one cluster (f16 wgmma): its blocks (16: a non-portable size)
 _GRU_GROUP_WG = (16, 32, 48)   # and their operand's rows
+_GRU_CELLS = 4   # (row, unit) cells a thread of the split kernels at most (kernels.cu's CPT; a group as a cluster: 5)
+_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14   # the CUDA driver's CUfunction_attribute
 # The fused BatchNorm training passes' packs kept in registers per thread (their RC template argument), per C type
 # (none for float64: the two-kernel passes serve it): the fastest measured on the H200 (PERF_NOTES.md)
 _BN_KEPT_REGS = {'bn_fwd_train': {'__half': 4, 'float': 16}, 'bn_bwd_train': {'__half': 4, 'float': 4}}
@@ -2378,7 +2380,8 @@ def _gru_fastest(direction, layouts, tf32, arrays, steps, batch, hidden):
 def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
     """One launch of the persistent kernel of `direction` ('fwd' or 'bwd') with layout `plan` (_gru_plan): a
     cooperative one (gru_*_persistent), clusters of its slices (gru_*_cluster) or of its k-slices (gru_*_split; the
-    float32 forward's wgmma layouts on f16 operands: gru_fwd_split_h, with its scratch for h's f16 copies)."""
+    float32 forward's wgmma layouts on f16 operands: gru_fwd_split_h, with its scratch for h's f16 copies), or with a
+    batch group as one cluster (the forward's gru_fwd_split_h or, for float16, gru_fwd_split, of group G)."""
     groups, slices, units, rows, chunk, smem, cluster, split, wn, group = plan
     tc, extra, scratch, forward = int(arrays[0].dtype == np.float16 or tf32), (), (), direction == 'fwd'
     if split:
@@ -2392,9 +2395,11 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
                                f"{granule}, batch rows at most {wn}, weight rows at most 256)")
         if group and group != slices * cluster:
             raise RuntimeError(f"GRU: layout {plan}'s batch group is not one cluster of {group} blocks")
+        if -(-(-(-rows * units // _BLOCK)) // cluster) > _GRU_CELLS + (group > 0):
+            raise RuntimeError(f"GRU: layout {plan} gives a thread more cells than its kernel keeps")
         extra = _int32s(split)   # the k-split's staging chunk
-        kernel = _gru_wgmma_kernel(forward, cluster, wn, group, arrays[0].dtype) if wn else _kernel(f'gru_{direction}_split',
-                                                                                   arrays[0].dtype, cluster, 0)
+        kernel = _gru_wgmma_kernel(forward, cluster, wn, group, arrays[0].dtype) if wn else \
+            _kernel(f'gru_{direction}_split', arrays[0].dtype, cluster, 0)
         blocks = groups * slices * cluster
         if half:
             scratch = (cp.empty((2, batch, hidden), np.float16),)
@@ -2458,13 +2463,12 @@ def _gru_candidates(ranked, choice, ties, kinds, top=0):
     near-ties (within 2% of its cost: other batch groups, rows and clusters; at most `ties`, those of the most blocks
     first: the model breaks a tie towards fewer blocks, and on the H200 more were up to 1.4 times faster), then for
     other kinds (cluster size, k-split, wgmma WN, slices, group) in the model's order until `kinds` kinds are in, each
-    kind's cheapest layouts of the fewest blocks, of the most and of the median count (at (100, 16, 32, 128) the
-    fastest on the H100 and near it on the H200: clusters of 8 in 4 batch groups of 4 rows); then the `top`
-    best-ranked. The
+    kind's cheapest layouts of the fewest blocks, of the most and of the median count (at (100, 16, 32, 128) the fastest
+    on the H100 and near it on the H200: clusters of 8 in 4 batch groups of 4 rows); then the `top` best-ranked. The
     cheapest kind of each family (unsplit, k-split, batch group as one cluster) comes first among the other kinds: the
     model's f16 k-split layouts, ranked above every unsplit one at (200, 8, 256, 256), would crowd out its fastest,
-    clusters of 8; at (100, 64, 512, 512) its groups as clusters of 16, 3.56 us a step on the H100 against the
-    flags' 4.51, ranked below eight other kinds."""
+    clusters of 8; at (100, 64, 512, 512) its groups as clusters of 16, 3.56 us a step on the H100 against the flags'
+    4.51, ranked below eight other kinds."""
     kind = lambda layout: (layout[6], layout[7] > 0, layout[8], layout[1], layout[9])
     cost = lambda entry: entry[0] + entry[1]
     fewest = sorted(ranked, key=lambda entry: (cost(entry), entry[2]))
@@ -2487,12 +2491,12 @@ def _gru_candidates(ranked, choice, ties, kinds, top=0):
 
 
 def _gru_splits(forward, dtype):
-    """((P, clusters, wgmma), ...): for each size P of _GRU_SPLITS whose k-split kernel (forward or backward) loaded, how
-    many clusters of P blocks the GPU holds at once at the most shared memory a block may take (less holds no fewer),
-    and the sizes of _GRU_WG whose wgmma kernels of P loaded (float32; none where _gru_wgmma is False; the forward's
-    f16 ones where _gru_half_operands, also of P = 1, which has no mma.sync kernel: _gru_plan offers it on wgmma
-    only). Then, for the forward on f16 wgmma (float16, or float32 where _gru_half_operands), (1, clusters, wgmma, G)
-    for each G of _GRU_GROUPS whose kernels of a batch group as one cluster of G blocks loaded: clusters of G the GPU
+    """((P, clusters, wgmma[, G]), ...): for each size P of _GRU_SPLITS whose k-split kernel (forward or backward)
+    loaded, how many clusters of P blocks the GPU holds at once at the most shared memory a block may take (less holds
+    no fewer), and the sizes of _GRU_WG whose wgmma kernels of P loaded (float32; none where _gru_wgmma is False; the
+    forward's f16 ones where _gru_half_operands, also of P = 1, which has no mma.sync kernel: _gru_plan offers it on
+    wgmma only). Then, for the forward on f16 wgmma (float16, or float32 where _gru_half_operands), (1, clusters, wgmma,
+    G) for each G of _GRU_GROUPS whose kernels of a batch group as one cluster of G blocks loaded: clusters of G the GPU
     holds, and the sizes of _GRU_GROUP_WG."""
     smem_max, splits, name = _gru_device()[1], [], f"gru_{'fwd' if forward else 'bwd'}_split"
     for size in _GRU_SPLITS_HALF if _gru_half_wgmma(forward, dtype) else _GRU_SPLITS:
@@ -2516,16 +2520,18 @@ def _gru_half_wgmma(forward, dtype):
 
 
 def _gru_wgmma_kernel(forward, size, wn, group=0, dtype=np.float32):
-    """The float32 k-split kernel of a direction on wgmma, clusters of `size`, B operands of `wn` rows; group: the
-    forward's kernel on f16 wgmma (float16's, or float32's where _gru_half_operands; else None) of a batch group as one
-    cluster of `group` blocks (past 8, a non-portable size: allowed here)."""
+    """The k-split kernel of a direction on wgmma, clusters of `size`, B operands of `wn` rows: float32's (None for
+    another dtype); with group, the forward's on f16 wgmma (float16's, or float32's where _gru_half_operands; else None)
+    of a batch group as one cluster of `group` blocks (past 8, a non-portable size: allowed here)."""
     if group:
         kernel = None if not forward else _kernel('gru_fwd_split', dtype, size, wn, group) if dtype == np.float16 \
             else _kernel('gru_fwd_split_h', size, wn, group) if _gru_half_wgmma(forward, dtype) else None
         if kernel is not None and group > 8 and kernel not in _nonportable:
-            cp.cuda.driver.funcSetAttribute(kernel.kernel.ptr, 14, 1)   # NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+            cp.cuda.driver.funcSetAttribute(kernel.kernel.ptr, _NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
             _nonportable.add(kernel)
         return kernel
+    if np.dtype(dtype) != np.float32:
+        return None
     if _gru_half_wgmma(forward, np.float32):
         return _kernel('gru_fwd_split_h', size, wn)
     return _kernel(f"gru_{'fwd' if forward else 'bwd'}_split", np.float32, size, wn)
@@ -2554,29 +2560,29 @@ def _resident_clusters(kernel, size, smem):
 def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, splits=(), ranked=None):
     """The layout (nb, nu, J, BB, KC, shared memory bytes, cluster, split, wn, group) of a persistent kernel with the
     least estimated clocks per step, None where none fits: nb batch groups of BB rows times nu slices of J units, all
-    resident at once. Unsplit (split False), a block each (nb nu <= SMs) holds its units' rows of W_hh in shared
-    memory (3J of H forward, J of 3H backward), owns at most 4 (row, unit) cells per thread and at most one warp tile
-    of 16 rows by 8 units per warp (kernels.cu's Block). The cooperative kernel (cluster 0) stages the step's operand
-    rows from L2 in k-chunks of KC, its batch groups meeting at flags; where `clusters` (the cluster kernels loaded)
-    and nu is one of _GRU_CLUSTERS, a batch group can be a cluster (cluster nu) that keeps the whole operand in shared
-    memory, twice (KC = K), and passes it on there. On the H200 clusters were faster than the cooperative kernel at
-    every shape timed, the backward's only up to 4 blocks (its operand is 3H wide, written into every block of the
-    cluster each step; PERF_NOTES.md), so the backward takes clusters of at most 4 (larger ones are only ranked).
-    Split (the tensor cores only; `splits` = ((P, clusters resident, wgmma sizes), ...) of the k-split kernels
-    loaded): a cluster of P blocks (cluster P) shares a (batch group, J units) pair, each block holding its units'
-    weights over KC = KP of the k extent and staging only that slice of the operand (kernels.cu's Split), whole or
-    (where it does not fit beside the weights) in two buffers of k-chunks of `split` columns (split = KP: whole;
-    unsplit layouts: split 0); every block of a batch group resident. Its products run on mma.sync (wn 0), or (float32,
-    where wgmma kernels of P loaded) on wgmma, the operand's rows padded to wn. The float32 forward's f16 kernels of
-    P = 1 also come with a batch group as one cluster of `group` blocks (splits' entries (1, clusters resident, wgmma
-    sizes, group); else group 0): nu = group, its blocks meeting at the cluster's barrier, cheaper than flags by
-    _GRU_GROUP_BARRIER clocks, with up to 5 cells a thread (fewer, larger groups: only so many clusters fit at once).
-    The k-split's model was fitted to the H200's times of 7 shapes each way on mma.sync (P = 2, 4, 8 against the
-    unsplit layouts) and picks the fastest there (wgmma's rate in it is a guess); it is compared with the unsplit
-    layout chosen as before plus that layout's time to read its operand rows from L2 (about 2800 bytes a clock on the
-    H200: the bound the k-split lifts). `ranked`, a list, gets (clocks, L2 read clocks, blocks, layout, eligible) of
-    every layout that fits (gru_autotune times the best of them against the choice: _gru_candidates; so does
-    bench.py's gru_parts table, and with --gru-sweep N the N best-ranked: the data for a refit)."""
+    resident at once. Unsplit (split False), a block each (nb nu <= SMs) holds its units' rows of W_hh in shared memory
+    (3J of H forward, J of 3H backward), owns at most 4 (row, unit) cells per thread and at most one warp tile of 16
+    rows by 8 units per warp (kernels.cu's Block). The cooperative kernel (cluster 0) stages the step's operand rows
+    from L2 in k-chunks of KC, its batch groups meeting at flags; where `clusters` (the cluster kernels loaded) and nu
+    is one of _GRU_CLUSTERS, a batch group can be a cluster (cluster nu) that keeps the whole operand in shared memory,
+    twice (KC = K), and passes it on there. On the H200 clusters were faster than the cooperative kernel at every shape
+    timed, the backward's only up to 4 blocks (its operand is 3H wide, written into every block of the cluster each
+    step; PERF_NOTES.md), so the backward takes clusters of at most 4 (larger ones are only ranked). Split (the tensor
+    cores only; `splits` = ((P, clusters resident, wgmma sizes), ...) of the k-split kernels loaded): a cluster of P
+    blocks (cluster P) shares a (batch group, J units) pair, each block holding its units' weights over KC = KP of the k
+    extent and staging only that slice of the operand (kernels.cu's Split), whole or (where it does not fit beside the
+    weights) in two buffers of k-chunks of `split` columns (split = KP: whole; unsplit layouts: split 0); every block of
+    a batch group resident. Its products run on mma.sync (wn 0), or (float32, where wgmma kernels of P loaded) on wgmma,
+    the operand's rows padded to wn. The forward on f16 wgmma (float32's f16 operands, float16) also comes with a batch
+    group as one cluster of `group` blocks (splits' entries (1, clusters resident, wgmma sizes, group); else group 0):
+    nu = group, its blocks meeting at the cluster's barrier, cheaper than flags by _GRU_GROUP_BARRIER clocks, with up to
+    5 cells a thread (fewer, larger groups: only so many clusters fit at once). The k-split's model was fitted to the
+    H200's times of 7 shapes each way on mma.sync (P = 2, 4, 8 against the unsplit layouts) and picks the fastest there
+    (wgmma's rate in it is a guess); it is compared with the unsplit layout chosen as before plus that layout's time to
+    read its operand rows from L2 (about 2800 bytes a clock on the H200: the bound the k-split lifts). `ranked`, a list,
+    gets (clocks, L2 read clocks, blocks, layout, eligible) of every layout that fits (gru_autotune times the best of
+    them against the choice: _gru_candidates; so does bench.py's gru_parts table, and with --gru-sweep N the N
+    best-ranked: the data for a refit)."""
     up = lambda a, b: -(-a // b) * b
     row_bytes = lambda n: (up(n, 128 // itemsize) + 16 // itemsize) * itemsize   # kernels.cu's smem_ld
     k = hidden if forward else 3 * hidden
@@ -2603,8 +2609,8 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
             cells = -(-rows * units // _BLOCK)
             for size, resident, wgmma, *group in splits:
                 group = group[0] if group else 0   # the batch group as one cluster of `group` (P = 1): nu = group
-                if (groups if group else groups * slices) > resident or -(-cells // size) > (5 if group else 4) \
-                        or group not in (0, slices):
+                if group not in (0, slices) or (group and not forward) or -(-cells // size) > _GRU_CELLS + (group > 0) \
+                        or (groups if group else groups * slices) > resident:
                     continue
                 # Split's products: mma.sync (wn 0), or wgmma on W's rows in m-tiles of 64 (at most 4; the last one's
                 # rows past N read from the next k-tile or, past the last, from zeroed tail rows) and the operand's rows
@@ -2638,7 +2644,7 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
                              - (_GRU_GROUP_BARRIER if group else 0), groups * slices * size,
                              (groups, slices, units, rows, kp, fixed + a_rows * staged(kc) * (1 if kc == kp else 2),
                               size, kc, wn, group))
-            if m_rows // 16 * up(units, 8) // 8 > _BLOCK // 32 or cells > 4 or groups * slices > sms:
+            if m_rows // 16 * up(units, 8) // 8 > _BLOCK // 32 or cells > _GRU_CELLS or groups * slices > sms:
                 continue
             products = m_rows * w_rows * up(k, 16) / _GRU_MACS[itemsize, tc]
             chunk = up(k, 64)
