@@ -3739,8 +3739,11 @@ def test_gru_choice_lists_candidates_to_time():
     (within 2% of its cost, at most _GRU_TUNE_TIES, the most blocks first), then for each other kind until
     _GRU_TUNE_KINDS kinds are in, its cheapest layouts of the fewest, the most and the median blocks; untimed, a run
     launches the choice (_gru_used). A single candidate is kept as the layout itself, and without tl.gru_autotune it
-    is the model's choice."""
-    splits = tuple((p, n, tl._GRU_WG) for p, n in ((2, 66), (4, 30), (8, 15)))
+    is the model's choice. Each family's cheapest kind (unsplit, k-split, the forward's batch group as one cluster)
+    is among them."""
+    splits = tuple((p, n, tl._GRU_WG) for p, n in ((2, 66), (4, 30), (8, 15))) + \
+        tuple((1, n, tl._GRU_GROUP_WG, g) for g, n in ((8, 15), (16, 7)))
+    family = lambda layout: (layout[7] > 0) + (layout[9] > 0)
     kind = lambda layout: (layout[6], layout[7] > 0, layout[8], layout[1], layout[9])   # cluster, split, WN, nu, G
     lists = 0
     for batch, hidden, forward, itemsize in itertools.product((1, 16, 256), (8, 128, 512), (True, False), (4, 2)):
@@ -3765,6 +3768,9 @@ def test_gru_choice_lists_candidates_to_time():
         assert len(kinds) == min(tl._GRU_TUNE_KINDS, len({kind(e[3]) for e in ranked})), what
         first = {kind(layout) for layout in tuned[:1 + len(ties)]}
         assert not first & {kind(layout) for layout in tuned[1 + len(ties):]}, what
+        fewest = sorted(ranked, key=lambda e: (e[0] + e[1], e[2]))
+        for f in {family(e[3]) for e in ranked}:   # each family's leader's kind
+            assert kind(next(e[3] for e in fewest if family(e[3]) == f)) in kinds, (what, f)
         for k in kinds - first:   # each other kind's cheapest layouts of the fewest, the median and the most blocks
             least = min(cost[e[3]] for e in ranked if kind(e[3]) == k)
             cheapest = [e for e in ranked if kind(e[3]) == k and cost[e[3]] == least]
@@ -10689,7 +10695,8 @@ def test_gpu_gru_half_operands():
     192, 128 and 64); 522 in clusters of 1, 2 and 4 (K not a multiple of 4 floats or 8 halves: the element-wise loads
     and staging; at P = 1 a k-slice of 576 columns, past the 512 that stage_scaled_weights keeps in registers; of 8,
     no layout of 16 rows fits); 250 with each batch group one cluster of 8 or 16 blocks meeting at the cluster's
-    barrier, its operand's rows padded to each of _GRU_GROUP_WG. W_hh's rows span 1e-12 to 1 times PyTorch's scale (one scale for a block's rows would
+    barrier, at the most rows each of _GRU_GROUP_WG holds (its top 16 rows used, up to 5 cells a thread), whole and in
+    k-chunks of 64. W_hh's rows span 1e-12 to 1 times PyTorch's scale (one scale for a block's rows would
     lose the small ones to f16's subnormals) and b_hn is 0, so that the hn gate is the product alone. h0 is absent; or
     its column 7 is 1e5 (past f16's largest value, an infinity unscaled) where W_hh's column 7 is 0 (infinity times 0:
     NaN); or it is at most 1e-3 (the operand's scale floored at 1's, which leaves h_t, up to 1, in range)."""
@@ -10702,9 +10709,11 @@ def test_gpu_gru_half_operands():
     runs = [(136, wn, size, cap, h0, 0) for wn, size, cap, h0 in itertools.product(
         tl._GRU_WG, tl._GRU_SPLITS_HALF, (None, 32), ('absent', 'large', 'small'))]
     runs += [(522, 16, size, None, 'large', 0) for size in (1, 2, 4)]
-    # a batch group as one cluster of 8 or 16 blocks (hidden 250: 32 or 16 units a block), up to 5 cells a thread
-    runs += [(250, wn, 1, None, h0, group) for wn, group, h0 in itertools.product(
-        tl._GRU_GROUP_WG, tl._GRU_GROUPS, ('absent', 'large', 'small'))]
+    # a batch group as one cluster of 8 or 16 blocks (hidden 250: 32 or 16 units a block), the most rows WN holds (up
+    # to 5 cells a thread), whole and in k-chunks of 64
+    runs += [(250, wn, 1, cap, h0, group) for wn, group, cap, h0 in itertools.product(
+        tl._GRU_GROUP_WG, tl._GRU_GROUPS, (None, 32), ('absent', 'large', 'small'))]
+    cells = set()
     for hidden, wn, size, cap, h0_kind, group in runs:
         w = r.uniform(-1, 1, (3 * hidden, hidden)) * 10.0 ** r.integers(-12, 1, (3 * hidden, 1)) / hidden ** 0.5
         w[:, 7] = 0
@@ -10714,11 +10723,15 @@ def test_gpu_gru_half_operands():
                                if p == size and g == ([group] if group else [])), []
         with mock.patch.object(tl, '_gru_chunk_cap', cap):
             tl._gru_plan(True, 0, smem, batch, hidden, 4, 1, False, splits, ranked=ranked)
-        layout = min((entry for entry in ranked if entry[3][8] == wn and entry[3][9] == group and entry[4]),
-                     default=(0, 0, 0, None))[3]
-        assert layout is not None, f'no wgmma layout of {size} blocks, {wn} rows, group {group} at hidden size {hidden}'
+        fits = [entry for entry in ranked if entry[3][8] == wn and entry[3][9] == group and entry[4]]
+        assert fits, f'no wgmma layout of {size} blocks, {wn} rows, group {group} at hidden size {hidden}'
+        # the cheapest, or for a group the most rows (its operand's top rows and the most cells a thread)
+        layout = max(fits, key=lambda e: (e[3][3], -e[0]))[3] if group else min(fits)[3]
+        if group:
+            assert layout[3] > wn - 16, f'{layout}: rows short of WN {wn}\'s last 16'
+            cells.add(-(-layout[3] * layout[2] // 256))
         if layout[7] < layout[4]:
-            chunked.add(size)
+            chunked.add((size, group))
         xg = r.uniform(-2, 2, (steps, batch, 3 * hidden))
         h0 = None if h0_kind == 'absent' else r.uniform(-1, 1, (batch, hidden)) * (1e-3 if h0_kind == 'small' else 1)
         if h0_kind == 'large':
@@ -10735,9 +10748,9 @@ def test_gpu_gru_half_operands():
         arrays = [None if a is None else cp.asarray(a, np.float32) for a in (xg, w, b_ih, b_hh, h0)]
         out = cp.full((steps, batch, hidden), np.nan, np.float32)
         gates = cp.full((steps, batch, 4 * hidden), np.nan, np.float32)
-        with gru_calls() as calls, mock.patch.object(tl, '_gru_half_operands', True):
+        with gru_calls(with_args=True) as calls, mock.patch.object(tl, '_gru_half_operands', True):
             tl._gru_launch('fwd', layout, True, tuple(arrays) + (out, gates), steps, batch, hidden)
-        assert calls == {'gru_fwd_split_h'}, sorted(calls)
+        assert calls == {('gru_fwd_split_h', (size, wn, group) if group else (size, wn))}, calls
         what = f'hidden {hidden}, layout {layout}, h0 {h0_kind}'
         for name, got, want in (('out', out, np.stack(want_out)), ('gates', gates, np.stack(want_gates))):
             got = cp.asnumpy(got).astype(np.float64)
@@ -10746,28 +10759,38 @@ def test_gpu_gru_half_operands():
             worst = int(np.argmax(off / top))
             assert (off <= TF32_TOL * top).all(), \
                 f'{what}: {name} column {worst} off {off[worst]:.3g} of {top[worst]:.3g}'
-    assert chunked, 'no layout in k-chunks'
+    assert {size for size, group in chunked if not group} and {group for _, group in chunked} >= {8, 16}, \
+        f'layouts in k-chunks (P, group): {chunked}'
+    assert max(cells) == 5, f'cells a thread of the group layouts: {cells}'
 
 
 def test_gpu_gru_group_clusters_float16():
     """The float16 forward with a batch group as one cluster of 8 or 16 blocks (gru_fwd_split<__half, 1, WN, G>: wgmma
     products on the f16 values as they are, the cluster's barrier instead of flags, up to 5 cells a thread) launched
     on its own against a float64 recurrence of the same f16 inputs, out and every gate to float16's tolerance of each
-    unit's largest value: hidden 250 (16 or 32 units a block), batch 40 and 5 (rows padded to each of _GRU_GROUP_WG),
-    h0 absent or given, 4 steps."""
+    unit's largest value: hidden 250 (16 or 32 units a block), batch 40 at the most rows each of _GRU_GROUP_WG holds
+    (its top 16 rows used, up to 5 cells a thread) and batch 5 (rows padded), whole and in k-chunks of 64, h0 absent
+    or given, 4 steps."""
     need_cuda()
     if not tl._gru_wgmma or not any(len(entry) == 4 for entry in tl._gru_splits(True, np.float16)):
         raise Skip('no float16 GRU kernels of a batch group as one cluster on this GPU (Hopper only)')
     steps, hidden, r = 4, 250, rng('gru group clusters float16')
     sigmoid = lambda v: 1 / (1 + np.exp(-v))
     half = lambda a: a.astype(np.float16).astype(np.float64)   # the inputs as the kernel reads them
-    smem, tol = tl._gru_device()[1], FUSED_TOL[np.dtype(np.float16)]
-    for batch, wn, group, with_h0 in itertools.product((40, 5), tl._GRU_GROUP_WG, tl._GRU_GROUPS, (False, True)):
+    smem, tol, cells, chunked = tl._gru_device()[1], FUSED_TOL[np.dtype(np.float16)], set(), set()
+    for batch, wn, group, cap, with_h0 in itertools.product((40, 5), tl._GRU_GROUP_WG, tl._GRU_GROUPS, (None, 32),
+                                                            (False, True)):
         splits, ranked = tuple(e for e in tl._gru_splits(True, np.float16) if e[3:] == (group,)), []
-        tl._gru_plan(True, 0, smem, batch, hidden, 2, 1, False, tuple((p, n, (wn,), g) for p, n, _, g in splits),
-                     ranked=ranked)
-        layout = min((entry for entry in ranked if entry[3][9] == group and entry[4]), default=(0, 0, 0, None))[3]
-        assert layout is not None, f'no layout of groups of {group}, {wn} rows, batch {batch}'
+        with mock.patch.object(tl, '_gru_chunk_cap', cap):
+            tl._gru_plan(True, 0, smem, batch, hidden, 2, 1, False, tuple((p, n, (wn,), g) for p, n, _, g in splits),
+                         ranked=ranked)
+        fits = [entry for entry in ranked if entry[3][9] == group and entry[4]]
+        assert fits, f'no layout of groups of {group}, {wn} rows, batch {batch}'
+        layout = max(fits, key=lambda e: (e[3][3], -e[0]))[3]   # the most rows
+        assert batch < wn - 16 or layout[3] > wn - 16, f'{layout}: rows short of WN {wn}\'s last 16'
+        cells.add(-(-layout[3] * layout[2] // 256))
+        if layout[7] < layout[4]:
+            chunked.add(group)
         w = half(r.uniform(-1, 1, (3 * hidden, hidden)) / hidden ** 0.5)
         b_ih, b_hh = half(r.uniform(-1, 1, 3 * hidden)), half(r.uniform(-1, 1, 3 * hidden))
         xg = half(r.uniform(-2, 2, (steps, batch, 3 * hidden)))
@@ -10784,9 +10807,9 @@ def test_gpu_gru_group_clusters_float16():
         arrays = [None if a is None else cp.asarray(a, np.float16) for a in (xg, w, b_ih, b_hh, h0)]
         out = cp.full((steps, batch, hidden), np.nan, np.float16)
         gates = cp.full((steps, batch, 4 * hidden), np.nan, np.float16)
-        with gru_calls() as calls:
+        with gru_calls(with_args=True) as calls:
             tl._gru_launch('fwd', layout, False, tuple(arrays) + (out, gates), steps, batch, hidden)
-        assert calls == {'gru_fwd_split'}, sorted(calls)
+        assert calls == {('gru_fwd_split', (np.float16, 1, wn, group))}, calls
         what = f'batch {batch}, layout {layout}, h0 {with_h0}'
         for name, got, want in (('out', out, np.stack(want_out)), ('gates', gates, np.stack(want_gates))):
             got = cp.asnumpy(got).astype(np.float64)
@@ -10794,6 +10817,7 @@ def test_gpu_gru_group_clusters_float16():
             off, top = np.abs(got - want).max(axis=(0, 1)), np.abs(want).max(axis=(0, 1))
             worst = int(np.argmax(off / top))
             assert (off <= tol * top).all(), f'{what}: {name} column {worst} off {off[worst]:.3g} of {top[worst]:.3g}'
+    assert max(cells) == 5 and chunked == set(tl._GRU_GROUPS), f'cells a thread {cells}, groups in k-chunks {chunked}'
 
 
 def gru_results(make, state, arrays, dtype, device):
@@ -10810,13 +10834,14 @@ def gru_results(make, state, arrays, dtype, device):
 
 
 @contextlib.contextmanager
-def gru_calls():
-    """The set of GRU host functions and persistent kernels (the kernels _gru_launch looked up) that ran inside."""
+def gru_calls(with_args=False):
+    """The set of GRU host functions and persistent kernels (the kernels _gru_launch looked up; with_args: each as
+    (name, its template arguments)) that ran inside."""
     calls, saved = set(), {name: getattr(tl, name) for name in ('_gru_launch', '_gru_forward_loop', '_gru_forward_fused')}
     lookup = tl._kernel
 
     def looked_up(name, *args):
-        calls.add(name)
+        calls.add((name, args) if with_args else name)
         return lookup(name, *args)
 
     def spy(name, inner):
