@@ -10809,7 +10809,7 @@ def test_gpu_gru_group_clusters_float16():
         gates = cp.full((steps, batch, 4 * hidden), np.nan, np.float16)
         with gru_calls(with_args=True) as calls:
             tl._gru_launch('fwd', layout, False, tuple(arrays) + (out, gates), steps, batch, hidden)
-        assert calls == {('gru_fwd_split', (np.float16, 1, wn, group))}, calls
+        assert calls == {('gru_fwd_split', (np.dtype(np.float16), 1, wn, group))}, calls
         what = f'batch {batch}, layout {layout}, h0 {with_h0}'
         for name, got, want in (('out', out, np.stack(want_out)), ('gates', gates, np.stack(want_gates))):
             got = cp.asnumpy(got).astype(np.float64)
