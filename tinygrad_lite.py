@@ -486,7 +486,7 @@ _GRU_SPLITS_HALF = (1,) + _GRU_SPLITS   # gru_fwd_split_h's (1: a block takes al
 _GRU_WG = (16, 32, 64)   # their float32 products on wgmma: the operand's rows (the B operand's) padded to one of these
 _GRU_GROUPS = (8, 16)   # the forward's batch groups as one cluster (f16 wgmma): its blocks (16: a non-portable size)
 _GRU_GROUP_WG = (16, 32, 48)   # and their operand's rows
-_GRU_CELLS = 4   # (row, unit) cells a thread of the split kernels at most (kernels.cu's CPT; a group as a cluster: 5)
+_GRU_CELLS = 4   # (row, unit) cells a thread of the persistent kernels at most (kernels.cu's CPT; groups: 5)
 _NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14   # the CUDA driver's CUfunction_attribute
 # The fused BatchNorm training passes' packs kept in registers per thread (their RC template argument), per C type
 # (none for float64: the two-kernel passes serve it): the fastest measured on the H200 (PERF_NOTES.md)
