@@ -10687,6 +10687,34 @@ def test_gpu_gru_split_sizes():
     assert wgmma_sizes == {0, *tl._GRU_WG}, f'wgmma sizes run: {sorted(wgmma_sizes)}'
 
 
+def gru_forward_reference(xg, w, b_ih, b_hh, h0, keep=lambda h: h):
+    """The persistent forward's out and gates (r, z, n, hn) from precomputed input projections xg (T, B, 3H), in
+    float64; h0 None: zeros; keep(h_t): h_t as the kernel keeps it for the next step (float16: rounded)."""
+    steps, batch, hidden = xg.shape[0], xg.shape[1], w.shape[1]
+    sigmoid = lambda v: 1 / (1 + np.exp(-v))
+    h, out, gates = np.zeros((batch, hidden)) if h0 is None else h0, [], []
+    for t in range(steps):
+        s = h @ w.T
+        rz = sigmoid(xg[t, :, :2 * hidden] + b_ih[:2 * hidden] + b_hh[:2 * hidden] + s[:, :2 * hidden])
+        hn = s[:, 2 * hidden:] + b_hh[2 * hidden:]
+        n = np.tanh(xg[t, :, 2 * hidden:] + b_ih[2 * hidden:] + rz[:, :hidden] * hn)
+        h = keep(n + rz[:, hidden:] * (h - n))
+        out.append(h)
+        gates.append(np.concatenate((rz, n, hn), axis=1))
+    return np.stack(out), np.stack(gates)
+
+
+def assert_unit_columns(what, results, tol):
+    """Each (name, got on the GPU, want) of `results`: no NaN, and each unit's column (the last axis) within tol of its
+    own largest value."""
+    for name, got, want in results:
+        got = cp.asnumpy(got).astype(np.float64)
+        assert not np.isnan(got).any(), f'{what}: {name} has NaN'
+        off, top = np.abs(got - want).max(axis=(0, 1)), np.abs(want).max(axis=(0, 1))
+        worst = int(np.argmax(off / top))
+        assert (off <= tol * top).all(), f'{what}: {name} column {worst} off {off[worst]:.3g} of {top[worst]:.3g}'
+
+
 def test_gpu_gru_half_operands():
     """gru_fwd_split_h (the float32 forward's wgmma products on f16 operands, each weight row and the batch group's h
     scaled by powers of two) launched on its own against a float64 recurrence of the same inputs, out and every gate,
@@ -10704,7 +10732,6 @@ def test_gpu_gru_half_operands():
     if 'gru_fwd_split_h' not in tl.fused_kernels():
         raise Skip('no f16-operand GRU kernels on this GPU (Hopper only)')
     steps, batch, r = 3, 40, rng('gru half operands')
-    sigmoid = lambda v: 1 / (1 + np.exp(-v))
     chunked, smem = set(), tl._gru_device()[1]
     runs = [(136, wn, size, cap, h0, 0) for wn, size, cap, h0 in itertools.product(
         tl._GRU_WG, tl._GRU_SPLITS_HALF, (None, 32), ('absent', 'large', 'small'))]
@@ -10736,29 +10763,15 @@ def test_gpu_gru_half_operands():
         h0 = None if h0_kind == 'absent' else r.uniform(-1, 1, (batch, hidden)) * (1e-3 if h0_kind == 'small' else 1)
         if h0_kind == 'large':
             h0[:, 7] = 1e5
-        h, want_out, want_gates = np.zeros((batch, hidden)) if h0 is None else h0, [], []
-        for t in range(steps):   # float64
-            s = h @ w.T
-            rz = sigmoid(xg[t, :, :2 * hidden] + b_ih[:2 * hidden] + b_hh[:2 * hidden] + s[:, :2 * hidden])
-            hn = s[:, 2 * hidden:]
-            n = np.tanh(xg[t, :, 2 * hidden:] + b_ih[2 * hidden:] + rz[:, :hidden] * hn)
-            h = n + rz[:, hidden:] * (h - n)
-            want_out.append(h)
-            want_gates.append(np.concatenate((rz, n, hn), axis=1))
+        want_out, want_gates = gru_forward_reference(xg, w, b_ih, b_hh, h0)
         arrays = [None if a is None else cp.asarray(a, np.float32) for a in (xg, w, b_ih, b_hh, h0)]
         out = cp.full((steps, batch, hidden), np.nan, np.float32)
         gates = cp.full((steps, batch, 4 * hidden), np.nan, np.float32)
         with gru_calls(with_args=True) as calls, mock.patch.object(tl, '_gru_half_operands', True):
             tl._gru_launch('fwd', layout, True, tuple(arrays) + (out, gates), steps, batch, hidden)
         assert calls == {('gru_fwd_split_h', (size, wn, group) if group else (size, wn))}, calls
-        what = f'hidden {hidden}, layout {layout}, h0 {h0_kind}'
-        for name, got, want in (('out', out, np.stack(want_out)), ('gates', gates, np.stack(want_gates))):
-            got = cp.asnumpy(got).astype(np.float64)
-            assert not np.isnan(got).any(), f'{what}: {name} has NaN'
-            off, top = np.abs(got - want).max(axis=(0, 1)), np.abs(want).max(axis=(0, 1))
-            worst = int(np.argmax(off / top))
-            assert (off <= TF32_TOL * top).all(), \
-                f'{what}: {name} column {worst} off {off[worst]:.3g} of {top[worst]:.3g}'
+        assert_unit_columns(f'hidden {hidden}, layout {layout}, h0 {h0_kind}',
+                            (('out', out, want_out), ('gates', gates, want_gates)), TF32_TOL)
     assert {size for size, group in chunked if not group} and {group for _, group in chunked} >= {8, 16}, \
         f'layouts in k-chunks (P, group): {chunked}'
     assert max(cells) == 5, f'cells a thread of the group layouts: {cells}'
@@ -10775,7 +10788,6 @@ def test_gpu_gru_group_clusters_float16():
     if not tl._gru_wgmma or not any(len(entry) == 4 for entry in tl._gru_splits(True, np.float16)):
         raise Skip('no float16 GRU kernels of a batch group as one cluster on this GPU (Hopper only)')
     steps, hidden, r = 4, 250, rng('gru group clusters float16')
-    sigmoid = lambda v: 1 / (1 + np.exp(-v))
     half = lambda a: a.astype(np.float16).astype(np.float64)   # the inputs as the kernel reads them
     smem, tol, cells, chunked = tl._gru_device()[1], FUSED_TOL[np.dtype(np.float16)], set(), set()
     for batch, wn, group, cap, with_h0 in itertools.product((40, 5), tl._GRU_GROUP_WG, tl._GRU_GROUPS, (None, 32),
@@ -10795,28 +10807,15 @@ def test_gpu_gru_group_clusters_float16():
         b_ih, b_hh = half(r.uniform(-1, 1, 3 * hidden)), half(r.uniform(-1, 1, 3 * hidden))
         xg = half(r.uniform(-2, 2, (steps, batch, 3 * hidden)))
         h0 = half(r.uniform(-1, 1, (batch, hidden))) if with_h0 else None
-        h, want_out, want_gates = np.zeros((batch, hidden)) if h0 is None else h0, [], []
-        for t in range(steps):   # float64, h rounded to f16 each step as the kernel keeps it
-            s = h @ w.T
-            rz = sigmoid(xg[t, :, :2 * hidden] + b_ih[:2 * hidden] + b_hh[:2 * hidden] + s[:, :2 * hidden])
-            hn = s[:, 2 * hidden:] + b_hh[2 * hidden:]
-            n = np.tanh(xg[t, :, 2 * hidden:] + b_ih[2 * hidden:] + rz[:, :hidden] * hn)
-            h = half(n + rz[:, hidden:] * (h - n))
-            want_out.append(h)
-            want_gates.append(np.concatenate((rz, n, hn), axis=1))
+        want_out, want_gates = gru_forward_reference(xg, w, b_ih, b_hh, h0, keep=half)   # h_t kept in f16
         arrays = [None if a is None else cp.asarray(a, np.float16) for a in (xg, w, b_ih, b_hh, h0)]
         out = cp.full((steps, batch, hidden), np.nan, np.float16)
         gates = cp.full((steps, batch, 4 * hidden), np.nan, np.float16)
         with gru_calls(with_args=True) as calls:
             tl._gru_launch('fwd', layout, False, tuple(arrays) + (out, gates), steps, batch, hidden)
         assert calls == {('gru_fwd_split', (np.dtype(np.float16), 1, wn, group))}, calls
-        what = f'batch {batch}, layout {layout}, h0 {with_h0}'
-        for name, got, want in (('out', out, np.stack(want_out)), ('gates', gates, np.stack(want_gates))):
-            got = cp.asnumpy(got).astype(np.float64)
-            assert not np.isnan(got).any(), f'{what}: {name} has NaN'
-            off, top = np.abs(got - want).max(axis=(0, 1)), np.abs(want).max(axis=(0, 1))
-            worst = int(np.argmax(off / top))
-            assert (off <= tol * top).all(), f'{what}: {name} column {worst} off {off[worst]:.3g} of {top[worst]:.3g}'
+        assert_unit_columns(f'batch {batch}, layout {layout}, h0 {with_h0}',
+                            (('out', out, want_out), ('gates', gates, want_gates)), tol)
     assert max(cells) == 5 and chunked == set(tl._GRU_GROUPS), f'cells a thread {cells}, groups in k-chunks {chunked}'
 
 
