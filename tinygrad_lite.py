@@ -2395,7 +2395,7 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
                                f"{granule}, batch rows at most {wn}, weight rows at most 256)")
         if group and group != slices * cluster:
             raise RuntimeError(f"GRU: layout {plan}'s batch group is not one cluster of {group} blocks")
-        if -(-(-(-rows * units // _BLOCK)) // cluster) > _GRU_CELLS + (group > 0):
+        if not _gru_cells_fit(rows, units, cluster, group):
             raise RuntimeError(f"GRU: layout {plan} gives a thread more cells than its kernel keeps")
         extra = _int32s(split)   # the k-split's staging chunk
         kernel = _gru_wgmma_kernel(forward, cluster, wn, group, arrays[0].dtype) if wn else \
@@ -2557,6 +2557,12 @@ def _resident_clusters(kernel, size, smem):
         return 0
 
 
+def _gru_cells_fit(rows, units, size=1, group=0):
+    """Whether a batch group's rows by a block's units, the (row, unit) cells its `size` blocks (a k-split's cluster)
+    share, give a thread no more than the kernel keeps: _GRU_CELLS, one more with a batch group as one cluster."""
+    return -(-(-(-rows * units // _BLOCK)) // size) <= _GRU_CELLS + (group > 0)
+
+
 def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, splits=(), ranked=None):
     """The layout (nb, nu, J, BB, KC, shared memory bytes, cluster, split, wn, group) of a persistent kernel with the
     least estimated clocks per step, None where none fits: nb batch groups of BB rows times nu slices of J units, all
@@ -2609,7 +2615,7 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
             cells = -(-rows * units // _BLOCK)
             for size, resident, wgmma, *group in splits:
                 group = group[0] if group else 0   # the batch group as one cluster of `group` (P = 1): nu = group
-                if group not in (0, slices) or (group and not forward) or -(-cells // size) > _GRU_CELLS + (group > 0) \
+                if group not in (0, slices) or (group and not forward) or not _gru_cells_fit(rows, units, size, group) \
                         or (groups if group else groups * slices) > resident:
                     continue
                 # Split's products: mma.sync (wn 0), or wgmma on W's rows in m-tiles of 64 (at most 4; the last one's
@@ -2644,7 +2650,8 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
                              - (_GRU_GROUP_BARRIER if group else 0), groups * slices * size,
                              (groups, slices, units, rows, kp, fixed + a_rows * staged(kc) * (1 if kc == kp else 2),
                               size, kc, wn, group))
-            if m_rows // 16 * up(units, 8) // 8 > _BLOCK // 32 or cells > _GRU_CELLS or groups * slices > sms:
+            if m_rows // 16 * up(units, 8) // 8 > _BLOCK // 32 or not _gru_cells_fit(rows, units) or \
+                    groups * slices > sms:
                 continue
             products = m_rows * w_rows * up(k, 16) / _GRU_MACS[itemsize, tc]
             chunk = up(k, 64)
