@@ -2148,9 +2148,11 @@ def test_dropout_statistics():
 
 def test_linear_float16_bias_rounded_once_as_pytorch():
     """float16 linear with a bias adds it to the unrounded float32 product and rounds once, as PyTorch's addmm (rounding
-    the product first was off by up to hundreds of ulp where product and bias nearly cancel): outputs and gradients
-    bit for bit PyTorch's on the CPU, 1-d and 3-d inputs too, and the Linear module's; with a 1-d weight, PyTorch's
-    two roundings."""
+    the product first was off by up to hundreds of ulp where product and bias nearly cancel, at about 30% of these outputs):
+    outputs and gradients PyTorch's on the CPU, 1-d and 3-d inputs too, and the Linear module's, but for one float16 ulp
+    at 1% of the elements at most (PyTorch's CPU float16 products sum in float32 in an order that depends on the host's
+    CPU: on one H100 host a (64, 80) output near cancellation was one ulp off); with a 1-d weight, PyTorch's two
+    roundings."""
     need_torch()
     r = rng('linear float16')
     w, b = (r.standard_normal((96, 80)) / 9).astype(np.float16), r.standard_normal(96).astype(np.float16)
@@ -2163,11 +2165,11 @@ def test_linear_float16_bias_rounded_once_as_pytorch():
             y.backward(m.tensor(g))
             outs.append([y.detach().numpy()] + [t.grad.numpy() for t in ts])
         for k, (ours, theirs) in enumerate(zip(*outs)):
-            assert ours.dtype == np.float16 and np.array_equal(ours, theirs), (shape, k, np.abs(
+            assert ours.dtype == np.float16 and float16_nearly_equal(ours, theirs), (shape, k, np.abs(
                 ours.astype(np.float64) - theirs).max())
     layer = tl.Linear(80, 96).half()
     layer.weight.data[...], layer.bias.data[...] = w, b
-    assert np.array_equal(layer(tl.tensor(x)).numpy(), F.linear(*(torch.tensor(a) for a in (x, w, b))).numpy())
+    assert float16_nearly_equal(layer(tl.tensor(x)).numpy(), F.linear(*(torch.tensor(a) for a in (x, w, b))).numpy())
     # a 1-d weight: x @ weight, then the bias added, each rounded, as PyTorch's (rounded once, a quarter differed);
     # the products' float32 sums are not always PyTorch's, and the weight's gradient, a float16 sum of per-batch
     # products, is not PyTorch's one product: left out
@@ -5290,6 +5292,14 @@ def float16_ulps(a, b):
     """How many float16 values lie between a and b, elementwise (0 where equal, -0 and +0 as one)."""
     key = lambda x: (lambda u: np.where(u & 0x8000, -(u & 0x7fff), u))(to_np(x).view(np.uint16).astype(np.int64))
     return np.abs(key(a) - key(b))
+
+
+def float16_nearly_equal(ours, theirs):
+    """float16 arrays of one shape, equal but for one ulp at 1% of the elements at most (or at one)."""
+    if ours.shape != theirs.shape:
+        return False
+    ulps = float16_ulps(ours, theirs)
+    return ulps.max(initial=0) <= 1 and (ulps > 0).sum() <= max(1, ulps.size // 100)
 
 
 def test_optim_float16_as_pytorch():
