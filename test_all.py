@@ -2148,11 +2148,11 @@ def test_dropout_statistics():
 
 def test_linear_float16_bias_rounded_once_as_pytorch():
     """float16 linear with a bias adds it to the unrounded float32 product and rounds once, as PyTorch's addmm (rounding
-    the product first was off by up to hundreds of ulp where product and bias nearly cancel, at about 30% of these outputs):
-    outputs and gradients PyTorch's on the CPU, 1-d and 3-d inputs too, and the Linear module's, but for one float16 ulp
-    at 1% of the elements at most (PyTorch's CPU float16 products sum in float32 in an order not the same on every host:
-    on one H100 machine a (64, 80) output near cancellation was one ulp off); with a 1-d weight, PyTorch's two
-    roundings."""
+    the product first was off by up to hundreds of ulp where product and bias nearly cancel, at about 30% of these
+    outputs): outputs and gradients PyTorch's on the CPU, 1-d and 3-d inputs too, and the Linear module's, but for one
+    float16 ulp at 1% of the elements at most (PyTorch's CPU float16 products sum in float32 in an order not the same on
+    every host: on one H100 machine a (64, 80) output near cancellation was one ulp off); with a 1-d weight, PyTorch's
+    two roundings."""
     need_torch()
     r = rng('linear float16')
     w, b = (r.standard_normal((96, 80)) / 9).astype(np.float16), r.standard_normal(96).astype(np.float16)

@@ -2524,8 +2524,11 @@ def _gru_wgmma_kernel(forward, size, wn, group=0, dtype=np.float32):
     another dtype); with group, the forward's on f16 wgmma (float16's, or float32's where _gru_half_operands; else None)
     of a batch group as one cluster of `group` blocks (past 8, a non-portable size: allowed here)."""
     if group:
-        kernel = None if not forward else _kernel('gru_fwd_split', dtype, size, wn, group) if dtype == np.float16 \
-            else _kernel('gru_fwd_split_h', size, wn, group) if _gru_half_wgmma(forward, dtype) else None
+        kernel = None
+        if forward and np.dtype(dtype) == np.float16:
+            kernel = _kernel('gru_fwd_split', dtype, size, wn, group)
+        elif _gru_half_wgmma(forward, dtype):
+            kernel = _kernel('gru_fwd_split_h', size, wn, group)
         if kernel is not None and group > 8 and kernel not in _nonportable:
             cp.cuda.driver.funcSetAttribute(kernel.kernel.ptr, _NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
             _nonportable.add(kernel)
@@ -2560,7 +2563,8 @@ def _resident_clusters(kernel, size, smem):
 def _gru_cells_fit(rows, units, size=1, group=0):
     """Whether a batch group's rows by a block's units, the (row, unit) cells its `size` blocks (a k-split's cluster)
     share, give a thread no more than the kernel keeps: _GRU_CELLS, one more with a batch group as one cluster."""
-    return -(-(-(-rows * units // _BLOCK)) // size) <= _GRU_CELLS + (group > 0)
+    cells = -(-rows * units // _BLOCK)   # a thread's cells where one block finishes them all
+    return -(-cells // size) <= _GRU_CELLS + (group > 0)
 
 
 def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, splits=(), ranked=None):
