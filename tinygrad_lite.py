@@ -6810,10 +6810,10 @@ class GRU(Module):
             for d, suffix in enumerate(suffixes):   # the reverse direction: the same layer over x flipped in time
                 params = (getattr(self, f'{n}_l{k}{suffix}') for n in ('weight_ih', 'weight_hh', 'bias_ih', 'bias_hh'))
                 out = _gru_layer(x.flip(0) if d else x, *params, None if h0 is None else h0[directions * k + d])
-                finals.append(out[-1:])
+                finals.append(GetItem.apply(out, index=(slice(-1, None),)))   # out[-1:], no index parsing
                 outs.append(out.flip(0) if d else out)
             x = outs[0] if directions == 1 else cat(outs, -1)
-        h_n = cat(finals)   # its own memory, as PyTorch's (one layer and direction: a copy of the output's last step)
+        h_n = finals[0].clone() if len(finals) == 1 else cat(finals)   # its own memory, as PyTorch's
         if not batched:
             return x.squeeze(1), h_n.squeeze(1)
         return (x.transpose(0, 1) if self.batch_first else x), h_n
