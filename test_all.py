@@ -10725,6 +10725,18 @@ def assert_unit_columns(what, results, tol):
         assert (off <= tol * top).all(), f'{what}: {name} column {worst} off {off[worst]:.3g} of {top[worst]:.3g}'
 
 
+def gru_group_layout(fits, batch, wn, cells, chunked, tag):
+    """Of `fits` (_gru_plan's ranked entries that fit) for a batch group as one cluster, the layout of the most rows:
+    its operand's top rows used (checked, where the batch has them) and the most cells a thread. Adds its cells a
+    thread to `cells` and, where it stages in k-chunks, `tag` to `chunked`."""
+    layout = max(fits, key=lambda e: (e[3][3], -e[0]))[3]
+    assert batch < wn - 16 or layout[3] > wn - 16, f'{layout}: rows short of WN {wn}\'s last 16'
+    cells.add(-(-layout[3] * layout[2] // 256))
+    if layout[7] < layout[4]:
+        chunked.add(tag)
+    return layout
+
+
 def test_gpu_gru_half_operands():
     """gru_fwd_split_h (the float32 forward's wgmma products on f16 operands, each weight row and the batch group's h
     scaled by powers of two) launched on its own against a float64 recurrence of the same inputs, out and every gate,
@@ -10762,13 +10774,12 @@ def test_gpu_gru_half_operands():
             tl._gru_plan(True, 0, smem, batch, hidden, 4, 1, False, splits, ranked=ranked)
         fits = [entry for entry in ranked if entry[3][8] == wn and entry[3][9] == group and entry[4]]
         assert fits, f'no wgmma layout of {size} blocks, {wn} rows, group {group} at hidden size {hidden}'
-        # the cheapest, or for a group the most rows (its operand's top rows and the most cells a thread)
-        layout = max(fits, key=lambda e: (e[3][3], -e[0]))[3] if group else min(fits)[3]
         if group:
-            assert layout[3] > wn - 16, f'{layout}: rows short of WN {wn}\'s last 16'
-            cells.add(-(-layout[3] * layout[2] // 256))
-        if layout[7] < layout[4]:
-            chunked.add((size, group))
+            layout = gru_group_layout(fits, batch, wn, cells, chunked, (size, group))
+        else:   # the cheapest
+            layout = min(fits)[3]
+            if layout[7] < layout[4]:
+                chunked.add((size, group))
         xg = r.uniform(-2, 2, (steps, batch, 3 * hidden))
         h0 = None if h0_kind == 'absent' else r.uniform(-1, 1, (batch, hidden)) * (1e-3 if h0_kind == 'small' else 1)
         if h0_kind == 'large':
@@ -10808,11 +10819,7 @@ def test_gpu_gru_group_clusters_float16():
                          ranked=ranked)
         fits = [entry for entry in ranked if entry[3][9] == group and entry[4]]
         assert fits, f'no layout of groups of {group}, {wn} rows, batch {batch}'
-        layout = max(fits, key=lambda e: (e[3][3], -e[0]))[3]   # the most rows
-        assert batch < wn - 16 or layout[3] > wn - 16, f'{layout}: rows short of WN {wn}\'s last 16'
-        cells.add(-(-layout[3] * layout[2] // 256))
-        if layout[7] < layout[4]:
-            chunked.add(group)
+        layout = gru_group_layout(fits, batch, wn, cells, chunked, group)
         w = half(r.uniform(-1, 1, (3 * hidden, hidden)) / hidden ** 0.5)
         b_ih, b_hh = half(r.uniform(-1, 1, 3 * hidden)), half(r.uniform(-1, 1, 3 * hidden))
         xg = half(r.uniform(-2, 2, (steps, batch, 3 * hidden)))
