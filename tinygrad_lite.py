@@ -6813,7 +6813,7 @@ class GRU(Module):
                 finals.append(GetItem.apply(out, index=(slice(-1, None),)))   # out[-1:], no index parsing
                 outs.append(out.flip(0) if d else out)
             x = outs[0] if directions == 1 else cat(outs, -1)
-        h_n = finals[0].clone() if len(finals) == 1 else cat(finals)   # its own memory, as PyTorch's
+        h_n = Cat.apply(*finals, axis=0)   # its own memory, as PyTorch's (without cat's checks: finals are alike)
         if not batched:
             return x.squeeze(1), h_n.squeeze(1)
         return (x.transpose(0, 1) if self.batch_first else x), h_n
