@@ -2421,6 +2421,124 @@ gru_fwd_split_h(const float* __restrict__ xg, const float* __restrict__ w_hh, co
 }
 #endif
 
+// The forward with W_hh in registers (H <= 16 KT, KT <= 8): a block holds all of W_hh as mma.sync f16 A fragments,
+// so a batch group of BB <= 8 rows is one block that waits for no other: ceil(B / BB) blocks of gru::NT threads, any
+// number of them. hg^T = W_hh h^T: warp w owns units [16 w, 16 w + 16), their r, z and n rows being its m-tiles q =
+// gate over all KT k-tiles; the batch rows are the n = 8 columns of the B operand, h_{t-1} read from shared memory by
+// ldmatrix; one __syncthreads() a step. Lane 4 g + tq holds A rows g and g + 8 of each m-tile and finishes the cells
+// (unit 16 w + g + 8 (c >> 1), row 2 tq + (c & 1)) of C. float32 runs on f16 operands scaled by powers of two, as
+// gru_fwd_split_h: each W_hh row by its own half_scale, h by the batch group's operand_scale. On the H200 at B 16, H
+// 128: a step 1.14 us with a row a block, 1.65 with 8 (the cluster kernels' best layout 1.9; PERF_NOTES.md).
+template <typename T, int KT>
+__global__ void __launch_bounds__(gru::NT, 1)
+gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __restrict__ b_ih,
+             const T* __restrict__ b_hh, const T* __restrict__ h0, T* out, T* __restrict__ gates, int steps, int B,
+             int H, int BB) {
+    using namespace gru;
+    constexpr bool SCALED = sizeof(T) == 4;
+    constexpr int LDA = 16 * KT + 8;   // h's row stride: 16 bytes past a multiple of 32, ldmatrix's rows in 8 bank groups
+    __shared__ __align__(16) __half hs[2][8][LDA];
+    __shared__ unsigned top;
+    const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3, u0 = 16 * (threadIdx.x >> 5);
+    const int b0 = BB * blockIdx.x, bn = min(BB, B - b0);
+    float h_scale = 1.f;
+    if constexpr (SCALED) h_scale = operand_scale(h0, b0, bn, H, &top);
+    unsigned wf[3][KT][4];   // gate q's A fragments: rows q H + u0 + g (+8), columns 2 tq (+1, +8, +9) of each k-tile
+    float inv[3][2];         // 1 / (row scale times h's) of rows u0 + g + 8 e
+#pragma unroll
+    for (int q = 0; q < 3; ++q)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int u = u0 + g + 8 * e;
+            const T* row = w_hh + static_cast<size_t>(q * H + u) * H;
+            const auto w = [&](int kt, int f) {   // the row's value at A register e + 2 (f >> 1), half f & 1
+                const int k = 16 * kt + 2 * tq + (f & 1) + 8 * (f >> 1);
+                return u < H && k < H ? to_f(ld_nc(row + k)) : 0.f;
+            };
+            float s = 1.f;
+            if constexpr (SCALED) {   // the row's largest magnitude: its columns lie in the lane's quad
+                float m = 0.f;
+#pragma unroll
+                for (int kt = 0; kt < KT; ++kt)
+#pragma unroll
+                    for (int f = 0; f < 4; ++f) m = fmaxf(m, fabsf(w(kt, f)));
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+                s = half_scale(fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2)));
+            }
+#pragma unroll
+            for (int kt = 0; kt < KT; ++kt)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const __half2 pair = __floats2half2_rn(w(kt, 2 * r) * s, w(kt, 2 * r + 1) * s);
+                    wf[q][kt][e + 2 * r] = *reinterpret_cast<const unsigned*>(&pair);
+                }
+            inv[q][e] = 1.f / (s * h_scale);
+        }
+    const auto row_of = [&](int c) { return 2 * tq + (c & 1); };
+    const auto unit_of = [&](int c) { return u0 + g + 8 * (c >> 1); };
+    const auto has = [&](int c) { return row_of(c) < bn && unit_of(c) < H; };
+    float bias[2][4], hp[4], xv[4][3];   // bias[e]: r's and z's both sums, n's input one, hg_n's
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        const int u = u0 + g + 8 * e;
+        const bool ok = u < H;
+#pragma unroll
+        for (int q = 0; q < 3; ++q) bias[e][q] = ok && b_ih != nullptr ? to_f(b_ih[q * H + u]) : 0.f;
+        bias[e][3] = ok && b_hh != nullptr ? to_f(b_hh[2 * H + u]) : 0.f;
+        if (ok && b_hh != nullptr) {
+            bias[e][0] += to_f(b_hh[u]);
+            bias[e][1] += to_f(b_hh[H + u]);
+        }
+    }
+    for (int i = threadIdx.x; i < 2 * 8 * LDA; i += blockDim.x) (&hs[0][0][0])[i] = __float2half_rn(0.f);
+    __syncthreads();
+    for (int i = threadIdx.x; i < bn * H && h0 != nullptr; i += blockDim.x)
+        hs[0][i / H][i % H] = __float2half_rn(to_f(h0[static_cast<size_t>(b0) * H + i]) * h_scale);
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+        hp[c] = has(c) && h0 != nullptr ? to_f(h0[static_cast<size_t>(b0 + row_of(c)) * H + unit_of(c)]) : 0.f;
+    const auto load = [&](int t) {   // step t's xg of the thread's cells (issued a step ahead of their use)
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+            if (has(c)) {
+                const T* p = xg + (static_cast<size_t>(t) * B + b0 + row_of(c)) * 3 * H + unit_of(c);
+#pragma unroll
+                for (int q = 0; q < 3; ++q) xv[c][q] = to_f(ld_nc(p + q * H));
+            }
+    };
+    if (steps > 0) load(0);
+    __syncthreads();
+    for (int t = 0; t < steps; ++t) {
+        float acc[3][4] = {};
+        if (u0 < H) {
+#pragma unroll
+            for (int kt = 0; kt < KT; ++kt) {
+                unsigned hb[2];   // lanes 0-7: rows 0-7 at column 16 kt, lanes 8-15 at 16 kt + 8
+                ldmatrix_x2(hb, &hs[t & 1][lane & 7][16 * kt + 8 * ((lane >> 3) & 1)]);
+#pragma unroll
+                for (int q = 0; q < 3; ++q) mma_f16(acc[q], wf[q][kt], hb[0], hb[1]);
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+            if (has(c)) {
+                const int e = c >> 1;
+                const float r = sigmoid(xv[c][0] + acc[0][c] * inv[0][e] + bias[e][0]);
+                const float z = sigmoid(xv[c][1] + acc[1][c] * inv[1][e] + bias[e][1]);
+                const float hn = acc[2][c] * inv[2][e] + bias[e][3];
+                const float n = tanhf(xv[c][2] + bias[e][2] + r * hn);
+                const T h = from_f<T>(n + z * (hp[c] - n));
+                hp[c] = to_f(h);
+                const size_t cell = static_cast<size_t>(t) * B + b0 + row_of(c);
+                out[cell * H + unit_of(c)] = h;
+                keep_gates(gates, cell * 4 * H + unit_of(c), H, r, z, n, hn);
+                hs[(t + 1) & 1][row_of(c)][unit_of(c)] = __float2half_rn(hp[c] * h_scale);
+            }
+        if (t + 1 < steps) load(t + 1);
+        __syncthreads();
+    }
+}
+
 // dout (T, B, H); h0 may be null; w_hhT = W_hh^T (H, 3H). Writes dg_ih, dg_hh (T, B, 3H), dh0 (B, H) and, where
 // bias_parts is not null, the bias gradients' per-row sums (BwdCells::store_bias).
 // nb * nu blocks of gru::NT threads, CL as for the forward (dg_hh[t] passed on in shared memory).
