@@ -584,7 +584,7 @@ def _gru_rows(table, steps, batch, n_in, hidden, dtype):
     tf32 = tl.allow_tf32 and dtype == np.float32
     plans, inference = (tl._gru_plans(x.data, hidden, tf32, keep_gates) for keep_gates in (True, False))
     table.note(f'{label}: our layouts (batch groups, slices, units, rows, KC, shared bytes, cluster, k-chunk, wgmma '
-               f'WN, batch group as one cluster) fwd {inference and tl._gru_used(inference[0])} '
+               f'WN, batch group as one cluster, KT of W_hh in registers) fwd {inference and tl._gru_used(inference[0])} '
                f'(fwd+bwd: {plans and tl._gru_used(plans[0])}), bwd {plans and tl._gru_used(plans[1])}')
 
 
@@ -601,8 +601,8 @@ def bench_gru_parts():
                'cuda.matmul.allow_tf32 set as tl.allow_tf32 while they run), eager by events, and by CUDA-graph '
                'replay in the notes, with the kernels each runs; then the persistent kernels: the planner\'s layout '
                'each way against its model\'s near-ties (within 2%) and the best-ranked layout of each other kind '
-               '(cluster size, k-split, wgmma WN, slices), events around one launch (all T steps), checked against the '
-               'chosen layout\'s results')
+               '(cluster size, k-split, wgmma WN, slices, group, W_hh in registers), events around one launch (all T '
+               'steps), checked against the chosen layout\'s results')
     allowed = torch.backends.cuda.matmul.allow_tf32
     try:
         for shape in GRU_SHAPES:
@@ -696,7 +696,8 @@ def _layout_notes(table, label, key, chosen, launch, new_results, reference, tol
     `reference` (the chosen layout's results) to `tol` of its largest value; key: _gru_plans' key (multiprocessors,
     shared memory, B, H, itemsize, TC, clusters loaded)."""
     ranked, forward, dtype = [], label.endswith('fwd'), reference[0].dtype
-    planned = tl._gru_plan(forward, *key, tl._gru_splits(forward, dtype) if key[5] else (), ranked=ranked)
+    planned = tl._gru_plan(forward, *key, tl._gru_splits(forward, dtype) if key[5] else (), ranked=ranked,
+                           regs=tl._gru_regs(forward, dtype) if key[5] else ())
     if planned != chosen:
         table.note(f'{label}: the model\'s choice {planned} is not the layout used (tl.gru_autotune timed it '
                    f'slower), {chosen}')

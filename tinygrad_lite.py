@@ -487,6 +487,8 @@ _GRU_WG = (16, 32, 64)   # their float32 products on wgmma: the operand's rows (
 _GRU_GROUPS = (8, 16)   # the forward's batch groups as one cluster (f16 wgmma): its blocks (16: a non-portable size)
 _GRU_GROUP_WG = (16, 32, 48)   # and their operand's rows
 _GRU_CELLS = 4   # (row, unit) cells a thread of the persistent kernels at most (kernels.cu's CPT; groups: 5)
+_GRU_REGS = (2, 4, 8)   # gru_fwd_regs' k-tiles of 16 (W_hh in a block's registers: hidden up to 16 KT)
+_GRU_REGS_ROWS = 8   # and its batch group's rows at most (the mma's n)
 _NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14   # the CUDA driver's CUfunction_attribute
 # The fused BatchNorm training passes' packs kept in registers per thread (their RC template argument), per C type
 # (none for float64: the two-kernel passes serve it): the fastest measured on the H200 (PERF_NOTES.md)
@@ -528,6 +530,7 @@ _KERNEL_INSTANCES = {
     # (P, WN) and (1, WN, G): a batch group as one cluster of G blocks (_GRU_GROUPS, with WN up to 48)
     'gru_fwd_split_h': [(str(p), str(n)) for p in _GRU_SPLITS_HALF for n in _GRU_WG] +
                        [('1', str(n), str(g)) for n in _GRU_GROUP_WG for g in _GRU_GROUPS],
+    'gru_fwd_regs': [(t, str(kt)) for t in ('float', '__half') for kt in _GRU_REGS],   # (T, KT)
     **{name: [('float',), ('__half',)] for name in ('gru_gates_fwd', 'gru_gates_bwd', 'gru_bias_sums')},
     **{name: [(t,) for t in _FLOAT_C]
        for name in ('batch_transpose', 'conv_weight_layouts', 'conv_direct_fwd', 'conv_direct_dx', 'conv_direct_dw',
@@ -2380,10 +2383,18 @@ def _gru_fastest(direction, layouts, tf32, arrays, steps, batch, hidden):
 def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
     """One launch of the persistent kernel of `direction` ('fwd' or 'bwd') with layout `plan` (_gru_plan): a
     cooperative one (gru_*_persistent), clusters of its slices (gru_*_cluster) or of its k-slices (gru_*_split; the
-    float32 forward's wgmma layouts on f16 operands: gru_fwd_split_h, with its scratch for h's f16 copies), or with a
-    batch group as one cluster (the forward's gru_fwd_split_h or, for float16, gru_fwd_split, of group G)."""
-    groups, slices, units, rows, chunk, smem, cluster, split, wn, group = plan
+    float32 forward's wgmma layouts on f16 operands: gru_fwd_split_h, with its scratch for h's f16 copies), with a
+    batch group as one cluster (the forward's gru_fwd_split_h or, for float16, gru_fwd_split, of group G), or the
+    forward's blocks each holding all of W_hh (gru_fwd_regs, a batch group a block, no barrier between blocks)."""
+    groups, slices, units, rows, chunk, smem, cluster, split, wn, group, regs = plan
     tc, extra, scratch, forward = int(arrays[0].dtype == np.float16 or tf32), (), (), direction == 'fwd'
+    if regs:
+        kernel = _kernel('gru_fwd_regs', arrays[0].dtype, regs) if forward else None
+        if kernel is None or 16 * regs < hidden or rows > _GRU_REGS_ROWS or groups * rows < batch:
+            raise RuntimeError(f"GRU: layout {plan} is not one of gru_fwd_regs' (forward, hidden at most {16 * regs}, "
+                               f"at most {_GRU_REGS_ROWS} rows a block, its kernel loaded)")
+        kernel((groups,), (_BLOCK,), arrays + _int32s(steps, batch, hidden, rows))
+        return
     if split:
         half = wn and _gru_half_wgmma(forward, arrays[0].dtype)
         granule = 128 // (2 if half else arrays[0].itemsize) if wn else 16   # wgmma: a k-tile, 128 bytes of a row
@@ -2451,7 +2462,8 @@ def _gru_plans(x, hidden, tf32, keep_gates=True):
 def _gru_choice(forward, key, dtype):
     """_gru_plan's layout at _gru_plans' key, or with gru_autotune the list of layouts to time (_gru_candidates)."""
     ranked = [] if gru_autotune else None
-    choice = _gru_plan(forward, *key, _gru_splits(forward, dtype) if key[5] else (), ranked=ranked)
+    choice = _gru_plan(forward, *key, _gru_splits(forward, dtype) if key[5] else (), ranked=ranked,
+                       regs=_gru_regs(forward, dtype) if key[5] else ())
     if choice is None or ranked is None:
         return choice
     candidates = [entry[3] for entry in _gru_candidates(ranked, choice, _GRU_TUNE_TIES, _GRU_TUNE_KINDS)]
@@ -2462,22 +2474,23 @@ def _gru_candidates(ranked, choice, ties, kinds, top=0):
     """The entries of _gru_plan's `ranked` worth timing against its `choice`, each once: the choice's first, then its
     near-ties (within 2% of its cost: other batch groups, rows and clusters; at most `ties`, those of the most blocks
     first: the model breaks a tie towards fewer blocks, and on the H200 more were up to 1.4 times faster), then for
-    other kinds (cluster size, k-split, wgmma WN, slices, group) in the model's order until `kinds` kinds are in, each
-    kind's cheapest layouts of the fewest blocks, of the most and of the median count (at (100, 16, 32, 128) the fastest
-    on the H100 and near it on the H200: clusters of 8 in 4 batch groups of 4 rows); then the `top` best-ranked. The
-    cheapest kind of each family (unsplit, k-split, batch group as one cluster) comes first among the other kinds: the
-    model's f16 k-split layouts, ranked above every unsplit one at (200, 8, 256, 256), would crowd out its fastest,
-    clusters of 8; at (100, 64, 512, 512) its groups as clusters of 16, 3.56 us a step on the H100 against the flags'
-    4.51, ranked below eight other kinds."""
-    kind = lambda layout: (layout[6], layout[7] > 0, layout[8], layout[1], layout[9])
+    other kinds (cluster size, k-split, wgmma WN, slices, group, regs) in the model's order until `kinds` kinds are
+    in, each kind's cheapest layouts of the fewest blocks, of the most and of the median count (at (100, 16, 32, 128)
+    the fastest on the H100 and near it on the H200: clusters of 8 in 4 batch groups of 4 rows); then the `top`
+    best-ranked. The cheapest kind of each family (unsplit, k-split, batch group as one cluster, W_hh in registers)
+    comes first among the other kinds: the model's f16 k-split layouts, ranked above every unsplit one at (200, 8,
+    256, 256), would crowd out its fastest, clusters of 8; at (100, 64, 512, 512) its groups as clusters of 16, 3.56 us
+    a step on the H100 against the flags' 4.51, ranked below eight other kinds."""
+    kind = lambda layout: (layout[6], layout[7] > 0, layout[8], layout[1], layout[9], layout[10])
     cost = lambda entry: entry[0] + entry[1]
     fewest = sorted(ranked, key=lambda entry: (cost(entry), entry[2]))
     most = sorted(ranked, key=lambda entry: (cost(entry), -entry[2]))
     picks = [entry for entry in fewest if entry[3] == choice][:1]
     picks += [entry for entry in most if cost(entry) <= 1.02 * cost(picks[0]) and entry[3] != choice][:ties]
     seen = {kind(entry[3]) for entry in picks}
-    family = lambda entry: (entry[3][7] > 0) + (entry[3][9] > 0)   # unsplit 0, k-split 1, a group as a cluster 2
-    leaders = [next(entry for entry in fewest if family(entry) == f) for f in range(3)
+    # unsplit 0, k-split 1, a group as a cluster 2, W_hh in registers 3
+    family = lambda entry: (entry[3][7] > 0) + (entry[3][9] > 0) + 3 * (entry[3][10] > 0)
+    leaders = [next(entry for entry in fewest if family(entry) == f) for f in range(4)
                if any(family(entry) == f for entry in fewest)]
     for entry in leaders + fewest:
         if kind(entry[3]) not in seen and len(seen) < kinds:
@@ -2512,6 +2525,14 @@ def _gru_splits(forward, dtype):
             kernel = _allow_smem(_gru_wgmma_kernel(forward, 1, wgmma[0], group, dtype), smem_max)
             splits.append((1, _resident_clusters(kernel, group, smem_max), wgmma, group))
     return tuple(splits)
+
+
+def _gru_regs(forward, dtype):
+    """The KT of _GRU_REGS whose gru_fwd_regs kernels loaded, for the forward on f16 operands: float16's, and
+    float32's where _gru_half_operands (its products in TF32's place); () otherwise."""
+    if not forward or (np.dtype(dtype) == np.float32 and not _gru_half_operands):
+        return ()
+    return tuple(kt for kt in _GRU_REGS if _kernel('gru_fwd_regs', dtype, kt) is not None)
 
 
 def _gru_half_wgmma(forward, dtype):
@@ -2567,8 +2588,8 @@ def _gru_cells_fit(rows, units, size=1, group=0):
     return -(-cells // size) <= _GRU_CELLS + (group > 0)
 
 
-def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, splits=(), ranked=None):
-    """The layout (nb, nu, J, BB, KC, shared memory bytes, cluster, split, wn, group) of a persistent kernel with the
+def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, splits=(), ranked=None, regs=()):
+    """The layout (nb, nu, J, BB, KC, shared memory bytes, cluster, split, wn, group, regs) of a persistent kernel with the
     least estimated clocks per step, None where none fits: nb batch groups of BB rows times nu slices of J units, all
     resident at once. Unsplit (split False), a block each (nb nu <= SMs) holds its units' rows of W_hh in shared memory
     (3J of H forward, J of 3H backward), owns at most 4 (row, unit) cells per thread and at most one warp tile of 16
@@ -2586,7 +2607,11 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
     the operand's rows padded to wn. The forward on f16 wgmma (float32's f16 operands, float16) also comes with a batch
     group as one cluster of `group` blocks (splits' entries (1, clusters resident, wgmma sizes, group); else group 0):
     nu = group, its blocks meeting at the cluster's barrier, cheaper than flags by _GRU_GROUP_BARRIER clocks, with up to
-    5 cells a thread (fewer, larger groups: only so many clusters fit at once). The k-split's model was fitted to the
+    5 cells a thread (fewer, larger groups: only so many clusters fit at once). The forward on f16 operands also comes
+    with W_hh in every block's registers (`regs`: the KT of _GRU_REGS whose gru_fwd_regs loaded; the layout's regs the
+    least KT with 16 KT >= H, else 0): nb batch groups of BB <= _GRU_REGS_ROWS rows, a block each, none waiting for
+    another (nb may pass the SMs: waves), at a cost set from the H200's steps at B 16, H 128 (1.14 us a row a block,
+    1.65 for 2 to 8; the cluster kernels' best layout there 1.9 us, costed 805). The k-split's model was fitted to the
     H200's times of 7 shapes each way on mma.sync (P = 2, 4, 8 against the unsplit layouts) and picks the fastest there
     (wgmma's rate in it is a guess); it is compared with the unsplit layout chosen as before plus that layout's time to
     read its operand rows from L2 (about 2800 bytes a clock on the H200: the bound the k-split lifts). `ranked`, a list,
@@ -2599,9 +2624,9 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
     partials = _BLOCK // 32 * 384 * 4   # the warps' partial sums over k (Block::red)
     best = {False: None, True: None}   # unsplit, split: ((cost, blocks), layout)
 
-    def read(layout):   # an unsplit cooperative layout's operand rows from L2, the k-split's and clusters' none
-        groups, slices, _, rows, _, _, cluster, split, _, _ = layout
-        return 0 if cluster or split else groups * slices * up(rows, 16) * k * itemsize / 2800
+    def read(layout):   # an unsplit cooperative layout's operand rows from L2, the others' none
+        groups, slices, _, rows, _, _, cluster, split, _, _, regs = layout
+        return 0 if cluster or split or regs else groups * slices * up(rows, 16) * k * itemsize / 2800
 
     def consider(cost, blocks, layout, eligible=True):
         split = bool(layout[7])
@@ -2653,7 +2678,7 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
                              + 15 * size * (3 if forward else 1) * -(-cells // size) + 1400 + 400 * (-(-kp // kc) - 1)
                              - (_GRU_GROUP_BARRIER if group else 0), groups * slices * size,
                              (groups, slices, units, rows, kp, fixed + a_rows * staged(kc) * (1 if kc == kp else 2),
-                              size, kc, wn, group))
+                              size, kc, wn, group, 0))
             if m_rows // 16 * up(units, 8) // 8 > _BLOCK // 32 or not _gru_cells_fit(rows, units) or \
                     groups * slices > sms:
                 continue
@@ -2663,13 +2688,18 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
                 chunk -= 64
             smem = weights + m_rows * row_bytes(chunk) + partials
             consider(products + m_rows * k * itemsize / 64 + 800 * -(-k // chunk) + 8 * slices + 2100 + 200 * cells,
-                     groups * slices, (groups, slices, units, rows, chunk, smem, 0, 0, 0, 0))
+                     groups * slices, (groups, slices, units, rows, chunk, smem, 0, 0, 0, 0, 0))
             # clusters: no staging, a cheaper barrier, writes into every block of the cluster
             if clusters and slices in _GRU_CLUSTERS:
                 consider(products + 600 + 200 * cells * (1 + slices // 4), groups * slices,
                          (groups, slices, units, rows, k, weights + 2 * m_rows * row_bytes(k) + partials, slices, 0, 0,
-                          0),
+                          0, 0),
                          forward or slices <= 4)
+    kt = next((n for n in regs if 16 * n >= hidden), 0) if forward else 0
+    for rows in range(1, min(batch, _GRU_REGS_ROWS) + 1) if kt else ():
+        groups = -(-batch // rows)
+        consider((480 if rows == 1 else 700) * (-(-groups // sms) if sms else 1), groups,
+                 (groups, 1, hidden, rows, hidden, 0, 0, 0, 0, 0, kt))
     unsplit, split = best[False], best[True]
     if unsplit is not None and split is not None and unsplit[0][0] + read(unsplit[1]) <= split[0][0]:
         split = None
