@@ -3705,7 +3705,7 @@ def test_gru_split_layouts_fit_their_kernels():
             layout = tl._gru_plan(forward, 0, smem_max, batch, hidden, itemsize, 1, False, splits)
         if layout is None:
             continue
-        groups, slices, units, rows, kp, smem, size, kc, wn, group = layout
+        groups, slices, units, rows, kp, smem, size, kc, wn, group, regs = layout
         what = (f'B {batch} H {hidden} {("bwd", "fwd")[forward]} itemsize {itemsize} wgmma {wgmma} cap {cap} half '
                 f'{half}: {layout}')
         (k, nq), jp, mtp, bufs = (hidden, 3) if forward else (3 * hidden, 1), up(units, 8), up(rows, 16), 1 + (kc < kp)
@@ -3751,7 +3751,7 @@ def test_gru_choice_lists_candidates_to_time():
         key = (132, 232448, batch, hidden, itemsize, 1, True)
         ranked, what = [], f'B {batch} H {hidden} {("bwd", "fwd")[forward]} itemsize {itemsize}'
         chosen = tl._gru_plan(forward, *key, splits, ranked=ranked)
-        with mock.patch.object(tl, '_gru_splits', lambda *args: splits):
+        with mock.patch.object(tl, '_gru_splits', lambda *args: splits), mock.patch.object(tl, '_gru_regs', lambda *a: ()):
             tuned = tl._gru_choice(forward, key, np.float32 if itemsize == 4 else np.float16)
             with mock.patch.object(tl, 'gru_autotune', False):
                 assert tl._gru_choice(forward, key, np.float32) == chosen, what
@@ -3803,13 +3803,42 @@ def test_gru_plan_ranks_its_choice():
         want = split if split and not (unsplit and unsplit[0] + unsplit[1] <= split[0]) else unsplit
         assert chosen == (want and want[3]), what
         for _, read, _, layout, eligible in ranked:
-            groups, slices, _, rows, _, _, cluster, split, _, _ = layout   # a cooperative layout: from L2
+            groups, slices, _, rows, _, _, cluster, split, _, _, _ = layout   # a cooperative layout: from L2
             operand = groups * slices * -(-rows // 16) * 16 * (hidden if forward else 3 * hidden) * itemsize
             assert read == (0 if cluster or split else operand / 2800), what   # at 2800 bytes a clock
             assert layout[5] <= smem_max and read >= 0, what
             assert eligible == (forward or layout[7] > 0 or layout[6] <= 4), what
             shapes[forward, eligible] += 1
     assert shapes[False, False] and shapes[True, True] and shapes[False, True], dict(shapes)
+
+
+def test_gru_plan_offers_regs_layouts():
+    """With gru_fwd_regs loaded (`regs`), _gru_plan ranks for the forward, where the hidden size is at most 16 times the
+    largest of _GRU_REGS, a layout of each batch group from 1 to _GRU_REGS_ROWS rows (a block each, as many blocks as
+    that takes), with the least KT that holds the hidden size, no shared memory and no L2 reads; none for the backward
+    or a larger hidden size, and without `regs` the ranking is as before. At (16, 128) it is the choice, a row a block
+    (on the H200 1.14 us a step against the cluster kernels' best 1.9: PERF_NOTES.md)."""
+    splits = tuple((p, n, tl._GRU_WG) for p, n in ((2, 66), (4, 30), (8, 15))) + \
+        tuple((1, n, tl._GRU_GROUP_WG, g) for g, n in ((8, 15), (16, 7)))
+    for batch, hidden, forward, itemsize in itertools.product((1, 5, 16, 300), (8, 50, 128, 129), (True, False), (4, 2)):
+        args, ranked, without = (forward, 132, 232448, batch, hidden, itemsize, 1, True, splits), [], []
+        chosen = tl._gru_plan(*args, ranked=ranked, regs=tl._GRU_REGS)
+        before = tl._gru_plan(*args, ranked=without)
+        what = f'B {batch} H {hidden} {("bwd", "fwd")[forward]} itemsize {itemsize}: {chosen}'
+        regs = [e for e in ranked if e[3][10]]
+        assert [e for e in ranked if not e[3][10]] == without and not any(e[3][10] for e in without), what
+        assert chosen == before or chosen[10], what
+        if not forward or hidden > 16 * max(tl._GRU_REGS):
+            assert not regs, what
+            continue
+        kt = min(n for n in tl._GRU_REGS if 16 * n >= hidden)
+        assert sorted(e[3][3] for e in regs) == list(range(1, min(batch, tl._GRU_REGS_ROWS) + 1)), what
+        for _, read, blocks, layout, eligible in regs:
+            rows = layout[3]
+            assert layout == (-(-batch // rows), 1, hidden, rows, hidden, 0, 0, 0, 0, 0, kt), what
+            assert read == 0 and eligible and blocks == layout[0], what
+    chosen = tl._gru_plan(True, 132, 232448, 16, 128, 4, 1, True, splits, regs=tl._GRU_REGS)
+    assert chosen == (16, 1, 128, 1, 128, 0, 0, 0, 0, 0, 8), chosen
 
 
 # ===== default initialisation against PyTorch's =====
@@ -10598,15 +10627,18 @@ GRU_RAN = {'persistent': {'_gru_forward_fused', 'gru_fwd_persistent', 'gru_bwd_p
            'fallback': {'_gru_forward_fused'}, 'composed': {'_gru_forward_loop'}}   # what each path calls
 GRU_CLUSTER_KERNELS = ('gru_fwd_cluster', 'gru_bwd_cluster')
 GRU_SPLIT_KERNELS = ('gru_fwd_split', 'gru_bwd_split', 'gru_fwd_split_h')
+GRU_REGS_KERNELS = ('gru_fwd_regs',)   # W_hh in registers: the forward, on f16 operands, hidden up to 128
 
 
 def gru_case_plan(case, dtype, tc, forward, splits):
-    """_gru_plan's layout for a case's layers on this GPU, the cluster kernels loaded, and the k-split ones where
-    `splits` says so."""
+    """_gru_plan's layout for a case's layers on this GPU, the cluster kernels loaded, and the k-split ones and
+    gru_fwd_regs where `splits` says so."""
     m, shape = case[1](), case[2][0]
     batch = shape[0] if len(shape) == 2 or m.batch_first else shape[1]
+    extra = splits and tc
     return tl._gru_plan(forward, *tl._gru_device()[:2], batch, m.hidden_size, np.dtype(dtype).itemsize, tc, True,
-                        tl._gru_splits(forward, np.dtype(dtype)) if splits and tc else ())
+                        tl._gru_splits(forward, np.dtype(dtype)) if extra else (),
+                        regs=tl._gru_regs(forward, np.dtype(dtype)) if extra else ())
 
 
 def gru_split_kernel(direction, dtype, wgmma):
@@ -10622,11 +10654,12 @@ def gru_split_kernels(dtype, wgmma):
 
 
 def gru_kernels_planned(case, dtype, allow_tf32, splits):
-    """The persistent kernels (gru_{fwd,bwd}_{persistent,cluster,split}) the layouts choose for a case on this GPU."""
+    """The persistent kernels (gru_{fwd,bwd}_{persistent,cluster,split}, gru_fwd_regs) the layouts choose for a case on
+    this GPU."""
     tc = int(dtype == np.float16 or allow_tf32)
     plans = {d: gru_case_plan(case, dtype, tc, d == 'fwd', splits) for d in ('fwd', 'bwd')}
-    return {gru_split_kernel(d, dtype, plan[8]) if plan[7] else f'gru_{d}_' + ('cluster' if plan[6] else 'persistent')
-            for d, plan in plans.items()}
+    return {'gru_fwd_regs' if plan[10] else gru_split_kernel(d, dtype, plan[8]) if plan[7] else
+            f'gru_{d}_' + ('cluster' if plan[6] else 'persistent') for d, plan in plans.items()}
 
 
 def test_gpu_gru_cases_take_clusters():
@@ -10675,7 +10708,7 @@ def test_gpu_gru_split_sizes():
             for half in ((False, True) if wgmma else (True,))]
     for size, at_most, wgmma, dtype, half in runs:
         # no unsplit layout fits 0 SMs; the splits of `size` only, at most `at_most` clusters
-        def split_only(forward, sms, smem, batch, hidden, itemsize, tc, clusters, splits=(), ranked=None):
+        def split_only(forward, sms, smem, batch, hidden, itemsize, tc, clusters, splits=(), ranked=None, regs=()):
             splits = tuple((p, n if at_most in (None, 'chunks') else min(n, at_most), *rest)
                            for p, n, *rest in splits if p == size)
             layout = plan(forward, 0, smem, batch, hidden, itemsize, tc, False, splits)
@@ -10800,6 +10833,51 @@ def test_gpu_gru_half_operands():
     assert max(cells) == 5, f'cells a thread of the group layouts: {cells}'
 
 
+def test_gpu_gru_regs_kernel():
+    """gru_fwd_regs (the forward with all of W_hh in each block's registers, on f16 operands) in _gru_plan's layouts,
+    launched on its own against a float64 recurrence of the same inputs: out and every gate, each unit's column within
+    TF32's tolerance of its own largest value (float16: 2e-2, h_t rounded to float16 as it goes), and its out without
+    gates (inference) bitwise the same. Hidden sizes 8, 50, 100 and 128 (each KT; units and k-tiles part-filled below
+    128), batches of 1, 13 and 21 rows in blocks of 1, 3 and 8 rows (the last block part-filled), 1 and 5 steps. float32
+    as in test_gpu_gru_half_operands: W_hh's rows spanning 1e-12 to 1 times PyTorch's scale, b_hn 0, and h0 absent, or
+    with a column of 1e5 where W_hh's is 0 (an infinity in f16 unscaled), or at most 1e-3; float16 h0 absent or
+    uniform."""
+    need_cuda()
+    if not set(GRU_REGS_KERNELS) <= set(tl.fused_kernels()):
+        raise Skip('no gru_fwd_regs kernels on this GPU')
+    r, smem = rng('gru regs'), tl._gru_device()[1]
+    runs = itertools.product((np.float32, np.float16), (8, 50, 100, 128), ((1, 1), (13, 3), (21, 8)), (1, 5))
+    for k, (dtype, hidden, (batch, rows), steps) in enumerate(runs):
+        ranked, half = [], dtype == np.float16
+        tl._gru_plan(True, 132, smem, batch, hidden, np.dtype(dtype).itemsize, 1, False, ranked=ranked,
+                     regs=tl._GRU_REGS)
+        layout = next(e[3] for e in ranked if e[3][10] and e[3][3] == rows)
+        scale = 1 if half else 10.0 ** r.integers(-12, 1, (3 * hidden, 1))
+        w = r.uniform(-1, 1, (3 * hidden, hidden)) * scale / hidden ** 0.5
+        w[:, min(7, hidden - 1)] = 0
+        b_ih, b_hh = r.uniform(-1, 1, 3 * hidden), r.uniform(-1, 1, 3 * hidden)
+        b_hh[2 * hidden:] = 0
+        h0_kind = ('absent', 'uniform')[k % 2] if half else ('absent', 'large', 'small')[k % 3]
+        h0 = None if h0_kind == 'absent' else r.uniform(-1, 1, (batch, hidden)) * (1e-3 if h0_kind == 'small' else 1)
+        if h0_kind == 'large':
+            h0[:, min(7, hidden - 1)] = 1e5
+        xg = r.uniform(-2, 2, (steps, batch, 3 * hidden))
+        inputs = [None if a is None else a.astype(dtype) for a in (xg, w, b_ih, b_hh, h0)]
+        keep = (lambda h: h.astype(np.float16).astype(np.float64)) if half else (lambda h: h)
+        want_out, want_gates = gru_forward_reference(*(None if a is None else a.astype(np.float64) for a in inputs),
+                                                     keep=keep)
+        arrays = tuple(None if a is None else cp.asarray(a) for a in inputs)
+        out, gates = cp.full((steps, batch, hidden), np.nan, dtype), cp.full((steps, batch, 4 * hidden), np.nan, dtype)
+        with gru_calls(with_args=True) as calls:
+            tl._gru_launch('fwd', layout, True, arrays + (out, gates), steps, batch, hidden)
+        assert calls == {('gru_fwd_regs', (np.dtype(dtype), layout[10]))}, calls
+        what = f'{np.dtype(dtype).name} hidden {hidden}, batch {batch}, {steps} steps, layout {layout}, h0 {h0_kind}'
+        assert_unit_columns(what, (('out', out, want_out), ('gates', gates, want_gates)), 2e-2 if half else TF32_TOL)
+        alone = cp.full((steps, batch, hidden), np.nan, dtype)
+        tl._gru_launch('fwd', layout, True, arrays + (alone, None), steps, batch, hidden)
+        assert cp.array_equal(alone, out), f'{what}: out without gates differs'
+
+
 def test_gpu_gru_group_clusters_float16():
     """The float16 forward with a batch group as one cluster of 8 or 16 blocks (gru_fwd_split<__half, 1, WN, G>: wgmma
     products on the f16 values as they are, the cluster's barrier instead of flags, up to 5 cells a thread) launched
@@ -10900,7 +10978,8 @@ def check_gru_gpu(case, dtype, path, allow_tf32):
         raise Skip('no GRU cluster kernels on this GPU (Hopper only)')
     if path == 'split' and not set(GRU_SPLIT_KERNELS) <= set(tl.fused_kernels()):
         raise Skip('no GRU k-split kernels on this GPU (Hopper only)')
-    hidden = {'persistent': GRU_CLUSTER_KERNELS + GRU_SPLIT_KERNELS, 'cluster': GRU_SPLIT_KERNELS}.get(path)
+    hidden = {'persistent': GRU_CLUSTER_KERNELS + GRU_SPLIT_KERNELS + GRU_REGS_KERNELS,
+              'cluster': GRU_SPLIT_KERNELS + GRU_REGS_KERNELS}.get(path)
     r = rng(('gru', name))
     arrays = [r.uniform(-1, 1, s) for s in shapes]
     tl.manual_seed(0)
@@ -10994,12 +11073,15 @@ def test_gpu_gru_inference_keeps_no_gates():
     model = model.to(np.float32).to('cuda')
     plan, launch, flat = tl._gru_plan, tl._gru_launch, tl._launch_flat
 
-    def split_only(forward, sms, smem, batch, hidden, itemsize, tc, clusters, splits=(), ranked=None):
+    def split_only(forward, sms, smem, batch, hidden, itemsize, tc, clusters, splits=(), ranked=None, regs=()):
         return plan(forward, 0, smem, batch, hidden, itemsize, tc, False, splits)   # no unsplit layout fits 0 SMs
-    runs = [('persistent', GRU_CLUSTER_KERNELS + GRU_SPLIT_KERNELS, True, plan, True, 'gru_fwd_persistent'),
+    others = GRU_SPLIT_KERNELS + GRU_REGS_KERNELS
+    runs = [('persistent', GRU_CLUSTER_KERNELS + others, True, plan, True, 'gru_fwd_persistent'),
             ('fallback', (), True, plan, True, 'gru_gates_fwd')]
+    if set(GRU_REGS_KERNELS) <= set(tl.fused_kernels()):   # the model's choice at (40, 68) where it loaded
+        runs += [('persistent', (), True, plan, True, 'gru_fwd_regs')]
     if set(GRU_CLUSTER_KERNELS + GRU_SPLIT_KERNELS) <= set(tl.fused_kernels()):
-        runs += [('persistent', GRU_SPLIT_KERNELS, True, plan, True, 'gru_fwd_cluster'),
+        runs += [('persistent', others, True, plan, True, 'gru_fwd_cluster'),
                  ('persistent', (), False, split_only, True, 'gru_fwd_split'),
                  ('persistent', (), 'only', split_only, False, 'gru_fwd_split'),
                  ('persistent', (), 'only', split_only, True, 'gru_fwd_split_h')]
@@ -11970,6 +12052,7 @@ def test_bench_gru_layout_sweep_logs_each_timed_layout():
             results[0][...] = 1 if layout[0] != 4 else np.nan   # four batch groups leave cells unwritten
         with mock.patch.object(bench, 'cp', np), mock.patch.object(bench, '_log_file', log), \
                 mock.patch.object(bench, 'GRU_LAYOUT_SWEEP', sweep), mock.patch.object(tl, '_gru_splits', lambda *a: splits), \
+                mock.patch.object(tl, '_gru_regs', lambda *a: ()), \
                 mock.patch.object(bench, 'cuda_time', lambda fn, *a, **k: (fn(), [0.25])[1]):
             bench._layout_notes(table, 'GRU ' + ('fwd' if forward else 'bwd'), key, chosen, launch,
                                 lambda: (np.full((3, 4), np.nan, np.float32),), (np.ones((3, 4), np.float32),), 1e-3)
