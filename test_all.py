@@ -11098,8 +11098,9 @@ def test_gpu_gru_inference_keeps_no_gates():
                 gates.append(args[6])
             return flat(fn, n, per_thread, args)
         saved, tl._gru_path = tl._gru_path, path
-        try:
+        try:   # gru_fwd_regs' layouts offered (where its kernels are not hidden)
             with kernels_hidden(hidden), gru_autotuned(False), tf32(True), poisoned(), \
+                    mock.patch.object(tl, '_gru_regs_offered', True), \
                     mock.patch.object(tl, '_gru_wgmma', wgmma), mock.patch.object(tl, '_gru_half_operands', half), \
                     mock.patch.object(tl, '_gru_plan', planner), mock.patch.object(tl, '_gru_launch', gru_launch), \
                     mock.patch.object(tl, '_launch_flat', launch_flat), gru_calls() as calls:

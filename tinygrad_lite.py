@@ -2146,6 +2146,9 @@ _gru_chunk_cap = None   # None, or the k-split kernels' staging chunk at most th
 _gru_wgmma = True
 # the float32 forward's wgmma products on f16 operands, scaled by powers of two (gru_fwd_split_h); False: on TF32
 _gru_half_operands = True
+# gru_fwd_regs' layouts offered to _gru_plan (W_hh in registers, hidden up to 128); False until the planner's use of
+# them has run on a GPU (the kernel itself was checked and timed alone: PERF_NOTES.md section 6)
+_gru_regs_offered = False
 gru_autotune = True   # a persistent GRU kernel's first run at a shape times _gru_candidates' layouts, keeps the fastest
 _GRU_TUNE_TIES, _GRU_TUNE_KINDS = 4, 8   # the candidates: at most this many near-ties of the choice, kinds in all
 _GRU_TUNE_STEPS = 16   # the fewest steps of a run that times them (in shorter ones the fixed costs rank the layouts)
@@ -2529,8 +2532,8 @@ def _gru_splits(forward, dtype):
 
 def _gru_regs(forward, dtype):
     """The KT of _GRU_REGS whose gru_fwd_regs kernels loaded, for the forward on f16 operands: float16's, and
-    float32's where _gru_half_operands (its products in TF32's place); () otherwise."""
-    if not forward or (np.dtype(dtype) == np.float32 and not _gru_half_operands):
+    float32's where _gru_half_operands (its products in TF32's place); () otherwise or without _gru_regs_offered."""
+    if not _gru_regs_offered or not forward or (np.dtype(dtype) == np.float32 and not _gru_half_operands):
         return ()
     return tuple(kt for kt in _GRU_REGS if _kernel('gru_fwd_regs', dtype, kt) is not None)
 
