@@ -584,7 +584,8 @@ def _gru_rows(table, steps, batch, n_in, hidden, dtype):
     tf32 = tl.allow_tf32 and dtype == np.float32
     plans, inference = (tl._gru_plans(x.data, hidden, tf32, keep_gates) for keep_gates in (True, False))
     table.note(f'{label}: our layouts (batch groups, slices, units, rows, KC, shared bytes, cluster, k-chunk, wgmma '
-               f'WN, batch group as one cluster, KT of W_hh in registers) fwd {inference and tl._gru_used(inference[0])} '
+               f'WN, batch group as one cluster, KT of W_hh in registers) '
+               f'fwd {inference and tl._gru_used(inference[0])} '
                f'(fwd+bwd: {plans and tl._gru_used(plans[0])}), bwd {plans and tl._gru_used(plans[1])}')
 
 

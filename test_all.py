@@ -3751,7 +3751,8 @@ def test_gru_choice_lists_candidates_to_time():
         key = (132, 232448, batch, hidden, itemsize, 1, True)
         ranked, what = [], f'B {batch} H {hidden} {("bwd", "fwd")[forward]} itemsize {itemsize}'
         chosen = tl._gru_plan(forward, *key, splits, ranked=ranked)
-        with mock.patch.object(tl, '_gru_splits', lambda *args: splits), mock.patch.object(tl, '_gru_regs', lambda *a: ()):
+        with mock.patch.object(tl, '_gru_splits', lambda *args: splits), \
+                mock.patch.object(tl, '_gru_regs', lambda *args: ()):
             tuned = tl._gru_choice(forward, key, np.float32 if itemsize == 4 else np.float16)
             with mock.patch.object(tl, 'gru_autotune', False):
                 assert tl._gru_choice(forward, key, np.float32) == chosen, what
@@ -3820,7 +3821,8 @@ def test_gru_plan_offers_regs_layouts():
     (on the H200 1.14 us a step against the cluster kernels' best 1.9: PERF_NOTES.md)."""
     splits = tuple((p, n, tl._GRU_WG) for p, n in ((2, 66), (4, 30), (8, 15))) + \
         tuple((1, n, tl._GRU_GROUP_WG, g) for g, n in ((8, 15), (16, 7)))
-    for batch, hidden, forward, itemsize in itertools.product((1, 5, 16, 300), (8, 50, 128, 129), (True, False), (4, 2)):
+    for batch, hidden, forward, itemsize in itertools.product((1, 5, 16, 300), (8, 50, 128, 129), (True, False),
+                                                              (4, 2)):
         args, ranked, without = (forward, 132, 232448, batch, hidden, itemsize, 1, True, splits), [], []
         chosen = tl._gru_plan(*args, ranked=ranked, regs=tl._GRU_REGS)
         before = tl._gru_plan(*args, ranked=without)

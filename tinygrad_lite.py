@@ -2592,35 +2592,35 @@ def _gru_cells_fit(rows, units, size=1, group=0):
 
 
 def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, splits=(), ranked=None, regs=()):
-    """The layout (nb, nu, J, BB, KC, shared memory bytes, cluster, split, wn, group, regs) of a persistent kernel with the
-    least estimated clocks per step, None where none fits: nb batch groups of BB rows times nu slices of J units, all
-    resident at once. Unsplit (split False), a block each (nb nu <= SMs) holds its units' rows of W_hh in shared memory
-    (3J of H forward, J of 3H backward), owns at most 4 (row, unit) cells per thread and at most one warp tile of 16
-    rows by 8 units per warp (kernels.cu's Block). The cooperative kernel (cluster 0) stages the step's operand rows
-    from L2 in k-chunks of KC, its batch groups meeting at flags; where `clusters` (the cluster kernels loaded) and nu
-    is one of _GRU_CLUSTERS, a batch group can be a cluster (cluster nu) that keeps the whole operand in shared memory,
-    twice (KC = K), and passes it on there. On the H200 clusters were faster than the cooperative kernel at every shape
-    timed, the backward's only up to 4 blocks (its operand is 3H wide, written into every block of the cluster each
-    step; PERF_NOTES.md), so the backward takes clusters of at most 4 (larger ones are only ranked). Split (the tensor
-    cores only; `splits` = ((P, clusters resident, wgmma sizes), ...) of the k-split kernels loaded): a cluster of P
-    blocks (cluster P) shares a (batch group, J units) pair, each block holding its units' weights over KC = KP of the k
-    extent and staging only that slice of the operand (kernels.cu's Split), whole or (where it does not fit beside the
-    weights) in two buffers of k-chunks of `split` columns (split = KP: whole; unsplit layouts: split 0); every block of
-    a batch group resident. Its products run on mma.sync (wn 0), or (float32, where wgmma kernels of P loaded) on wgmma,
-    the operand's rows padded to wn. The forward on f16 wgmma (float32's f16 operands, float16) also comes with a batch
-    group as one cluster of `group` blocks (splits' entries (1, clusters resident, wgmma sizes, group); else group 0):
-    nu = group, its blocks meeting at the cluster's barrier, cheaper than flags by _GRU_GROUP_BARRIER clocks, with up to
-    5 cells a thread (fewer, larger groups: only so many clusters fit at once). The forward on f16 operands also comes
-    with W_hh in every block's registers (`regs`: the KT of _GRU_REGS whose gru_fwd_regs loaded; the layout's regs the
-    least KT with 16 KT >= H, else 0): nb batch groups of BB <= _GRU_REGS_ROWS rows, a block each, none waiting for
-    another (nb may pass the SMs: waves), at a cost set from the H200's steps at B 16, H 128 (1.14 us a row a block,
-    1.65 for 2 to 8; the cluster kernels' best layout there 1.9 us, costed 805). The k-split's model was fitted to the
-    H200's times of 7 shapes each way on mma.sync (P = 2, 4, 8 against the unsplit layouts) and picks the fastest there
-    (wgmma's rate in it is a guess); it is compared with the unsplit layout chosen as before plus that layout's time to
-    read its operand rows from L2 (about 2800 bytes a clock on the H200: the bound the k-split lifts). `ranked`, a list,
-    gets (clocks, L2 read clocks, blocks, layout, eligible) of every layout that fits (gru_autotune times the best of
-    them against the choice: _gru_candidates; so does bench.py's gru_parts table, and with --gru-sweep N the N
-    best-ranked: the data for a refit)."""
+    """The layout (nb, nu, J, BB, KC, shared memory bytes, cluster, split, wn, group, regs) of a persistent kernel
+    with the least estimated clocks per step, None where none fits: nb batch groups of BB rows times nu slices of J
+    units, all resident at once. Unsplit (split False), a block each (nb nu <= SMs) holds its units' rows of W_hh in
+    shared memory (3J of H forward, J of 3H backward), owns at most 4 (row, unit) cells per thread and at most one warp
+    tile of 16 rows by 8 units per warp (kernels.cu's Block). The cooperative kernel (cluster 0) stages the step's
+    operand rows from L2 in k-chunks of KC, its batch groups meeting at flags; where `clusters` (the cluster kernels
+    loaded) and nu is one of _GRU_CLUSTERS, a batch group can be a cluster (cluster nu) that keeps the whole operand in
+    shared memory, twice (KC = K), and passes it on there. On the H200 clusters were faster than the cooperative kernel
+    at every shape timed, the backward's only up to 4 blocks (its operand is 3H wide, written into every block of the
+    cluster each step; PERF_NOTES.md), so the backward takes clusters of at most 4 (larger ones are only ranked). Split
+    (the tensor cores only; `splits` = ((P, clusters resident, wgmma sizes), ...) of the k-split kernels loaded): a
+    cluster of P blocks (cluster P) shares a (batch group, J units) pair, each block holding its units' weights over KC
+    = KP of the k extent and staging only that slice of the operand (kernels.cu's Split), whole or (where it does not
+    fit beside the weights) in two buffers of k-chunks of `split` columns (split = KP: whole; unsplit layouts: split 0);
+    every block of a batch group resident. Its products run on mma.sync (wn 0), or (float32, where wgmma kernels of P
+    loaded) on wgmma, the operand's rows padded to wn. The forward on f16 wgmma (float32's f16 operands, float16) also
+    comes with a batch group as one cluster of `group` blocks (splits' entries (1, clusters resident, wgmma sizes,
+    group); else group 0): nu = group, its blocks meeting at the cluster's barrier, cheaper than flags by
+    _GRU_GROUP_BARRIER clocks, with up to 5 cells a thread (fewer, larger groups: only so many clusters fit at once).
+    The forward on f16 operands also comes with W_hh in every block's registers (`regs`: the KT of _GRU_REGS whose
+    gru_fwd_regs loaded; the layout's regs the least KT with 16 KT >= H, else 0): nb batch groups of BB <=
+    _GRU_REGS_ROWS rows, a block each, none waiting for another (nb may pass the SMs: waves), at a cost set from the
+    H200's steps at B 16, H 128 (1.14 us a row a block, 1.65 for 2 to 8; the cluster kernels' best layout there 1.9 us,
+    costed 805). The k-split's model was fitted to the H200's times of 7 shapes each way on mma.sync (P = 2, 4, 8
+    against the unsplit layouts) and picks the fastest there (wgmma's rate in it is a guess); it is compared with the
+    unsplit layout chosen as before plus that layout's time to read its operand rows from L2 (about 2800 bytes a clock
+    on the H200: the bound the k-split lifts). `ranked`, a list, gets (clocks, L2 read clocks, blocks, layout, eligible)
+    of every layout that fits (gru_autotune times the best of them against the choice: _gru_candidates; so does
+    bench.py's gru_parts table, and with --gru-sweep N the N best-ranked: the data for a refit)."""
     up = lambda a, b: -(-a // b) * b
     row_bytes = lambda n: (up(n, 128 // itemsize) + 16 // itemsize) * itemsize   # kernels.cu's smem_ld
     k = hidden if forward else 3 * hidden
