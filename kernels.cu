@@ -2436,7 +2436,7 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
              int H, int BB) {
     using namespace gru;
     constexpr bool SCALED = sizeof(T) == 4;
-    constexpr int LDA = 16 * KT + 8;   // h's row stride: 16 bytes past a multiple of 32 (ldmatrix's 8 rows: 8 bank groups)
+    constexpr int LDA = 16 * KT + 8;   // h's row stride, 16 bytes past a multiple of 32: ldmatrix's 8 rows, 8 banks
     __shared__ __align__(16) __half hs[2][8][LDA];
     __shared__ unsigned top;
     const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3, u0 = 16 * (threadIdx.x >> 5);
