@@ -2615,12 +2615,13 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
     gru_fwd_regs loaded; the layout's regs the least KT with 16 KT >= H, else 0): nb batch groups of BB <=
     _GRU_REGS_ROWS rows, a block each, none waiting for another (nb may pass the SMs: waves), at a cost set from the
     H200's steps at B 16, H 128 (1.14 us a row a block, 1.65 for 2 to 8; the autotuned layout there about 1.9 us, the
-    model's choice without these costed 805). The k-split's model was fitted to the H200's times of 7 shapes each way on mma.sync (P = 2, 4, 8
-    against the unsplit layouts) and picks the fastest there (wgmma's rate in it is a guess); it is compared with the
-    unsplit layout chosen as before plus that layout's time to read its operand rows from L2 (about 2800 bytes a clock
-    on the H200: the bound the k-split lifts). `ranked`, a list, gets (clocks, L2 read clocks, blocks, layout, eligible)
-    of every layout that fits (gru_autotune times the best of them against the choice: _gru_candidates; so does
-    bench.py's gru_parts table, and with --gru-sweep N the N best-ranked: the data for a refit)."""
+    model's choice without these costed 805). The k-split's model was fitted to the H200's times of 7 shapes each way on
+    mma.sync (P = 2, 4, 8 against the unsplit layouts) and picks the fastest there (wgmma's rate in it is a guess); it
+    is compared with the unsplit layout chosen as before plus that layout's time to read its operand rows from L2 (about
+    2800 bytes a clock on the H200: the bound the k-split lifts). `ranked`, a list, gets (clocks, L2 read clocks,
+    blocks, layout, eligible) of every layout that fits (gru_autotune times the best of them against the choice:
+    _gru_candidates; so does bench.py's gru_parts table, and with --gru-sweep N the N best-ranked: the data for a
+    refit)."""
     up = lambda a, b: -(-a // b) * b
     row_bytes = lambda n: (up(n, 128 // itemsize) + 16 // itemsize) * itemsize   # kernels.cu's smem_ld
     k = hidden if forward else 3 * hidden
