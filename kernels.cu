@@ -2081,8 +2081,30 @@ struct Cells {
     __device__ int j(int i) const { return j0 + u[i]; }   // hidden unit
 };
 
-// Forward, the thread's cells: bias = (b_ir + b_hr, b_iz + b_hz, b_in, b_hn) (b_ih, b_hh may be null), hp = h_{t-1}
-// (h0 may be null: zeros), in = step t's xg values.
+// A forward cell's biases for unit u: (b_ir + b_hr, b_iz + b_hz, b_in, b_hn); b_ih, b_hh may be null (zeros)
+template <typename T>
+__device__ __forceinline__ void unit_biases(float (&bias)[4], const T* b_ih, const T* b_hh, int H, int u) {
+#pragma unroll
+    for (int q = 0; q < 3; ++q) bias[q] = b_ih != nullptr ? to_f(b_ih[q * H + u]) : 0.f;
+    bias[3] = b_hh != nullptr ? to_f(b_hh[2 * H + u]) : 0.f;
+    if (b_hh != nullptr) {
+        bias[0] += to_f(b_hh[u]);
+        bias[1] += to_f(b_hh[H + u]);
+    }
+}
+
+// A forward cell's step from its xg values x, its products s (h_{t-1} times W_hh's r, z and n rows) and unit_biases:
+// sets r, z, n and hn (hg_n) and returns h_t before rounding to the output's type, hp being h_{t-1}
+__device__ __forceinline__ float cell_step(const float (&x)[3], const float (&s)[3], const float (&bias)[4], float hp,
+                                           float& r, float& z, float& n, float& hn) {
+    r = sigmoid(x[0] + s[0] + bias[0]);
+    z = sigmoid(x[1] + s[1] + bias[1]);
+    hn = s[2] + bias[3];
+    n = tanhf(x[2] + bias[2] + r * hn);
+    return n + z * (hp - n);
+}
+
+// Forward, the thread's cells: bias = unit_biases, hp = h_{t-1} (h0 may be null: zeros), in = step t's xg values.
 template <typename T, int C = CPT>
 struct FwdCells : Cells<C> {
     using Cells<C>::has;
@@ -2100,15 +2122,8 @@ struct FwdCells : Cells<C> {
 #pragma unroll
         for (int i = 0; i < C; ++i)
             if (has(i)) {
-                const int jj = j(i);
-#pragma unroll
-                for (int q = 0; q < 3; ++q) bias[i][q] = b_ih != nullptr ? to_f(b_ih[q * H + jj]) : 0.f;
-                bias[i][3] = b_hh != nullptr ? to_f(b_hh[2 * H + jj]) : 0.f;
-                if (b_hh != nullptr) {
-                    bias[i][0] += to_f(b_hh[jj]);
-                    bias[i][1] += to_f(b_hh[H + jj]);
-                }
-                hp[i] = h0 != nullptr ? to_f(h0[static_cast<size_t>(b(i)) * H + jj]) : 0.f;
+                unit_biases(bias[i], b_ih, b_hh, H, j(i));
+                hp[i] = h0 != nullptr ? to_f(h0[static_cast<size_t>(b(i)) * H + j(i)]) : 0.f;
             }
     }
     // step t's xg values into `to` (in, or a set loaded further ahead), loaded ahead of the products (most kernels:
@@ -2129,13 +2144,9 @@ struct FwdCells : Cells<C> {
 #pragma unroll
         for (int i = 0; i < C; ++i)
             if (has(i)) {
-                float s[3];
+                float s[3], r, z, n, hn;
                 sum(i, s);
-                const float r = sigmoid(in.xv[i][0] + s[0] + bias[i][0]);
-                const float z = sigmoid(in.xv[i][1] + s[1] + bias[i][1]);
-                const float hn = s[2] + bias[i][3];
-                const float n = tanhf(in.xv[i][2] + bias[i][2] + r * hn);
-                const T h = from_f<T>(n + z * (hp[i] - n));
+                const T h = from_f<T>(cell_step(in.xv[i], s, bias[i], hp[i], r, z, n, hn));
                 hp[i] = to_f(h);
                 out[(static_cast<size_t>(t) * B + b(i)) * H + j(i)] = h;
                 keep_gates(gates, (static_cast<size_t>(t) * B + b(i)) * 4 * H + j(i), H, r, z, n, hn);
@@ -2477,19 +2488,10 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
     const auto row_of = [&](int c) { return 2 * tq + (c & 1); };
     const auto unit_of = [&](int c) { return u0 + g + 8 * (c >> 1); };
     const auto has = [&](int c) { return row_of(c) < bn && unit_of(c) < H; };
-    float bias[2][4], hp[4], xv[4][3];   // bias[e]: r's and z's both sums, n's input one, hg_n's
+    float bias[2][4] = {}, hp[4], xv[4][3];   // bias[e]: unit_biases of unit u0 + g + 8 e
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-        const int u = u0 + g + 8 * e;
-        const bool ok = u < H;
-#pragma unroll
-        for (int q = 0; q < 3; ++q) bias[e][q] = ok && b_ih != nullptr ? to_f(b_ih[q * H + u]) : 0.f;
-        bias[e][3] = ok && b_hh != nullptr ? to_f(b_hh[2 * H + u]) : 0.f;
-        if (ok && b_hh != nullptr) {
-            bias[e][0] += to_f(b_hh[u]);
-            bias[e][1] += to_f(b_hh[H + u]);
-        }
-    }
+    for (int e = 0; e < 2; ++e)
+        if (u0 + g + 8 * e < H) unit_biases(bias[e], b_ih, b_hh, H, u0 + g + 8 * e);
     for (int i = threadIdx.x; i < 2 * 8 * LDA; i += blockDim.x) (&hs[0][0][0])[i] = __float2half_rn(0.f);
     __syncthreads();
     for (int i = threadIdx.x; i < bn * H && h0 != nullptr; i += blockDim.x)
@@ -2523,11 +2525,9 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
         for (int c = 0; c < 4; ++c)
             if (has(c)) {
                 const int e = c >> 1;
-                const float r = sigmoid(xv[c][0] + acc[0][c] * inv[0][e] + bias[e][0]);
-                const float z = sigmoid(xv[c][1] + acc[1][c] * inv[1][e] + bias[e][1]);
-                const float hn = acc[2][c] * inv[2][e] + bias[e][3];
-                const float n = tanhf(xv[c][2] + bias[e][2] + r * hn);
-                const T h = from_f<T>(n + z * (hp[c] - n));
+                const float s[3] = {acc[0][c] * inv[0][e], acc[1][c] * inv[1][e], acc[2][c] * inv[2][e]};
+                float r, z, n, hn;
+                const T h = from_f<T>(cell_step(xv[c], s, bias[e], hp[c], r, z, n, hn));
                 hp[c] = to_f(h);
                 const size_t cell = static_cast<size_t>(t) * B + b0 + row_of(c);
                 out[cell * H + unit_of(c)] = h;
