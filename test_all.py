@@ -3734,6 +3734,12 @@ def test_gru_split_layouts_fit_their_kernels():
     assert all(seen['group', g, i] for g in (8, 16) for i in (2, 4)), f'layouts (groups as one cluster): {dict(seen)}'
 
 
+# _gru_splits' answer on the H200 (every kernel loaded): its k-split clusters of 2, 4 and 8 resident, and its batch
+# groups as one cluster of 8 or 16
+GRU_H200_SPLITS = tuple((p, n, tl._GRU_WG) for p, n in ((2, 66), (4, 30), (8, 15))) + \
+    tuple((1, n, tl._GRU_GROUP_WG, g) for g, n in ((8, 15), (16, 7)))
+
+
 def test_gru_choice_lists_candidates_to_time():
     """With tl.gru_autotune (the default) _gru_plans keeps, for each direction, the layouts _gru_candidates picks from
     _gru_plan's ranking, each once and each a layout the ranking holds: the model's choice first, then its near-ties
@@ -3742,16 +3748,14 @@ def test_gru_choice_lists_candidates_to_time():
     launches the choice (_gru_used). A single candidate is kept as the layout itself, and without tl.gru_autotune it
     is the model's choice. Each family's cheapest kind (unsplit, k-split, the forward's batch group as one cluster)
     is among them."""
-    splits = tuple((p, n, tl._GRU_WG) for p, n in ((2, 66), (4, 30), (8, 15))) + \
-        tuple((1, n, tl._GRU_GROUP_WG, g) for g, n in ((8, 15), (16, 7)))
     family = lambda layout: (layout[7] > 0) + (layout[9] > 0)
     kind = lambda layout: (layout[6], layout[7] > 0, layout[8], layout[1], layout[9])   # cluster, split, WN, nu, G
     lists = 0
     for batch, hidden, forward, itemsize in itertools.product((1, 16, 256), (8, 128, 512), (True, False), (4, 2)):
         key = (132, 232448, batch, hidden, itemsize, 1, True)
         ranked, what = [], f'B {batch} H {hidden} {("bwd", "fwd")[forward]} itemsize {itemsize}'
-        chosen = tl._gru_plan(forward, *key, splits, ranked=ranked)
-        with mock.patch.object(tl, '_gru_splits', lambda *args: splits), \
+        chosen = tl._gru_plan(forward, *key, GRU_H200_SPLITS, ranked=ranked)
+        with mock.patch.object(tl, '_gru_splits', lambda *args: GRU_H200_SPLITS), \
                 mock.patch.object(tl, '_gru_regs', lambda *args: ()):
             tuned = tl._gru_choice(forward, key, np.float32 if itemsize == 4 else np.float16)
             with mock.patch.object(tl, 'gru_autotune', False):
@@ -3819,11 +3823,9 @@ def test_gru_plan_offers_regs_layouts():
     that takes), with the least KT that holds the hidden size, no shared memory and no L2 reads; none for the backward
     or a larger hidden size, and without `regs` the ranking is as before. At (16, 128) it is the choice, a row a block
     (on the H200 1.14 us a step against the cluster kernels' best 1.9: PERF_NOTES.md)."""
-    splits = tuple((p, n, tl._GRU_WG) for p, n in ((2, 66), (4, 30), (8, 15))) + \
-        tuple((1, n, tl._GRU_GROUP_WG, g) for g, n in ((8, 15), (16, 7)))
     for batch, hidden, forward, itemsize in itertools.product((1, 5, 16, 300), (8, 50, 128, 129), (True, False),
                                                               (4, 2)):
-        args, ranked, without = (forward, 132, 232448, batch, hidden, itemsize, 1, True, splits), [], []
+        args, ranked, without = (forward, 132, 232448, batch, hidden, itemsize, 1, True, GRU_H200_SPLITS), [], []
         chosen = tl._gru_plan(*args, ranked=ranked, regs=tl._GRU_REGS)
         before = tl._gru_plan(*args, ranked=without)
         what = f'B {batch} H {hidden} {("bwd", "fwd")[forward]} itemsize {itemsize}: {chosen}'
@@ -3839,7 +3841,7 @@ def test_gru_plan_offers_regs_layouts():
             rows = layout[3]
             assert layout == (-(-batch // rows), 1, hidden, rows, hidden, 0, 0, 0, 0, 0, kt), what
             assert read == 0 and eligible and blocks == layout[0], what
-    chosen = tl._gru_plan(True, 132, 232448, 16, 128, 4, 1, True, splits, regs=tl._GRU_REGS)
+    chosen = tl._gru_plan(True, 132, 232448, 16, 128, 4, 1, True, GRU_H200_SPLITS, regs=tl._GRU_REGS)
     assert chosen == (16, 1, 128, 1, 128, 0, 0, 0, 0, 0, 8), chosen
 
 
@@ -10751,6 +10753,23 @@ def gru_forward_reference(xg, w, b_ih, b_hh, h0, keep=lambda h: h):
     return np.stack(out), np.stack(gates)
 
 
+def gru_scaled_inputs(r, steps, batch, hidden, h0_kind, spread=True):
+    """(xg, w, b_ih, b_hh, h0) for the tests of the forward kernels on f16 operands: W_hh's rows spanning 1e-12 to 1
+    times PyTorch's scale (spread; else 1), its column 7 (the last, below 8 units) 0, b_hn 0, xg in (-2, 2); h0 None
+    ('absent'), at most 1e-3 ('small'), uniform, or uniform with that column 1e5 ('large')."""
+    column = min(7, hidden - 1)
+    w = r.uniform(-1, 1, (3 * hidden, hidden)) * (10.0 ** r.integers(-12, 1, (3 * hidden, 1)) if spread else 1) \
+        / hidden ** 0.5
+    w[:, column] = 0
+    b_ih, b_hh = r.uniform(-1, 1, 3 * hidden), r.uniform(-1, 1, 3 * hidden)
+    b_hh[2 * hidden:] = 0
+    xg = r.uniform(-2, 2, (steps, batch, 3 * hidden))
+    h0 = None if h0_kind == 'absent' else r.uniform(-1, 1, (batch, hidden)) * (1e-3 if h0_kind == 'small' else 1)
+    if h0_kind == 'large':
+        h0[:, column] = 1e5
+    return xg, w, b_ih, b_hh, h0
+
+
 def assert_unit_columns(what, results, tol):
     """Each (name, got on the GPU, want) of `results`: no NaN, and each unit's column (the last axis) within tol of its
     own largest value."""
@@ -10801,10 +10820,6 @@ def test_gpu_gru_half_operands():
         tl._GRU_GROUP_WG, tl._GRU_GROUPS, (None, 32), ('absent', 'large', 'small'))]
     cells = set()
     for hidden, wn, size, cap, h0_kind, group in runs:
-        w = r.uniform(-1, 1, (3 * hidden, hidden)) * 10.0 ** r.integers(-12, 1, (3 * hidden, 1)) / hidden ** 0.5
-        w[:, 7] = 0
-        b_ih, b_hh = r.uniform(-1, 1, 3 * hidden), r.uniform(-1, 1, 3 * hidden)
-        b_hh[2 * hidden:] = 0
         splits, ranked = tuple((p, n, (wn,), *g) for p, n, _, *g in tl._gru_splits(True, np.float32)
                                if p == size and g == ([group] if group else [])), []
         with mock.patch.object(tl, '_gru_chunk_cap', cap):
@@ -10817,10 +10832,7 @@ def test_gpu_gru_half_operands():
             layout = min(fits)[3]
             if layout[7] < layout[4]:
                 chunked.add((size, group))
-        xg = r.uniform(-2, 2, (steps, batch, 3 * hidden))
-        h0 = None if h0_kind == 'absent' else r.uniform(-1, 1, (batch, hidden)) * (1e-3 if h0_kind == 'small' else 1)
-        if h0_kind == 'large':
-            h0[:, 7] = 1e5
+        xg, w, b_ih, b_hh, h0 = gru_scaled_inputs(r, steps, batch, hidden, h0_kind)
         want_out, want_gates = gru_forward_reference(xg, w, b_ih, b_hh, h0)
         arrays = [None if a is None else cp.asarray(a, np.float32) for a in (xg, w, b_ih, b_hh, h0)]
         out = cp.full((steps, batch, hidden), np.nan, np.float32)
@@ -10854,17 +10866,9 @@ def test_gpu_gru_regs_kernel():
         tl._gru_plan(True, 132, smem, batch, hidden, np.dtype(dtype).itemsize, 1, False, ranked=ranked,
                      regs=tl._GRU_REGS)
         layout = next(e[3] for e in ranked if e[3][10] and e[3][3] == rows)
-        scale = 1 if half else 10.0 ** r.integers(-12, 1, (3 * hidden, 1))
-        w = r.uniform(-1, 1, (3 * hidden, hidden)) * scale / hidden ** 0.5
-        w[:, min(7, hidden - 1)] = 0
-        b_ih, b_hh = r.uniform(-1, 1, 3 * hidden), r.uniform(-1, 1, 3 * hidden)
-        b_hh[2 * hidden:] = 0
         h0_kind = ('absent', 'uniform')[k % 2] if half else ('absent', 'large', 'small')[k % 3]
-        h0 = None if h0_kind == 'absent' else r.uniform(-1, 1, (batch, hidden)) * (1e-3 if h0_kind == 'small' else 1)
-        if h0_kind == 'large':
-            h0[:, min(7, hidden - 1)] = 1e5
-        xg = r.uniform(-2, 2, (steps, batch, 3 * hidden))
-        inputs = [None if a is None else a.astype(dtype) for a in (xg, w, b_ih, b_hh, h0)]
+        inputs = [None if a is None else a.astype(dtype)
+                  for a in gru_scaled_inputs(r, steps, batch, hidden, h0_kind, spread=not half)]
         keep = (lambda h: h.astype(np.float16).astype(np.float64)) if half else (lambda h: h)
         want_out, want_gates = gru_forward_reference(*(None if a is None else a.astype(np.float64) for a in inputs),
                                                      keep=keep)
