@@ -2157,6 +2157,41 @@ struct FwdCells : Cells<C> {
 
 // Backward, the thread's cells: in = what step t's gates need (g = r, z, n, hg_n; hp = h_{t-1}; dout[t]), loaded
 // ahead of use; dh, the gradient reaching h_t; carry = dh z of the step after.
+// A backward cell's step t: from its gates g (r, z, n, hg_n), h_{t-1} hp and d = dL/dh_t, writes dg_hh's r, z and n
+// values hh at dg_ih + o and dg_hh + o, H apart (dg_ih's r and z the same, its n dan), adds the values written to
+// bias (float16: as rounded), and returns d z, the share of dh_{t-1} that skips W_hh
+template <typename T>
+__device__ __forceinline__ float cell_grads(const float (&g)[4], float hp, float d, T (&hh)[3], float (&bias)[4],
+                                            T* __restrict__ dg_ih, T* dg_hh, size_t o, int H) {
+    const float r = g[0], z = g[1], n = g[2], hn = g[3];
+    const float daz = d * (hp - n) * z * (1.f - z);
+    const float dan = d * (1.f - z) * (1.f - n * n);
+    const float dar = dan * hn * r * (1.f - r);
+    hh[0] = from_f<T>(dar);
+    hh[1] = from_f<T>(daz);
+    hh[2] = from_f<T>(dan * r);
+    const T ih_n = from_f<T>(dan);
+    dg_ih[o] = dg_hh[o] = hh[0];
+    dg_ih[o + H] = dg_hh[o + H] = hh[1];
+    dg_ih[o + 2 * H] = ih_n;
+    dg_hh[o + 2 * H] = hh[2];
+    bias[0] += to_f(hh[0]);
+    bias[1] += to_f(hh[1]);
+    bias[2] += to_f(ih_n);
+    bias[3] += to_f(hh[2]);
+    return d * z;
+}
+
+// A cell's bias gradient sums over the steps (cell_grads' bias) into row b of parts (B, 6H): db_ih's r, z, n then
+// db_hh's r, z, n (r and z twice), for gru_bias_sums to sum over the rows
+__device__ __forceinline__ void store_bias_sums(float* parts, int b, int u, int H, const float (&bias)[4]) {
+    float* p = parts + static_cast<size_t>(b) * 6 * H + u;
+    p[0] = p[3 * H] = bias[0];
+    p[H] = p[4 * H] = bias[1];
+    p[2 * H] = bias[2];
+    p[5 * H] = bias[3];
+}
+
 template <typename T>
 struct BwdCells : Cells<> {
     struct Inputs {
@@ -2188,21 +2223,9 @@ struct BwdCells : Cells<> {
 #pragma unroll
         for (int i = 0; i < CPT; ++i)
             if (has(i)) {
-                const float r = in.g[i][0], z = in.g[i][1], n = in.g[i][2], hn = in.g[i][3], d = dh[i];
-                const float daz = d * (in.hp[i] - n) * z * (1.f - z);
-                const float dan = d * (1.f - z) * (1.f - n * n);
-                const float dar = dan * hn * r * (1.f - r);
-                carry[i] = d * z;
-                const size_t o = (static_cast<size_t>(t) * B + b(i)) * 3 * H + j(i);
-                const T hh[3] = {from_f<T>(dar), from_f<T>(daz), from_f<T>(dan * r)}, ih_n = from_f<T>(dan);
-                dg_ih[o] = dg_hh[o] = hh[0];
-                dg_ih[o + H] = dg_hh[o + H] = hh[1];
-                dg_ih[o + 2 * H] = ih_n;
-                dg_hh[o + 2 * H] = hh[2];
-                bias[i][0] += to_f(hh[0]);   // the values written, summed (float16: as rounded)
-                bias[i][1] += to_f(hh[1]);
-                bias[i][2] += to_f(ih_n);
-                bias[i][3] += to_f(hh[2]);
+                T hh[3];
+                carry[i] = cell_grads(in.g[i], in.hp[i], dh[i], hh, bias[i], dg_ih, dg_hh,
+                                      (static_cast<size_t>(t) * B + b(i)) * 3 * H + j(i), H);
                 share(i, hh);
             }
     }
@@ -2226,20 +2249,12 @@ struct BwdCells : Cells<> {
         for (int i = 0; i < CPT; ++i)
             if (has(i)) dh0[static_cast<size_t>(b(i)) * H + j(i)] = from_f<T>(dh[i]);
     }
-    // The bias gradients' sums over the steps, by batch row: row b(i) of parts (B, 6H) holds db_ih's r, z, n then
-    // db_hh's r, z, n (r and z twice), for gru_bias_sums to sum over the rows; parts may be null (no bias
-    // gradients).
+    // The bias gradients' sums over the steps, by batch row (store_bias_sums); parts may be null (no bias gradients)
     __device__ void store_bias(float* parts, int H) const {
         if (parts == nullptr) return;
 #pragma unroll
         for (int i = 0; i < CPT; ++i)
-            if (has(i)) {
-                float* p = parts + static_cast<size_t>(b(i)) * 6 * H + j(i);
-                p[0] = p[3 * H] = bias[i][0];
-                p[H] = p[4 * H] = bias[i][1];
-                p[2 * H] = bias[i][2];
-                p[5 * H] = bias[i][3];
-            }
+            if (has(i)) store_bias_sums(parts, b(i), j(i), H, bias[i]);
     }
 };
 
