@@ -2554,6 +2554,145 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
     }
 }
 
+// The backward with W_hh in registers (H <= 16 KT), as gru_fwd_regs: dh_{t-1}^T = W_hh^T dg_hh[t]^T, warp w's m-tile
+// being units [16 w, 16 w + 16) over the 3H columns of dg_hh in 3 KT k-tiles (w_hhT's rows), a lane's cells
+// gru_fwd_regs'. dg_hh[t] reaches the product through shared memory: float16 as written; float32 as its float32
+// values, which the B fragments scale into f16 by a power of two per batch row and step: half_scale of the row's
+// largest magnitude, gathered by atomicMax into one of three sets of words (each cleared after the barrier two steps
+// before its next use), W_hh^T's rows scaled each by its own. (dg's magnitudes are not bounded as h's are, and a row's
+// own scale keeps its small values from f16's subnormals when another row is large.) Arguments as
+// gru_bwd_persistent's; ceil(B / BB) blocks of gru::NT threads.
+template <typename T, int KT>
+__global__ void __launch_bounds__(gru::NT, 1)
+gru_bwd_regs(const T* __restrict__ dout, const T* __restrict__ gates, const T* __restrict__ out,
+             const T* __restrict__ h0, const T* __restrict__ w_hhT, T* __restrict__ dg_ih, T* __restrict__ dg_hh,
+             T* __restrict__ dh0, float* __restrict__ bias_parts, int steps, int B, int H, int BB) {
+    using namespace gru;
+    constexpr bool SCALED = sizeof(T) == 4;
+    constexpr int K = 3 * KT, LD = 48 * KT + 8;   // k-tiles; dg's row stride (16 bytes past 32 f16 ones; 8 banks)
+    __shared__ __align__(16) T ds[2][8][LD];
+    __shared__ unsigned top[3][8];   // float32: the rows' largest magnitudes, by step modulo 3
+    const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3, u0 = 16 * (threadIdx.x >> 5);
+    const int b0 = BB * blockIdx.x, bn = min(BB, B - b0);
+    unsigned wf[K][4];   // A fragments: W_hh^T's rows u0 + g (+8)
+    float inv[2];        // 1 / the scale of unit u0 + g + 8 e's row of W_hh^T
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        const int u = u0 + g + 8 * e;
+        const auto w = [&](int kt, int f) {   // W_hh^T's value at A register e + 2 (f >> 1), half f & 1
+            const int k = 16 * kt + 2 * tq + (f & 1) + 8 * (f >> 1);
+            return u < H && k < 3 * H ? to_f(ld_nc(w_hhT + static_cast<size_t>(u) * 3 * H + k)) : 0.f;
+        };
+        float s = 1.f;
+        if constexpr (SCALED) {   // the row's largest magnitude: its columns lie in the lane's quad (a loop, not
+            float m = 0.f;        // unrolled: its loads are not kept in registers for the packing's)
+#pragma unroll 1
+            for (int kt = 0; kt < K; ++kt)
+#pragma unroll
+                for (int f = 0; f < 4; ++f) m = fmaxf(m, fabsf(w(kt, f)));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+            s = half_scale(fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2)));
+        }
+#pragma unroll
+        for (int kt = 0; kt < K; ++kt)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const __half2 pair = __floats2half2_rn(w(kt, 2 * r) * s, w(kt, 2 * r + 1) * s);
+                wf[kt][e + 2 * r] = *reinterpret_cast<const unsigned*>(&pair);
+            }
+        inv[e] = 1.f / s;
+    }
+    const auto row_of = [&](int c) { return 2 * tq + (c & 1); };
+    const auto unit_of = [&](int c) { return u0 + g + 8 * (c >> 1); };
+    const auto has = [&](int c) { return row_of(c) < bn && unit_of(c) < H; };
+    for (int i = threadIdx.x; i < 2 * 8 * LD; i += blockDim.x) (&ds[0][0][0])[i] = from_f<T>(0.f);
+    if (threadIdx.x < 3 * 8) (&top[0][0])[threadIdx.x] = 0u;
+    float gv[4][4], hp[4], dv[4], dh[4], carry[4], bias[4][4] = {};
+    const auto load = [&](int t) {   // step t's gates, h_{t-1} and dout of the thread's cells
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+            if (has(c)) {
+                const size_t cell = static_cast<size_t>(t) * B + b0 + row_of(c);
+#pragma unroll
+                for (int q = 0; q < 4; ++q) gv[c][q] = to_f(ld_nc(gates + cell * 4 * H + q * H + unit_of(c)));
+                hp[c] = t > 0 ? to_f(ld_nc(out + (cell - B) * H + unit_of(c)))
+                              : h0 != nullptr ? to_f(ld_nc(h0 + static_cast<size_t>(b0 + row_of(c)) * H + unit_of(c)))
+                                              : 0.f;
+                dv[c] = to_f(ld_nc(dout + cell * H + unit_of(c)));
+            }
+    };
+    const auto grads = [&](int t, int s) {   // step t's: to dg_ih, dg_hh, ds[s & 1] and (float32) top[s % 3]
+        float m[2] = {};   // rows 2 tq and 2 tq + 1
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+            if (has(c)) {
+                T hh[3];
+                const size_t cell = static_cast<size_t>(t) * B + b0 + row_of(c);
+                carry[c] = cell_grads(gv[c], hp[c], dh[c], hh, bias[c], dg_ih, dg_hh, cell * 3 * H + unit_of(c), H);
+#pragma unroll
+                for (int q = 0; q < 3; ++q) {
+                    ds[s & 1][row_of(c)][q * H + unit_of(c)] = hh[q];
+                    m[c & 1] = fmaxf(m[c & 1], fabsf(to_f(hh[q])));
+                }
+            }
+        if constexpr (SCALED) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {   // over the lanes of the same tq, then one atomic a row and warp
+                for (int o = 4; o < 32; o <<= 1) m[e] = fmaxf(m[e], __shfl_xor_sync(0xffffffffu, m[e], o));
+                if (g == 0) atomicMax(&top[s % 3][2 * tq + e], __float_as_uint(m[e]));   // floats >= 0 order as bits
+            }
+        }
+    };
+    __syncthreads();   // ds and top zeroed
+    if (steps > 0) {
+        load(steps - 1);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) dh[c] = dv[c];
+        grads(steps - 1, 0);
+    }
+    for (int s = 0; s < steps; ++s) {
+        const int t = steps - 1 - s;   // this iteration: dh_{t-1} = dg_hh[t] W_hh + dh_t z (+ dout[t - 1])
+        __syncthreads();
+        if (threadIdx.x < 8) top[(s + 2) % 3][threadIdx.x] = 0u;
+        if (t > 0) load(t - 1);   // used after the product
+        float scale = 1.f, unscale[2] = {1.f, 1.f};   // float32: row g's scale; rows 2 tq (+1)'s inverses
+        if constexpr (SCALED) {
+            scale = half_scale(__uint_as_float(top[s % 3][g]));
+#pragma unroll
+            for (int e = 0; e < 2; ++e) unscale[e] = 1.f / half_scale(__uint_as_float(top[s % 3][2 * tq + e]));
+        }
+        float acc[3][4] = {};   // three chains of K products
+        if (u0 < H) {
+#pragma unroll
+            for (int kt = 0; kt < K; ++kt) {
+                unsigned hb[2];
+                if constexpr (SCALED) {   // B's registers: dg's row g at columns 16 kt + 2 tq (+1) and (+8, +9)
+#pragma unroll
+                    for (int r = 0; r < 2; ++r) {
+                        const float2 v = *reinterpret_cast<const float2*>(&ds[s & 1][g][16 * kt + 2 * tq + 8 * r]);
+                        const __half2 pair = __floats2half2_rn(v.x * scale, v.y * scale);
+                        hb[r] = *reinterpret_cast<const unsigned*>(&pair);
+                    }
+                } else {
+                    ldmatrix_x2(hb, &ds[s & 1][lane & 7][16 * kt + 8 * ((lane >> 3) & 1)]);
+                }
+                mma_f16(acc[kt % 3], wf[kt], hb[0], hb[1]);
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+            if (has(c)) {
+                const float v = (acc[0][c] + acc[1][c] + acc[2][c]) * unscale[c & 1] * inv[c >> 1] + carry[c];
+                dh[c] = t > 0 ? v + dv[c] : v;
+                if (t == 0) dh0[static_cast<size_t>(b0 + row_of(c)) * H + unit_of(c)] = from_f<T>(dh[c]);
+            }
+        if (t > 0) grads(t - 1, s + 1);
+    }
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+        if (has(c) && bias_parts != nullptr) store_bias_sums(bias_parts, b0 + row_of(c), unit_of(c), H, bias[c]);
+}
+
 // dout (T, B, H); h0 may be null; w_hhT = W_hh^T (H, 3H). Writes dg_ih, dg_hh (T, B, 3H), dh0 (B, H) and, where
 // bias_parts is not null, the bias gradients' per-row sums (BwdCells::store_bias).
 // nb * nu blocks of gru::NT threads, CL as for the forward (dg_hh[t] passed on in shared memory).

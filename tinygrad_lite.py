@@ -530,7 +530,8 @@ _KERNEL_INSTANCES = {
     # (P, WN) and (1, WN, G): a batch group as one cluster of G blocks (_GRU_GROUPS, with WN up to 48)
     'gru_fwd_split_h': [(str(p), str(n)) for p in _GRU_SPLITS_HALF for n in _GRU_WG] +
                        [('1', str(n), str(g)) for n in _GRU_GROUP_WG for g in _GRU_GROUPS],
-    'gru_fwd_regs': [(t, str(kt)) for t in ('float', '__half') for kt in _GRU_REGS],   # (T, KT)
+    **{name: [(t, str(kt)) for t in ('float', '__half') for kt in _GRU_REGS]   # (T, KT)
+       for name in ('gru_fwd_regs', 'gru_bwd_regs')},
     **{name: [('float',), ('__half',)] for name in ('gru_gates_fwd', 'gru_gates_bwd', 'gru_bias_sums')},
     **{name: [(t,) for t in _FLOAT_C]
        for name in ('batch_transpose', 'conv_weight_layouts', 'conv_direct_fwd', 'conv_direct_dx', 'conv_direct_dw',
@@ -2392,9 +2393,9 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
     groups, slices, units, rows, chunk, smem, cluster, split, wn, group, regs = plan
     tc, extra, scratch, forward = int(arrays[0].dtype == np.float16 or tf32), (), (), direction == 'fwd'
     if regs:
-        kernel = _kernel('gru_fwd_regs', arrays[0].dtype, regs) if forward else None
+        kernel = _kernel(f'gru_{direction}_regs', arrays[0].dtype, regs)
         if kernel is None or 16 * regs < hidden or rows > _GRU_REGS_ROWS or groups * rows < batch:
-            raise RuntimeError(f"GRU: layout {plan} is not one of gru_fwd_regs' (forward, hidden at most {16 * regs}, "
+            raise RuntimeError(f"GRU: layout {plan} is not one of gru_{direction}_regs' (hidden at most {16 * regs}, "
                                f"at most {_GRU_REGS_ROWS} rows a block, its kernel loaded)")
         kernel((groups,), (_BLOCK,), arrays + _int32s(steps, batch, hidden, rows))
         return
@@ -2531,11 +2532,12 @@ def _gru_splits(forward, dtype):
 
 
 def _gru_regs(forward, dtype):
-    """The KT of _GRU_REGS whose gru_fwd_regs kernels loaded, for the forward on f16 operands: float16's, and
+    """The KT of _GRU_REGS whose gru_fwd_regs or gru_bwd_regs kernels loaded, on f16 operands: float16's, and
     float32's where _gru_half_operands (its products in TF32's place); () otherwise or without _gru_regs_offered."""
-    if not _gru_regs_offered or not forward or (np.dtype(dtype) == np.float32 and not _gru_half_operands):
+    if not _gru_regs_offered or (np.dtype(dtype) == np.float32 and not _gru_half_operands):
         return ()
-    return tuple(kt for kt in _GRU_REGS if _kernel('gru_fwd_regs', dtype, kt) is not None)
+    name = f"gru_{'fwd' if forward else 'bwd'}_regs"
+    return tuple(kt for kt in _GRU_REGS if _kernel(name, dtype, kt) is not None)
 
 
 def _gru_half_wgmma(forward, dtype):
@@ -2699,7 +2701,7 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
                          (groups, slices, units, rows, k, weights + 2 * m_rows * row_bytes(k) + partials, slices, 0, 0,
                           0, 0),
                          forward or slices <= 4)
-    kt = next((n for n in regs if 16 * n >= hidden), 0) if forward else 0
+    kt = next((n for n in regs if 16 * n >= hidden), 0)
     for rows in range(1, min(batch, _GRU_REGS_ROWS) + 1) if kt else ():
         groups = -(-batch // rows)
         consider((480 if rows == 1 else 700) * (-(-groups // sms) if sms else 1), groups,
