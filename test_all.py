@@ -3818,11 +3818,11 @@ def test_gru_plan_ranks_its_choice():
 
 
 def test_gru_plan_offers_regs_layouts():
-    """With gru_fwd_regs loaded (`regs`), _gru_plan ranks for the forward, where the hidden size is at most 16 times the
+    """With the regs kernels loaded (`regs`), _gru_plan ranks either way, where the hidden size is at most 16 times the
     largest of _GRU_REGS, a layout of each batch group from 1 to _GRU_REGS_ROWS rows (a block each, as many blocks as
-    that takes), with the least KT that holds the hidden size, no shared memory and no L2 reads; none for the backward
-    or a larger hidden size, and without `regs` the ranking is as before. At (16, 128) it is the choice, a row a block
-    (on the H200 1.14 us a step against the cluster kernels' best 1.9: PERF_NOTES.md)."""
+    that takes), with the least KT that holds the hidden size, no shared memory and no L2 reads; none for a larger
+    hidden size, and without `regs` the ranking is as before. At (16, 128) the forward's choice is a row a block (on
+    the H200 1.14 us a step against the cluster kernels' best 1.9: PERF_NOTES.md)."""
     for batch, hidden, forward, itemsize in itertools.product((1, 5, 16, 300), (8, 50, 128, 129), (True, False),
                                                               (4, 2)):
         args, ranked, without = (forward, 132, 232448, batch, hidden, itemsize, 1, True, GRU_H200_SPLITS), [], []
@@ -3832,7 +3832,7 @@ def test_gru_plan_offers_regs_layouts():
         regs = [e for e in ranked if e[3][10]]
         assert [e for e in ranked if not e[3][10]] == without and not any(e[3][10] for e in without), what
         assert chosen == before or chosen[10], what
-        if not forward or hidden > 16 * max(tl._GRU_REGS):
+        if hidden > 16 * max(tl._GRU_REGS):
             assert not regs, what
             continue
         kt = min(n for n in tl._GRU_REGS if 16 * n >= hidden)
@@ -10631,12 +10631,12 @@ GRU_RAN = {'persistent': {'_gru_forward_fused', 'gru_fwd_persistent', 'gru_bwd_p
            'fallback': {'_gru_forward_fused'}, 'composed': {'_gru_forward_loop'}}   # what each path calls
 GRU_CLUSTER_KERNELS = ('gru_fwd_cluster', 'gru_bwd_cluster')
 GRU_SPLIT_KERNELS = ('gru_fwd_split', 'gru_bwd_split', 'gru_fwd_split_h')
-GRU_REGS_KERNELS = ('gru_fwd_regs',)   # W_hh in registers: the forward, on f16 operands, hidden up to 128
+GRU_REGS_KERNELS = ('gru_fwd_regs', 'gru_bwd_regs')   # W_hh in registers, on f16 operands, hidden up to 128
 
 
 def gru_case_plan(case, dtype, tc, forward, splits):
     """_gru_plan's layout for a case's layers on this GPU, the cluster kernels loaded, and the k-split ones and
-    gru_fwd_regs where `splits` says so."""
+    the regs ones (W_hh in registers) where `splits` says so."""
     m, shape = case[1](), case[2][0]
     batch = shape[0] if len(shape) == 2 or m.batch_first else shape[1]
     extra = splits and tc
@@ -10658,11 +10658,11 @@ def gru_split_kernels(dtype, wgmma):
 
 
 def gru_kernels_planned(case, dtype, allow_tf32, splits):
-    """The persistent kernels (gru_{fwd,bwd}_{persistent,cluster,split}, gru_fwd_regs) the layouts choose for a case on
-    this GPU."""
+    """The persistent kernels (gru_{fwd,bwd}_{persistent,cluster,split,regs}) the layouts choose for a case on this
+    GPU."""
     tc = int(dtype == np.float16 or allow_tf32)
     plans = {d: gru_case_plan(case, dtype, tc, d == 'fwd', splits) for d in ('fwd', 'bwd')}
-    return {'gru_fwd_regs' if plan[10] else gru_split_kernel(d, dtype, plan[8]) if plan[7] else
+    return {f'gru_{d}_regs' if plan[10] else gru_split_kernel(d, dtype, plan[8]) if plan[7] else
             f'gru_{d}_' + ('cluster' if plan[6] else 'persistent') for d, plan in plans.items()}
 
 
@@ -10882,6 +10882,59 @@ def test_gpu_gru_regs_kernel():
         alone = cp.full((steps, batch, hidden), np.nan, dtype)
         tl._gru_launch('fwd', layout, True, arrays + (alone, None), steps, batch, hidden)
         assert cp.array_equal(alone, out), f'{what}: out without gates differs'
+
+
+def test_gpu_gru_regs_backward_kernel():
+    """gru_bwd_regs (the backward with all of W_hh in each block's registers, on f16 operands) in _gru_plan's layouts,
+    launched on its own against the float64 backward loop on the same inputs (the forward's gates and out, float64's
+    rounded to the dtype): dg_ih, dg_hh, dh0 and the bias sums, each batch row within TF32's tolerance of its own
+    largest value (float16: 2e-2), and dg_ih, dg_hh and dh0 without bias sums bitwise the same. dout's rows span 1e-4
+    to 1e4 (float32: each row's f16 operand scaled by its own power of two), W_hh's rows 1e-12 to 1 times PyTorch's
+    scale (float32), h0 absent or given; hidden 8, 50, 100 and 128, batches of 1, 13 and 21 rows in blocks of 1, 3
+    and 8 rows, 1 and 5 steps."""
+    need_cuda()
+    if not set(GRU_REGS_KERNELS) <= set(tl.fused_kernels()):
+        raise Skip('no gru_bwd_regs kernels on this GPU')
+    r, smem = rng('gru regs backward'), tl._gru_device()[1]
+    runs = itertools.product((np.float32, np.float16), (8, 50, 100, 128), ((1, 1), (13, 3), (21, 8)), (1, 5))
+    for k, (dtype, hidden, (batch, rows), steps) in enumerate(runs):
+        ranked, half = [], dtype == np.float16
+        tl._gru_plan(False, 132, smem, batch, hidden, np.dtype(dtype).itemsize, 1, False, ranked=ranked,
+                     regs=tl._GRU_REGS)
+        layout = next(e[3] for e in ranked if e[3][10] and e[3][3] == rows)
+        h0_kind = ('absent', 'uniform')[k % 2]
+        rounded = lambda a: None if a is None else a.astype(dtype).astype(np.float64)
+        xg, w, b_ih, b_hh, h0 = map(rounded, gru_scaled_inputs(r, steps, batch, hidden, h0_kind, spread=not half))
+        out, gates = map(rounded, gru_forward_reference(xg, w, b_ih, b_hh, h0))
+        g = rounded(r.uniform(-1, 1, (steps, batch, hidden)) * 10.0 ** r.integers(-4, 5, (1, batch, 1)))
+        want_ih, want_hh = np.empty((steps, batch, 3 * hidden)), np.empty((steps, batch, 3 * hidden))
+        gates_by_kind = gates.reshape(steps, batch, 4, hidden).transpose(0, 2, 1, 3)   # the loop's (T, 4, B, H)
+        want_dh0 = tl._gru_backward_loop(g, w, h0, out, gates_by_kind, want_ih, want_hh)
+        want_bias = np.concatenate((want_ih.sum((0, 1)), want_hh.sum((0, 1))))
+        arrays = tuple(None if a is None else cp.asarray(a.astype(dtype)) for a in (g, gates, out, h0, w.T))
+        results = []
+        for bias in (True, False):
+            grads = tuple(cp.full(shape, np.nan, dtype) for shape in ((steps, batch, 3 * hidden),) * 2 + (
+                (batch, hidden),))
+            parts = cp.full((batch, 6 * hidden), np.nan, np.float32) if bias else None
+            with gru_calls(with_args=True) as calls:
+                tl._gru_launch('bwd', layout, True, arrays + grads + (parts,), steps, batch, hidden)
+            assert calls == {('gru_bwd_regs', (np.dtype(dtype), layout[10]))}, calls
+            results.append((grads, parts))
+        (dg_ih, dg_hh, dh0), parts = results[0]
+        what = f'{np.dtype(dtype).name} hidden {hidden}, batch {batch}, {steps} steps, layout {layout}, h0 {h0_kind}'
+        tol = 2e-2 if half else TF32_TOL
+        for name, got, want, rows_axis in (('dg_ih', dg_ih, want_ih, 1), ('dg_hh', dg_hh, want_hh, 1),
+                                           ('dh0', dh0, want_dh0, 0)):
+            got = cp.asnumpy(got).astype(np.float64)
+            other = tuple(a for a in range(got.ndim) if a != rows_axis)
+            off, top = np.abs(got - want).max(axis=other), np.abs(want).max(axis=other)
+            assert not np.isnan(got).any() and (off <= tol * top).all(), \
+                f'{what}: {name} rows off {off} of {top}'
+        bias_sums = cp.asnumpy(parts).sum(0)
+        assert np.abs(bias_sums - want_bias).max() <= tol * np.abs(want_bias).max(), f'{what}: bias sums'
+        assert all(cp.array_equal(a, b) for a, b in zip(results[0][0], results[1][0])), \
+            f'{what}: gradients without the bias sums differ'
 
 
 def test_gpu_gru_group_clusters_float16():
