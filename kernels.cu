@@ -2447,13 +2447,47 @@ gru_fwd_split_h(const float* __restrict__ xg, const float* __restrict__ w_hh, co
 }
 #endif
 
+namespace gru {
+// mma.sync A fragments of 16 rows of a matrix, KN k-tiles, into registers: lane 4 g + tq's a[kt][e + 2 r] holds the
+// values at row g + 8 e, columns 16 kt + 2 tq + 8 r and the next, that pair(e, k) reads (a float2; zeros outside the
+// matrix), times half_scale of the row's largest magnitude (its columns lie in the lane's quad), returned in scale[e]
+// (exact for f16 values, which it keeps from f16's subnormals). A row's loads are all issued before any is used:
+// reading them twice, for the scale and then the fragments, one step of loads waiting on the last, took about 10 us at
+// hidden 128 on the H200.
+template <int KN, typename Pair>
+__device__ __forceinline__ void a_fragments(unsigned (&a)[KN][4], float (&scale)[2], int tq, Pair pair) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        float2 v[KN][2];
+        float m = 0.f;
+#pragma unroll
+        for (int kt = 0; kt < KN; ++kt)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                v[kt][r] = pair(e, 16 * kt + 2 * tq + 8 * r);
+                m = fmaxf(m, fmaxf(fabsf(v[kt][r].x), fabsf(v[kt][r].y)));
+            }
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+        const float s = half_scale(fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2)));
+#pragma unroll
+        for (int kt = 0; kt < KN; ++kt)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const __half2 h = __floats2half2_rn(v[kt][r].x * s, v[kt][r].y * s);
+                a[kt][e + 2 * r] = *reinterpret_cast<const unsigned*>(&h);
+            }
+        scale[e] = s;
+    }
+}
+}  // namespace gru
+
 // The forward with W_hh in registers (H <= 16 KT, KT <= 8): a block holds all of W_hh as mma.sync f16 A fragments,
 // so a batch group of BB <= 8 rows is one block that waits for no other: ceil(B / BB) blocks of gru::NT threads, any
 // number of them. hg^T = W_hh h^T: warp w owns units [16 w, 16 w + 16), their r, z and n rows being its m-tiles q =
 // gate over all KT k-tiles; the batch rows are the n = 8 columns of the B operand, h_{t-1} read from shared memory by
 // ldmatrix; one __syncthreads() a step. Lane 4 g + tq holds A rows g and g + 8 of each m-tile and finishes the cells
-// (unit 16 w + g + 8 (c >> 1), row 2 tq + (c & 1)) of C. float32 runs on f16 operands scaled by powers of two, as
-// gru_fwd_split_h: each W_hh row by its own half_scale, h by the batch group's operand_scale. On the H200 at B 16, H
+// (unit 16 w + g + 8 (c >> 1), row 2 tq + (c & 1)) of C. W_hh's rows are scaled each by its own power of two
+// (a_fragments); float32 runs on f16 operands, as gru_fwd_split_h, h scaled by the batch group's operand_scale. On the H200 at B 16, H
 // 128: a step 1.14 us with a row a block, 1.65 with 8 (the cluster kernels' best layout 1.9; PERF_NOTES.md).
 template <typename T, int KT>
 __global__ void __launch_bounds__(gru::NT, 1)
@@ -2469,37 +2503,20 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
     const int b0 = BB * blockIdx.x, bn = min(BB, B - b0);
     float h_scale = 1.f;
     if constexpr (SCALED) h_scale = operand_scale(h0, b0, bn, H, &top);
-    unsigned wf[3][KT][4];   // gate q's A fragments: rows q H + u0 + g (+8), columns 2 tq (+1, +8, +9) of each k-tile
+    unsigned wf[3][KT][4];   // gate q's A fragments: rows q H + u0 + g (+8) of W_hh
     float inv[3][2];         // 1 / (row scale times h's) of rows u0 + g + 8 e
 #pragma unroll
-    for (int q = 0; q < 3; ++q)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
+    for (int q = 0; q < 3; ++q) {
+        float scale[2];
+        a_fragments<KT>(wf[q], scale, tq, [&](int e, int k) {
             const int u = u0 + g + 8 * e;
             const T* row = w_hh + static_cast<size_t>(q * H + u) * H;
-            const auto w = [&](int kt, int f) {   // the row's value at A register e + 2 (f >> 1), half f & 1
-                const int k = 16 * kt + 2 * tq + (f & 1) + 8 * (f >> 1);
-                return u < H && k < H ? to_f(ld_nc(row + k)) : 0.f;
-            };
-            float s = 1.f;
-            if constexpr (SCALED) {   // the row's largest magnitude: its columns lie in the lane's quad
-                float m = 0.f;
+            if (u >= H) return make_float2(0.f, 0.f);
+            return make_float2(k < H ? to_f(ld_nc(row + k)) : 0.f, k + 1 < H ? to_f(ld_nc(row + k + 1)) : 0.f);
+        });
 #pragma unroll
-                for (int kt = 0; kt < KT; ++kt)
-#pragma unroll
-                    for (int f = 0; f < 4; ++f) m = fmaxf(m, fabsf(w(kt, f)));
-                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-                s = half_scale(fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2)));
-            }
-#pragma unroll
-            for (int kt = 0; kt < KT; ++kt)
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const __half2 pair = __floats2half2_rn(w(kt, 2 * r) * s, w(kt, 2 * r + 1) * s);
-                    wf[q][kt][e + 2 * r] = *reinterpret_cast<const unsigned*>(&pair);
-                }
-            inv[q][e] = 1.f / (s * h_scale);
-        }
+        for (int e = 0; e < 2; ++e) inv[q][e] = 1.f / (scale[e] * h_scale);
+    }
     const auto row_of = [&](int c) { return 2 * tq + (c & 1); };
     const auto unit_of = [&](int c) { return u0 + g + 8 * (c >> 1); };
     const auto has = [&](int c) { return row_of(c) < bn && unit_of(c) < H; };
@@ -2559,7 +2576,7 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
 // gru_fwd_regs'. dg_hh[t] reaches the product through shared memory: float16 as written; float32 as its float32
 // values, which the B fragments scale into f16 by a power of two per batch row and step: half_scale of the row's
 // largest magnitude, gathered by atomicMax into one of three sets of words (each cleared after the barrier two steps
-// before its next use), W_hh^T's rows scaled each by its own. (dg's magnitudes are not bounded as h's are, and a row's
+// before its next use); W_hh^T's rows are scaled each by its own (a_fragments). (dg's magnitudes are not bounded as h's are, and a row's
 // own scale keeps its small values from f16's subnormals when another row is large.) Arguments as
 // gru_bwd_persistent's; ceil(B / BB) blocks of gru::NT threads.
 template <typename T, int KT>
@@ -2575,33 +2592,15 @@ gru_bwd_regs(const T* __restrict__ dout, const T* __restrict__ gates, const T* _
     const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3, u0 = 16 * (threadIdx.x >> 5);
     const int b0 = BB * blockIdx.x, bn = min(BB, B - b0);
     unsigned wf[K][4];   // A fragments: W_hh^T's rows u0 + g (+8)
-    float inv[2];        // 1 / the scale of unit u0 + g + 8 e's row of W_hh^T
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
+    float inv[2];        // 1 / their scales
+    a_fragments<K>(wf, inv, tq, [&](int e, int k) {
         const int u = u0 + g + 8 * e;
-        const auto w = [&](int kt, int f) {   // W_hh^T's value at A register e + 2 (f >> 1), half f & 1
-            const int k = 16 * kt + 2 * tq + (f & 1) + 8 * (f >> 1);
-            return u < H && k < 3 * H ? to_f(ld_nc(w_hhT + static_cast<size_t>(u) * 3 * H + k)) : 0.f;
-        };
-        float s = 1.f;
-        if constexpr (SCALED) {   // the row's largest magnitude: its columns lie in the lane's quad (a loop, not
-            float m = 0.f;        // unrolled: its loads are not kept in registers for the packing's)
-#pragma unroll 1
-            for (int kt = 0; kt < K; ++kt)
+        const T* row = w_hhT + static_cast<size_t>(u) * 3 * H;
+        if (u >= H) return make_float2(0.f, 0.f);
+        return make_float2(k < 3 * H ? to_f(ld_nc(row + k)) : 0.f, k + 1 < 3 * H ? to_f(ld_nc(row + k + 1)) : 0.f);
+    });
 #pragma unroll
-                for (int f = 0; f < 4; ++f) m = fmaxf(m, fabsf(w(kt, f)));
-            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-            s = half_scale(fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2)));
-        }
-#pragma unroll
-        for (int kt = 0; kt < K; ++kt)
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const __half2 pair = __floats2half2_rn(w(kt, 2 * r) * s, w(kt, 2 * r + 1) * s);
-                wf[kt][e + 2 * r] = *reinterpret_cast<const unsigned*>(&pair);
-            }
-        inv[e] = 1.f / s;
-    }
+    for (int e = 0; e < 2; ++e) inv[e] = 1.f / inv[e];
     const auto row_of = [&](int c) { return 2 * tq + (c & 1); };
     const auto unit_of = [&](int c) { return u0 + g + 8 * (c >> 1); };
     const auto has = [&](int c) { return row_of(c) < bn && unit_of(c) < H; };
