@@ -2147,9 +2147,8 @@ _gru_chunk_cap = None   # None, or the k-split kernels' staging chunk at most th
 _gru_wgmma = True
 # the float32 forward's wgmma products on f16 operands, scaled by powers of two (gru_fwd_split_h); False: on TF32
 _gru_half_operands = True
-# gru_fwd_regs' layouts offered to _gru_plan (W_hh in registers, hidden up to 128); False until the planner's use of
-# them has run on a GPU (the kernel itself was checked and timed alone: PERF_NOTES.md section 6)
-_gru_regs_offered = False
+# gru_fwd_regs' and gru_bwd_regs' layouts offered to _gru_plan (W_hh in registers, hidden up to 128)
+_gru_regs_offered = True
 gru_autotune = True   # a persistent GRU kernel's first run at a shape times _gru_candidates' layouts, keeps the fastest
 _GRU_TUNE_TIES, _GRU_TUNE_KINDS = 4, 8   # the candidates: at most this many near-ties of the choice, kinds in all
 _GRU_TUNE_STEPS = 16   # the fewest steps of a run that times them (in shorter ones the fixed costs rank the layouts)
@@ -2388,8 +2387,8 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
     """One launch of the persistent kernel of `direction` ('fwd' or 'bwd') with layout `plan` (_gru_plan): a
     cooperative one (gru_*_persistent), clusters of its slices (gru_*_cluster) or of its k-slices (gru_*_split; the
     float32 forward's wgmma layouts on f16 operands: gru_fwd_split_h, with its scratch for h's f16 copies), with a
-    batch group as one cluster (the forward's gru_fwd_split_h or, for float16, gru_fwd_split, of group G), or the
-    forward's blocks each holding all of W_hh (gru_fwd_regs, a batch group a block, no barrier between blocks)."""
+    batch group as one cluster (the forward's gru_fwd_split_h or, for float16, gru_fwd_split, of group G), or blocks
+    each holding all of W_hh (gru_fwd_regs, gru_bwd_regs: a batch group a block, no barrier between blocks)."""
     groups, slices, units, rows, chunk, smem, cluster, split, wn, group, regs = plan
     tc, extra, scratch, forward = int(arrays[0].dtype == np.float16 or tf32), (), (), direction == 'fwd'
     if regs:
@@ -2613,11 +2612,12 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
     comes with a batch group as one cluster of `group` blocks (splits' entries (1, clusters resident, wgmma sizes,
     group); else group 0): nu = group, its blocks meeting at the cluster's barrier, cheaper than flags by
     _GRU_GROUP_BARRIER clocks, with up to 5 cells a thread (fewer, larger groups: only so many clusters fit at once).
-    The forward on f16 operands also comes with W_hh in every block's registers (`regs`: the KT of _GRU_REGS whose
-    gru_fwd_regs loaded; the layout's regs the least KT with 16 KT >= H, else 0): nb batch groups of BB <=
-    _GRU_REGS_ROWS rows, a block each, none waiting for another (nb may pass the SMs: waves), at a cost set from the
-    H200's steps at B 16, H 128 (1.14 us a row a block, 1.65 for 2 to 8; the autotuned layout there about 1.9 us, the
-    model's choice without these costed 805). The k-split's model was fitted to the H200's times of 7 shapes each way on
+    On f16 operands either way also comes W_hh in every block's registers (`regs`: the KT of _GRU_REGS whose
+    gru_fwd_regs or gru_bwd_regs loaded; the layout's regs the least KT with 16 KT >= H, else 0): nb batch groups of
+    BB <= _GRU_REGS_ROWS rows, a block each, none waiting for another (nb may pass the SMs: waves), at a cost set from
+    the H200's forward steps at B 16, H 128 (1.14 us a row a block, 1.65 for 2 to 8; the autotuned layout there about
+    1.9 us, the model's choice without these costed 805), the backward's costed the same (its steps about as fast as
+    the others' there: PERF_NOTES.md section 6). The k-split's model was fitted to the H200's times of 7 shapes each way on
     mma.sync (P = 2, 4, 8 against the unsplit layouts) and picks the fastest there (wgmma's rate in it is a guess); it
     is compared with the unsplit layout chosen as before plus that layout's time to read its operand rows from L2 (about
     2800 bytes a clock on the H200: the bound the k-split lifts). `ranked`, a list, gets (clocks, L2 read clocks,
