@@ -2481,14 +2481,14 @@ __device__ __forceinline__ void a_fragments(unsigned (&a)[KN][4], float (&scale)
 }
 }  // namespace gru
 
-// The forward with W_hh in registers (H <= 16 KT, KT <= 8): a block holds all of W_hh as mma.sync f16 A fragments,
-// so a batch group of BB <= 8 rows is one block that waits for no other: ceil(B / BB) blocks of gru::NT threads, any
-// number of them. hg^T = W_hh h^T: warp w owns units [16 w, 16 w + 16), their r, z and n rows being its m-tiles q =
-// gate over all KT k-tiles; the batch rows are the n = 8 columns of the B operand, h_{t-1} read from shared memory by
-// ldmatrix; one __syncthreads() a step. Lane 4 g + tq holds A rows g and g + 8 of each m-tile and finishes the cells
-// (unit 16 w + g + 8 (c >> 1), row 2 tq + (c & 1)) of C. W_hh's rows are scaled each by its own power of two
-// (a_fragments); float32 runs on f16 operands, as gru_fwd_split_h, h scaled by the batch group's operand_scale. On the H200 at B 16, H
-// 128: a step 1.14 us with a row a block, 1.65 with 8 (the cluster kernels' best layout 1.9; PERF_NOTES.md).
+// The forward with W_hh in registers (H <= 16 KT, KT <= 8): a block holds all of W_hh as mma.sync f16 A fragments, so a
+// batch group of BB <= 8 rows is one block that waits for no other: ceil(B / BB) blocks of gru::NT threads, any number
+// of them. hg^T = W_hh h^T: warp w owns units [16 w, 16 w + 16), their r, z and n rows being its m-tiles q = gate over
+// all KT k-tiles; the batch rows are the n = 8 columns of the B operand, h_{t-1} read from shared memory by ldmatrix;
+// one __syncthreads() a step. Lane 4 g + tq holds A rows g and g + 8 of each m-tile and finishes the cells (unit 16 w +
+// g + 8 (c >> 1), row 2 tq + (c & 1)) of C. W_hh's rows are scaled each by its own power of two (a_fragments); float32
+// runs on f16 operands, as gru_fwd_split_h, h scaled by the batch group's operand_scale. On the H200 at B 16, H 128: a
+// step 1.14 us with a row a block, 1.65 with 8 (the cluster kernels' best layout 1.9; PERF_NOTES.md).
 template <typename T, int KT>
 __global__ void __launch_bounds__(gru::NT, 1)
 gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __restrict__ b_ih,
@@ -2573,11 +2573,11 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
 
 // The backward with W_hh in registers (H <= 16 KT), as gru_fwd_regs: dh_{t-1}^T = W_hh^T dg_hh[t]^T, warp w's m-tile
 // being units [16 w, 16 w + 16) over the 3H columns of dg_hh in 3 KT k-tiles (w_hhT's rows), a lane's cells
-// gru_fwd_regs'. dg_hh[t] reaches the product through shared memory: float16 as written; float32 as its float32
-// values, which the B fragments scale into f16 by a power of two per batch row and step: half_scale of the row's
-// largest magnitude, gathered by atomicMax into one of three sets of words (each cleared after the barrier two steps
-// before its next use); W_hh^T's rows are scaled each by its own (a_fragments). (dg's magnitudes are not bounded as h's are, and a row's
-// own scale keeps its small values from f16's subnormals when another row is large.) Arguments as
+// gru_fwd_regs'. dg_hh[t] reaches the product through shared memory: float16 as written; float32 as its float32 values,
+// which the B fragments scale into f16 by a power of two per batch row and step: half_scale of the row's largest
+// magnitude, gathered by atomicMax into one of three sets of words (each cleared after the barrier two steps before its
+// next use); W_hh^T's rows are scaled each by its own (a_fragments). (dg's magnitudes are not bounded as h's are, and a
+// row's own scale keeps its small values from f16's subnormals when another row is large.) Arguments as
 // gru_bwd_persistent's; ceil(B / BB) blocks of gru::NT threads.
 template <typename T, int KT>
 __global__ void __launch_bounds__(gru::NT, 1)
