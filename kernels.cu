@@ -2481,6 +2481,17 @@ __device__ __forceinline__ void a_fragments(unsigned (&a)[KN][4], float (&scale)
 }
 }  // namespace gru
 
+namespace gru {
+// gru_fwd_regs' and gru_bwd_regs' cells: lane 4 g + tq's C values c of an m16n8 tile, unit u0 + g + 8 (c >> 1) of the
+// block's batch row 2 tq + (c & 1), bn rows and H units being there
+struct RegsCells {
+    int u0, g, tq, bn, H;
+    __device__ int row(int c) const { return 2 * tq + (c & 1); }
+    __device__ int unit(int c) const { return u0 + g + 8 * (c >> 1); }
+    __device__ bool has(int c) const { return row(c) < bn && unit(c) < H; }
+};
+}  // namespace gru
+
 // The forward with W_hh in registers (H <= 16 KT, KT <= 8): a block holds all of W_hh as mma.sync f16 A fragments, so a
 // batch group of BB <= 8 rows is one block that waits for no other: ceil(B / BB) blocks of gru::NT threads, any number
 // of them. hg^T = W_hh h^T: warp w owns units [16 w, 16 w + 16), their r, z and n rows being its m-tiles q = gate over
@@ -2517,9 +2528,7 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
 #pragma unroll
         for (int e = 0; e < 2; ++e) inv[q][e] = 1.f / (scale[e] * h_scale);
     }
-    const auto row_of = [&](int c) { return 2 * tq + (c & 1); };
-    const auto unit_of = [&](int c) { return u0 + g + 8 * (c >> 1); };
-    const auto has = [&](int c) { return row_of(c) < bn && unit_of(c) < H; };
+    const RegsCells cells{u0, g, tq, bn, H};
     float bias[2][4] = {}, hp[4], xv[4][3];   // bias[e]: unit_biases of unit u0 + g + 8 e
 #pragma unroll
     for (int e = 0; e < 2; ++e)
@@ -2530,12 +2539,13 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
         hs[0][i / H][i % H] = __float2half_rn(to_f(h0[static_cast<size_t>(b0) * H + i]) * h_scale);
 #pragma unroll
     for (int c = 0; c < 4; ++c)
-        hp[c] = has(c) && h0 != nullptr ? to_f(h0[static_cast<size_t>(b0 + row_of(c)) * H + unit_of(c)]) : 0.f;
+        hp[c] = cells.has(c) && h0 != nullptr
+                    ? to_f(h0[static_cast<size_t>(b0 + cells.row(c)) * H + cells.unit(c)]) : 0.f;
     const auto load = [&](int t) {   // step t's xg of the thread's cells (issued a step ahead of their use)
 #pragma unroll
         for (int c = 0; c < 4; ++c)
-            if (has(c)) {
-                const T* p = xg + (static_cast<size_t>(t) * B + b0 + row_of(c)) * 3 * H + unit_of(c);
+            if (cells.has(c)) {
+                const T* p = xg + (static_cast<size_t>(t) * B + b0 + cells.row(c)) * 3 * H + cells.unit(c);
 #pragma unroll
                 for (int q = 0; q < 3; ++q) xv[c][q] = to_f(ld_nc(p + q * H));
             }
@@ -2555,16 +2565,16 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
         }
 #pragma unroll
         for (int c = 0; c < 4; ++c)
-            if (has(c)) {
+            if (cells.has(c)) {
                 const int e = c >> 1;
                 const float s[3] = {acc[0][c] * inv[0][e], acc[1][c] * inv[1][e], acc[2][c] * inv[2][e]};
                 float r, z, n, hn;
                 const T h = from_f<T>(cell_step(xv[c], s, bias[e], hp[c], r, z, n, hn));
                 hp[c] = to_f(h);
-                const size_t cell = static_cast<size_t>(t) * B + b0 + row_of(c);
-                out[cell * H + unit_of(c)] = h;
-                keep_gates(gates, cell * 4 * H + unit_of(c), H, r, z, n, hn);
-                hs[(t + 1) & 1][row_of(c)][unit_of(c)] = __float2half_rn(hp[c] * h_scale);
+                const size_t cell = static_cast<size_t>(t) * B + b0 + cells.row(c);
+                out[cell * H + cells.unit(c)] = h;
+                keep_gates(gates, cell * 4 * H + cells.unit(c), H, r, z, n, hn);
+                hs[(t + 1) & 1][cells.row(c)][cells.unit(c)] = __float2half_rn(hp[c] * h_scale);
             }
         if (t + 1 < steps) load(t + 1);
         __syncthreads();
@@ -2601,36 +2611,34 @@ gru_bwd_regs(const T* __restrict__ dout, const T* __restrict__ gates, const T* _
     });
 #pragma unroll
     for (int e = 0; e < 2; ++e) inv[e] = 1.f / inv[e];
-    const auto row_of = [&](int c) { return 2 * tq + (c & 1); };
-    const auto unit_of = [&](int c) { return u0 + g + 8 * (c >> 1); };
-    const auto has = [&](int c) { return row_of(c) < bn && unit_of(c) < H; };
+    const RegsCells cells{u0, g, tq, bn, H};
     for (int i = threadIdx.x; i < 2 * 8 * LD; i += blockDim.x) (&ds[0][0][0])[i] = from_f<T>(0.f);
     if (threadIdx.x < 3 * 8) (&top[0][0])[threadIdx.x] = 0u;
     float gv[4][4], hp[4], dv[4], dh[4], carry[4], bias[4][4] = {};
     const auto load = [&](int t) {   // step t's gates, h_{t-1} and dout of the thread's cells
 #pragma unroll
         for (int c = 0; c < 4; ++c)
-            if (has(c)) {
-                const size_t cell = static_cast<size_t>(t) * B + b0 + row_of(c);
+            if (cells.has(c)) {
+                const size_t cell = static_cast<size_t>(t) * B + b0 + cells.row(c);
 #pragma unroll
-                for (int q = 0; q < 4; ++q) gv[c][q] = to_f(ld_nc(gates + cell * 4 * H + q * H + unit_of(c)));
-                hp[c] = t > 0 ? to_f(ld_nc(out + (cell - B) * H + unit_of(c)))
-                              : h0 != nullptr ? to_f(ld_nc(h0 + static_cast<size_t>(b0 + row_of(c)) * H + unit_of(c)))
-                                              : 0.f;
-                dv[c] = to_f(ld_nc(dout + cell * H + unit_of(c)));
+                for (int q = 0; q < 4; ++q) gv[c][q] = to_f(ld_nc(gates + cell * 4 * H + q * H + cells.unit(c)));
+                hp[c] = t > 0 ? to_f(ld_nc(out + (cell - B) * H + cells.unit(c)))
+                        : h0 != nullptr ? to_f(ld_nc(h0 + static_cast<size_t>(b0 + cells.row(c)) * H + cells.unit(c)))
+                                        : 0.f;
+                dv[c] = to_f(ld_nc(dout + cell * H + cells.unit(c)));
             }
     };
     const auto grads = [&](int t, int s) {   // step t's: to dg_ih, dg_hh, ds[s & 1] and (float32) top[s % 3]
         float m[2] = {};   // rows 2 tq and 2 tq + 1
 #pragma unroll
         for (int c = 0; c < 4; ++c)
-            if (has(c)) {
+            if (cells.has(c)) {
                 T hh[3];
-                const size_t cell = static_cast<size_t>(t) * B + b0 + row_of(c);
-                carry[c] = cell_grads(gv[c], hp[c], dh[c], hh, bias[c], dg_ih, dg_hh, cell * 3 * H + unit_of(c), H);
+                const size_t cell = static_cast<size_t>(t) * B + b0 + cells.row(c);
+                carry[c] = cell_grads(gv[c], hp[c], dh[c], hh, bias[c], dg_ih, dg_hh, cell * 3 * H + cells.unit(c), H);
 #pragma unroll
                 for (int q = 0; q < 3; ++q) {
-                    ds[s & 1][row_of(c)][q * H + unit_of(c)] = hh[q];
+                    ds[s & 1][cells.row(c)][q * H + cells.unit(c)] = hh[q];
                     m[c & 1] = fmaxf(m[c & 1], fabsf(to_f(hh[q])));
                 }
             }
@@ -2680,16 +2688,17 @@ gru_bwd_regs(const T* __restrict__ dout, const T* __restrict__ gates, const T* _
         }
 #pragma unroll
         for (int c = 0; c < 4; ++c)
-            if (has(c)) {
+            if (cells.has(c)) {
                 const float v = (acc[0][c] + acc[1][c] + acc[2][c]) * unscale[c & 1] * inv[c >> 1] + carry[c];
                 dh[c] = t > 0 ? v + dv[c] : v;
-                if (t == 0) dh0[static_cast<size_t>(b0 + row_of(c)) * H + unit_of(c)] = from_f<T>(dh[c]);
+                if (t == 0) dh0[static_cast<size_t>(b0 + cells.row(c)) * H + cells.unit(c)] = from_f<T>(dh[c]);
             }
         if (t > 0) grads(t - 1, s + 1);
     }
 #pragma unroll
     for (int c = 0; c < 4; ++c)
-        if (has(c) && bias_parts != nullptr) store_bias_sums(bias_parts, b0 + row_of(c), unit_of(c), H, bias[c]);
+        if (cells.has(c) && bias_parts != nullptr)
+            store_bias_sums(bias_parts, b0 + cells.row(c), cells.unit(c), H, bias[c]);
 }
 
 // dout (T, B, H); h0 may be null; w_hhT = W_hh^T (H, 3H). Writes dg_ih, dg_hh (T, B, 3H), dh0 (B, H) and, where
