@@ -2479,9 +2479,7 @@ __device__ __forceinline__ void a_fragments(unsigned (&a)[KN][4], float (&scale)
         scale[e] = s;
     }
 }
-}  // namespace gru
 
-namespace gru {
 // gru_fwd_regs' and gru_bwd_regs' cells: lane 4 g + tq's C values c of an m16n8 tile, unit u0 + g + 8 (c >> 1) of the
 // block's batch row 2 tq + (c & 1), bn rows and H units being there
 struct RegsCells {
