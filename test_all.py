@@ -10847,25 +10847,32 @@ def test_gpu_gru_half_operands():
     assert max(cells) == 5, f'cells a thread of the group layouts: {cells}'
 
 
+def gru_regs_runs(forward):
+    """The regs kernels' tests' runs (k, dtype, hidden, batch, steps, layout): float32 and float16, hidden 8, 50, 100
+    and 128 (each KT; units and k-tiles part-filled below 128), batches of 1, 13 and 21 rows in _gru_plan's regs layouts
+    of blocks of 1, 3 and 8 rows (the last block part-filled), 1 and 5 steps."""
+    smem = tl._gru_device()[1]
+    runs = itertools.product((np.float32, np.float16), (8, 50, 100, 128), ((1, 1), (13, 3), (21, 8)), (1, 5))
+    for k, (dtype, hidden, (batch, rows), steps) in enumerate(runs):
+        ranked = []
+        tl._gru_plan(forward, 132, smem, batch, hidden, np.dtype(dtype).itemsize, 1, False, ranked=ranked,
+                     regs=tl._GRU_REGS)
+        yield k, dtype, hidden, batch, steps, next(e[3] for e in ranked if e[3][10] and e[3][3] == rows)
+
+
 def test_gpu_gru_regs_kernel():
     """gru_fwd_regs (the forward with all of W_hh in each block's registers, on f16 operands) in _gru_plan's layouts,
     launched on its own against a float64 recurrence of the same inputs: out and every gate, each unit's column within
     TF32's tolerance of its own largest value (float16: 2e-2, h_t rounded to float16 as it goes), and its out without
-    gates (inference) bitwise the same. Hidden sizes 8, 50, 100 and 128 (each KT; units and k-tiles part-filled below
-    128), batches of 1, 13 and 21 rows in blocks of 1, 3 and 8 rows (the last block part-filled), 1 and 5 steps. float32
-    as in test_gpu_gru_half_operands: W_hh's rows spanning 1e-12 to 1 times PyTorch's scale, b_hn 0, and h0 absent, or
-    with a column of 1e5 where W_hh's is 0 (an infinity in f16 unscaled), or at most 1e-3; float16 h0 absent or
-    uniform."""
+    gates (inference) bitwise the same, in gru_regs_runs' runs. float32 as in test_gpu_gru_half_operands: W_hh's rows
+    spanning 1e-12 to 1 times PyTorch's scale, b_hn 0, and h0 absent, or with a column of 1e5 where W_hh's is 0 (an
+    infinity in f16 unscaled), or at most 1e-3; float16 h0 absent or uniform."""
     need_cuda()
     if not set(GRU_REGS_KERNELS) <= set(tl.fused_kernels()):
         raise Skip('no gru_fwd_regs kernels on this GPU')
-    r, smem = rng('gru regs'), tl._gru_device()[1]
-    runs = itertools.product((np.float32, np.float16), (8, 50, 100, 128), ((1, 1), (13, 3), (21, 8)), (1, 5))
-    for k, (dtype, hidden, (batch, rows), steps) in enumerate(runs):
-        ranked, half = [], dtype == np.float16
-        tl._gru_plan(True, 132, smem, batch, hidden, np.dtype(dtype).itemsize, 1, False, ranked=ranked,
-                     regs=tl._GRU_REGS)
-        layout = next(e[3] for e in ranked if e[3][10] and e[3][3] == rows)
+    r = rng('gru regs')
+    for k, dtype, hidden, batch, steps, layout in gru_regs_runs(True):
+        half = dtype == np.float16
         h0_kind = ('absent', 'uniform')[k % 2] if half else ('absent', 'large', 'small')[k % 3]
         inputs = [None if a is None else a.astype(dtype)
                   for a in gru_scaled_inputs(r, steps, batch, hidden, h0_kind, spread=not half)]
@@ -10890,18 +10897,13 @@ def test_gpu_gru_regs_backward_kernel():
     rounded to the dtype): dg_ih, dg_hh, dh0 and the bias sums, each batch row within TF32's tolerance of its own
     largest value (float16: 2e-2), and dg_ih, dg_hh and dh0 without bias sums bitwise the same. dout's rows span 1e-4
     to 1e4 (float32: each row's f16 operand scaled by its own power of two), W_hh's rows 1e-12 to 1 times PyTorch's
-    scale (float32), h0 absent or given; hidden 8, 50, 100 and 128, batches of 1, 13 and 21 rows in blocks of 1, 3
-    and 8 rows, 1 and 5 steps."""
+    scale (float32), h0 absent or given; gru_regs_runs' runs."""
     need_cuda()
     if not set(GRU_REGS_KERNELS) <= set(tl.fused_kernels()):
         raise Skip('no gru_bwd_regs kernels on this GPU')
-    r, smem = rng('gru regs backward'), tl._gru_device()[1]
-    runs = itertools.product((np.float32, np.float16), (8, 50, 100, 128), ((1, 1), (13, 3), (21, 8)), (1, 5))
-    for k, (dtype, hidden, (batch, rows), steps) in enumerate(runs):
-        ranked, half = [], dtype == np.float16
-        tl._gru_plan(False, 132, smem, batch, hidden, np.dtype(dtype).itemsize, 1, False, ranked=ranked,
-                     regs=tl._GRU_REGS)
-        layout = next(e[3] for e in ranked if e[3][10] and e[3][3] == rows)
+    r = rng('gru regs backward')
+    for k, dtype, hidden, batch, steps, layout in gru_regs_runs(False):
+        half = dtype == np.float16
         h0_kind = ('absent', 'uniform')[k % 2]
         rounded = lambda a: None if a is None else a.astype(dtype).astype(np.float64)
         xg, w, b_ih, b_hh, h0 = map(rounded, gru_scaled_inputs(r, steps, batch, hidden, h0_kind, spread=not half))

@@ -487,7 +487,7 @@ _GRU_WG = (16, 32, 64)   # their float32 products on wgmma: the operand's rows (
 _GRU_GROUPS = (8, 16)   # the forward's batch groups as one cluster (f16 wgmma): its blocks (16: a non-portable size)
 _GRU_GROUP_WG = (16, 32, 48)   # and their operand's rows
 _GRU_CELLS = 4   # (row, unit) cells a thread of the persistent kernels at most (kernels.cu's CPT; groups: 5)
-_GRU_REGS = (2, 4, 8)   # gru_fwd_regs' k-tiles of 16 (W_hh in a block's registers: hidden up to 16 KT)
+_GRU_REGS = (2, 4, 8)   # the regs kernels' k-tiles of 16 (W_hh in a block's registers: hidden up to 16 KT)
 _GRU_REGS_ROWS = 8   # and its batch group's rows at most (the mma's n)
 _NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14   # the CUDA driver's CUfunction_attribute
 # The fused BatchNorm training passes' packs kept in registers per thread (their RC template argument), per C type
@@ -2613,11 +2613,11 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
     group); else group 0): nu = group, its blocks meeting at the cluster's barrier, cheaper than flags by
     _GRU_GROUP_BARRIER clocks, with up to 5 cells a thread (fewer, larger groups: only so many clusters fit at once).
     On f16 operands either way also comes W_hh in every block's registers (`regs`: the KT of _GRU_REGS whose
-    gru_fwd_regs or gru_bwd_regs loaded; the layout's regs the least KT with 16 KT >= H, else 0): nb batch groups of
-    BB <= _GRU_REGS_ROWS rows, a block each, none waiting for another (nb may pass the SMs: waves), at a cost set from
-    the H200's forward steps at B 16, H 128 (1.14 us a row a block, 1.65 for 2 to 8; the autotuned layout there about
-    1.9 us, the model's choice without these costed 805), the backward's costed the same (its steps about as fast as
-    the others' there: PERF_NOTES.md section 6). The k-split's model was fitted to the H200's times of 7 shapes each way on
+    gru_fwd_regs or gru_bwd_regs loaded; the layout's regs the least KT with 16 KT >= H, else 0): nb batch groups of BB
+    <= _GRU_REGS_ROWS rows, a block each, none waiting for another (nb may pass the SMs: waves), at a cost set from the
+    H200's forward steps at B 16, H 128 (1.14 us a row a block, 1.65 for 2 to 8; the autotuned layout there about 1.9
+    us, the model's choice without these costed 805), the backward's costed the same (its steps about as fast as the
+    others' there: PERF_NOTES.md section 6). The k-split's model was fitted to the H200's times of 7 shapes each way on
     mma.sync (P = 2, 4, 8 against the unsplit layouts) and picks the fastest there (wgmma's rate in it is a guess); it
     is compared with the unsplit layout chosen as before plus that layout's time to read its operand rows from L2 (about
     2800 bytes a clock on the H200: the bound the k-split lifts). `ranked`, a list, gets (clocks, L2 read clocks,
