@@ -697,8 +697,7 @@ def _layout_notes(table, label, key, chosen, launch, new_results, reference, tol
     `reference` (the chosen layout's results) to `tol` of its largest value; key: _gru_plans' key (multiprocessors,
     shared memory, B, H, itemsize, TC, clusters loaded)."""
     ranked, forward, dtype = [], label.endswith('fwd'), reference[0].dtype
-    planned = tl._gru_plan(forward, *key, tl._gru_splits(forward, dtype) if key[5] else (), ranked=ranked,
-                           regs=tl._gru_regs(forward, dtype) if key[5] else ())
+    planned = tl._gru_model_choice(forward, key, dtype, ranked)
     if planned != chosen:
         table.note(f'{label}: the model\'s choice {planned} is not the layout used (tl.gru_autotune timed it '
                    f'slower), {chosen}')

@@ -2462,11 +2462,18 @@ def _gru_plans(x, hidden, tf32, keep_gates=True):
     return plans
 
 
+def _gru_model_choice(forward, key, dtype, ranked=None):
+    """_gru_plan's layout at _gru_plans' key, the k-split and regs kernels loaded for `dtype` offered on the tensor
+    cores; `ranked` as _gru_plan's."""
+    tc = key[5]
+    return _gru_plan(forward, *key, _gru_splits(forward, dtype) if tc else (), ranked=ranked,
+                     regs=_gru_regs(forward, dtype) if tc else ())
+
+
 def _gru_choice(forward, key, dtype):
-    """_gru_plan's layout at _gru_plans' key, or with gru_autotune the list of layouts to time (_gru_candidates)."""
+    """_gru_model_choice, or with gru_autotune the list of layouts to time (_gru_candidates)."""
     ranked = [] if gru_autotune else None
-    choice = _gru_plan(forward, *key, _gru_splits(forward, dtype) if key[5] else (), ranked=ranked,
-                       regs=_gru_regs(forward, dtype) if key[5] else ())
+    choice = _gru_model_choice(forward, key, dtype, ranked)
     if choice is None or ranked is None:
         return choice
     candidates = [entry[3] for entry in _gru_candidates(ranked, choice, _GRU_TUNE_TIES, _GRU_TUNE_KINDS)]
