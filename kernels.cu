@@ -1303,6 +1303,21 @@ __device__ __forceinline__ __half ld_cg(const __half* p) {
 }
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + __expf(-x)); }
+// For the GRU kernels whose products run on the tensor cores (TF32 or f16 operands, 11 significant bits): sigmoid
+// from ex2.approx and rcp.approx alone (__expf, __fdividef: 0 where the divisor passes 2^126, the limit), within about
+// 1e-6 of 1, and tanh as tanh.approx.f32 (one instruction from sm_75, about 2^-11 relative). sigmoid's IEEE division
+// and tanhf took 0.45 us of a regs step's 1.11 on the H100 (0.70 with these; 0.67 with sigmoid from tanh.approx too,
+// which keeps only 2^-11 of 1 where r or z nears 0 or 1, in a cell that then keeps or drops h_{t-1} for many steps).
+__device__ __forceinline__ float fast_sigmoid(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
+__device__ __forceinline__ float fast_tanh(float x) {
+#if __CUDA_ARCH__ >= 750
+    float y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#else
+    return __fdividef(2.f, 1.f + __expf(-2.f * x)) - 1.f;
+#endif
+}
 
 // A forward cell's r, z, n and hg_n at gates[at], H apart, for the backward; gates null (inference): none kept
 template <typename T>
@@ -2094,18 +2109,21 @@ __device__ __forceinline__ void unit_biases(float (&bias)[4], const T* b_ih, con
 }
 
 // A forward cell's step from its xg values x, its products s (h_{t-1} times W_hh's r, z and n rows) and unit_biases:
-// sets r, z, n and hn (hg_n) and returns h_t before rounding to the output's type, hp being h_{t-1}
+// sets r, z, n and hn (hg_n) and returns h_t before rounding to the output's type, hp being h_{t-1}; FAST: fast_sigmoid
+// and fast_tanh
+template <bool FAST>
 __device__ __forceinline__ float cell_step(const float (&x)[3], const float (&s)[3], const float (&bias)[4], float hp,
                                            float& r, float& z, float& n, float& hn) {
-    r = sigmoid(x[0] + s[0] + bias[0]);
-    z = sigmoid(x[1] + s[1] + bias[1]);
+    r = FAST ? fast_sigmoid(x[0] + s[0] + bias[0]) : sigmoid(x[0] + s[0] + bias[0]);
+    z = FAST ? fast_sigmoid(x[1] + s[1] + bias[1]) : sigmoid(x[1] + s[1] + bias[1]);
     hn = s[2] + bias[3];
-    n = tanhf(x[2] + bias[2] + r * hn);
+    n = FAST ? fast_tanh(x[2] + bias[2] + r * hn) : tanhf(x[2] + bias[2] + r * hn);
     return n + z * (hp - n);
 }
 
-// Forward, the thread's cells: bias = unit_biases, hp = h_{t-1} (h0 may be null: zeros), in = step t's xg values.
-template <typename T, int C = CPT>
+// Forward, the thread's cells: bias = unit_biases, hp = h_{t-1} (h0 may be null: zeros), in = step t's xg values;
+// FAST: cell_step's (the products on the tensor cores).
+template <typename T, bool FAST, int C = CPT>
 struct FwdCells : Cells<C> {
     using Cells<C>::has;
     using Cells<C>::b;
@@ -2146,7 +2164,7 @@ struct FwdCells : Cells<C> {
             if (has(i)) {
                 float s[3], r, z, n, hn;
                 sum(i, s);
-                const T h = from_f<T>(cell_step(in.xv[i], s, bias[i], hp[i], r, z, n, hn));
+                const T h = from_f<T>(cell_step<FAST>(in.xv[i], s, bias[i], hp[i], r, z, n, hn));
                 hp[i] = to_f(h);
                 out[(static_cast<size_t>(t) * B + b(i)) * H + j(i)] = h;
                 keep_gates(gates, (static_cast<size_t>(t) * B + b(i)) * 4 * H + j(i), H, r, z, n, hn);
@@ -2287,8 +2305,8 @@ __device__ __forceinline__ void gru_fwd_body(const T* __restrict__ xg, const T* 
         });
         cluster_sync();
     }
-    FwdCells<T> cells(0, bk.ncell, bk.jn, bk.b0, bk.j0, b_ih, b_hh, h0, H);
-    typename FwdCells<T>::Inputs ahead;   // step t + 1's xg while step t runs: loaded a step before it is used
+    FwdCells<T, TC != 0> cells(0, bk.ncell, bk.jn, bk.b0, bk.j0, b_ih, b_hh, h0, H);
+    typename FwdCells<T, TC != 0>::Inputs ahead;   // step t + 1's xg while step t runs: loaded a step before it is used
     cells.load(cells.in, xg, 0, B, H);
     if (steps > 1) cells.load(ahead, xg, 1, B, H);
     for (int t = 0; t < steps; ++t) {
@@ -2382,7 +2400,7 @@ __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, con
         bk.stage_weights(w_hh, H);
         weights_to_tf32<T, 1>(bk.Ws, bk.weight_count());
     }
-    FwdCells<T, C> cells(bk.c0, bk.c1, bk.jn, bk.b0, bk.j0, b_ih, b_hh, h0, H);
+    FwdCells<T, true, C> cells(bk.c0, bk.c1, bk.jn, bk.b0, bk.j0, b_ih, b_hh, h0, H);
     const auto keep_half = [&](int buffer, int i, float h) {   // cell i's f16 copy of h into hh's buffer, scaled
         hh[static_cast<size_t>(buffer * B + cells.b(i)) * H + cells.j(i)] = from_f<O>(h * hs);
     };
@@ -2393,10 +2411,10 @@ __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, con
         group_sync([] {});
     }
     cells.load(cells.in, xg, 0, B, H);
-    typename FwdCells<T, C>::Inputs xn;   // step t + 1's xg values, loaded after step t's barrier: in flight during the
-    // product (the cluster barrier after it may wait for them). Loaded while waiting at the barrier, the float32
-    // forward took 15% longer at H = 512 and 1024 on the H200: the compiler put the loads above the flag store, whose
-    // release then waited for them.
+    // step t + 1's xg values, loaded after step t's barrier: in flight during the product (the cluster barrier after
+    // it may wait for them). Loaded while waiting at the barrier, the float32 forward took 15% longer at H = 512 and
+    // 1024 on the H200: the compiler put the loads above the flag store, whose release then waited for them.
+    typename FwdCells<T, true, C>::Inputs xn;
     for (int t = 0; t < steps; ++t) {
         if (t + 1 < steps) cells.load(xn, xg, t + 1, B, H);
         if constexpr (scaled)
@@ -2567,7 +2585,7 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
                 const int e = c >> 1;
                 const float s[3] = {acc[0][c] * inv[0][e], acc[1][c] * inv[1][e], acc[2][c] * inv[2][e]};
                 float r, z, n, hn;
-                const T h = from_f<T>(cell_step(xv[c], s, bias[e], hp[c], r, z, n, hn));
+                const T h = from_f<T>(cell_step<true>(xv[c], s, bias[e], hp[c], r, z, n, hn));
                 hp[c] = to_f(h);
                 const size_t cell = static_cast<size_t>(t) * B + b0 + cells.row(c);
                 out[cell * H + cells.unit(c)] = h;
