@@ -10940,6 +10940,37 @@ def test_gpu_gru_regs_backward_kernel():
             f'{what}: gradients without the bias sums differ'
 
 
+def test_gpu_gru_saturated_gates():
+    """The float32 forward kernels on the tensor cores (their cells on fast_sigmoid and fast_tanh), in the layouts of
+    every kind _gru_candidates offers at batch 5 and hidden 72, each launched on its own with r near 0 and z near 1 in
+    every cell (b_ir -12, b_iz 12) against the float64 recurrence: r and z within 1e-6, and over 40 steps that keep
+    h_{t-1} out within 1e-5 (sigmoid as 0.5 + 0.5 tanh.approx(x / 2) would keep about 2^-12 of 1 there, and h would
+    drift by that a step)."""
+    need_cuda()
+    steps, batch, hidden, r = 40, 5, 72, rng('gru saturated gates')
+    xg, w, b_ih, b_hh, h0 = gru_scaled_inputs(r, steps, batch, hidden, 'uniform', spread=False)
+    b_ih[:hidden], b_ih[hidden:2 * hidden] = -12, 12
+    want_out, want_gates = gru_forward_reference(xg, w, b_ih, b_hh, h0)
+    clusters = all(tl._kernel(f'gru_{d}_cluster', np.float32, 1, 1) is not None for d in ('fwd', 'bwd'))
+    key, ranked = tl._gru_device()[:2] + (batch, hidden, 4, 1, clusters), []
+    choice = tl._gru_model_choice(True, key, np.float32, ranked)
+    arrays = tuple(cp.asarray(a, np.float32) for a in (xg, w, b_ih, b_hh, h0))
+    kernels = set()
+    for layout in dict.fromkeys(entry[3] for entry in tl._gru_candidates(ranked, choice, 0, 99)):
+        out, gates = cp.full((steps, batch, hidden), np.nan, np.float32), cp.full((steps, batch, 4 * hidden), np.nan,
+                                                                               np.float32)
+        with gru_calls() as calls:
+            tl._gru_launch('fwd', layout, True, arrays + (out, gates), steps, batch, hidden)
+        kernels |= calls
+        got = cp.asnumpy(gates).astype(np.float64)
+        off = {'r': np.abs(got[..., :hidden] - want_gates[..., :hidden]).max(),
+               'z': np.abs(got[..., hidden:2 * hidden] - want_gates[..., hidden:2 * hidden]).max(),
+               'out': np.abs(cp.asnumpy(out) - want_out).max()}
+        assert off['r'] <= 1e-6 and off['z'] <= 1e-6 and off['out'] <= 1e-5, f'{layout} ({calls}): off by {off}'
+    assert 'gru_fwd_regs' in kernels or not set(GRU_REGS_KERNELS) <= set(tl.fused_kernels()), kernels
+    assert len(kernels) > 1, kernels
+
+
 def test_gpu_gru_group_clusters_float16():
     """The float16 forward with a batch group as one cluster of 8 or 16 blocks (gru_fwd_split<__half, 1, WN, G>: wgmma
     products on the f16 values as they are, the cluster's barrier instead of flags, up to 5 cells a thread) launched
