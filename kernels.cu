@@ -2514,8 +2514,9 @@ struct RegsCells {
 // all KT k-tiles; the batch rows are the n = 8 columns of the B operand, h_{t-1} read from shared memory by ldmatrix;
 // one __syncthreads() a step. Lane 4 g + tq holds A rows g and g + 8 of each m-tile and finishes the cells (unit 16 w +
 // g + 8 (c >> 1), row 2 tq + (c & 1)) of C. W_hh's rows are scaled each by its own power of two (a_fragments); float32
-// runs on f16 operands, as gru_fwd_split_h, h scaled by the batch group's operand_scale. On the H200 at B 16, H 128: a
-// step 1.14 us with a row a block, 1.65 with 8 (the cluster kernels' best layout 1.9; PERF_NOTES.md).
+// runs on f16 operands, as gru_fwd_split_h, h scaled by the batch group's operand_scale. On the H100 at B 16, H 128
+// (float32): a step 0.71 us with a row a block, 1.05 with 8 (1.11 and 1.60 with tanhf and IEEE division in the cells;
+// PERF_NOTES.md).
 template <typename T, int KT>
 __global__ void __launch_bounds__(gru::NT, 1)
 gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __restrict__ b_ih,
