@@ -1307,7 +1307,7 @@ __device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + __expf(-
 // from ex2.approx and rcp.approx alone (__expf, __fdividef: 0 where the divisor passes 2^126, the limit), within about
 // 1e-6 of 1, and tanh as tanh.approx.f32 (one instruction from sm_75, about 2^-11 relative). sigmoid's IEEE division
 // and tanhf took 0.45 us of a regs step's 1.11 on the H100 (0.70 with these; 0.67 with sigmoid from tanh.approx too,
-// which keeps only 2^-11 of 1 where r or z nears 0 or 1, in a cell that then keeps or drops h_{t-1} for many steps).
+// which keeps only 2^-12 of 1 where r or z nears 0 or 1, in a cell that then keeps or drops h_{t-1} for many steps).
 __device__ __forceinline__ float fast_sigmoid(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
 __device__ __forceinline__ float fast_tanh(float x) {
 #if __CUDA_ARCH__ >= 750

@@ -10944,8 +10944,8 @@ def test_gpu_gru_saturated_gates():
     """The float32 forward kernels on the tensor cores (their cells on fast_sigmoid and fast_tanh), in the layouts of
     every kind _gru_candidates offers at batch 5 and hidden 72, each launched on its own with r near 0 and z near 1 in
     every cell (b_ir -12, b_iz 12) against the float64 recurrence: r and z within 1e-6, and over 40 steps that keep
-    h_{t-1} out within 1e-5 (sigmoid as 0.5 + 0.5 tanh.approx(x / 2) would keep about 2^-12 of 1 there, and h would
-    drift by that a step)."""
+    h_{t-1} out within 1e-5 (sigmoid as 0.5 + 0.5 tanh.approx(x / 2) is bound only to 2^-12 of 1, tanh.approx's 2^-11
+    halved, and h could drift by that a step)."""
     need_cuda()
     steps, batch, hidden, r = 40, 5, 72, rng('gru saturated gates')
     xg, w, b_ih, b_hh, h0 = gru_scaled_inputs(r, steps, batch, hidden, 'uniform', spread=False)
