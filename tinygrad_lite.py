@@ -2449,8 +2449,7 @@ def _gru_plans(x, hidden, tf32, keep_gates=True):
         return None
     tc, plans = int(x.dtype == np.float16 or tf32), [None, None]
     if _gru_path != 'fallback' and _kernel('gru_fwd_persistent', x.dtype, tc) is not None:
-        clusters = all(_kernel(f'gru_{d}_cluster', x.dtype, tc, 1) is not None for d in ('fwd', 'bwd'))
-        key = _gru_device()[:2] + (x.shape[1], hidden, x.itemsize, tc, clusters)
+        key = _gru_key(x.shape[1], hidden, x.dtype, tc)
         # a layout fits the kernels the first three select
         switches = (_gru_half_operands, _gru_wgmma, _gru_chunk_cap, keep_gates)
         if (key, switches) not in _gru_layouts:
@@ -2460,6 +2459,13 @@ def _gru_plans(x, hidden, tf32, keep_gates=True):
         raise ValueError(f"GRU: no persistent kernels for batch {x.shape[1]} and hidden size {hidden} (they do not "
                          "fit on chip, or kernels.cu's cooperative module did not load)")
     return plans
+
+
+def _gru_key(batch, hidden, dtype, tc):
+    """_gru_plans' key of a run on the current GPU: (multiprocessors, shared memory a block may take, batch, hidden,
+    itemsize, tc, whether the cluster kernels loaded)."""
+    clusters = all(_kernel(f'gru_{d}_cluster', dtype, tc, 1) is not None for d in ('fwd', 'bwd'))
+    return _gru_device()[:2] + (batch, hidden, np.dtype(dtype).itemsize, tc, clusters)
 
 
 def _gru_model_choice(forward, key, dtype, ranked=None):
