@@ -2466,23 +2466,29 @@ gru_fwd_split_h(const float* __restrict__ xg, const float* __restrict__ w_hh, co
 #endif
 
 namespace gru {
-// mma.sync A fragments of 16 rows of a matrix, KN k-tiles, into registers: lane 4 g + tq's a[kt][e + 2 r] holds the
-// values at row g + 8 e, columns 16 kt + 2 tq + 8 r and the next, that pair(e, k) reads (a float2; zeros outside the
-// matrix), times half_scale of the row's largest magnitude (its columns lie in the lane's quad), returned in scale[e]
-// (exact for f16 values, which it keeps from f16's subnormals). A row's loads are all issued before any is used:
-// reading them twice, for the scale and then the fragments, one step of loads waiting on the last, took about 10 us at
-// hidden 128 on the H200.
-template <int KN, typename Pair>
-__device__ __forceinline__ void a_fragments(unsigned (&a)[KN][4], float (&scale)[2], int tq, Pair pair) {
+// mma.sync A fragments of the 16 rows of a row-major matrix of `width` columns that start at `rows` (those from row
+// `valid` on, and the columns past `width`, read as zeros), KN k-tiles, into registers: lane 4 g + tq's a[kt][e + 2 r]
+// holds the values at row g + 8 e, columns 16 kt + 2 tq + 8 r and the next, times half_scale of the row's largest
+// magnitude (its columns lie in the lane's quad), returned in scale[e] (exact for f16 values, which it keeps from f16's
+// subnormals). A row's loads are all issued before any is used: reading them twice, for the scale and then the
+// fragments, one step of loads waiting on the last, took about 10 us at hidden 128 on the H200.
+template <int KN, typename T>
+__device__ __forceinline__ void a_fragments(unsigned (&a)[KN][4], float (&scale)[2], const T* rows, int valid,
+                                            int width) {
+    const int g = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
+        const T* row = rows + static_cast<size_t>(g + 8 * e) * width;
         float2 v[KN][2];
         float m = 0.f;
 #pragma unroll
         for (int kt = 0; kt < KN; ++kt)
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                v[kt][r] = pair(e, 16 * kt + 2 * tq + 8 * r);
+                const int k = 16 * kt + 2 * tq + 8 * r;
+                v[kt][r] = g + 8 * e >= valid ? make_float2(0.f, 0.f)
+                           : make_float2(k < width ? to_f(ld_nc(row + k)) : 0.f,
+                                         k + 1 < width ? to_f(ld_nc(row + k + 1)) : 0.f);
                 m = fmaxf(m, fmaxf(fabsf(v[kt][r].x), fabsf(v[kt][r].y)));
             }
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
@@ -2536,12 +2542,7 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
 #pragma unroll
     for (int q = 0; q < 3; ++q) {
         float scale[2];
-        a_fragments<KT>(wf[q], scale, tq, [&](int e, int k) {
-            const int u = u0 + g + 8 * e;
-            const T* row = w_hh + static_cast<size_t>(q * H + u) * H;
-            if (u >= H) return make_float2(0.f, 0.f);
-            return make_float2(k < H ? to_f(ld_nc(row + k)) : 0.f, k + 1 < H ? to_f(ld_nc(row + k + 1)) : 0.f);
-        });
+        a_fragments<KT>(wf[q], scale, w_hh + static_cast<size_t>(q * H + u0) * H, H - u0, H);
 #pragma unroll
         for (int e = 0; e < 2; ++e) inv[q][e] = 1.f / (scale[e] * h_scale);
     }
@@ -2620,12 +2621,7 @@ gru_bwd_regs(const T* __restrict__ dout, const T* __restrict__ gates, const T* _
     const int b0 = BB * blockIdx.x, bn = min(BB, B - b0);
     unsigned wf[K][4];   // A fragments: W_hh^T's rows u0 + g (+8)
     float inv[2];        // 1 / their scales
-    a_fragments<K>(wf, inv, tq, [&](int e, int k) {
-        const int u = u0 + g + 8 * e;
-        const T* row = w_hhT + static_cast<size_t>(u) * 3 * H;
-        if (u >= H) return make_float2(0.f, 0.f);
-        return make_float2(k < 3 * H ? to_f(ld_nc(row + k)) : 0.f, k + 1 < 3 * H ? to_f(ld_nc(row + k + 1)) : 0.f);
-    });
+    a_fragments<K>(wf, inv, w_hhT + static_cast<size_t>(u0) * 3 * H, H - u0, 3 * H);
 #pragma unroll
     for (int e = 0; e < 2; ++e) inv[e] = 1.f / inv[e];
     const RegsCells cells{u0, g, tq, bn, H};
