@@ -1334,13 +1334,14 @@ __device__ __forceinline__ void keep_gates(T* gates, size_t at, int H, float r, 
 // exactly. half_scale(m): s with m s in [2^14, 2^15) for a largest magnitude m (1 where m is 0 or not finite, which
 // then stays so), so that the values down to 2^-29 m are f16 normals with 11 significant bits (TF32 keeps 11,
 // truncated); its exponent within +-100. A weight row's scale times the operand's (at most 2^14) has a finite float
-// inverse unless the row's and h0's largest magnitudes multiply past about 2^150.
-__device__ __forceinline__ float half_scale(float m) {
-    if (!(m > 0.f) || isinf(m)) return 1.f;
-    int e;
-    frexpf(m, &e);   // m < 2^e
-    return ldexpf(1.f, max(-100, min(100, 15 - e)));
+// inverse unless the row's and h0's largest magnitudes multiply past about 2^150. Both s and half_unscale's 1 / s are
+// built from m's exponent bits: frexpf, ldexpf and a division put 0.23 us on a gru_bwd_regs step's chain (H100).
+__device__ __forceinline__ int half_scale_exponent(float m) {
+    if (!(m > 0.f) || isinf(m)) return 0;
+    return max(-100, min(100, 141 - (__float_as_int(m) >> 23)));   // 15 - e for m < 2^e (subnormals: 100 either way)
 }
+__device__ __forceinline__ float half_scale(float m) { return __int_as_float((127 + half_scale_exponent(m)) << 23); }
+__device__ __forceinline__ float half_unscale(float m) { return __int_as_float((127 - half_scale_exponent(m)) << 23); }
 
 // The scale of a batch group's f16 operand h, the same in every block of the group: half_scale of the larger of 1 and
 // the largest magnitude in h0's rows [b0, b0 + bn) (h0 null: zeros). |h_t| stays below that for t > 0 (h_t lies
@@ -2679,7 +2680,7 @@ gru_bwd_regs(const T* __restrict__ dout, const T* __restrict__ gates, const T* _
         if constexpr (SCALED) {
             scale = half_scale(__uint_as_float(top[s % 3][g]));
 #pragma unroll
-            for (int e = 0; e < 2; ++e) unscale[e] = 1.f / half_scale(__uint_as_float(top[s % 3][2 * tq + e]));
+            for (int e = 0; e < 2; ++e) unscale[e] = half_unscale(__uint_as_float(top[s % 3][2 * tq + e]));
         }
         float acc[3][4] = {};   // three chains of K products
         if (u0 < H) {
