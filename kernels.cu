@@ -2111,10 +2111,13 @@ __device__ __forceinline__ void unit_biases(float (&bias)[4], const T* b_ih, con
 
 // A forward cell's step from its xg values x, its products s (h_{t-1} times W_hh's r, z and n rows) and unit_biases:
 // sets r, z, n and hn (hg_n) and returns h_t before rounding to the output's type, hp being h_{t-1}; FAST: fast_sigmoid
-// and fast_tanh
-template <bool FAST>
-__device__ __forceinline__ float cell_step(const float (&x)[3], const float (&s)[3], const float (&bias)[4], float hp,
+// and fast_tanh. x comes as loaded: the kernels keep it in its type and convert it only here, so that no wait for the
+// loads comes where they are issued, often before a barrier (float16's regs forward step: 0.96 us with x converted
+// there, 0.67 without; H100).
+template <bool FAST, typename T>
+__device__ __forceinline__ float cell_step(const T (&xt)[3], const float (&s)[3], const float (&bias)[4], float hp,
                                            float& r, float& z, float& n, float& hn) {
+    const float x[3] = {to_f(xt[0]), to_f(xt[1]), to_f(xt[2])};
     r = FAST ? fast_sigmoid(x[0] + s[0] + bias[0]) : sigmoid(x[0] + s[0] + bias[0]);
     z = FAST ? fast_sigmoid(x[1] + s[1] + bias[1]) : sigmoid(x[1] + s[1] + bias[1]);
     hn = s[2] + bias[3];
@@ -2130,7 +2133,7 @@ struct FwdCells : Cells<C> {
     using Cells<C>::b;
     using Cells<C>::j;
     struct Inputs {
-        float xv[C][3];
+        T xv[C][3];   // as loaded (cell_step converts them)
     };
     float bias[C][4], hp[C];
     Inputs in;
@@ -2153,7 +2156,7 @@ struct FwdCells : Cells<C> {
             if (has(i)) {
                 const T* p = xg + (static_cast<size_t>(t) * B + b(i)) * 3 * H + j(i);
 #pragma unroll
-                for (int q = 0; q < 3; ++q) to.xv[i][q] = to_f(ld_nc(p + q * H));
+                for (int q = 0; q < 3; ++q) to.xv[i][q] = ld_nc(p + q * H);
             }
     }
     // Step t's gates from the products sum(i, s) puts in s (h_{t-1} times W_hh's r, z and n rows): writes out and
@@ -2176,13 +2179,14 @@ struct FwdCells : Cells<C> {
 
 // Backward, the thread's cells: in = what step t's gates need (g = r, z, n, hg_n; hp = h_{t-1}; dout[t]), loaded
 // ahead of use; dh, the gradient reaching h_t; carry = dh z of the step after.
-// A backward cell's step t: from its gates g (r, z, n, hg_n), h_{t-1} hp and d = dL/dh_t, writes dg_hh's r, z and n
-// values hh at dg_ih + o and dg_hh + o, H apart (dg_ih's r and z the same, its n dan), adds the values written to
-// bias (float16: as rounded), and returns d z, the share of dh_{t-1} that skips W_hh
+// A backward cell's step t: from its gates g (r, z, n, hg_n), h_{t-1} h_prev (both as loaded, as cell_step's x) and
+// d = dL/dh_t, writes dg_hh's r, z and n values hh at dg_ih + o and dg_hh + o, H apart (dg_ih's r and z the same, its
+// n dan), adds the values written to bias (float16: as rounded), and returns d z, the share of dh_{t-1} that skips
+// W_hh
 template <typename T>
-__device__ __forceinline__ float cell_grads(const float (&g)[4], float hp, float d, T (&hh)[3], float (&bias)[4],
+__device__ __forceinline__ float cell_grads(const T (&g)[4], T h_prev, float d, T (&hh)[3], float (&bias)[4],
                                             T* __restrict__ dg_ih, T* dg_hh, size_t o, int H) {
-    const float r = g[0], z = g[1], n = g[2], hn = g[3];
+    const float r = to_f(g[0]), z = to_f(g[1]), n = to_f(g[2]), hn = to_f(g[3]), hp = to_f(h_prev);
     const float daz = d * (hp - n) * z * (1.f - z);
     const float dan = d * (1.f - z) * (1.f - n * n);
     const float dar = dan * hn * r * (1.f - r);
@@ -2214,7 +2218,7 @@ __device__ __forceinline__ void store_bias_sums(float* parts, int b, int u, int 
 template <typename T>
 struct BwdCells : Cells<> {
     struct Inputs {
-        float g[CPT][4], hp[CPT], dout[CPT];
+        T g[CPT][4], hp[CPT], dout[CPT];   // as loaded (converted where used, as cell_step's x)
     };
     Inputs in;
     float dh[CPT], carry[CPT], bias[CPT][4];   // bias: the sums over the steps of dg_ih's r, z, n and dg_hh's n
@@ -2229,10 +2233,10 @@ struct BwdCells : Cells<> {
                 const size_t bj = static_cast<size_t>(b(i)) * H + j(i);
                 const T* p = gates + (static_cast<size_t>(t) * B + b(i)) * 4 * H + j(i);
 #pragma unroll
-                for (int q = 0; q < 4; ++q) to.g[i][q] = to_f(ld_nc(p + q * H));
-                to.hp[i] = t > 0 ? to_f(ld_nc(out + static_cast<size_t>(t - 1) * B * H + bj))
-                                 : (h0 != nullptr ? to_f(ld_nc(h0 + bj)) : 0.f);
-                to.dout[i] = to_f(ld_nc(dout_ + static_cast<size_t>(t) * B * H + bj));
+                for (int q = 0; q < 4; ++q) to.g[i][q] = ld_nc(p + q * H);
+                to.hp[i] = t > 0 ? ld_nc(out + static_cast<size_t>(t - 1) * B * H + bj)
+                                 : (h0 != nullptr ? ld_nc(h0 + bj) : from_f<T>(0.f));
+                to.dout[i] = ld_nc(dout_ + static_cast<size_t>(t) * B * H + bj);
             }
     }
     // Writes dg_ih[t] and dg_hh[t] from dh, keeps dh z (dh_{t-1}'s share that skips W_hh), then share(i, hh) with
@@ -2253,12 +2257,12 @@ struct BwdCells : Cells<> {
     __device__ void gather(Sum sum, bool more) {
 #pragma unroll
         for (int i = 0; i < CPT; ++i)
-            if (has(i)) dh[i] = sum(i, carry[i]) + (more ? in.dout[i] : 0.f);
+            if (has(i)) dh[i] = sum(i, carry[i]) + (more ? to_f(in.dout[i]) : 0.f);
     }
     __device__ void start() {   // the last step: dh = dout[T - 1]
 #pragma unroll
         for (int i = 0; i < CPT; ++i) {
-            dh[i] = in.dout[i];
+            dh[i] = to_f(in.dout[i]);
 #pragma unroll
             for (int q = 0; q < 4; ++q) bias[i][q] = 0.f;
         }
@@ -2521,9 +2525,9 @@ struct RegsCells {
 // all KT k-tiles; the batch rows are the n = 8 columns of the B operand, h_{t-1} read from shared memory by ldmatrix;
 // one __syncthreads() a step. Lane 4 g + tq holds A rows g and g + 8 of each m-tile and finishes the cells (unit 16 w +
 // g + 8 (c >> 1), row 2 tq + (c & 1)) of C. W_hh's rows are scaled each by its own power of two (a_fragments); float32
-// runs on f16 operands, as gru_fwd_split_h, h scaled by the batch group's operand_scale. On the H100 at B 16, H 128
-// (float32): a step 0.71 us with a row a block, 1.05 with 8 (1.11 and 1.60 with tanhf and IEEE division in the cells;
-// PERF_NOTES.md).
+// runs on f16 operands, as gru_fwd_split_h, h scaled by the batch group's operand_scale. On the H100 at B 16, H 128:
+// a step 0.67 us with a row a block, 1.03 with 8, in float32 and float16 alike (float32 1.11 and 1.60 with tanhf and
+// IEEE division in the cells; PERF_NOTES.md).
 template <typename T, int KT>
 __global__ void __launch_bounds__(gru::NT, 1)
 gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __restrict__ b_ih,
@@ -2548,7 +2552,8 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
         for (int e = 0; e < 2; ++e) inv[q][e] = 1.f / (scale[e] * h_scale);
     }
     const RegsCells cells{u0, g, tq, bn, H};
-    float bias[2][4] = {}, hp[4], xv[4][3];   // bias[e]: unit_biases of unit u0 + g + 8 e
+    float bias[2][4] = {}, hp[4];   // bias[e]: unit_biases of unit u0 + g + 8 e
+    T xv[4][3];   // step t's xg, as loaded (cell_step converts them)
 #pragma unroll
     for (int e = 0; e < 2; ++e)
         if (u0 + g + 8 * e < H) unit_biases(bias[e], b_ih, b_hh, H, u0 + g + 8 * e);
@@ -2566,7 +2571,7 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
             if (cells.has(c)) {
                 const T* p = xg + (static_cast<size_t>(t) * B + b0 + cells.row(c)) * 3 * H + cells.unit(c);
 #pragma unroll
-                for (int q = 0; q < 3; ++q) xv[c][q] = to_f(ld_nc(p + q * H));
+                for (int q = 0; q < 3; ++q) xv[c][q] = ld_nc(p + q * H);
             }
     };
     if (steps > 0) load(0);
@@ -2628,18 +2633,19 @@ gru_bwd_regs(const T* __restrict__ dout, const T* __restrict__ gates, const T* _
     const RegsCells cells{u0, g, tq, bn, H};
     for (int i = threadIdx.x; i < 2 * 8 * LD; i += blockDim.x) (&ds[0][0][0])[i] = from_f<T>(0.f);
     if (threadIdx.x < 3 * 8) (&top[0][0])[threadIdx.x] = 0u;
-    float gv[4][4], hp[4], dv[4], dh[4], carry[4], bias[4][4] = {};
+    T gv[4][4], hp[4], dv[4];   // step t - 1's inputs, as loaded (converted where used, as cell_step's x)
+    float dh[4], carry[4], bias[4][4] = {};
     const auto load = [&](int t) {   // step t's gates, h_{t-1} and dout of the thread's cells
 #pragma unroll
         for (int c = 0; c < 4; ++c)
             if (cells.has(c)) {
                 const size_t cell = static_cast<size_t>(t) * B + b0 + cells.row(c);
 #pragma unroll
-                for (int q = 0; q < 4; ++q) gv[c][q] = to_f(ld_nc(gates + cell * 4 * H + q * H + cells.unit(c)));
-                hp[c] = t > 0 ? to_f(ld_nc(out + (cell - B) * H + cells.unit(c)))
-                        : h0 != nullptr ? to_f(ld_nc(h0 + static_cast<size_t>(b0 + cells.row(c)) * H + cells.unit(c)))
-                                        : 0.f;
-                dv[c] = to_f(ld_nc(dout + cell * H + cells.unit(c)));
+                for (int q = 0; q < 4; ++q) gv[c][q] = ld_nc(gates + cell * 4 * H + q * H + cells.unit(c));
+                hp[c] = t > 0 ? ld_nc(out + (cell - B) * H + cells.unit(c))
+                        : h0 != nullptr ? ld_nc(h0 + static_cast<size_t>(b0 + cells.row(c)) * H + cells.unit(c))
+                                        : from_f<T>(0.f);
+                dv[c] = ld_nc(dout + cell * H + cells.unit(c));
             }
     };
     const auto grads = [&](int t, int s) {   // step t's: to dg_ih, dg_hh, ds[s & 1] and (float32) top[s % 3]
@@ -2668,7 +2674,7 @@ gru_bwd_regs(const T* __restrict__ dout, const T* __restrict__ gates, const T* _
     if (steps > 0) {
         load(steps - 1);
 #pragma unroll
-        for (int c = 0; c < 4; ++c) dh[c] = dv[c];
+        for (int c = 0; c < 4; ++c) dh[c] = to_f(dv[c]);
         grads(steps - 1, 0);
     }
     for (int s = 0; s < steps; ++s) {
@@ -2704,7 +2710,7 @@ gru_bwd_regs(const T* __restrict__ dout, const T* __restrict__ gates, const T* _
         for (int c = 0; c < 4; ++c)
             if (cells.has(c)) {
                 const float v = (acc[0][c] + acc[1][c] + acc[2][c]) * unscale[c & 1] * inv[c >> 1] + carry[c];
-                dh[c] = t > 0 ? v + dv[c] : v;
+                dh[c] = t > 0 ? v + to_f(dv[c]) : v;
                 if (t == 0) dh0[static_cast<size_t>(b0 + cells.row(c)) * H + cells.unit(c)] = from_f<T>(dh[c]);
             }
         if (t > 0) grads(t - 1, s + 1);
