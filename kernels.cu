@@ -2526,7 +2526,7 @@ struct RegsCells {
 // one __syncthreads() a step. Lane 4 g + tq holds A rows g and g + 8 of each m-tile and finishes the cells (unit 16 w +
 // g + 8 (c >> 1), row 2 tq + (c & 1)) of C. W_hh's rows are scaled each by its own power of two (a_fragments); float32
 // runs on f16 operands, as gru_fwd_split_h, h scaled by the batch group's operand_scale. On the H100 at B 16, H 128:
-// a step 0.67 us with a row a block, 1.03 with 8, in float32 and float16 alike (float32 1.11 and 1.60 with tanhf and
+// a step 0.67 us with a row a block in float32 and float16, 1.03 and 1.16 with 8 (float32 1.11 and 1.60 with tanhf and
 // IEEE division in the cells; PERF_NOTES.md).
 template <typename T, int KT>
 __global__ void __launch_bounds__(gru::NT, 1)
