@@ -272,6 +272,16 @@ __device__ __forceinline__ void bar_wait(unsigned bar, unsigned parity) {   // u
                      : "=r"(done) : "r"(bar), "r"(parity) : "memory");
     } while (!done);
 }
+__device__ __forceinline__ void bar_expect_bytes(unsigned bar, unsigned bytes) {   // the producer's arrival
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// `bytes` (a multiple of 16) from global memory at src into shared memory at dst of every block of the cluster in
+// `blocks` (a mask of ranks), counted on the mbarrier at bar of each
+__device__ __forceinline__ void bulk_multicast(unsigned dst, const void* src, unsigned bytes, unsigned bar,
+                                               unsigned short blocks) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1], %2, [%3], %4;\n" ::"r"(dst), "l"(src), "r"(bytes), "r"(bar), "h"(blocks) : "memory");
+}
 
 }  // namespace hopper
 #endif
@@ -1798,16 +1808,17 @@ struct Split : Owned {
         As = Ws + weight_count();
         red = reinterpret_cast<float*>(As + (KC < KP ? 2 : 1) * a_rows * lda);
     }
-    // Element (r, k) of a staged tile of `rows` rows and row stride ld: row-major, or the wgmma layout's k-tiles of
-    // KT columns (rows KT apart, 16-byte granule c of row r at c ^ (r % 8))
-    __device__ T* at(T* tile, int ld, int rows, int r, int k) const {
+    // The offset of element (r, k) in a staged tile of `rows` rows and row stride ld: row-major, or the wgmma layout's
+    // k-tiles of KT columns (rows KT apart, 16-byte granule c of row r at c ^ (r % 8)); at: its address in `tile`
+    __device__ int offset(int ld, int rows, int r, int k) const {
         if constexpr (WN != 0) {
             constexpr int E = 16 / sizeof(T);
-            return tile + (k / KT) * rows * KT + r * KT + (((k % KT) / E) ^ (r & 7)) * E + k % E;
+            return (k / KT) * rows * KT + r * KT + (((k % KT) / E) ^ (r & 7)) * E + k % E;
         } else {
-            return tile + r * ld + k;
+            return r * ld + k;
         }
     }
+    __device__ T* at(T* tile, int ld, int rows, int r, int k) const { return tile + offset(ld, rows, r, k); }
     __device__ int weight_count() const { return N * ldw + tail * KT; }   // W's staged values, padding included
     // Row n = q Jp + u of the block's weights in w: W_hh's row q H + j0 + u (forward) or W_hh^T's row j0 + u
     // (backward, q = 0), from column k0; null for a padding row (past NQ gates or jn units).
@@ -1896,11 +1907,49 @@ struct Split : Owned {
             }
         }
     }
+    // A batch group as one cluster of G blocks (P = 1) with its operand in one chunk: the operand as an image of As
+    // (its k-tiles of a_rows rows, zeros past the group's rows and past K: image_count() values) in global memory, of
+    // which each block copies a G-th into every block's As (multicast), each block's mbarrier at `bar` counting bytes.
+    __device__ int image_count() const { return round_up(kn, KT) * a_rows; }
+    __device__ void multicast_image(const T* image, unsigned bar, int G) const {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        const int bytes = image_count() * static_cast<int>(sizeof(T)), piece = round_up((bytes + G - 1) / G, 16),
+                  begin = min(bytes, static_cast<int>(blockIdx.x % G) * piece), end = min(bytes, begin + piece);
+        if (threadIdx.x == 0) {
+            hopper::bar_expect_bytes(bar, bytes);
+            if (end > begin)
+                hopper::bulk_multicast(shared_address(As) + begin, reinterpret_cast<const char*>(image) + begin,
+                                       end - begin, bar, static_cast<unsigned short>((1u << G) - 1));
+        }
+#else
+        __trap();
+#endif
+    }
+    // The mbarrier at bar, for multicast_image; the cluster must meet before any block multicasts
+    __device__ static void init_image(unsigned bar) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        if (threadIdx.x == 0) {
+            hopper::bar_init(bar, 1);
+            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        }
+#else
+        __trap();
+#endif
+    }
+    __device__ static void wait_image(unsigned bar, unsigned parity) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        hopper::bar_wait(bar, parity);
+#else
+        __trap();
+#endif
+    }
     // The step's partial products: rows [b0, b0 + bn) of src (row stride K; null: zeros) over the block's k-slice,
     // times its weight rows, into red (rows of N, stride ldc: MTp of them, wgmma WN); then the cluster meets (meet
     // false: the block alone, where no other block reads red). Chunk c (buffer c & 1) holds columns [c kc, + kc) of
-    // the slice; the copies of chunk c + 1 are in flight while the warps multiply chunk c.
-    __device__ void product(const T* src, bool meet = true) const {
+    // the slice; the copies of chunk c + 1 are in flight while the warps multiply chunk c. IMAGE: src is the operand's
+    // image, multicast to the cluster's G blocks (multicast_image), the phase `parity` of `bar` awaited.
+    template <bool IMAGE = false>
+    __device__ void product(const T* src, bool meet = true, unsigned bar = 0, unsigned parity = 0, int G = 0) const {
         auto stage = [&](int c) {   // commits one group of copies
             T* const buffer = As + (c & 1) * a_rows * lda;
             copy_rows_to<T, false, WN ? KT : 16>([&](int r, int k) { return at(buffer, lda, a_rows, r, k); }, a_rows,
@@ -1910,9 +1959,14 @@ struct Split : Owned {
         };
         float d[MB][WN ? WN / 2 : 1];   // wgmma: the warpgroup's sums (written by the first k-step)
         __syncthreads();
-        stage(0);
+        if constexpr (IMAGE)
+            multicast_image(src, bar, G);
+        else
+            stage(0);
         for (int c = 0; c < chunks; ++c) {
-            if (c + 1 < chunks) {
+            if constexpr (IMAGE) {
+                wait_image(bar, parity);
+            } else if (c + 1 < chunks) {
                 stage(c + 1);   // into the buffer chunk c - 1 was read from: the loop's last barrier came after that
                 cp_async_wait_groups<1>();
             } else {
@@ -2371,7 +2425,9 @@ gru_fwd_cluster(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* _
 // of G = nu P blocks, a batch group each, meeting at the cluster's barrier instead of flags (no residency needed
 // across groups; at (50, 256, 512, 512) on the H100 a step took 4.92 us against 6.22), with CPT + 1 cells a thread (the
 // GPU holds fewer clusters of 8 or 16 than it holds blocks: larger groups); the k-split's partial sums then summed
-// over P consecutive ranks.
+// over P consecutive ranks. gru_fwd_split_h's groups keep hh as (2, nb, image_count()): each group's operand as the
+// image its blocks multicast (Split::multicast_image; the host zeroes hh, so that its padding, and buffer 1 where h0
+// is null, read as zeros).
 template <typename T, typename O, int P, int WN, int G = P>
 __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, const T* __restrict__ w_hh,
                                                    const T* __restrict__ b_ih, const T* __restrict__ b_hh,
@@ -2388,14 +2444,30 @@ __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, con
     if ((G > P && nu * P != G) || bk.c1 - bk.c0 > C * NT) __trap();   // a group across clusters would meet nowhere
     constexpr bool meet = G == P || P > 1;   // the products end at the cluster's barrier (the k-split's sums)
     unsigned barriers = 0;   // flag barriers so far
+    // A batch group as one cluster (gru_fwd_split_h, its operand in one chunk): h's f16 copies kept in hh as the
+    // groups' images (two buffers of groups x image_count() values), each step's multicast to the cluster from there
+    // (Split::multicast_image: on the H100 at (50, 256, 512, 512), each block's own copies of its operand took 1.8 us
+    // of a 5.4 us step)
+    constexpr bool images = scaled && G > P;
+    const int groups = gridDim.x / members, group = blockIdx.x / members;
+    unsigned bar = 0, multicasts = 0;   // the multicast's mbarrier, and its phases so far
+    if constexpr (images) {
+        __shared__ __align__(8) unsigned long long image_bar;
+        if (bk.chunks != 1) __trap();   // the host's layouts keep the operand of these in one chunk
+        bar = shared_address(&image_bar);
+        bk.init_image(bar);
+        cluster_sync();
+    }
     // the batch group's blocks meet. The cluster's barrier orders memory accesses but not asynchronous copies: every
     // cp.async of the step's operand (hh or out) must be complete before it (product waits for all of its groups), none
-    // prefetched in during
+    // prefetched in during; hh's images are fenced for the bulk copies that read them after it
     const auto group_sync = [&](auto during) {
-        if constexpr (G > P)
+        if constexpr (G > P) {
+            if constexpr (images) asm volatile("fence.proxy.async.global;\n" ::: "memory");
             cluster_sync(during);
-        else
+        } else {
             fl.sync(first, members, ++barriers, during);
+        }
     };
     float hs = 1.f;   // the operand's scale
     if constexpr (scaled) {
@@ -2407,7 +2479,11 @@ __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, con
     }
     FwdCells<T, true, C> cells(bk.c0, bk.c1, bk.jn, bk.b0, bk.j0, b_ih, b_hh, h0, H);
     const auto keep_half = [&](int buffer, int i, float h) {   // cell i's f16 copy of h into hh's buffer, scaled
-        hh[static_cast<size_t>(buffer * B + cells.b(i)) * H + cells.j(i)] = from_f<O>(h * hs);
+        if constexpr (images)
+            hh[static_cast<size_t>(buffer * groups + group) * bk.image_count() +
+               bk.offset(0, bk.a_rows, cells.b(i) - bk.b0, cells.j(i))] = from_f<O>(h * hs);
+        else
+            hh[static_cast<size_t>(buffer * B + cells.b(i)) * H + cells.j(i)] = from_f<O>(h * hs);
     };
     if (scaled && h0 != nullptr) {
 #pragma unroll
@@ -2422,10 +2498,16 @@ __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, con
     typename FwdCells<T, true, C>::Inputs xn;
     for (int t = 0; t < steps; ++t) {
         if (t + 1 < steps) cells.load(xn, xg, t + 1, B, H);
-        if constexpr (scaled)
-            bk.product(t == 0 && h0 == nullptr ? nullptr : hh + static_cast<size_t>((t + 1) & 1) * B * H, meet);
-        else
+        if constexpr (scaled) {
+            // (images: buffer 1 holds zeros where h0 is null, till step 1 writes it)
+            if constexpr (images)
+                bk.template product<true>(hh + static_cast<size_t>(((t + 1) & 1) * groups + group) * bk.image_count(),
+                                          meet, bar, multicasts++ & 1, G);
+            else
+                bk.product(t == 0 && h0 == nullptr ? nullptr : hh + static_cast<size_t>((t + 1) & 1) * B * H, meet);
+        } else {
             bk.product(t == 0 ? h0 : out + static_cast<size_t>(t - 1) * B * H, meet);
+        }
         // every cell's sums before finish stores to out (which the loads from the cluster's shared memory might
         // alias): the loads in flight together, not a round trip a cell (at (50, 256, 512, 512) on the H100, 8.2 ->
         // 7.9 us a step; in finish itself, for every forward kernel, the cluster kernels' steps took up to 9% longer)
@@ -3656,9 +3738,6 @@ conv_implicit_wg(const T* __restrict__ x, const T* __restrict__ w2, const T* __r
 namespace hopper {
 struct alignas(64) TensorMap { unsigned long long opaque[16]; };
 
-__device__ __forceinline__ void bar_expect_bytes(unsigned bar, unsigned bytes) {   // the producer's arrival
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
 __device__ __forceinline__ void tma_im2col(unsigned dst, const TensorMap* map, int c, int w, int h, int n,
                                            unsigned short dj, unsigned short di, unsigned bar) {
     asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"

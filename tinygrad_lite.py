@@ -2415,8 +2415,10 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
         kernel = _gru_wgmma_kernel(forward, cluster, wn, group, arrays[0].dtype) if wn else \
             _kernel(f'gru_{direction}_split', arrays[0].dtype, cluster, 0)
         blocks = groups * slices * cluster
-        if half:
-            scratch = (cp.empty((2, batch, hidden), np.float16),)
+        if half:   # h's f16 copies: as each batch group's image of its operand tile where the group multicasts it
+            images = group and split >= hidden   # (a cluster of its blocks, the operand in one chunk: kernels.cu)
+            scratch = (cp.zeros((2, groups, -(-hidden // 64) * 64 * wn), np.float16) if images else
+                       cp.empty((2, batch, hidden), np.float16),)
     elif cluster:
         kernel, blocks = _kernel(f'gru_{direction}_cluster', arrays[0].dtype, tc, slices), groups * slices
     else:
@@ -2537,9 +2539,10 @@ def _gru_splits(forward, dtype):
             splits.append((size, _resident_clusters(_allow_smem(kernel, smem_max), size, smem_max), wgmma))
     for group in _GRU_GROUPS if _gru_wgmma else ():
         wgmma = tuple(n for n in _GRU_GROUP_WG if _gru_wgmma_kernel(forward, 1, n, group, dtype) is not None)
-        if wgmma:
-            kernel = _allow_smem(_gru_wgmma_kernel(forward, 1, wgmma[0], group, dtype), smem_max)
-            splits.append((1, _resident_clusters(kernel, group, smem_max), wgmma, group))
+        if wgmma:   # (float32's kernels keep an mbarrier in static shared memory)
+            kernel = _gru_wgmma_kernel(forward, 1, wgmma[0], group, dtype)
+            room = smem_max - kernel.shared_size_bytes
+            splits.append((1, _resident_clusters(_allow_smem(kernel, room), group, room), wgmma, group))
     return tuple(splits)
 
 
@@ -2691,9 +2694,15 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
                     while kc > max(32, granule) and fixed + a_rows * staged(kc) * (1 if kc == kp else 2) > smem_max:
                         kc -= granule
                     kc = up(-(-kp // -(-kp // kc)), granule)   # as many chunks, evened out
-                    # clocks: products, staging the operand's slice, the cluster's sums (remote loads), the rest of a
-                    # step (fitted, see above), each chunk past the first (a guess: not measured)
-                    consider(a_rows * m_cols * kp / rate + m_rows * kp * ob / 28
+                    # float32's groups multicast the operand in one chunk, beside an mbarrier (16 bytes of static
+                    # shared memory)
+                    if group and itemsize == 4 and (kc < kp or fixed + a_rows * staged(kp) > smem_max - 16):
+                        continue
+                    # clocks: products, staging the operand's slice (float32's groups multicast it: 0.3 of the term,
+                    # about what that saved at (50, 256, 512, 512) and (100, 64, 512, 512) on the H100), the cluster's
+                    # sums (remote loads), the rest of a step (fitted, see above), each chunk past the first (a guess)
+                    staging = m_rows * kp * ob / 28 * (0.3 if group and itemsize == 4 else 1)
+                    consider(a_rows * m_cols * kp / rate + staging
                              + 15 * size * (3 if forward else 1) * -(-cells // size) + 1400 + 400 * (-(-kp // kc) - 1)
                              - (_GRU_GROUP_BARRIER if group else 0), groups * slices * size,
                              (groups, slices, units, rows, kp, fixed + a_rows * staged(kc) * (1 if kc == kp else 2),
