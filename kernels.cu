@@ -2447,7 +2447,7 @@ __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, con
     // A batch group as one cluster (gru_fwd_split_h, its operand in one chunk): h's f16 copies kept in hh as the
     // groups' images (two buffers of groups x image_count() values), each step's multicast to the cluster from there
     // (Split::multicast_image: on the H100 at (50, 256, 512, 512), each block's own copies of its operand took 1.8 us
-    // of a 5.4 us step)
+    // of a 5.4 us step; multicast, the forward took 0.2930 ms against 0.3285 by replay)
     constexpr bool images = scaled && G > P;
     const int groups = gridDim.x / members, group = blockIdx.x / members;
     unsigned bar = 0, multicasts = 0;   // the multicast's mbarrier, and its phases so far
