@@ -10847,6 +10847,9 @@ def test_gpu_gru_half_operands():
                             (('out', out, want_out), ('gates', gates, want_gates)), TF32_TOL)
     assert {size for size, group in chunked if not group}, f'layouts in k-chunks (P, group): {chunked}'
     assert max(cells) == 5, f'cells a thread of the group layouts: {cells}'
+    chunked_group = layout[:7] + (64,) + layout[8:]   # the last group layout, its operand in k-chunks of 64
+    raises(RuntimeError, lambda: tl._gru_launch('fwd', chunked_group, True, tuple(arrays) + (out, gates), steps, batch,
+                                                250), 'k-chunks', str(chunked_group))
 
 
 def gru_regs_runs(forward):

@@ -2415,9 +2415,11 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
         kernel = _gru_wgmma_kernel(forward, cluster, wn, group, arrays[0].dtype) if wn else \
             _kernel(f'gru_{direction}_split', arrays[0].dtype, cluster, 0)
         blocks = groups * slices * cluster
-        if half:   # h's f16 copies: as each batch group's image of its operand tile where the group multicasts it
-            images = group and split >= hidden   # (a cluster of its blocks, the operand in one chunk: kernels.cu)
-            scratch = (cp.zeros((2, groups, -(-hidden // 64) * 64 * wn), np.float16) if images else
+        if half and group and split < hidden:   # (the kernel would trap)
+            raise RuntimeError(f"GRU: layout {plan} stages the operand in k-chunks, which float32's batch groups, "
+                               "multicasting it whole, do not")
+        if half:   # h's f16 copies: a batch group's as the image of its operand tile that it multicasts (kernels.cu)
+            scratch = (cp.zeros((2, groups, -(-hidden // 64) * 64 * wn), np.float16) if group else
                        cp.empty((2, batch, hidden), np.float16),)
     elif cluster:
         kernel, blocks = _kernel(f'gru_{direction}_cluster', arrays[0].dtype, tc, slices), groups * slices
