@@ -3689,7 +3689,8 @@ def test_gru_split_layouts_fit_their_kernels():
     floats of scales), within the limit; a wgmma layout keeps to its tiles (KP and KC multiples of 128 bytes, at most 4
     m-tiles, batch rows at most WN). The forward on f16 wgmma (float16, or float32's f16 operands) also offers a batch
     group as one cluster of 8 or 16 blocks (15 and 7 of them resident, the H100's count): then nu is the cluster's size,
-    the groups resident and at most 5 cells a thread."""
+    the groups resident and at most 5 cells a thread; float32's take the operand in one chunk, within 16 bytes less
+    (the kernel's mbarrier, static)."""
     up = lambda a, b: -(-a // b) * b
     smem_max, resident, seen = 232448, {1: 132, 2: 66, 4: 30, 8: 15}, collections.Counter()
     group_resident = {8: 15, 16: 7}
