@@ -2450,7 +2450,7 @@ __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, con
     // of a 5.4 us step; multicast, the forward took 0.2930 ms against 0.3285 by replay)
     constexpr bool images = scaled && G > P;
     const int groups = gridDim.x / members, group = blockIdx.x / members;
-    unsigned bar = 0, multicasts = 0;   // the multicast's mbarrier, and its phases so far
+    unsigned bar = 0;   // the multicast's mbarrier (phase t at step t)
     if constexpr (images) {
         __shared__ __align__(8) unsigned long long image_bar;
         if (bk.chunks != 1) __trap();   // the host's layouts keep the operand of these in one chunk
@@ -2502,7 +2502,7 @@ __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, con
             // (images: buffer 1 holds zeros where h0 is null, till step 1 writes it)
             if constexpr (images)
                 bk.template product<true>(hh + static_cast<size_t>(((t + 1) & 1) * groups + group) * bk.image_count(),
-                                          meet, bar, multicasts++ & 1, G);
+                                          meet, bar, t & 1, G);
             else
                 bk.product(t == 0 && h0 == nullptr ? nullptr : hh + static_cast<size_t>((t + 1) & 1) * B * H, meet);
         } else {

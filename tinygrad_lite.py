@@ -2415,10 +2415,10 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
         kernel = _gru_wgmma_kernel(forward, cluster, wn, group, arrays[0].dtype) if wn else \
             _kernel(f'gru_{direction}_split', arrays[0].dtype, cluster, 0)
         blocks = groups * slices * cluster
-        if half and group and split < hidden:   # (the kernel would trap)
-            raise RuntimeError(f"GRU: layout {plan} stages the operand in k-chunks, which float32's batch groups, "
-                               "multicasting it whole, do not")
         if half:   # h's f16 copies: a batch group's as the image of its operand tile that it multicasts (kernels.cu)
+            if group and split < hidden:   # (the kernel would trap)
+                raise RuntimeError(f"GRU: layout {plan} stages the operand in k-chunks, which float32's batch groups, "
+                                   "multicasting it whole, do not")
             scratch = (cp.zeros((2, groups, -(-hidden // 64) * 64 * wn), np.float16) if group else
                        cp.empty((2, batch, hidden), np.float16),)
     elif cluster:
@@ -2698,12 +2698,13 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
                     kc = up(-(-kp // -(-kp // kc)), granule)   # as many chunks, evened out
                     # float32's groups multicast the operand in one chunk, beside an mbarrier (16 bytes of static
                     # shared memory)
-                    if group and itemsize == 4 and (kc < kp or fixed + a_rows * staged(kp) > smem_max - 16):
+                    multicast = group and itemsize == 4
+                    if multicast and (kc < kp or fixed + a_rows * staged(kp) > smem_max - 16):
                         continue
-                    # clocks: products, staging the operand's slice (float32's groups multicast it: 0.3 of the term,
-                    # about what that saved at (50, 256, 512, 512) and (100, 64, 512, 512) on the H100), the cluster's
-                    # sums (remote loads), the rest of a step (fitted, see above), each chunk past the first (a guess)
-                    staging = m_rows * kp * ob / 28 * (0.3 if group and itemsize == 4 else 1)
+                    # clocks: products, staging the operand's slice (multicast: 0.3 of the term, about what that saved
+                    # at (50, 256, 512, 512) and (100, 64, 512, 512) on the H100), the cluster's sums (remote loads),
+                    # the rest of a step (fitted, see above), each chunk past the first (a guess)
+                    staging = m_rows * kp * ob / 28 * (0.3 if multicast else 1)
                     consider(a_rows * m_cols * kp / rate + staging
                              + 15 * size * (3 if forward else 1) * -(-cells // size) + 1400 + 400 * (-(-kp // kc) - 1)
                              - (_GRU_GROUP_BARRIER if group else 0), groups * slices * size,
