@@ -286,6 +286,46 @@ __device__ __forceinline__ void bulk_multicast(unsigned dst, const void* src, un
 }  // namespace hopper
 #endif
 
+// ===== Matrix products =====
+
+// c = a b for small products (_gemm's of at most _GEMM_SMALL multiply-adds and k <= _GEMM_SMALL_K), where cuBLAS's
+// own host time per call is most of the product's time: each block a 32 x 32 tile of c (256 threads, 4 values each),
+// k in steps of 32 through shared memory (a round trip to memory a step: few steps). a's element (i, p) is at
+// a[i sa_i + p sa_p] (either layout, or a view), b's (p, j) at b[p sb_p + j sb_j]; matrix z of a stack (grid z) at
+// z sa_z and z sb_z; c packed (m, n) matrices.
+template <typename T, typename C>
+__global__ void __launch_bounds__(256, 4) gemm_small(const T* __restrict__ a, const T* __restrict__ b,
+                                                     C* __restrict__ c, int m, int n, int k, long long sa_i,
+                                                     long long sa_p, long long sa_z, long long sb_p, long long sb_j,
+                                                     long long sb_z) {
+    using A = acc_t<T>;
+    __shared__ A as[32][33], bs[32][33];   // a's rows by k, b's k by columns; a row of 33: no bank conflicts
+    const int lane = threadIdx.x & 31, row = threadIdx.x >> 5, i0 = 32 * blockIdx.y, j0 = 32 * blockIdx.x;
+    a += blockIdx.z * sa_z;
+    b += blockIdx.z * sb_z;
+    c += static_cast<long long>(blockIdx.z) * m * n;
+    A sum[4] = {};   // c's rows i0 + row + 8 r, column j0 + lane
+    for (int p0 = 0; p0 < k; p0 += 32) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int i = i0 + row + 8 * r, p = p0 + row + 8 * r;
+            as[row + 8 * r][lane] = i < m && p0 + lane < k ? static_cast<A>(a[i * sa_i + (p0 + lane) * sa_p]) : A(0);
+            bs[row + 8 * r][lane] = p < k && j0 + lane < n ? static_cast<A>(b[p * sb_p + (j0 + lane) * sb_j]) : A(0);
+        }
+        __syncthreads();
+#pragma unroll 8
+        for (int p = 0; p < 32; ++p)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) sum[r] = fma_acc(as[row + 8 * r][p], bs[p][lane], sum[r]);
+        __syncthreads();
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const int i = i0 + row + 8 * r, j = j0 + lane;
+        if (i < m && j < n) c[static_cast<long long>(i) * n + j] = static_cast<C>(sum[r]);
+    }
+}
+
 // ===== ReLU =====
 
 template <typename T>
