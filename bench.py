@@ -671,12 +671,12 @@ def _gru_part_rows(table, steps, batch, n_in, hidden, dtype):
     new = lambda: tuple(cp.full_like(a, np.nan) for a in (out, gates))   # rounds); NaN: a cell left unwritten shows
     _layout_notes(table, f'{label} fwd', key, tl._gru_used(plans[0]), lambda layout, res: tl._gru_launch(
         'fwd', layout, tf32, (xg, w_hh, b_ih, b_hh, h0) + res, steps, batch, hidden), new, (out, gates), tol)
-    w_hh_t, dh0, parts = cp.ascontiguousarray(w_hh.T), cp.empty((batch, hidden), dtype), \
-        cp.empty((batch, 6 * hidden), np.float32)   # parts: the bias gradients' sums by row (the kernels' last write)
+    # parts: the bias gradients' sums by row (the kernels' last write)
+    dh0, parts = cp.empty((batch, hidden), dtype), cp.empty((batch, 6 * hidden), np.float32)
     new = lambda: tuple(cp.full_like(a, np.nan) for a in (dg_ih, dg_hh, dh0, parts))
-    bwd = lambda layout, res: tl._gru_launch('bwd', layout, tf32, (g, gates, out, h0, w_hh_t) + res, steps, batch,
+    bwd = lambda layout, res: tl._gru_launch('bwd', layout, tf32, (g, gates, out, h0, w_hh) + res, steps, batch,
                                              hidden)
-    tl._gru_run('bwd', plans, tf32, (g, gates, out, h0, w_hh_t, dg_ih, dg_hh, dh0, parts), steps, batch, hidden)
+    tl._gru_run('bwd', plans, tf32, (g, gates, out, h0, w_hh, dg_ih, dg_hh, dh0, parts), steps, batch, hidden)
     _layout_notes(table, f'{label} bwd', key, tl._gru_used(plans[1]), bwd, new, (dg_ih, dg_hh, dh0, parts), tol)
 
 

@@ -2593,19 +2593,21 @@ gru_fwd_split_h(const float* __restrict__ xg, const float* __restrict__ w_hh, co
 #endif
 
 namespace gru {
-// mma.sync A fragments of the 16 rows of a row-major matrix of `width` columns that start at `rows` (those from row
-// `valid` on, and the columns past `width`, read as zeros), KN k-tiles, into registers: lane 4 g + tq's a[kt][e + 2 r]
+// mma.sync A fragments of 16 rows of a matrix of `width` columns, its element (i, k) at rows[i row_step + k k_step]
+// (row-major: row_step = width, k_step = 1; or the transpose of one), rows from `valid` on and the columns past
+// `width` read as zeros, KN k-tiles, into registers: lane 4 g + tq's a[kt][e + 2 r]
 // holds the values at row g + 8 e, columns 16 kt + 2 tq + 8 r and the next, times half_scale of the row's largest
 // magnitude (its columns lie in the lane's quad), returned in scale[e] (exact for f16 values, which it keeps from f16's
 // subnormals). A row's loads are all issued before any is used: reading them twice, for the scale and then the
 // fragments, one step of loads waiting on the last, took about 10 us at hidden 128 on the H200.
 template <int KN, typename T>
 __device__ __forceinline__ void a_fragments(unsigned (&a)[KN][4], float (&scale)[2], const T* rows, int valid,
-                                            int width) {
+                                            int width, int row_step, int k_step) {
     const int g = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;
+    const auto at = [&](const T* row, int k) { return to_f(ld_nc(row + static_cast<size_t>(k) * k_step)); };
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-        const T* row = rows + static_cast<size_t>(g + 8 * e) * width;
+        const T* row = rows + static_cast<size_t>(g + 8 * e) * row_step;
         float2 v[KN][2];
         float m = 0.f;
 #pragma unroll
@@ -2614,8 +2616,7 @@ __device__ __forceinline__ void a_fragments(unsigned (&a)[KN][4], float (&scale)
             for (int r = 0; r < 2; ++r) {
                 const int k = 16 * kt + 2 * tq + 8 * r;
                 v[kt][r] = g + 8 * e >= valid ? make_float2(0.f, 0.f)
-                           : make_float2(k < width ? to_f(ld_nc(row + k)) : 0.f,
-                                         k + 1 < width ? to_f(ld_nc(row + k + 1)) : 0.f);
+                           : make_float2(k < width ? at(row, k) : 0.f, k + 1 < width ? at(row, k + 1) : 0.f);
                 m = fmaxf(m, fmaxf(fabsf(v[kt][r].x), fabsf(v[kt][r].y)));
             }
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
@@ -2669,7 +2670,7 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
 #pragma unroll
     for (int q = 0; q < 3; ++q) {
         float scale[2];
-        a_fragments<KT>(wf[q], scale, w_hh + static_cast<size_t>(q * H + u0) * H, H - u0, H);
+        a_fragments<KT>(wf[q], scale, w_hh + static_cast<size_t>(q * H + u0) * H, H - u0, H, H, 1);
 #pragma unroll
         for (int e = 0; e < 2; ++e) inv[q][e] = 1.f / (scale[e] * h_scale);
     }
@@ -2728,17 +2729,17 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
 }
 
 // The backward with W_hh in registers (H <= 16 KT), as gru_fwd_regs: dh_{t-1}^T = W_hh^T dg_hh[t]^T, warp w's m-tile
-// being units [16 w, 16 w + 16) over the 3H columns of dg_hh in 3 KT k-tiles (w_hhT's rows), a lane's cells
+// being units [16 w, 16 w + 16) over the 3H columns of dg_hh in 3 KT k-tiles (W_hh^T's rows), a lane's cells
 // gru_fwd_regs'. dg_hh[t] reaches the product through shared memory: float16 as written; float32 as its float32 values,
 // which the B fragments scale into f16 by a power of two per batch row and step: half_scale of the row's largest
 // magnitude, gathered by atomicMax into one of three sets of words (each cleared after the barrier two steps before its
 // next use); W_hh^T's rows are scaled each by its own (a_fragments). (dg's magnitudes are not bounded as h's are, and a
 // row's own scale keeps its small values from f16's subnormals when another row is large.) Arguments as
-// gru_bwd_persistent's; ceil(B / BB) blocks of gru::NT threads.
+// gru_bwd_persistent's, but W_hh as it is (3H, H), not transposed; ceil(B / BB) blocks of gru::NT threads.
 template <typename T, int KT>
 __global__ void __launch_bounds__(gru::NT, 1)
 gru_bwd_regs(const T* __restrict__ dout, const T* __restrict__ gates, const T* __restrict__ out,
-             const T* __restrict__ h0, const T* __restrict__ w_hhT, T* __restrict__ dg_ih, T* __restrict__ dg_hh,
+             const T* __restrict__ h0, const T* __restrict__ w_hh, T* __restrict__ dg_ih, T* __restrict__ dg_hh,
              T* __restrict__ dh0, float* __restrict__ bias_parts, int steps, int B, int H, int BB) {
     using namespace gru;
     constexpr bool SCALED = sizeof(T) == 4;
@@ -2749,7 +2750,7 @@ gru_bwd_regs(const T* __restrict__ dout, const T* __restrict__ gates, const T* _
     const int b0 = BB * blockIdx.x, bn = min(BB, B - b0);
     unsigned wf[K][4];   // A fragments: W_hh^T's rows u0 + g (+8)
     float inv[2];        // 1 / their scales
-    a_fragments<K>(wf, inv, w_hhT + static_cast<size_t>(u0) * 3 * H, H - u0, 3 * H);
+    a_fragments<K>(wf, inv, w_hh + u0, H - u0, 3 * H, 1, H);   // W_hh^T's rows: W_hh's columns
 #pragma unroll
     for (int e = 0; e < 2; ++e) inv[e] = 1.f / inv[e];
     const RegsCells cells{u0, g, tq, bn, H};

@@ -10966,8 +10966,8 @@ def test_gpu_gru_regs_backward_kernel():
         gates_by_kind = gates.reshape(steps, batch, 4, hidden).transpose(0, 2, 1, 3)   # the loop's (T, 4, B, H)
         want_dh0 = tl._gru_backward_loop(g, w, h0, out, gates_by_kind, want_ih, want_hh)
         want_bias = np.concatenate((want_ih.sum((0, 1)), want_hh.sum((0, 1))))
-        arrays = tuple(None if a is None else cp.asarray(np.ascontiguousarray(a, dtype))   # w_hhT C-contiguous
-                       for a in (g, gates, out, h0, w.T))
+        arrays = tuple(None if a is None else cp.asarray(np.ascontiguousarray(a, dtype))
+                       for a in (g, gates, out, h0, w))
         results = []
         for bias in (True, False):
             grads = tuple(cp.full(shape, np.nan, dtype) for shape in ((steps, batch, 3 * hidden),) * 2 + (

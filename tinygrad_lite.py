@@ -2327,8 +2327,7 @@ def _gru_backward_fused(g, w_hh, h0, out, gates, dg_ih, dg_hh, plans, tf32, bias
     xp, (steps, batch, hidden) = _xp(g), out.shape
     if plans[1] is not None:
         dh0, parts = xp.empty((batch, hidden), g.dtype), xp.empty((batch, 6 * hidden), np.float32) if bias else None
-        _gru_run('bwd', plans, tf32, (g, gates, out, h0, xp.ascontiguousarray(w_hh.T), dg_ih, dg_hh, dh0, parts),
-                 steps, batch, hidden)
+        _gru_run('bwd', plans, tf32, (g, gates, out, h0, w_hh, dg_ih, dg_hh, dh0, parts), steps, batch, hidden)
         return dh0, parts if parts is None else _gru_bias_sums(parts, g.dtype)
     carry, dh_mm = xp.zeros((batch, hidden), np.float32), xp.empty((batch, hidden), g.dtype)
     kernel = _kernel('gru_gates_bwd', g.dtype)
@@ -2413,6 +2412,8 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
                                f"at most {_GRU_REGS_ROWS} rows a block, its kernel loaded)")
         kernel((groups,), (_BLOCK,), arrays + _int32s(steps, batch, hidden, rows))
         return
+    if not forward:   # the other backward kernels stage W_hh^T's rows (gru_bwd_regs reads W_hh as it is)
+        arrays = arrays[:4] + (cp.ascontiguousarray(arrays[4].T),) + arrays[5:]
     if split:
         half = wn and _gru_half_wgmma(forward, arrays[0].dtype)
         granule = 128 // (2 if half else arrays[0].itemsize) if wn else 16   # wgmma: a k-tile, 128 bytes of a row
