@@ -289,41 +289,80 @@ __device__ __forceinline__ void bulk_multicast(unsigned dst, const void* src, un
 // ===== Matrix products =====
 
 // c = a b for small products (_gemm's of at most _GEMM_SMALL multiply-adds and k <= _GEMM_SMALL_K), where cuBLAS's
-// own host time per call is most of the product's time: each block a 32 x 32 tile of c (256 threads, 4 values each),
-// k in steps of 32 through shared memory (a round trip to memory a step: few steps). a's element (i, p) is at
-// a[i sa_i + p sa_p] (either layout, or a view), b's (p, j) at b[p sb_p + j sb_j]; matrix z of a stack (grid z) at
-// z sa_z and z sb_z; c packed (m, n) matrices.
+// own host time per call is most of the product's time. A block takes a 32 x 32 tile of c, its 8 warps splitting k:
+// warp w multiplies the k-steps of KS columns w, w + 8, ... (a step a round trip to memory, every warp's in flight at
+// once), each lane a 4 x 8 piece of the tile; then the warps' sums are added in a fixed order, a tree through shared
+// memory (the same bits every run). a's element (i, p) is at a[i sa_i + p sa_p] (either layout, or a view), b's (p, j)
+// at b[p sb_p + j sb_j]; matrix z of a stack (grid z) at z sa_z and z sb_z; c packed (m, n) matrices. T: __half or
+// float (float arithmetic).
 template <typename T, typename C>
-__global__ void __launch_bounds__(256, 4) gemm_small(const T* __restrict__ a, const T* __restrict__ b,
+__global__ void __launch_bounds__(256, 1) gemm_small(const T* __restrict__ a, const T* __restrict__ b,
                                                      C* __restrict__ c, int m, int n, int k, long long sa_i,
                                                      long long sa_p, long long sa_z, long long sb_p, long long sb_j,
                                                      long long sb_z) {
     using A = acc_t<T>;
-    __shared__ A as[32][33], bs[32][33];   // a's rows by k, b's k by columns; a row of 33: no bank conflicts
-    const int lane = threadIdx.x & 31, row = threadIdx.x >> 5, i0 = 32 * blockIdx.y, j0 = 32 * blockIdx.x;
+    constexpr int KS = 16, LD = 36, STAGE = 2 * KS * LD;   // a warp's step: a's [p][i], then b's [p][j]
+    __shared__ A smem[8 * STAGE];   // the warps' steps, then their sums (4 tiles of 32 x 32)
+    static_assert(8 * STAGE >= 4 * 1024, "the sums fit where the steps were");
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ty = lane >> 2, tx = lane & 3;   // rows 4 ty + r,
+    const int i0 = 32 * blockIdx.y, j0 = 32 * blockIdx.x;                                        // columns 8 tx + s
     a += blockIdx.z * sa_z;
     b += blockIdx.z * sb_z;
     c += static_cast<long long>(blockIdx.z) * m * n;
-    A sum[4] = {};   // c's rows i0 + row + 8 r, column j0 + lane
-    for (int p0 = 0; p0 < k; p0 += 32) {
+    A* const as = smem + warp * STAGE;
+    A* const bs = as + KS * LD;
+    // a step's copies (v = 0 .. 15 a lane), consecutive lanes along an operand's contiguous axis: a's (row, k) is
+    // (lane / 16 + 2 v, lane % 16) along k (16 lanes a row) or (lane, v) along the rows; b's (column, k) likewise
+    const bool a_along_k = sa_p == 1, b_along_k = sb_j != 1;
+    const int ai = a_along_k ? lane / 16 : lane, ap = a_along_k ? lane % 16 : 0, bj = b_along_k ? lane / 16 : lane,
+              bq = b_along_k ? lane % 16 : 0;
+    A sum[4][8] = {};
+    for (int p0 = warp * KS; p0 < k; p0 += 8 * KS) {
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            const int i = i0 + row + 8 * r, p = p0 + row + 8 * r;
-            as[row + 8 * r][lane] = i < m && p0 + lane < k ? static_cast<A>(a[i * sa_i + (p0 + lane) * sa_p]) : A(0);
-            bs[row + 8 * r][lane] = p < k && j0 + lane < n ? static_cast<A>(b[p * sb_p + (j0 + lane) * sb_j]) : A(0);
+        for (int v = 0; v < KS; ++v) {
+            const int i = a_along_k ? ai + 2 * v : ai, p = a_along_k ? ap : v;
+            const int j = b_along_k ? bj + 2 * v : bj, q = b_along_k ? bq : v;
+            as[p * LD + i] = i0 + i < m && p0 + p < k ? static_cast<A>(a[(i0 + i) * sa_i + (p0 + p) * sa_p]) : A(0);
+            bs[q * LD + j] = p0 + q < k && j0 + j < n ? static_cast<A>(b[(p0 + q) * sb_p + (j0 + j) * sb_j]) : A(0);
         }
-        __syncthreads();
-#pragma unroll 8
-        for (int p = 0; p < 32; ++p)
+        __syncwarp();
 #pragma unroll
-            for (int r = 0; r < 4; ++r) sum[r] = fma_acc(as[row + 8 * r][p], bs[p][lane], sum[r]);
-        __syncthreads();
-    }
+        for (int p = 0; p < KS; ++p) {
+            A av[4], bv[8];
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-        const int i = i0 + row + 8 * r, j = j0 + lane;
-        if (i < m && j < n) c[static_cast<long long>(i) * n + j] = static_cast<C>(sum[r]);
+            for (int r = 0; r < 4; ++r) av[r] = as[p * LD + 4 * ty + r];
+#pragma unroll
+            for (int s = 0; s < 8; ++s) bv[s] = bs[p * LD + 8 * tx + s];
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+#pragma unroll
+                for (int s = 0; s < 8; ++s) sum[r][s] = fma_acc(av[r], bv[s], sum[r][s]);
+        }
+        __syncwarp();
     }
+    for (int half = 4; half > 0; half /= 2) {   // warps [half, 2 half) hand their sums to warps [0, half)
+        __syncthreads();
+        A* const red = smem + (warp % half) * 1024 + 4 * ty * 32 + 8 * tx;
+        if (warp >= half && warp < 2 * half)
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+#pragma unroll
+                for (int s = 0; s < 8; ++s) red[r * 32 + s] = sum[r][s];
+        __syncthreads();
+        if (warp < half)
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+#pragma unroll
+                for (int s = 0; s < 8; ++s) sum[r][s] += red[r * 32 + s];
+    }
+    if (warp == 0)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+#pragma unroll
+            for (int s = 0; s < 8; ++s) {
+                const int i = i0 + 4 * ty + r, j = j0 + 8 * tx + s;
+                if (i < m && j < n) c[static_cast<long long>(i) * n + j] = static_cast<C>(sum[r][s]);
+            }
 }
 
 // ===== ReLU =====

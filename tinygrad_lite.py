@@ -172,11 +172,13 @@ def _matmul(a, b, out_dtype=None, tf32=False):
 # float32 (as PyTorch's torch.backends.cuda.matmul.allow_tf32, False by default). Set False for exact float32.
 allow_tf32 = True
 _CUDA_TYPES = {np.dtype(np.float16): 2, np.dtype(np.float32): 0, np.dtype(np.float64): 1}   # cudaDataType
-# _gemm's products of at most _GEMM_SMALL multiply-adds and k <= _GEMM_SMALL_K run as kernels.cu's gemm_small, one
-# launch: on an H100's host a cuBLAS call through _gemm took 21 us of host time, a launch about 6; by graph replay
-# (16, 32) x (32, 384) took 2.7 us of GPU time against cuBLAS's 4.1 (TF32). gemm_small's k-steps of 32 are a round
-# trip to memory each: at (16, 384) x (384, 32) it took 16 us against cuBLAS's 4.5
-_GEMM_SMALL, _GEMM_SMALL_K = 1 << 18, 64
+# _gemm's products of at most _GEMM_SMALL multiply-adds and k <= _GEMM_SMALL_K (float16, float32) run as kernels.cu's
+# gemm_small, one launch. On an H100's host, us a call of host time and by CUDA-graph replay of GPU time, gemm_small /
+# cuBLAS (TF32): (16, 32) x (32, 384) 10.8 / 20.2 and 3.6 / 4.0, (64, 64) x (64, 64) 11.0 / 20.0 and 3.6 / 4.3,
+# (32, 128) x (128, 64) 10.9 / 20.2 and 4.4 / 4.1, a row of ones times (100, 768) 10.8 / 15.6 and 4.2 / 6.0, but a
+# vector's (1, 128) x (128, 2048) 10.8 / 15.7 and 4.5 / 2.0 (cuBLAS's GEMV). Past k = 128 a warp takes its k-steps
+# one after another: at k = 384 (three a warp) it took 7.8 us against 4.4
+_GEMM_SMALL, _GEMM_SMALL_K = 1 << 18, 128
 _cublas = {}   # GPU index -> (libcublas, handle)
 
 
@@ -561,7 +563,7 @@ _KERNEL_INSTANCES = {
     'cross_entropy_fwd': [(t, 'long long', v, str(_CE_UNROLL[t])) for t in _FLOAT_C for v in _PACK[t]],
     'cross_entropy_bwd': [(t, 'long long', v) for t in _FLOAT_C for v in _PACK[t]],
     'sgd_step': [(t,) for t in _FLOAT_C],
-    'gemm_small': [('__half', '__half'), ('__half', 'float'), ('float', 'float'), ('double', 'double')],
+    'gemm_small': [('__half', '__half'), ('__half', 'float'), ('float', 'float')],
 }
 # launched as cooperative grids
 _COOPERATIVE = {'gru_fwd_persistent', 'gru_bwd_persistent', 'bn_fwd_train', 'bn_bwd_train'}
