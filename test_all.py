@@ -10325,9 +10325,10 @@ def test_gpu_reduction_scratch_grows():
 
 
 def test_gpu_sums_over_leading_axes():
-    """Sums and means over the leading axes of arrays of 64 rows or more (on the GPU one cuBLAS product with a row of
-    ones, _sum) against NumPy in float64, in float16, float32 and float64, with and without keepdim, each taking that
-    path; a strided array and a sum over trailing axes take CuPy's; a Linear's bias gradient over 300 rows."""
+    """Sums and means over the leading axes of arrays of 64 rows or more (on the GPU one product with a row of ones,
+    _sum: gemm_small's or cuBLAS's) against NumPy in float64, in float16, float32 and float64, with and without
+    keepdim, each taking that path; a strided array and a sum over trailing axes take CuPy's; a Linear's bias
+    gradient over 300 rows."""
     need_cuda()
     r, products = rng('leading sums'), []
     gemm = tl._gemm
@@ -10373,7 +10374,8 @@ def test_gpu_small_products_as_one_launch():
     untouched: against NumPy in float64 and against cuBLAS's result (the same call with _GEMM_SMALL 0), in float16 (to
     float16 and to float32) and float32 (also with tf32 asked: exact float32 here), at odd sizes, one row or column,
     the GRU's (16, 32) x (32, 384), the bound itself, with either operand transposed, a strided view or a stack of
-    matrices; a column past the bound, k past _GEMM_SMALL_K, or float64 goes to cuBLAS."""
+    matrices, or a negative row step, and into a given array; a column past the bound, k past _GEMM_SMALL_K, or
+    float64 goes to cuBLAS."""
     need_cuda()
     if 'gemm_small' not in tl.fused_kernels():
         raise Skip('no gemm_small kernel')
@@ -10387,25 +10389,31 @@ def test_gpu_small_products_as_one_launch():
         wide = np.full(shape[:-1] + (2 * shape[-1],), np.nan, dtype)   # x in every other column, NaN between
         wide[..., ::2] = x
         yield 'strided', x, cp.asarray(wide)[..., ::2]
+        yield 'reversed', x, cp.asarray(np.ascontiguousarray(x[..., ::-1, :]))[..., ::-1, :]   # a negative row step
 
     def refuse(*args):
         raise AssertionError('cuBLAS was called for a small product')
     cases = [(1, 1, 1), (3, 5, 7), (33, 65, 17), (16, 384, 32), (1, 2048, 128), (2, 1, 31, 40), (3, 17, 9, 33),
              (2, 40, 3, 100)]
-    for (dtype, out), shape in itertools.product(((np.float16, np.float16), (np.float16, np.float32),
-                                                  (np.float32, np.float32)), cases):
+    for (dtype, out_dtype), shape in itertools.product(((np.float16, np.float16), (np.float16, np.float32),
+                                                        (np.float32, np.float32)), cases):
         *stack, m, n, k = shape
         for (wa, a, a_gpu), (wb, b, b_gpu) in itertools.product(layouts((*stack, m, k), dtype),
                                                                 layouts((*stack, k, n), dtype)):
-            want = np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(out)
-            what = f'{np.dtype(dtype).name} -> {np.dtype(out).name} {shape}, a {wa}, b {wb}'
+            want = np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(out_dtype)
+            what = f'{np.dtype(dtype).name} -> {np.dtype(out_dtype).name} {shape}, a {wa}, b {wb}'
             for tf32 in (False, True) if dtype == np.float32 else (False,):
                 with mock.patch.object(tl, '_cublas_handle', refuse):
-                    got = tl._gemm(a_gpu, b_gpu, out, tf32).get()
-                assert_matches(got, want, tol[np.dtype(out)] * max(1, k) ** 0.5, f'{what}, tf32 {tf32}')
+                    got = tl._gemm(a_gpu, b_gpu, out_dtype, tf32).get()
+                assert_matches(got, want, tol[np.dtype(out_dtype)] * max(1, k) ** 0.5, f'{what}, tf32 {tf32}')
+            if wa == wb == 'packed':   # into a given array (the GRU fallback's per-step products)
+                into = cp.full(got.shape, np.nan, out_dtype)
+                with mock.patch.object(tl, '_cublas_handle', refuse):
+                    tl._gemm(a_gpu, b_gpu, out_dtype, out=into)
+                assert_matches(into.get(), got, 0, f'{what} into out=')
             with mock.patch.object(tl, '_GEMM_SMALL', 0):
-                cublas = tl._gemm(a_gpu, b_gpu, out).get()
-            assert_matches(got, cublas, 2 * tol[np.dtype(out)] * max(1, k) ** 0.5, f'{what} against cuBLAS')
+                cublas = tl._gemm(a_gpu, b_gpu, out_dtype).get()
+            assert_matches(got, cublas, 2 * tol[np.dtype(out_dtype)] * max(1, k) ** 0.5, f'{what} against cuBLAS')
     # past the bound: cuBLAS
     assert (tl._GEMM_SMALL, tl._GEMM_SMALL_K) == (2048 * 128, 128), 'the cases assume these bounds'
     for m, n, k, dtype in ((1, 2049, 128, np.float32), (1, 1, 129, np.float32), (3, 5, 7, np.float64)):

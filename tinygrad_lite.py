@@ -137,7 +137,7 @@ def _sum(a, axis=None, keepdims=False, scale=1):
     """scale * sum, accumulated and scaled in float32 for float16 input (a float16 mean of many values
     never overflows), in int64 for integers and bool (as PyTorch); always an array. On the GPU a sum over the
     leading axes of a C-contiguous float array of many rows (a bias gradient: the rows of a (rows, columns) matrix)
-    is one cuBLAS product, a row of ones times the matrix: CuPy's reduction gives such a sum blocks of 32 columns whose
+    is one product (_gemm), a row of ones times the matrix: CuPy's reduction gives such a sum blocks of 32 columns whose
     threads walk down the rows one dependent load at a time (for the GRU's bias gradients at (T B, 3H) = (12800,
     1536): 48 blocks, 800 loads a thread)."""
     xp = _xp(a)
@@ -156,7 +156,7 @@ def _sum(a, axis=None, keepdims=False, scale=1):
 
 def _matmul(a, b, out_dtype=None, tf32=False):
     """np.matmul; float16 on the CPU multiplies in float32 (NumPy has no float16 GEMM). On the GPU,
-    matrices and equal-sized stacks of them go to cuBLAS through _gemm, which a CUDA graph can capture;
+    matrices and equal-sized stacks of them go to _gemm (cuBLAS, or gemm_small), which a CUDA graph can capture;
     tf32: float32 may run on the TF32 tensor cores (the convolutions and GRUs do where allow_tf32 says)."""
     if _xp(a) is np:
         if a.dtype == np.float16:
@@ -176,7 +176,7 @@ _CUDA_TYPES = {np.dtype(np.float16): 2, np.dtype(np.float32): 0, np.dtype(np.flo
 # gemm_small, one launch. On an H100's host, us a call of host time and by CUDA-graph replay of GPU time, gemm_small /
 # cuBLAS (TF32): (16, 32) x (32, 384) 10.8 / 20.2 and 3.6 / 4.0, (64, 64) x (64, 64) 11.0 / 20.0 and 3.6 / 4.3,
 # (32, 128) x (128, 64) 10.9 / 20.2 and 4.4 / 4.1, a row of ones times (100, 768) 10.8 / 15.6 and 4.2 / 6.0, but a
-# vector's (1, 128) x (128, 2048) 10.8 / 15.7 and 4.5 / 2.0 (cuBLAS's GEMV). Past k = 128 a warp takes its k-steps
+# vector's (1, 128) x (128, 2048)^T 10.8 / 15.7 and 4.5 / 2.0 (cuBLAS's GEMV). Past k = 128 a warp takes its k-steps
 # one after another: at k = 384 (three a warp) it took 7.8 us against 4.4
 _GEMM_SMALL, _GEMM_SMALL_K = 1 << 18, 128
 _cublas = {}   # GPU index -> (libcublas, handle)
@@ -206,7 +206,7 @@ def _cublas_handle():
 
 
 def _gemm(a, b, out_dtype, tf32=False, out=None):
-    """a @ b for CuPy matrices (m, k) @ (k, n), or stacks (s, m, k) @ (s, k, n), in one cuBLAS call, into
+    """a @ b for CuPy matrices (m, k) @ (k, n), or stacks (s, m, k) @ (s, k, n), in one call of cuBLAS, into
     `out` (C-contiguous) if given; tf32: float32 on the TF32 tensor cores. cuBLAS is column-major, so it
     computes c^T = b^T a^T: a C-contiguous row-major matrix is its own transpose there, an F-contiguous
     one needs the transpose flag. A small product (_GEMM_SMALL, _GEMM_SMALL_K) is one launch of gemm_small instead, on
@@ -2154,7 +2154,7 @@ class LayerNormOp(Function):
 # persistent backward kernels sum their cells over the steps as they write them, leaving B rows, not T B).
 # The recurrence runs as the xp loop below (NumPy on the CPU; composed CuPy for float64 or without
 # kernels.cu), else in kernels.cu: one persistent kernel per direction where _gru_plan finds a layout
-# that fits on chip, or the fallback, per step a cuBLAS product and one gate kernel. The loop keeps xg and
+# that fits on chip, or the fallback, per step a product (_gemm) and one gate kernel. The loop keeps xg and
 # the gates as contiguous (B, H) planes (NumPy runs 2-5x slower on strided rows), the kernels as rows
 # (T, B, 3H) and (T, B, 4H); both give dG_ih and dG_hh as (T, B, 3H) to the common all-steps products.
 _gru_path = None   # None: choose; 'persistent', 'fallback' or 'composed' forces that path on the GPU (tests)
@@ -2300,7 +2300,7 @@ def _gru_backward_loop(g, w_hh, h0, out, gates, dg_ih, dg_hh):
 
 def _gru_forward_fused(x, w_ih, w_hh, b_ih, b_hh, h0, plans, tf32, keep_gates):
     """out (T, B, H) and gates (T, B, 4H) on the GPU: the persistent kernel with the forward layout of `plans`
-    (_gru_plans'), or (that None) per step a cuBLAS product and gru_gates_fwd. The kernels add the biases; tf32:
+    (_gru_plans'), or (that None) per step a product (_gemm) and gru_gates_fwd. The kernels add the biases; tf32:
     float32 products on TF32; keep_gates False (no backward will run): gates None, the kernels write none."""
     xp, (steps, batch, _), hidden = _xp(x), x.shape, w_hh.shape[1]
     xg = _matmul(x.reshape(steps * batch, x.shape[-1]), w_ih.T, tf32=tf32).reshape(steps, batch, 3 * hidden)
