@@ -217,8 +217,8 @@ def _gemm(a, b, out_dtype, tf32=False, out=None):
         c.fill(0)
         return c
     small = _kernel('gemm_small', a.dtype, c.dtype) if m * n * k * batch <= _GEMM_SMALL and k <= _GEMM_SMALL_K \
-        else None
-    if small is not None and batch < 65536:   # (the grid's third extent)
+        and batch < 65536 else None   # (batch: the grid's third extent)
+    if small is not None:
         (a_i, a_p), (b_p, b_j) = ([step // x.itemsize for step in x.strides[-2:]] for x in (a, b))
         a_z, b_z = (x.strides[0] // x.itemsize if x.ndim == 3 else 0 for x in (a, b))
         small((-(-n // 32), -(-m // 32), batch), (_BLOCK,),
