@@ -286,26 +286,47 @@ __device__ __forceinline__ void bulk_multicast(unsigned dst, const void* src, un
 }  // namespace hopper
 #endif
 
+// Thread-block clusters (sm_90): every thread of the cluster's blocks meets here, the blocks' writes to one
+// another's shared memory (and to global memory) before it visible to all after it; during() runs between the
+// arrival and the wait (the next step's loads, in flight while the block waits).
+template <typename During>
+__device__ __forceinline__ void cluster_sync(During during) {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+    during();
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+    cluster_sync([] {});
+}
+
+// The address of *p (this block's shared memory) in the shared memory of the cluster's block `rank`.
+template <typename T>
+__device__ __forceinline__ T* in_block(T* p, unsigned rank) {
+    unsigned long long q;
+    asm volatile("mapa.u64 %0, %1, %2;\n" : "=l"(q) : "l"(p), "r"(rank));
+    return reinterpret_cast<T*>(q);
+}
+
 // ===== Matrix products =====
 
-// c = a b for small products (_gemm's of at most _GEMM_SMALL multiply-adds and k <= _GEMM_SMALL_K), where cuBLAS's
+// c = a b for small products (_gemm's of k <= _GEMM_SMALL_K in at most _GEMM_SMALL_BLOCKS blocks), where cuBLAS's
 // own host time per call is most of the product's time. A block takes a 32 x 32 tile of c, its 8 warps splitting k:
-// warp w multiplies the k-steps of KS columns w, w + 8, ... (a step a round trip to memory, every warp's in flight at
-// once), each lane a 4 x 8 piece of the tile; then the warps' sums are added in a fixed order, a tree through shared
-// memory (the same bits every run). a's element (i, p) is at a[i sa_i + p sa_p] (either layout, or a view), b's (p, j)
-// at b[p sb_p + j sb_j]; matrix z of a stack (grid z) at z sa_z and z sb_z; c packed (m, n) matrices. T: __half or
-// float (float arithmetic).
-template <typename T, typename C>
-__global__ void __launch_bounds__(256, 1) gemm_small(const T* __restrict__ a, const T* __restrict__ b,
-                                                     C* __restrict__ c, int m, int n, int k, long long sa_i,
-                                                     long long sa_p, long long sa_z, long long sb_p, long long sb_j,
-                                                     long long sb_z) {
+// warp w multiplies the k-steps of KS columns w, w + 8, ... (the next step's loads in flight while it multiplies
+// one), each lane a 4 x 8 piece of the tile; then the warps' sums are added in a fixed order, a tree through shared
+// memory (the same bits every run). gemm_split: a cluster of CL blocks takes the tile, block r the steps r 8 + w,
+// r 8 + w + 8 CL, ...; the blocks' sums are then added in rank order, each block adding and writing 1 / CL of the
+// tile. a's element (i, p) is at a[i sa_i + p sa_p] (either layout, or a view), b's (p, j) at b[p sb_p + j sb_j];
+// matrix z of a stack (grid z) at z sa_z and z sb_z; c packed (m, n) matrices. T: __half or float (float arithmetic).
+template <typename T, typename C, int CL>
+__device__ __forceinline__ void gemm_tile(const T* __restrict__ a, const T* __restrict__ b, C* __restrict__ c, int m,
+                                          int n, int k, long long sa_i, long long sa_p, long long sa_z, long long sb_p,
+                                          long long sb_j, long long sb_z) {
     using A = acc_t<T>;
     constexpr int KS = 16, LD = 36, STAGE = 2 * KS * LD;   // a warp's step: a's [p][i], then b's [p][j]
     __shared__ A smem[8 * STAGE];   // the warps' steps, then their sums (4 tiles of 32 x 32)
     static_assert(8 * STAGE >= 4 * 1024, "the sums fit where the steps were");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ty = lane >> 2, tx = lane & 3;   // rows 4 ty + r,
-    const int i0 = 32 * blockIdx.y, j0 = 32 * blockIdx.x;                                        // columns 8 tx + s
+    const int rank = blockIdx.x % CL, i0 = 32 * blockIdx.y, j0 = 32 * (blockIdx.x / CL);         // columns 8 tx + s
     a += blockIdx.z * sa_z;
     b += blockIdx.z * sb_z;
     c += static_cast<long long>(blockIdx.z) * m * n;
@@ -316,16 +337,26 @@ __global__ void __launch_bounds__(256, 1) gemm_small(const T* __restrict__ a, co
     const bool a_along_k = sa_p == 1, b_along_k = sb_j != 1;
     const int ai = a_along_k ? lane / 16 : lane, ap = a_along_k ? lane % 16 : 0, bj = b_along_k ? lane / 16 : lane,
               bq = b_along_k ? lane % 16 : 0;
-    A sum[4][8] = {};
-    for (int p0 = warp * KS; p0 < k; p0 += 8 * KS) {
+    T ra[KS], rb[KS];   // a step's values, loaded while the warp multiplies the step before
+    const auto load = [&](int p0) {
 #pragma unroll
         for (int v = 0; v < KS; ++v) {
             const int i = a_along_k ? ai + 2 * v : ai, p = a_along_k ? ap : v;
             const int j = b_along_k ? bj + 2 * v : bj, q = b_along_k ? bq : v;
-            as[p * LD + i] = i0 + i < m && p0 + p < k ? static_cast<A>(a[(i0 + i) * sa_i + (p0 + p) * sa_p]) : A(0);
-            bs[q * LD + j] = p0 + q < k && j0 + j < n ? static_cast<A>(b[(p0 + q) * sb_p + (j0 + j) * sb_j]) : A(0);
+            ra[v] = i0 + i < m && p0 + p < k ? a[(i0 + i) * sa_i + (p0 + p) * sa_p] : T(0.0f);
+            rb[v] = p0 + q < k && j0 + j < n ? b[(p0 + q) * sb_p + (j0 + j) * sb_j] : T(0.0f);
+        }
+    };
+    A sum[4][8] = {};
+    load((rank * 8 + warp) * KS);
+    for (int p0 = (rank * 8 + warp) * KS; p0 < k; p0 += CL * 8 * KS) {
+#pragma unroll
+        for (int v = 0; v < KS; ++v) {
+            as[(a_along_k ? ap : v) * LD + (a_along_k ? ai + 2 * v : ai)] = static_cast<A>(ra[v]);
+            bs[(b_along_k ? bq : v) * LD + (b_along_k ? bj + 2 * v : bj)] = static_cast<A>(rb[v]);
         }
         __syncwarp();
+        if (p0 + CL * 8 * KS < k) load(p0 + CL * 8 * KS);
 #pragma unroll
         for (int p = 0; p < KS; ++p) {
             A av[4], bv[8];
@@ -355,15 +386,49 @@ __global__ void __launch_bounds__(256, 1) gemm_small(const T* __restrict__ a, co
 #pragma unroll
                 for (int s = 0; s < 8; ++s) sum[r][s] += red[r * 32 + s];
     }
-    if (warp == 0)
+    if constexpr (CL == 1) {
+        if (warp == 0)
 #pragma unroll
-        for (int r = 0; r < 4; ++r)
+            for (int r = 0; r < 4; ++r)
 #pragma unroll
-            for (int s = 0; s < 8; ++s) {
-                const int i = i0 + 4 * ty + r, j = j0 + 8 * tx + s;
-                if (i < m && j < n) c[static_cast<long long>(i) * n + j] = static_cast<C>(sum[r][s]);
-            }
+                for (int s = 0; s < 8; ++s) {
+                    const int i = i0 + 4 * ty + r, j = j0 + 8 * tx + s;
+                    if (i < m && j < n) c[static_cast<long long>(i) * n + j] = static_cast<C>(sum[r][s]);
+                }
+    } else {
+        if (warp == 0)   // the block's sums as the tile (row-major) at smem (warp 0 read its last addend there)
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+#pragma unroll
+                for (int s = 0; s < 8; ++s) smem[(4 * ty + r) * 32 + 8 * tx + s] = sum[r][s];
+        cluster_sync();
+        for (int e = rank * (1024 / CL) + threadIdx.x; e < (rank + 1) * (1024 / CL); e += blockDim.x) {
+            A total = A(0);
+#pragma unroll
+            for (int q = 0; q < CL; ++q) total += *in_block(smem + e, q);
+            const int i = i0 + e / 32, j = j0 + e % 32;
+            if (i < m && j < n) c[static_cast<long long>(i) * n + j] = static_cast<C>(total);
+        }
+        cluster_sync();   // no block leaves while another reads its shared memory
+    }
 }
+
+template <typename T, typename C>
+__global__ void __launch_bounds__(256, 1) gemm_small(const T* __restrict__ a, const T* __restrict__ b,
+                                                     C* __restrict__ c, int m, int n, int k, long long sa_i,
+                                                     long long sa_p, long long sa_z, long long sb_p, long long sb_j,
+                                                     long long sb_z) {
+    gemm_tile<T, C, 1>(a, b, c, m, n, k, sa_i, sa_p, sa_z, sb_p, sb_j, sb_z);
+}
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900   // (clusters: as gru_fwd_cluster)
+template <typename T, typename C, int CL>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256, 1)
+gemm_split(const T* __restrict__ a, const T* __restrict__ b, C* __restrict__ c, int m, int n, int k, long long sa_i,
+           long long sa_p, long long sa_z, long long sb_p, long long sb_j, long long sb_z) {
+    gemm_tile<T, C, CL>(a, b, c, m, n, k, sa_i, sa_p, sa_z, sb_p, sb_j, sb_z);
+}
+#endif
 
 // ===== ReLU =====
 
@@ -1793,27 +1858,6 @@ __device__ __forceinline__ void kept_product(const Block<T, FWD>& bk, const T* A
     tile_products<T, TC>(bk, A, 0, bk.K, acc);
     store_partials(bk, acc);
     __syncthreads();
-}
-
-// Thread-block clusters (sm_90): every thread of the cluster's blocks meets here, the blocks' writes to one
-// another's shared memory (and to global memory) before it visible to all after it; during() runs between the
-// arrival and the wait (the next step's loads, in flight while the block waits).
-template <typename During>
-__device__ __forceinline__ void cluster_sync(During during) {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-    during();
-    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void cluster_sync() {
-    cluster_sync([] {});
-}
-
-// The address of *p (this block's shared memory) in the shared memory of the cluster's block `rank`.
-template <typename T>
-__device__ __forceinline__ T* in_block(T* p, unsigned rank) {
-    unsigned long long q;
-    asm volatile("mapa.u64 %0, %1, %2;\n" : "=l"(q) : "l"(p), "r"(rank));
-    return reinterpret_cast<T*>(q);
 }
 
 // Cluster kernels keep the step's operand tile A whole in shared memory, in two buffers (step parity), zeroed

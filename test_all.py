@@ -10370,12 +10370,13 @@ def test_gpu_sums_over_leading_axes():
 
 
 def test_gpu_small_products_as_one_launch():
-    """_gemm's small products (at most _GEMM_SMALL multiply-adds, k <= _GEMM_SMALL_K) run as gemm_small, cuBLAS
-    untouched: against NumPy in float64 and against cuBLAS's result (the same call with _GEMM_SMALL 0), in float16 (to
-    float16 and to float32) and float32 (also with tf32 asked: exact float32 here), at odd sizes, one row or column,
-    the GRU's (16, 32) x (32, 384), the bound itself, with either operand transposed, a strided view or a stack of
-    matrices, or a negative row step, and into a given array; a column past the bound, k past _GEMM_SMALL_K, or
-    float64 goes to cuBLAS."""
+    """_gemm's small products (k <= _GEMM_SMALL_K, at most _GEMM_SMALL_BLOCKS blocks) run as gemm_small or, past k
+    = 128, gemm_split's clusters of 2, 4 or 8 blocks, cuBLAS untouched: against NumPy in float64 and against cuBLAS's
+    result (the same call with _GEMM_SMALL_BLOCKS 0), in float16 (to float16 and to float32) and float32 (also with
+    tf32 asked: exact float32 here), at odd sizes, one row or column, the GRU's (16, 32) x (32, 384) and (16, 384) x
+    (384, 32), the bounds themselves, with either operand transposed, a strided view or a stack of matrices, or a
+    negative row step, and into a given array (the same bits as the call before); a block past the bound, k past
+    _GEMM_SMALL_K, or float64 goes to cuBLAS."""
     need_cuda()
     if 'gemm_small' not in tl.fused_kernels():
         raise Skip('no gemm_small kernel')
@@ -10394,7 +10395,10 @@ def test_gpu_small_products_as_one_launch():
     def refuse(*args):
         raise AssertionError('cuBLAS was called for a small product')
     cases = [(1, 1, 1), (3, 5, 7), (33, 65, 17), (16, 384, 32), (1, 2048, 128), (2, 1, 31, 40), (3, 17, 9, 33),
-             (2, 40, 3, 100)]
+             (2, 40, 3, 100), (3, 5, 129), (16, 32, 384), (33, 65, 300), (5, 7, 1600), (2, 40, 3, 700),
+             (64, 4096, 9), (32, 1024, 1024), (2, 33, 2048)]   # from (3, 5, 129) on, clusters of 2, 4, 8; the bounds
+    if 'gemm_split' not in tl.fused_kernels():   # (built for 9.0 GPUs alone: elsewhere cuBLAS takes k past 128)
+        cases = [shape for shape in cases if shape[-1] <= 128]
     for (dtype, out_dtype), shape in itertools.product(((np.float16, np.float16), (np.float16, np.float32),
                                                         (np.float32, np.float32)), cases):
         *stack, m, n, k = shape
@@ -10411,12 +10415,13 @@ def test_gpu_small_products_as_one_launch():
                 with mock.patch.object(tl, '_cublas_handle', refuse):
                     tl._gemm(a_gpu, b_gpu, out_dtype, out=into)
                 assert_matches(into.get(), got, 0, f'{what} into out=')
-            with mock.patch.object(tl, '_GEMM_SMALL', 0):
+            with mock.patch.object(tl, '_GEMM_SMALL_BLOCKS', 0):
                 cublas = tl._gemm(a_gpu, b_gpu, out_dtype).get()
             assert_matches(got, cublas, 2 * tol[np.dtype(out_dtype)] * max(1, k) ** 0.5, f'{what} against cuBLAS')
     # past the bound: cuBLAS
-    assert (tl._GEMM_SMALL, tl._GEMM_SMALL_K) == (2048 * 128, 128), 'the cases assume these bounds'
-    for m, n, k, dtype in ((1, 2049, 128, np.float32), (1, 1, 129, np.float32), (3, 5, 7, np.float64)):
+    assert (tl._GEMM_SMALL_BLOCKS, tl._GEMM_SMALL_K) == (256, 2048), 'the cases assume these bounds'
+    for m, n, k, dtype in ((1, 8193, 16, np.float32), (65, 4096, 9, np.float32), (33, 1024, 1024, np.float32),
+                           (1, 1, 2049, np.float32), (3, 5, 7, np.float64)):
         a, b = cp.asarray(r.standard_normal((m, k)), dtype), cp.asarray(r.standard_normal((k, n)), dtype)
         with mock.patch.object(tl, '_cublas_handle', refuse):
             raises(AssertionError, lambda: tl._gemm(a, b, dtype), 'cuBLAS was called')

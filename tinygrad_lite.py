@@ -172,13 +172,11 @@ def _matmul(a, b, out_dtype=None, tf32=False):
 # float32 (as PyTorch's torch.backends.cuda.matmul.allow_tf32, False by default). Set False for exact float32.
 allow_tf32 = True
 _CUDA_TYPES = {np.dtype(np.float16): 2, np.dtype(np.float32): 0, np.dtype(np.float64): 1}   # cudaDataType
-# _gemm's products of at most _GEMM_SMALL multiply-adds and k <= _GEMM_SMALL_K (float16, float32) run as kernels.cu's
-# gemm_small, one launch. On an H100's host, us a call of host time and by CUDA-graph replay of GPU time, gemm_small /
-# cuBLAS (TF32): (16, 32) x (32, 384) 10.8 / 20.2 and 3.6 / 4.0, (64, 64) x (64, 64) 11.0 / 20.0 and 3.6 / 4.3,
-# (32, 128) x (128, 64) 10.9 / 20.2 and 4.4 / 4.1, a row of ones times (100, 768) 10.8 / 15.6 and 4.2 / 6.0, but a
-# vector's (1, 128) x (128, 2048)^T 10.8 / 15.7 and 4.5 / 2.0 (cuBLAS's GEMV). Past k = 128 a warp takes its k-steps
-# one after another: at k = 384 (three a warp) it took 7.8 us against 4.4
-_GEMM_SMALL, _GEMM_SMALL_K = 1 << 18, 128
+# _gemm's products of k <= _GEMM_SMALL_K (float16, float32) whose tiles of 32 x 32 take at most _GEMM_SMALL_BLOCKS
+# blocks (about two a multiprocessor on an H100) run as kernels.cu's gemm_small or, past k = 128 (a block's 8 warps'
+# steps), as clusters of gemm_split: one launch, about half of cuBLAS's host time a call, and on the GPU near
+# cuBLAS's time within that bound (PERF_NOTES.md section 6)
+_GEMM_SMALL_BLOCKS, _GEMM_SMALL_K = 256, 2048
 _cublas = {}   # GPU index -> (libcublas, handle)
 
 
@@ -209,19 +207,21 @@ def _gemm(a, b, out_dtype, tf32=False, out=None):
     """a @ b for CuPy matrices (m, k) @ (k, n), or stacks (s, m, k) @ (s, k, n), in one call of cuBLAS, into
     `out` (C-contiguous) if given; tf32: float32 on the TF32 tensor cores. cuBLAS is column-major, so it
     computes c^T = b^T a^T: a C-contiguous row-major matrix is its own transpose there, an F-contiguous
-    one needs the transpose flag. A small product (_GEMM_SMALL, _GEMM_SMALL_K) is one launch of gemm_small instead, on
-    the operands as they are laid out (in float32 arithmetic for float32, never TF32)."""
+    one needs the transpose flag. A small product (_GEMM_SMALL_BLOCKS, _GEMM_SMALL_K) is one launch of gemm_small or
+    gemm_split instead, on the operands as they are laid out (in float32 arithmetic for float32, never TF32)."""
     (m, k), n, batch = a.shape[-2:], b.shape[-1], a.shape[0] if a.ndim == 3 else 1
     c = cp.empty(a.shape[:-2] + (m, n), out_dtype) if out is None else out
     if 0 in (m, n, k, batch):
         c.fill(0)
         return c
-    small = _kernel('gemm_small', a.dtype, c.dtype) if m * n * k * batch <= _GEMM_SMALL and k <= _GEMM_SMALL_K \
-        and batch < 65536 else None   # (batch: the grid's third extent)
+    split, small = min(8, 1 << (-(-k // 128) - 1).bit_length()), None   # a tile's blocks: 128 of k a block at once
+    if -(-m // 32) * -(-n // 32) * batch * split <= _GEMM_SMALL_BLOCKS and k <= _GEMM_SMALL_K:
+        small = _kernel('gemm_small', a.dtype, c.dtype) if split == 1 else _kernel('gemm_split', a.dtype, c.dtype,
+                                                                                   split)
     if small is not None:
         (a_i, a_p), (b_p, b_j) = ([step // x.itemsize for step in x.strides[-2:]] for x in (a, b))
         a_z, b_z = (x.strides[0] // x.itemsize if x.ndim == 3 else 0 for x in (a, b))
-        small((-(-n // 32), -(-m // 32), batch), (_BLOCK,),
+        small((split * -(-n // 32), -(-m // 32), batch), (_BLOCK,),
               (a, b, c) + _int32s(m, n, k) + _int64s(a_i, a_p, a_z, b_p, b_j, b_z))
         return c
     lib, handle = _cublas_handle()
@@ -564,12 +564,14 @@ _KERNEL_INSTANCES = {
     'cross_entropy_bwd': [(t, 'long long', v) for t in _FLOAT_C for v in _PACK[t]],
     'sgd_step': [(t,) for t in _FLOAT_C],
     'gemm_small': [('__half', '__half'), ('__half', 'float'), ('float', 'float')],
+    'gemm_split': [(t, c, str(split)) for t, c in (('__half', '__half'), ('__half', 'float'), ('float', 'float'))
+                   for split in (2, 4, 8)],
 }
 # launched as cooperative grids
 _COOPERATIVE = {'gru_fwd_persistent', 'gru_bwd_persistent', 'bn_fwd_train', 'bn_bwd_train'}
 # Hopper's wgmma (and TMA), and the GRU's thread-block clusters: built with -arch=sm_90a, on 9.0 devices only
 _SM90A = {'conv_implicit_wg', 'conv_implicit_wg_dw', 'conv_implicit_tma', 'gru_fwd_cluster', 'gru_bwd_cluster',
-          'gru_fwd_split', 'gru_bwd_split', 'gru_fwd_split_h'}
+          'gru_fwd_split', 'gru_bwd_split', 'gru_fwd_split_h', 'gemm_split'}
 # threads per block of every kernel but the implicit-GEMM convs', which set their own (128, 256, 384, or 512 for
 # TF32's conv_implicit_wg_dw, its warpgroups specialized)
 _BLOCK = 256
