@@ -10376,7 +10376,7 @@ def test_gpu_small_products_as_one_launch():
     tf32 asked: exact float32 here), at odd sizes, one row or column, the GRU's (16, 32) x (32, 384) and (16, 384) x
     (384, 32), the bounds themselves, with either operand transposed, a strided view or a stack of matrices, or a
     negative row step, and into a given array (the same bits as the call before); a block past the bound, k past
-    _GEMM_SMALL_K, or float64 goes to cuBLAS."""
+    _GEMM_SMALL_K, float64, or a product of k past 128 captured in a CUDA graph goes to cuBLAS."""
     need_cuda()
     if 'gemm_small' not in tl.fused_kernels():
         raise Skip('no gemm_small kernel')
@@ -10427,6 +10427,18 @@ def test_gpu_small_products_as_one_launch():
             raises(AssertionError, lambda: tl._gemm(a, b, dtype), 'cuBLAS was called')
         want = (a.get().astype(np.float64) @ b.get()).astype(dtype)
         assert_matches(tl._gemm(a, b, dtype).get(), want, 1e-5, f'{np.dtype(dtype).name} ({m}, {k}) x ({k}, {n})')
+    # captured in a CUDA graph: gemm_small's products stay, gemm_split's go to cuBLAS
+    for m, n, k in ((3, 5, 7), (3, 5, 300)):
+        a, b = cp.asarray(r.standard_normal((m, k)), np.float32), cp.asarray(r.standard_normal((k, n)), np.float32)
+        calls = []
+        graph = tl.CUDAGraph()
+        with mock.patch.object(tl, '_cublas_handle', lambda real=tl._cublas_handle: calls.append(1) or real()):
+            with graph.capture():
+                got = tl._gemm(a, b, np.float32)
+        graph.replay()
+        assert len(calls) == (k > 128), f'({m}, {k}) x ({k}, {n}) captured: {len(calls)} cuBLAS calls'
+        want = (a.get().astype(np.float64) @ b.get()).astype(np.float32)
+        assert_matches(got.get(), want, 1e-5, f'({m}, {k}) x ({k}, {n}) replayed')
 
 
 def test_gpu_cross_entropy_grids():

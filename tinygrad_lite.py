@@ -208,7 +208,8 @@ def _gemm(a, b, out_dtype, tf32=False, out=None):
     `out` (C-contiguous) if given; tf32: float32 on the TF32 tensor cores. cuBLAS is column-major, so it
     computes c^T = b^T a^T: a C-contiguous row-major matrix is its own transpose there, an F-contiguous
     one needs the transpose flag. A small product (_GEMM_SMALL_BLOCKS, _GEMM_SMALL_K) is one launch of gemm_small or
-    gemm_split instead, on the operands as they are laid out (in float32 arithmetic for float32, never TF32)."""
+    (not while a CUDA graph is captured) gemm_split instead, on the operands as they are laid out (in float32
+    arithmetic for float32, never TF32)."""
     (m, k), n, batch = a.shape[-2:], b.shape[-1], a.shape[0] if a.ndim == 3 else 1
     c = cp.empty(a.shape[:-2] + (m, n), out_dtype) if out is None else out
     if 0 in (m, n, k, batch):
@@ -216,8 +217,10 @@ def _gemm(a, b, out_dtype, tf32=False, out=None):
         return c
     split, small = min(8, 1 << (-(-k // 128) - 1).bit_length()), None   # a tile's blocks: 128 of k a block at once
     if -(-m // 32) * -(-n // 32) * batch * split <= _GEMM_SMALL_BLOCKS and k <= _GEMM_SMALL_K:
-        small = _kernel('gemm_small', a.dtype, c.dtype) if split == 1 else _kernel('gemm_split', a.dtype, c.dtype,
-                                                                                   split)
+        if split == 1:
+            small = _kernel('gemm_small', a.dtype, c.dtype)
+        elif not cp.cuda.get_current_stream().is_capturing():   # (replays spend no host time; cuBLAS, less GPU time)
+            small = _kernel('gemm_split', a.dtype, c.dtype, split)
     if small is not None:
         (a_i, a_p), (b_p, b_j) = ([step // x.itemsize for step in x.strides[-2:]] for x in (a, b))
         a_z, b_z = (x.strides[0] // x.itemsize if x.ndim == 3 else 0 for x in (a, b))
