@@ -10326,7 +10326,7 @@ def test_gpu_reduction_scratch_grows():
 
 def test_gpu_sums_over_leading_axes():
     """Sums and means over the leading axes of arrays of 64 rows or more (on the GPU one product with a row of ones,
-    _sum: gemm_small's or cuBLAS's) against NumPy in float64, in float16, float32 and float64, with and without
+    _sum: _gemm's) against NumPy in float64, in float16, float32 and float64, with and without
     keepdim, each taking that path; a strided array and a sum over trailing axes take CuPy's; a Linear's bias
     gradient over 300 rows."""
     need_cuda()
@@ -10395,8 +10395,9 @@ def test_gpu_small_products_as_one_launch():
     def refuse(*args):
         raise AssertionError('cuBLAS was called for a small product')
     cases = [(1, 1, 1), (3, 5, 7), (33, 65, 17), (16, 384, 32), (1, 2048, 128), (2, 1, 31, 40), (3, 17, 9, 33),
-             (2, 40, 3, 100), (3, 5, 129), (16, 32, 384), (33, 65, 300), (5, 7, 1600), (2, 40, 3, 700),
-             (64, 4096, 9), (32, 1024, 1024), (2, 33, 2048)]   # from (3, 5, 129) on, clusters of 2, 4, 8; the bounds
+             (2, 40, 3, 100), (64, 4096, 9),   # (64, 4096, 9): the block bound itself; then k past 128, in clusters
+             (3, 5, 129), (3, 5, 256), (2, 33, 3, 200), (3, 5, 257), (16, 32, 384), (33, 65, 300), (31, 33, 512),
+             (2, 17, 9, 513), (5, 7, 1600), (2, 40, 3, 700), (32, 1024, 1024), (2, 33, 2048)]   # of 2, 4, 8 blocks
     if 'gemm_split' not in tl.fused_kernels():   # (built for 9.0 GPUs alone: elsewhere cuBLAS takes k past 128)
         cases = [shape for shape in cases if shape[-1] <= 128]
     for (dtype, out_dtype), shape in itertools.product(((np.float16, np.float16), (np.float16, np.float32),
@@ -10406,9 +10407,13 @@ def test_gpu_small_products_as_one_launch():
                                                                 layouts((*stack, k, n), dtype)):
             want = np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(out_dtype)
             what = f'{np.dtype(dtype).name} -> {np.dtype(out_dtype).name} {shape}, a {wa}, b {wb}'
+            kind = ('gemm_small',) if k <= 128 else ('gemm_split', 2 if k <= 256 else 4 if k <= 512 else 8)
             for tf32 in (False, True) if dtype == np.float32 else (False,):
-                with mock.patch.object(tl, '_cublas_handle', refuse):
+                asked = []   # the kernels _gemm looks up: (name, its blocks a tile where split)
+                spy = lambda name, *args, real=tl._kernel: asked.append((name, *args[2:])) or real(name, *args)
+                with mock.patch.object(tl, '_cublas_handle', refuse), mock.patch.object(tl, '_kernel', spy):
                     got = tl._gemm(a_gpu, b_gpu, out_dtype, tf32).get()
+                assert asked == [kind], f'{what}: kernels {asked}, expected {kind}'
                 assert_matches(got, want, tol[np.dtype(out_dtype)] * max(1, k) ** 0.5, f'{what}, tf32 {tf32}')
             if wa == wb == 'packed':   # into a given array (the GRU fallback's per-step products)
                 into = cp.full(got.shape, np.nan, out_dtype)

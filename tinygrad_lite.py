@@ -155,8 +155,8 @@ def _sum(a, axis=None, keepdims=False, scale=1):
 
 
 def _matmul(a, b, out_dtype=None, tf32=False):
-    """np.matmul; float16 on the CPU multiplies in float32 (NumPy has no float16 GEMM). On the GPU,
-    matrices and equal-sized stacks of them go to _gemm (cuBLAS, or gemm_small), which a CUDA graph can capture;
+    """np.matmul; float16 on the CPU multiplies in float32 (NumPy has no float16 GEMM). On the GPU, matrices and
+    equal-sized stacks of them go to _gemm (cuBLAS, or gemm_small or gemm_split), which a CUDA graph can capture;
     tf32: float32 may run on the TF32 tensor cores (the convolutions and GRUs do where allow_tf32 says)."""
     if _xp(a) is np:
         if a.dtype == np.float16:
@@ -174,8 +174,9 @@ allow_tf32 = True
 _CUDA_TYPES = {np.dtype(np.float16): 2, np.dtype(np.float32): 0, np.dtype(np.float64): 1}   # cudaDataType
 # _gemm's products of k <= _GEMM_SMALL_K (float16, float32) whose tiles of 32 x 32 take at most _GEMM_SMALL_BLOCKS
 # blocks (about two a multiprocessor on an H100) run as kernels.cu's gemm_small or, past k = 128 (a block's 8 warps'
-# steps), as clusters of gemm_split: one launch, about half of cuBLAS's host time a call, and on the GPU near
-# cuBLAS's time within that bound (PERF_NOTES.md section 6)
+# steps), as clusters of gemm_split: one launch, about half of cuBLAS's host time a call, for 0.8-1.5 times cuBLAS's
+# GPU time, up to 2.6 in float16 (cuBLAS's on the tensor cores), 2.1 for a vector (cuBLAS's GEMV), 1.9 for a ones-row
+# bias sum of 1600 rows (H100; PERF_NOTES.md section 6)
 _GEMM_SMALL_BLOCKS, _GEMM_SMALL_K = 256, 2048
 _cublas = {}   # GPU index -> (libcublas, handle)
 
@@ -208,8 +209,8 @@ def _gemm(a, b, out_dtype, tf32=False, out=None):
     `out` (C-contiguous) if given; tf32: float32 on the TF32 tensor cores. cuBLAS is column-major, so it
     computes c^T = b^T a^T: a C-contiguous row-major matrix is its own transpose there, an F-contiguous
     one needs the transpose flag. A small product (_GEMM_SMALL_BLOCKS, _GEMM_SMALL_K) is one launch of gemm_small or
-    (not while a CUDA graph is captured) gemm_split instead, on the operands as they are laid out (in float32
-    arithmetic for float32, never TF32)."""
+    gemm_split (9.0 GPUs; not while a CUDA graph is captured, so a replay's results may differ from an eager call's in
+    rounding) instead, on the operands as they are laid out (in float32 arithmetic for float32, never TF32)."""
     (m, k), n, batch = a.shape[-2:], b.shape[-1], a.shape[0] if a.ndim == 3 else 1
     c = cp.empty(a.shape[:-2] + (m, n), out_dtype) if out is None else out
     if 0 in (m, n, k, batch):
