@@ -2813,12 +2813,15 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
 
 // The backward with W_hh in registers (H <= 16 KT), as gru_fwd_regs: dh_{t-1}^T = W_hh^T dg_hh[t]^T, warp w's m-tile
 // being units [16 w, 16 w + 16) over the 3H columns of dg_hh in 3 KT k-tiles (W_hh^T's rows), a lane's cells
-// gru_fwd_regs'. dg_hh[t] reaches the product through shared memory: float16 as written; float32 as its float32 values,
-// which the B fragments scale into f16 by a power of two per batch row and step: half_scale of the row's largest
-// magnitude, gathered by atomicMax into one of three sets of words (each cleared after the barrier two steps before its
-// next use); W_hh^T's rows are scaled each by its own (a_fragments). (dg's magnitudes are not bounded as h's are, and a
-// row's own scale keeps its small values from f16's subnormals when another row is large.) Arguments as
-// gru_bwd_persistent's, but W_hh as it is (3H, H), not transposed; ceil(B / BB) blocks of gru::NT threads.
+// gru_fwd_regs'. dg_hh[t] reaches the product through shared memory as f16: float16 as written; float32 scaled by a
+// power of two per batch row and step, half_scale of the row's largest magnitude, gathered by atomicMax into one of
+// three sets of words (each cleared after the barrier two steps before its next use): each thread keeps its cells'
+// values in registers till the step's barrier has gathered them, then stores them scaled, behind a second barrier (the
+// B fragments converted from float32 values in the k loop instead: the H100's (100, 16, 32, 128) fwd+bwd took 287 us by
+// replay, not 268; at hidden 64, KT 4, 379 against 385). W_hh^T's rows are scaled each by its own (a_fragments). (dg's
+// magnitudes are not bounded as h's are, and a row's own scale keeps its small values from f16's subnormals when
+// another row is large.) Arguments as gru_bwd_persistent's, but W_hh as it is (3H, H), not transposed; ceil(B / BB)
+// blocks of gru::NT threads.
 template <typename T, int KT>
 __global__ void __launch_bounds__(gru::NT, 1)
 gru_bwd_regs(const T* __restrict__ dout, const T* __restrict__ gates, const T* __restrict__ out,
@@ -2827,7 +2830,7 @@ gru_bwd_regs(const T* __restrict__ dout, const T* __restrict__ gates, const T* _
     using namespace gru;
     constexpr bool SCALED = sizeof(T) == 4;
     constexpr int K = 3 * KT, LD = 48 * KT + 8;   // k-tiles; dg's row stride (16 bytes past 32 f16 ones; 8 banks)
-    __shared__ __align__(16) T ds[2][8][LD];
+    __shared__ __align__(16) __half ds[2][8][LD];
     __shared__ unsigned top[3][8];   // float32: the rows' largest magnitudes, by step modulo 3
     const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3, u0 = 16 * (threadIdx.x >> 5);
     const int b0 = BB * blockIdx.x, bn = min(BB, B - b0);
@@ -2837,10 +2840,10 @@ gru_bwd_regs(const T* __restrict__ dout, const T* __restrict__ gates, const T* _
 #pragma unroll
     for (int e = 0; e < 2; ++e) inv[e] = 1.f / inv[e];
     const RegsCells cells{u0, g, tq, bn, H};
-    for (int i = threadIdx.x; i < 2 * 8 * LD; i += blockDim.x) (&ds[0][0][0])[i] = from_f<T>(0.f);
+    for (int i = threadIdx.x; i < 2 * 8 * LD; i += blockDim.x) (&ds[0][0][0])[i] = __float2half_rn(0.f);
     if (threadIdx.x < 3 * 8) (&top[0][0])[threadIdx.x] = 0u;
     T gv[4][4], hp[4], dv[4];   // step t - 1's inputs, as loaded (converted where used, as cell_step's x)
-    float dh[4], carry[4], bias[4][4] = {};
+    float dh[4], carry[4], bias[4][4] = {}, kept[4][3];   // kept: float32's dg_hh values, till their rows' scales
     const auto load = [&](int t) {   // step t's gates, h_{t-1} and dout of the thread's cells
 #pragma unroll
         for (int c = 0; c < 4; ++c)
@@ -2864,8 +2867,12 @@ gru_bwd_regs(const T* __restrict__ dout, const T* __restrict__ gates, const T* _
                 carry[c] = cell_grads(gv[c], hp[c], dh[c], hh, bias[c], dg_ih, dg_hh, cell * 3 * H + cells.unit(c), H);
 #pragma unroll
                 for (int q = 0; q < 3; ++q) {
-                    ds[s & 1][cells.row(c)][q * H + cells.unit(c)] = hh[q];
-                    m[c & 1] = fmaxf(m[c & 1], fabsf(to_f(hh[q])));
+                    if constexpr (SCALED) {
+                        kept[c][q] = hh[q];
+                        m[c & 1] = fmaxf(m[c & 1], fabsf(hh[q]));
+                    } else {
+                        ds[s & 1][cells.row(c)][q * H + cells.unit(c)] = hh[q];
+                    }
                 }
             }
         if constexpr (SCALED) {
@@ -2888,27 +2895,29 @@ gru_bwd_regs(const T* __restrict__ dout, const T* __restrict__ gates, const T* _
         __syncthreads();
         if (threadIdx.x < 8) top[(s + 2) % 3][threadIdx.x] = 0u;
         if (t > 0) load(t - 1);   // used after the product
-        float scale = 1.f, unscale[2] = {1.f, 1.f};   // float32: row g's scale; rows 2 tq (+1)'s inverses
-        if constexpr (SCALED) {
-            scale = half_scale(__uint_as_float(top[s % 3][g]));
+        float unscale[2] = {1.f, 1.f};   // float32: the inverse scales of rows 2 tq and 2 tq + 1
+        if constexpr (SCALED) {   // the cells' kept values into ds, scaled (their rows' largest magnitudes gathered)
+            float scale[2];
 #pragma unroll
-            for (int e = 0; e < 2; ++e) unscale[e] = half_unscale(__uint_as_float(top[s % 3][2 * tq + e]));
+            for (int e = 0; e < 2; ++e) {
+                const float m = __uint_as_float(top[s % 3][2 * tq + e]);
+                scale[e] = half_scale(m);
+                unscale[e] = half_unscale(m);
+            }
+#pragma unroll
+            for (int c = 0; c < 4; ++c)
+#pragma unroll
+                for (int q = 0; q < 3; ++q)
+                    if (cells.has(c))
+                        ds[s & 1][cells.row(c)][q * H + cells.unit(c)] = __float2half_rn(kept[c][q] * scale[c & 1]);
+            __syncthreads();
         }
         float acc[3][4] = {};   // three chains of K products
         if (u0 < H) {
 #pragma unroll
             for (int kt = 0; kt < K; ++kt) {
-                unsigned hb[2];
-                if constexpr (SCALED) {   // B's registers: dg's row g at columns 16 kt + 2 tq (+1) and (+8, +9)
-#pragma unroll
-                    for (int r = 0; r < 2; ++r) {
-                        const float2 v = *reinterpret_cast<const float2*>(&ds[s & 1][g][16 * kt + 2 * tq + 8 * r]);
-                        const __half2 pair = __floats2half2_rn(v.x * scale, v.y * scale);
-                        hb[r] = *reinterpret_cast<const unsigned*>(&pair);
-                    }
-                } else {
-                    ldmatrix_x2(hb, &ds[s & 1][lane & 7][16 * kt + 8 * ((lane >> 3) & 1)]);
-                }
+                unsigned hb[2];   // lanes 0-7: dg's rows 0-7 at column 16 kt, lanes 8-15 at 16 kt + 8
+                ldmatrix_x2(hb, &ds[s & 1][lane & 7][16 * kt + 8 * ((lane >> 3) & 1)]);
                 mma_f16(acc[kt % 3], wf[kt], hb[0], hb[1]);
             }
         }
