@@ -1606,8 +1606,13 @@ class Cat(Function):
 
     def forward(self, *xs, axis):
         self.axis, self.sizes = axis, [x.shape[axis] for x in xs]
-        if len(xs) == 1:   # (a GRU's h_n) a copy, in less host time than concatenate's (21.5 against 28.2 us, an H100's
-            return xs[0].copy(order='K' if _channels_last(xs[0]) else 'C')   # host), in the layout below
+        if len(xs) == 1:   # (a GRU's h_n) a copy, in the layout below: on the GPU a C-contiguous one as one memcpy
+            x = xs[0]        # (host time on an H100's host: 11-13 us; CuPy's copy() 18-23, concatenate 28)
+            if _xp(x) is not np and x.flags.c_contiguous:
+                out = cp.empty(x.shape, x.dtype)
+                out.data.copy_from_device_async(x.data, x.nbytes)   # (on the current stream)
+                return out
+            return x.copy(order='K' if _channels_last(x) else 'C')
         out = _xp(xs[0]).concatenate(xs, axis=axis)
         # NumPy follows its inputs' order: made row-major (channels-last kept), as PyTorch's
         return out if out.flags.c_contiguous or _channels_last(out) else _xp(out).ascontiguousarray(out)
