@@ -2906,10 +2906,11 @@ gru_bwd_regs(const T* __restrict__ dout, const T* __restrict__ gates, const T* _
             }
 #pragma unroll
             for (int c = 0; c < 4; ++c)
+                if (cells.has(c)) {
 #pragma unroll
-                for (int q = 0; q < 3; ++q)
-                    if (cells.has(c))
+                    for (int q = 0; q < 3; ++q)
                         ds[s & 1][cells.row(c)][q * H + cells.unit(c)] = __float2half_rn(kept[c][q] * scale[c & 1]);
+                }
             __syncthreads();
         }
         float acc[3][4] = {};   // three chains of K products
