@@ -10326,9 +10326,8 @@ def test_gpu_reduction_scratch_grows():
 
 def test_gpu_sums_over_leading_axes():
     """Sums and means over the leading axes of arrays of 64 rows or more (on the GPU one product with a row of ones,
-    _sum: _gemm's) against NumPy in float64, in float16, float32 and float64, with and without
-    keepdim, each taking that path; a strided array and a sum over trailing axes take CuPy's; a Linear's bias
-    gradient over 300 rows."""
+    _sum: _gemm's) against NumPy in float64, in float16, float32 and float64, with and without keepdim, each taking
+    that path; a strided array and a sum over trailing axes take CuPy's; a Linear's bias gradient over 300 rows."""
     need_cuda()
     r, products = rng('leading sums'), []
     gemm = tl._gemm
