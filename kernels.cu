@@ -199,8 +199,13 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const unsigned (&a)[4], u
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 namespace hopper {
 
-__device__ __forceinline__ unsigned long long operand(unsigned address, unsigned lbo = 16) {
-    return ((address & 0x3FFFF) >> 4) | (unsigned long long)(lbo >> 4) << 16 | ((1024ull >> 4) << 32) | (1ull << 62);
+// a wgmma operand's shared memory descriptor: by default K-major k-tiles of 128 bytes a row in the 128-byte swizzle
+// (8-row groups 1024 bytes apart); swizzle false: core matrices of 8 rows x 16 bytes, lbo bytes apart along k and sbo
+// along the rows
+__device__ __forceinline__ unsigned long long operand(unsigned address, unsigned lbo = 16, unsigned sbo = 1024,
+                                                      bool swizzle = true) {
+    return ((address & 0x3FFFF) >> 4) | (unsigned long long)(lbo >> 4) << 16 | (unsigned long long)(sbo >> 4) << 32 |
+           (unsigned long long)swizzle << 62;
 }
 
 #define TL_D4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
@@ -275,12 +280,12 @@ __device__ __forceinline__ void bar_wait(unsigned bar, unsigned parity) {   // u
 __device__ __forceinline__ void bar_expect_bytes(unsigned bar, unsigned bytes) {   // the producer's arrival
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
-// `bytes` (a multiple of 16) from global memory at src into shared memory at dst of every block of the cluster in
-// `blocks` (a mask of ranks), counted on the mbarrier at bar of each
-__device__ __forceinline__ void bulk_multicast(unsigned dst, const void* src, unsigned bytes, unsigned bar,
-                                               unsigned short blocks) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-                 " [%0], [%1], %2, [%3], %4;\n" ::"r"(dst), "l"(src), "r"(bytes), "r"(bar), "h"(blocks) : "memory");
+// `bytes` (a multiple of 16) of this block's shared memory at src into block `rank` of the cluster at the same
+// address (dst, in this block's terms), counted on that block's mbarrier at bar (in this block's terms too)
+__device__ __forceinline__ void bulk_to_block(unsigned dst, unsigned src, unsigned bytes, unsigned bar, unsigned rank) {
+    asm volatile("{\n.reg .b32 d, b;\nmapa.shared::cluster.u32 d, %0, %4;\nmapa.shared::cluster.u32 b, %3, %4;\n"
+                 "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [d], [%1], %2, [b];\n}\n"
+                 ::"r"(dst), "r"(src), "r"(bytes), "r"(bar), "r"(rank) : "memory");
 }
 
 }  // namespace hopper
@@ -1906,7 +1911,7 @@ struct Split : Owned {
     float* red;
     float* inv = nullptr;   // scaled weights: 1 / (row n's scale times the operand's), after red (N floats)
 
-    __device__ Split(int B, int H, int P, int nu, int J, int BB, int KP, int KC)
+    __device__ Split(int B, int H, int P, int nu, int J, int BB, int KP, int KC, bool pushes = false)
         : Owned(blockIdx.x / P % nu, blockIdx.x / (P * nu), B, H, J, BB, FWD) {
         const int kp = blockIdx.x % P;
         vec = K % (16 / sizeof(T)) == 0;
@@ -1929,7 +1934,7 @@ struct Split : Owned {
         extern __shared__ __align__(16) unsigned char gru_smem[];
         Ws = reinterpret_cast<T*>(WN ? gru_smem + ((1024 - shared_address(gru_smem) % 1024) % 1024) : gru_smem);
         As = Ws + weight_count();
-        red = reinterpret_cast<float*>(As + (KC < KP ? 2 : 1) * a_rows * lda);
+        red = reinterpret_cast<float*>(As + (KC < KP || pushes ? 2 : 1) * a_rows * lda);
     }
     // The offset of element (r, k) in a staged tile of `rows` rows and row stride ld: row-major, or the wgmma layout's
     // k-tiles of KT columns (rows KT apart, 16-byte granule c of row r at c ^ (r % 8)); at: its address in `tile`
@@ -2030,38 +2035,30 @@ struct Split : Owned {
             }
         }
     }
-    // A batch group as one cluster of G blocks (P = 1) with its operand in one chunk: the operand as an image of As
-    // (its k-tiles of a_rows rows, zeros past the group's rows and past K: image_count() values) in global memory, of
-    // which each block copies a G-th into every block's As (multicast), each block's mbarrier at `bar` counting bytes.
-    __device__ int image_count() const { return round_up(kn, KT) * a_rows; }
-    __device__ void multicast_image(const T* image, unsigned bar, int G) const {
+    // A batch group as one cluster of G blocks (P = 1, J a multiple of 8) with its operand in one chunk, pushed: As
+    // holds two buffers of the operand (step t multiplies h_{t-1} from buffer (t + 1) & 1), each in columns of 8 k
+    // (core matrices of 8 rows by 16 bytes, unswizzled: pushed_offset), so that the block's units [j0, j0 + J) are one
+    // piece of it. The block writes its cells' values there, then copies the piece into every other block of the
+    // cluster (push_piece), each block's mbarrier of that buffer (8 bytes each from `bars`) counting the others' bytes.
+    __device__ int pushed_offset(int r, int k) const { return (k / 8) * a_rows * 8 + r * 8 + k % 8; }
+    __device__ T* buffer(int b) const { return As + b * a_rows * lda; }
+    __device__ static void init_pushes(unsigned bars) {   // the cluster must meet before any block pushes
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-        const int bytes = image_count() * static_cast<int>(sizeof(T)), piece = round_up((bytes + G - 1) / G, 16),
-                  begin = min(bytes, static_cast<int>(blockIdx.x % G) * piece), end = min(bytes, begin + piece);
-        if (threadIdx.x == 0) {
-            hopper::bar_expect_bytes(bar, bytes);
-            if (end > begin)
-                hopper::bulk_multicast(shared_address(As) + begin, reinterpret_cast<const char*>(image) + begin,
-                                       end - begin, bar, static_cast<unsigned short>((1u << G) - 1));
-        }
+        if (threadIdx.x < 2) hopper::bar_init(bars + 8 * threadIdx.x, 1);
+        if (threadIdx.x == 0) asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 #else
         __trap();
 #endif
     }
-    // The mbarrier at bar, for multicast_image; the cluster must meet before any block multicasts
-    __device__ static void init_image(unsigned bar) {
+    __device__ void push_piece(int b, unsigned bars, int G, int J) const {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-        if (threadIdx.x == 0) {
-            hopper::bar_init(bar, 1);
-            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        }
-#else
-        __trap();
-#endif
-    }
-    __device__ static void wait_image(unsigned bar, unsigned parity) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-        hopper::bar_wait(bar, parity);
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   // this thread's stores, for the copies
+        __syncthreads();
+        const int piece = max(0, min(J, lda - j0)), all = min(G * J, lda);   // columns: the block's, the cluster's
+        const unsigned src = shared_address(buffer(b) + pushed_offset(0, j0)), bar = bars + 8 * b;
+        if (threadIdx.x == 0) hopper::bar_expect_bytes(bar, (all - piece) * a_rows * sizeof(T));
+        if (threadIdx.x < G && threadIdx.x != blockIdx.x % G && piece > 0)
+            hopper::bulk_to_block(src, src, piece * a_rows * sizeof(T), bar, threadIdx.x);
 #else
         __trap();
 #endif
@@ -2069,10 +2066,11 @@ struct Split : Owned {
     // The step's partial products: rows [b0, b0 + bn) of src (row stride K; null: zeros) over the block's k-slice,
     // times its weight rows, into red (rows of N, stride ldc: MTp of them, wgmma WN); then the cluster meets (meet
     // false: the block alone, where no other block reads red). Chunk c (buffer c & 1) holds columns [c kc, + kc) of
-    // the slice; the copies of chunk c + 1 are in flight while the warps multiply chunk c. IMAGE: src is the operand's
-    // image, multicast to the cluster's G blocks (multicast_image), the phase `parity` of `bar` awaited.
-    template <bool IMAGE = false>
-    __device__ void product(const T* src, bool meet = true, unsigned bar = 0, unsigned parity = 0, int G = 0) const {
+    // the slice; the copies of chunk c + 1 are in flight while the warps multiply chunk c. PUSHED: src is the buffer of
+    // As that the cluster's blocks push into (push_piece), used once the phase `parity` of the mbarrier at bar
+    // completed (bar 0: no wait).
+    template <bool PUSHED = false>
+    __device__ void product(const T* src, bool meet = true, unsigned bar = 0, unsigned parity = 0) const {
         auto stage = [&](int c) {   // commits one group of copies
             T* const buffer = As + (c & 1) * a_rows * lda;
             copy_rows_to<T, false, WN ? KT : 16>([&](int r, int k) { return at(buffer, lda, a_rows, r, k); }, a_rows,
@@ -2082,13 +2080,12 @@ struct Split : Owned {
         };
         float d[MB][WN ? WN / 2 : 1];   // wgmma: the warpgroup's sums (written by the first k-step)
         __syncthreads();
-        if constexpr (IMAGE)
-            multicast_image(src, bar, G);
-        else
-            stage(0);
+        if constexpr (!PUSHED) stage(0);
         for (int c = 0; c < chunks; ++c) {
-            if constexpr (IMAGE) {
-                wait_image(bar, parity);
+            if constexpr (PUSHED) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+                if (bar != 0) hopper::bar_wait(bar, parity);
+#endif
             } else if (c + 1 < chunks) {
                 stage(c + 1);   // into the buffer chunk c - 1 was read from: the loop's last barrier came after that
                 cp_async_wait_groups<1>();
@@ -2101,7 +2098,7 @@ struct Split : Owned {
             if constexpr (WN != 0) {
                 asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   // this thread's stores, for wgmma
                 __syncthreads();
-                wg_products(d, As + (c & 1) * a_rows * lda, c * kc, ksteps, c == 0);
+                wg_products<PUSHED>(d, PUSHED ? src : As + (c & 1) * a_rows * lda, c * kc, ksteps, c == 0);
             } else {
                 __syncthreads();
                 block_gemm(As + (c & 1) * a_rows * lda, Ws + c * kc, ksteps, c > 0);
@@ -2119,6 +2116,8 @@ struct Split : Owned {
     // first k-step overwrites d). Returns once they are done. No wgmma runs under a condition of its own, and each
     // k-tile's are fenced as CUTLASS's mainloops do (the sums' registers fenced around wgmma.fence, commit and wait):
     // else ptxas (CUDA 13) merges the registers between them and serializes the products (its warnings C7519, C7520).
+    // PUSHED: A in push_piece's columns of 8 (a k-step two of them).
+    template <bool PUSHED>
     __device__ void wg_products(float (&d)[MB][WN ? WN / 2 : 1], const T* A, int k0w, int ksteps, bool first) const {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
         if constexpr (WN != 0) {
@@ -2136,7 +2135,9 @@ struct Split : Owned {
                         for (int i = 0; i < decltype(tiles)::value; ++i)
                             hopper::Wgmma<T, WN>::mma(
                                 d[i], hopper::operand(w_base + kt * N * 128 + i * 2 * 64 * 128 + 32 * k),
-                                hopper::operand(a_base + kt * WN * 128 + 32 * k), !first || kt > 0 || k > 0);
+                                PUSHED ? hopper::operand(a_base + (4 * kt + k) * WN * 32, WN * 16, 128, false)
+                                       : hopper::operand(a_base + kt * WN * 128 + 32 * k),
+                                !first || kt > 0 || k > 0);
                     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
                     asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
                     fence_sums(d);
@@ -2555,9 +2556,8 @@ gru_fwd_cluster(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* _
 // of G = nu P blocks, a batch group each, meeting at the cluster's barrier instead of flags (no residency needed
 // across groups; at (50, 256, 512, 512) on the H100 a step took 4.92 us against 6.22), with CPT + 1 cells a thread (the
 // GPU holds fewer clusters of 8 or 16 than it holds blocks: larger groups); the k-split's partial sums then summed
-// over P consecutive ranks. gru_fwd_split_h's groups keep hh as (2, nb, image_count()): each group's operand as the
-// image its blocks multicast (Split::multicast_image; the host zeroes hh, so that its padding, and buffer 1 where h0
-// is null, read as zeros).
+// over P consecutive ranks. gru_fwd_split_h's groups pass h's f16 copies on in shared memory instead (hh unused):
+// each block's copies pushed into every block of the cluster (Split::push_piece), no barrier between the steps.
 template <typename T, typename O, int P, int WN, int G = P>
 __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, const T* __restrict__ w_hh,
                                                    const T* __restrict__ b_ih, const T* __restrict__ b_hh,
@@ -2566,7 +2566,13 @@ __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, con
                                                    int J, int BB, int KP, int KC) {
     using namespace gru;
     constexpr bool scaled = sizeof(O) != sizeof(T);
-    Split<O, true, WN> bk(B, H, P, nu, J, BB, KP, KC);
+    // A batch group as one cluster (gru_fwd_split_h, its operand in one chunk): h's f16 copies pushed between its
+    // blocks' shared memory, each block waiting only for the copies it needs (Split::push_piece). With the copies in
+    // hh (global memory) multicast to the cluster after its barrier, the barrier and the multicast's wait took 2300 of
+    // a step's 7040 clocks at (50, 256, 512, 512) on the H100; pushed, the forward took 0.2679 ms against 0.2716 there
+    // by replay, at (100, 64, 512, 512) 0.2951 against 0.3290, at (200, 8, 256, 256) 0.3602 against 0.4194.
+    constexpr bool pushes = scaled && G > P;
+    Split<O, true, WN> bk(B, H, P, nu, J, BB, KP, KC, pushes);
     const Flags fl(G == P ? flags : nullptr);
     const int members = nu * P, first = blockIdx.x - blockIdx.x % members;   // the batch group's blocks
     static_assert(G % P == 0, "a cluster holds whole k-splits");
@@ -2574,26 +2580,22 @@ __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, con
     if ((G > P && nu * P != G) || bk.c1 - bk.c0 > C * NT) __trap();   // a group across clusters would meet nowhere
     constexpr bool meet = G == P || P > 1;   // the products end at the cluster's barrier (the k-split's sums)
     unsigned barriers = 0;   // flag barriers so far
-    // A batch group as one cluster (gru_fwd_split_h, its operand in one chunk): h's f16 copies kept in hh as the
-    // groups' images (two buffers of groups x image_count() values), each step's multicast to the cluster from there
-    // (Split::multicast_image: on the H100 at (50, 256, 512, 512), each block's own copies of its operand took 1.8 us
-    // of a 5.4 us step; multicast, the forward took 0.2930 ms against 0.3285 by replay)
-    constexpr bool images = scaled && G > P;
-    const int groups = gridDim.x / members, group = blockIdx.x / members;
-    unsigned bar = 0;   // the multicast's mbarrier (phase t at step t)
-    if constexpr (images) {
-        __shared__ __align__(8) unsigned long long image_bar;
-        if (bk.chunks != 1) __trap();   // the host's layouts keep the operand of these in one chunk
-        bar = shared_address(&image_bar);
-        bk.init_image(bar);
+    unsigned bars = 0, parities = 0;   // pushes: the buffers' mbarriers, and bit b the parity of buffer b's next phase
+    if constexpr (pushes) {
+        __shared__ __align__(8) unsigned long long push_bars[2];
+        if (bk.chunks != 1 || J % 8 != 0) __trap();   // the host's layouts keep the operand of these in one chunk
+        for (int i = threadIdx.x; i < bk.a_rows * bk.lda / 4; i += blockDim.x)   // both buffers (two halves a value)
+            reinterpret_cast<uint4*>(bk.As)[i] = make_uint4(0, 0, 0, 0);
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   // the zeros, before any block's copies
+        bars = shared_address(push_bars);
+        bk.init_pushes(bars);
         cluster_sync();
     }
     // the batch group's blocks meet. The cluster's barrier orders memory accesses but not asynchronous copies: every
     // cp.async of the step's operand (hh or out) must be complete before it (product waits for all of its groups), none
-    // prefetched in during; hh's images are fenced for the bulk copies that read them after it
+    // prefetched in during
     const auto group_sync = [&](auto during) {
         if constexpr (G > P) {
-            if constexpr (images) asm volatile("fence.proxy.async.global;\n" ::: "memory");
             cluster_sync(during);
         } else {
             fl.sync(first, members, ++barriers, during);
@@ -2608,10 +2610,9 @@ __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, con
         weights_to_tf32<T, 1>(bk.Ws, bk.weight_count());
     }
     FwdCells<T, true, C> cells(bk.c0, bk.c1, bk.jn, bk.b0, bk.j0, b_ih, b_hh, h0, H);
-    const auto keep_half = [&](int buffer, int i, float h) {   // cell i's f16 copy of h into hh's buffer, scaled
-        if constexpr (images)
-            hh[static_cast<size_t>(buffer * groups + group) * bk.image_count() +
-               bk.offset(0, bk.a_rows, cells.b(i) - bk.b0, cells.j(i))] = from_f<O>(h * hs);
+    const auto keep_half = [&](int buffer, int i, float h) {   // cell i's f16 copy of h into the buffer, scaled
+        if constexpr (pushes)
+            bk.buffer(buffer)[bk.pushed_offset(cells.r[i], cells.j(i))] = from_f<O>(h * hs);
         else
             hh[static_cast<size_t>(buffer * B + cells.b(i)) * H + cells.j(i)] = from_f<O>(h * hs);
     };
@@ -2619,7 +2620,10 @@ __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, con
 #pragma unroll
         for (int i = 0; i < C; ++i)
             if (cells.has(i)) keep_half(1, i, cells.hp[i]);
-        group_sync([] {});
+        if constexpr (pushes)
+            bk.push_piece(1, bars, G, J);
+        else
+            group_sync([] {});
     }
     cells.load(cells.in, xg, 0, B, H);
     // step t + 1's xg values, loaded after step t's barrier: in flight during the product (the cluster barrier after
@@ -2629,12 +2633,14 @@ __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, con
     for (int t = 0; t < steps; ++t) {
         if (t + 1 < steps) cells.load(xn, xg, t + 1, B, H);
         if constexpr (scaled) {
-            // (images: buffer 1 holds zeros where h0 is null, till step 1 writes it)
-            if constexpr (images)
-                bk.template product<true>(hh + static_cast<size_t>(((t + 1) & 1) * groups + group) * bk.image_count(),
-                                          meet, bar, t & 1, G);
-            else
+            if constexpr (pushes) {   // buffer 1 holds zeros where h0 is null, till step 1 writes it
+                const int b = (t + 1) & 1;
+                const bool pushed = t > 0 || h0 != nullptr;
+                bk.template product<true>(bk.buffer(b), meet, pushed ? bars + 8 * b : 0u, (parities >> b) & 1);
+                if (pushed) parities ^= 1u << b;
+            } else {
                 bk.product(t == 0 && h0 == nullptr ? nullptr : hh + static_cast<size_t>((t + 1) & 1) * B * H, meet);
+            }
         } else {
             bk.product(t == 0 ? h0 : out + static_cast<size_t>(t - 1) * B * H, meet);
         }
@@ -2655,10 +2661,13 @@ __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, con
         }, out, gates, t, B, H);
         if (t + 1 < steps) {
             cells.in = xn;
-            group_sync([] {});   // also keeps red until the cluster's blocks have read it
+            if constexpr (pushes)   // (its barrier also keeps red until the block's cells have read it)
+                bk.push_piece(t & 1, bars, G, J);
+            else
+                group_sync([] {});   // also keeps red until the cluster's blocks have read it
         }
     }
-    cluster_sync();   // no block leaves while another may read its red
+    cluster_sync();   // no block leaves while another may read its red or its copies land in it
     if constexpr (G == P) fl.finish();
 }
 

@@ -3689,8 +3689,8 @@ def test_gru_split_layouts_fit_their_kernels():
     floats of scales), within the limit; a wgmma layout keeps to its tiles (KP and KC multiples of 128 bytes, at most 4
     m-tiles, batch rows at most WN). The forward on f16 wgmma (float16, or float32's f16 operands) also offers a batch
     group as one cluster of 8 or 16 blocks (15 and 7 of them resident, the H100's count): then nu is the cluster's size,
-    the groups resident and at most 5 cells a thread; float32's take the operand in one chunk, within 16 bytes less
-    (the kernel's mbarrier, static)."""
+    the groups resident and at most 5 cells a thread; float32's take the operand in one chunk, in two buffers (pushed
+    between the blocks), within 16 bytes less (the kernel's two mbarriers, static)."""
     up = lambda a, b: -(-a // b) * b
     smem_max, resident, seen = 232448, {1: 132, 2: 66, 4: 30, 8: 15}, collections.Counter()
     group_resident = {8: 15, 16: 7}
@@ -3709,7 +3709,9 @@ def test_gru_split_layouts_fit_their_kernels():
         groups, slices, units, rows, kp, smem, size, kc, wn, group, regs = layout
         what = (f'B {batch} H {hidden} {("bwd", "fwd")[forward]} itemsize {itemsize} wgmma {wgmma} cap {cap} half '
                 f'{half}: {layout}')
-        (k, nq), jp, mtp, bufs = (hidden, 3) if forward else (3 * hidden, 1), up(units, 8), up(rows, 16), 1 + (kc < kp)
+        (k, nq), jp, mtp = (hidden, 3) if forward else (3 * hidden, 1), up(units, 8), up(rows, 16)
+        pushed = group and itemsize == 4   # float32's groups push the operand between their blocks: two buffers
+        bufs = 1 + (kc < kp or pushed)
         assert groups * rows >= batch and slices * units >= hidden and size * kp >= k, what
         if group:   # clusters of a batch group each: up to 5 cells a thread
             assert size == 1 and slices == group and groups <= group_resident[group] and wn, what
@@ -3723,7 +3725,7 @@ def test_gru_split_layouts_fit_their_kernels():
             assert (itemsize == 4 or group) and mtp <= wn and up(n, 64) <= 256 and kp % (128 // ob) == 0, what
             kernel = 1024 + ob * (n * kp + 128 // ob * (up(n, 64) - n) + bufs * wn * kc) + 4 * wn * (up(n, 32) + 4) \
                 + (4 * n if ob < itemsize else 0)
-            # float32's groups multicast the operand in one chunk, beside 16 bytes of static shared memory
+            # float32's groups push the operand in one chunk, beside 16 bytes of static shared memory
             assert not (group and itemsize == 4 and (kc < kp or kernel > smem_max - 16)), what
         else:
             n, ld = up(nq * jp, 24 if forward else 32), lambda c: up(c, 128 // itemsize) + 16 // itemsize   # smem_ld
@@ -10882,7 +10884,7 @@ def test_gpu_gru_half_operands():
     and staging; at P = 1 a k-slice of 576 columns, past the 512 that stage_scaled_weights keeps in registers; of 8,
     no layout of 16 rows fits); 250 with each batch group one cluster of 8 or 16 blocks meeting at the cluster's
     barrier, at the most rows each of _GRU_GROUP_WG holds (its top 16 rows used, up to 5 cells a thread), its operand
-    whole (multicast to the cluster from hh's images; _gru_plan offers no k-chunks there). W_hh's rows span 1e-12 to 1
+    whole (pushed between the blocks' shared memory; _gru_plan offers no k-chunks there). W_hh's rows span 1e-12 to 1
     times PyTorch's scale (one scale for a block's rows would lose the small ones to f16's subnormals) and b_hn is 0,
     so that the hn gate is the product alone. h0 is absent; or its column 7 is 1e5 (past f16's largest value, an
     infinity unscaled) where W_hh's column 7 is 0 (infinity times 0: NaN); or it is at most 1e-3 (the operand's scale

@@ -2444,12 +2444,11 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
         kernel = _gru_wgmma_kernel(forward, cluster, wn, group, arrays[0].dtype) if wn else \
             _kernel(f'gru_{direction}_split', arrays[0].dtype, cluster, 0)
         blocks = groups * slices * cluster
-        if half:   # h's f16 copies: a batch group's as the image of its operand tile that it multicasts (kernels.cu)
+        if half:   # h's f16 copies: in this scratch, or (batch groups) pushed between the blocks (kernels.cu)
             if group and split < hidden:   # (the kernel would trap)
                 raise RuntimeError(f"GRU: layout {plan} stages the operand in k-chunks, which float32's batch groups, "
-                                   "multicasting it whole, do not")
-            scratch = (cp.zeros((2, groups, -(-hidden // 64) * 64 * wn), np.float16) if group else
-                       cp.empty((2, batch, hidden), np.float16),)
+                                   "pushing it whole, do not")
+            scratch = (_gru_device()[2] if group else cp.empty((2, batch, hidden), np.float16),)   # (groups: unread)
     elif cluster:
         kernel, blocks = _kernel(f'gru_{direction}_cluster', arrays[0].dtype, tc, slices), groups * slices
     else:
@@ -2725,20 +2724,21 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
                     while kc > max(32, granule) and fixed + a_rows * staged(kc) * (1 if kc == kp else 2) > smem_max:
                         kc -= granule
                     kc = up(-(-kp // -(-kp // kc)), granule)   # as many chunks, evened out
-                    # float32's groups multicast the operand in one chunk, beside an mbarrier (16 bytes of static
-                    # shared memory)
-                    multicast = group and itemsize == 4
-                    if multicast and (kc < kp or fixed + a_rows * staged(kp) > smem_max - 16):
+                    # float32's groups push the operand between their blocks in one chunk, into two buffers, beside
+                    # two mbarriers (16 bytes of static shared memory)
+                    pushed = group and itemsize == 4
+                    buffers = 2 if kc < kp or pushed else 1
+                    if pushed and (kc < kp or fixed + 2 * a_rows * staged(kp) > smem_max - 16):
                         continue
-                    # clocks: products, staging the operand's slice (multicast: 0.3 of the term, about what that saved
-                    # at (50, 256, 512, 512) and (100, 64, 512, 512) on the H100), the cluster's sums (remote loads),
-                    # the rest of a step (fitted, see above), each chunk past the first (a guess)
-                    staging = m_rows * kp * ob / 28 * (0.3 if multicast else 1)
+                    # clocks: products, staging the operand's slice (pushed: 0.3 of the term, about what a multicast
+                    # from L2 saved at (50, 256, 512, 512) and (100, 64, 512, 512) on the H100), the cluster's sums
+                    # (remote loads), the rest of a step (fitted, see above), each chunk past the first (a guess)
+                    staging = m_rows * kp * ob / 28 * (0.3 if pushed else 1)
                     consider(a_rows * m_cols * kp / rate + staging
                              + 15 * size * (3 if forward else 1) * -(-cells // size) + 1400 + 400 * (-(-kp // kc) - 1)
                              - (_GRU_GROUP_BARRIER if group else 0), groups * slices * size,
-                             (groups, slices, units, rows, kp, fixed + a_rows * staged(kc) * (1 if kc == kp else 2),
-                              size, kc, wn, group, 0))
+                             (groups, slices, units, rows, kp, fixed + a_rows * staged(kc) * buffers, size, kc, wn,
+                              group, 0))
             if m_rows // 16 * up(units, 8) // 8 > _BLOCK // 32 or not _gru_cells_fit(rows, units) or \
                     groups * slices > sms:
                 continue
