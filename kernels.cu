@@ -1891,12 +1891,12 @@ __device__ __forceinline__ void share_operand(const Block<T, FWD>& bk, int next,
 // WN > 0 (sm_90a): the products run on wgmma, TF32 (T = float) or f16 (T = __half: the float32 forward's f16 operands,
 // gru_fwd_split_h). W's N rows are the A operand in m-tiles of 64 (the block's two warpgroups take them alternately, at
 // most MB each) and the operand's rows the WN-column B operand (MTp <= WN), both in K-major k-tiles of KT values (128
-// bytes a row) in the 128-byte swizzle, KP and KC multiples of KT, the tiles 1024-byte aligned (the host adds 1024
-// bytes). The last m-tile reaches past row N into the next k-tile's rows (past the last k-tile, into `tail` zeroed
-// rows): its products of those rows are not kept. A warpgroup keeps its tiles' sums over the chunks in registers and
-// writes them into red (WN rows) once the last chunk is multiplied, times inv[n] where the weights were scaled
-// (stage_scaled_weights). TF32: the operand is multiplied as staged, the tensor cores truncating it (the weights are
-// rounded when staged).
+// bytes a row) in the 128-byte swizzle (a pushed operand: in columns of 8, unswizzled; push_piece), KP and KC multiples
+// of KT, the tiles 1024-byte aligned (the host adds 1024 bytes). The last m-tile reaches past row N into the next
+// k-tile's rows (past the last k-tile, into `tail` zeroed rows): its products of those rows are not kept. A warpgroup
+// keeps its tiles' sums over the chunks in registers and writes them into red (WN rows) once the last chunk is
+// multiplied, times inv[n] where the weights were scaled (stage_scaled_weights). TF32: the operand is multiplied as
+// staged, the tensor cores truncating it (the weights are rounded when staged).
 template <typename T, bool FWD, int WN = 0>
 struct Split : Owned {
     static constexpr int NQ = FWD ? 3 : 1;        // gates per unit in the weight rows

@@ -2448,7 +2448,8 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
             if group and split < hidden:   # (the kernel would trap)
                 raise RuntimeError(f"GRU: layout {plan} stages the operand in k-chunks, which float32's batch groups, "
                                    "pushing it whole, do not")
-            scratch = (_gru_device()[2] if group else cp.empty((2, batch, hidden), np.float16),)   # (groups: unread)
+            # (a batch group's kernel reads no scratch: the flags' array stands in for the pointer)
+            scratch = (_gru_device()[2] if group else cp.empty((2, batch, hidden), np.float16),)
     elif cluster:
         kernel, blocks = _kernel(f'gru_{direction}_cluster', arrays[0].dtype, tc, slices), groups * slices
     else:
