@@ -280,12 +280,12 @@ __device__ __forceinline__ void bar_wait(unsigned bar, unsigned parity) {   // u
 __device__ __forceinline__ void bar_expect_bytes(unsigned bar, unsigned bytes) {   // the producer's arrival
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
-// `bytes` (a multiple of 16) of this block's shared memory at src into block `rank` of the cluster at the same
-// address (dst, in this block's terms), counted on that block's mbarrier at bar (in this block's terms too)
-__device__ __forceinline__ void bulk_to_block(unsigned dst, unsigned src, unsigned bytes, unsigned bar, unsigned rank) {
-    asm volatile("{\n.reg .b32 d, b;\nmapa.shared::cluster.u32 d, %0, %4;\nmapa.shared::cluster.u32 b, %3, %4;\n"
-                 "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [d], [%1], %2, [b];\n}\n"
-                 ::"r"(dst), "r"(src), "r"(bytes), "r"(bar), "r"(rank) : "memory");
+// `bytes` (a multiple of 16) of this block's shared memory at `address` into the same address of block `rank` of the
+// cluster, counted on that block's mbarrier at bar (an address in this block's terms too)
+__device__ __forceinline__ void bulk_to_block(unsigned address, unsigned bytes, unsigned bar, unsigned rank) {
+    asm volatile("{\n.reg .b32 d, b;\nmapa.shared::cluster.u32 d, %0, %3;\nmapa.shared::cluster.u32 b, %2, %3;\n"
+                 "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [d], [%0], %1, [b];\n}\n"
+                 ::"r"(address), "r"(bytes), "r"(bar), "r"(rank) : "memory");
 }
 
 }  // namespace hopper
@@ -1955,14 +1955,17 @@ struct Split : Owned {
         const int q = n / Jp, u = n - q * Jp;
         return q < NQ && u < jn ? w + static_cast<size_t>(q * H + j0 + u) * K + k0 : nullptr;
     }
-    // Zeroes W, so that its padding stays zero once the rows are staged; 16 bytes a store (a value a store, the f16
-    // forward's first step took 6-7 us longer at (50, 256, 512, 512) and (100, 64, 1024, 1024) on the H100)
-    __device__ void zero_weights() const {
+    // Zeroes `count` values from p (16-byte aligned), 16 bytes a store (a value a store, the f16 forward's first step
+    // took 6-7 us longer at (50, 256, 512, 512) and (100, 64, 1024, 1024) on the H100)
+    __device__ static void zero(T* p, int count) {
         constexpr int E = 16 / sizeof(T);
-        const int count = weight_count();
         for (int i = threadIdx.x; i < count / E; i += blockDim.x)
-            reinterpret_cast<uint4*>(Ws)[i] = make_uint4(0, 0, 0, 0);
-        for (int i = count / E * E + threadIdx.x; i < count; i += blockDim.x) Ws[i] = from_f<T>(0.f);
+            reinterpret_cast<uint4*>(p)[i] = make_uint4(0, 0, 0, 0);
+        for (int i = count / E * E + threadIdx.x; i < count; i += blockDim.x) p[i] = from_f<T>(0.f);
+    }
+    // Zeroes W, so that its padding stays zero once the rows are staged
+    __device__ void zero_weights() const {
+        zero(Ws, weight_count());
         __syncthreads();
     }
     // Stages the weight rows (weight_row), columns [k0, k0 + kn).
@@ -2042,8 +2045,12 @@ struct Split : Owned {
     // cluster (push_piece), each block's mbarrier of that buffer (8 bytes each from `bars`) counting the others' bytes.
     __device__ int pushed_offset(int r, int k) const { return (k / 8) * a_rows * 8 + r * 8 + k % 8; }
     __device__ T* buffer(int b) const { return As + b * a_rows * lda; }
-    __device__ static void init_pushes(unsigned bars) {   // the cluster must meet before any block pushes
+    // Zeroes both buffers (their padding stays zero) and sets up their mbarriers; the cluster must meet after it,
+    // before any block pushes
+    __device__ void init_pushes(unsigned bars) const {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        zero(As, 2 * a_rows * lda);
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   // the zeros, before any block's copies
         if (threadIdx.x < 2) hopper::bar_init(bars + 8 * threadIdx.x, 1);
         if (threadIdx.x == 0) asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 #else
@@ -2058,7 +2065,7 @@ struct Split : Owned {
         const unsigned src = shared_address(buffer(b) + pushed_offset(0, j0)), bar = bars + 8 * b;
         if (threadIdx.x == 0) hopper::bar_expect_bytes(bar, (all - piece) * a_rows * sizeof(T));
         if (threadIdx.x < G && threadIdx.x != blockIdx.x % G && piece > 0)
-            hopper::bulk_to_block(src, src, piece * a_rows * sizeof(T), bar, threadIdx.x);
+            hopper::bulk_to_block(src, piece * a_rows * sizeof(T), bar, threadIdx.x);
 #else
         __trap();
 #endif
@@ -2583,10 +2590,8 @@ __device__ __forceinline__ void gru_fwd_split_body(const T* __restrict__ xg, con
     unsigned bars = 0, parities = 0;   // pushes: the buffers' mbarriers, and bit b the parity of buffer b's next phase
     if constexpr (pushes) {
         __shared__ __align__(8) unsigned long long push_bars[2];
-        if (bk.chunks != 1 || J % 8 != 0) __trap();   // the host's layouts keep the operand of these in one chunk
-        for (int i = threadIdx.x; i < bk.a_rows * bk.lda / 4; i += blockDim.x)   // both buffers (two halves a value)
-            reinterpret_cast<uint4*>(bk.As)[i] = make_uint4(0, 0, 0, 0);
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   // the zeros, before any block's copies
+        // the host's layouts keep the operand of these in one chunk, and a block's units in whole columns of 8
+        if (bk.chunks != 1 || J % 8 != 0) __trap();
         bars = shared_address(push_bars);
         bk.init_pushes(bars);
         cluster_sync();
