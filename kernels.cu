@@ -211,7 +211,10 @@ __device__ __forceinline__ unsigned long long operand(unsigned address, unsigned
 #define TL_D4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
 #define TL_D16(i) TL_D4(i), TL_D4(i + 4), TL_D4(i + 8), TL_D4(i + 12)
 #define TL_R8 "{%0, %1, %2, %3, %4, %5, %6, %7}"
+#define TL_R12 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11}"
 #define TL_R16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define TL_R20 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+               " %16, %17, %18, %19}"
 #define TL_R24 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
                " %16, %17, %18, %19, %20, %21, %22, %23}"
 #define TL_R32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
@@ -236,7 +239,9 @@ template <typename T, int N, int MN = 0> struct Wgmma;
         }                                                                                                              \
     };
 TL_WGMMA_F16(16, TL_R8, "%8", "%9", "%10", "%11", TL_D4(0), TL_D4(4))
+TL_WGMMA_F16(24, TL_R12, "%12", "%13", "%14", "%15", TL_D4(0), TL_D4(4), TL_D4(8))
 TL_WGMMA_F16(32, TL_R16, "%16", "%17", "%18", "%19", TL_D16(0))
+TL_WGMMA_F16(40, TL_R20, "%20", "%21", "%22", "%23", TL_D16(0), TL_D4(16))
 TL_WGMMA_F16(48, TL_R24, "%24", "%25", "%26", "%27", TL_D16(0), TL_D4(16), TL_D4(20))
 TL_WGMMA_F16(64, TL_R32, "%32", "%33", "%34", "%35", TL_D16(0), TL_D16(16))
 TL_WGMMA_F16(128, TL_R64, "%64", "%65", "%66", "%67", TL_D16(0), TL_D16(16), TL_D16(32), TL_D16(48))
@@ -258,7 +263,9 @@ TL_WGMMA_TF32(128, TL_R64, "%64", "%65", "%66", TL_D16(0), TL_D16(16), TL_D16(32
 #undef TL_R64
 #undef TL_R32
 #undef TL_R24
+#undef TL_R20
 #undef TL_R16
+#undef TL_R12
 #undef TL_R8
 #undef TL_D16
 #undef TL_D4
@@ -1890,7 +1897,7 @@ __device__ __forceinline__ void share_operand(const Block<T, FWD>& bk, int next,
 // while the warps multiply the current one.
 // WN > 0 (sm_90a): the products run on wgmma, TF32 (T = float) or f16 (T = __half: the float32 forward's f16 operands,
 // gru_fwd_split_h). W's N rows are the A operand in m-tiles of 64 (the block's two warpgroups take them alternately, at
-// most MB each) and the operand's rows the WN-column B operand (MTp <= WN), both in K-major k-tiles of KT values (128
+// most MB each) and the operand's rows the WN-column B operand (BB <= WN), both in K-major k-tiles of KT values (128
 // bytes a row) in the 128-byte swizzle (a pushed operand: in columns of 8, unswizzled; push_piece), KP and KC multiples
 // of KT, the tiles 1024-byte aligned (the host adds 1024 bytes). The last m-tile reaches past row N into the next
 // k-tile's rows (past the last k-tile, into `tail` zeroed rows): its products of those rows are not kept. A warpgroup
@@ -1903,7 +1910,7 @@ struct Split : Owned {
     static constexpr int NTW = FWD ? 3 : 4;       // n-tiles of 8 per warp tile
     static constexpr int KT = 128 / sizeof(T);    // a k-tile of the wgmma layout: 128 bytes of a row
     static constexpr int MB = 2;                  // wgmma: m-tiles a warpgroup at most (N <= 256)
-    static_assert(WN == 0 || (WN % 16 == 0 && WN <= 64), "wgmma: a B operand of 16 to 64 rows");
+    static_assert(WN == 0 || (WN % 8 == 0 && WN >= 16 && WN <= 64), "wgmma: a B operand of 16 to 64 rows, 8 a step");
     int k0, kn, kc, chunks, N, ldw, lda, ldc, c0, c1, a_rows, mtiles, tail;
     bool vec;   // K a multiple of 16 bytes: 16-byte copies
     T* Ws;

@@ -3722,7 +3722,7 @@ def test_gru_split_layouts_fit_their_kernels():
         assert 0 < kc <= kp and kc % (128 // ob if wn else 16) == 0, what
         if wn:
             n = nq * jp
-            assert (itemsize == 4 or group) and mtp <= wn and up(n, 64) <= 256 and kp % (128 // ob) == 0, what
+            assert (itemsize == 4 or group) and rows <= wn and up(n, 64) <= 256 and kp % (128 // ob) == 0, what
             kernel = 1024 + ob * (n * kp + 128 // ob * (up(n, 64) - n) + bufs * wn * kc) + 4 * wn * (up(n, 32) + 4) \
                 + (4 * n if ob < itemsize else 0)
             # float32's groups push the operand in one chunk, beside 16 bytes of static shared memory
@@ -10863,12 +10863,19 @@ def assert_unit_columns(what, results, tol):
         assert (off <= tol * top).all(), f'{what}: {name} column {worst} off {off[worst]:.3g} of {top[worst]:.3g}'
 
 
+def gru_group_sizes(wn, group):
+    """(hidden, batch) of a batch group as one cluster of `group` blocks in which layouts of WN's most rows fit: two
+    batch groups of WN rows, the second a row short, of 24 units a block (8 blocks, hidden 190; 5 cells a thread at 48
+    rows) or 16 (16 blocks, hidden 250)."""
+    return {8: 190, 16: 250}[group], 2 * wn - 1
+
+
 def gru_group_layout(fits, batch, wn, cells, chunked, tag):
     """Of `fits` (_gru_plan's ranked entries that fit) for a batch group as one cluster, the layout of the most rows:
     its operand's top rows used (checked, where the batch has them) and the most cells a thread. Adds its cells a
     thread to `cells` and, where it stages in k-chunks, `tag` to `chunked`."""
     layout = max(fits, key=lambda e: (e[3][3], -e[0]))[3]
-    assert batch < wn - 16 or layout[3] > wn - 16, f'{layout}: rows short of WN {wn}\'s last 16'
+    assert batch < wn - 8 or layout[3] > wn - 8, f'{layout}: rows short of WN {wn}\'s last 8'
     cells.add(-(-layout[3] * layout[2] // 256))
     if layout[7] < layout[4]:
         chunked.add(tag)
@@ -10882,9 +10889,9 @@ def test_gpu_gru_half_operands():
     operand's rows padded to each of _GRU_WG, whole and in k-chunks of 64 (k-slices of 136, 68, 34 and 17, padded to
     192, 128 and 64); 522 in clusters of 1, 2 and 4 (K not a multiple of 4 floats or 8 halves: the element-wise loads
     and staging; at P = 1 a k-slice of 576 columns, past the 512 that stage_scaled_weights keeps in registers; of 8,
-    no layout of 16 rows fits); 250 with each batch group one cluster of 8 or 16 blocks meeting at the cluster's
-    barrier, at the most rows each of _GRU_GROUP_WG holds (its top 16 rows used, up to 5 cells a thread), its operand
-    whole (pushed between the blocks' shared memory; _gru_plan offers no k-chunks there). W_hh's rows span 1e-12 to 1
+    no layout of 16 rows fits); each batch group one cluster of 8 or 16 blocks meeting at the cluster's barrier, at
+    the most rows each of _GRU_GROUP_WG holds (gru_group_sizes: its top 8 rows used, up to 5 cells a thread), its
+    operand whole (pushed between the blocks' shared memory; _gru_plan offers no k-chunks there). W_hh's rows span 1e-12 to 1
     times PyTorch's scale (one scale for a block's rows would lose the small ones to f16's subnormals) and b_hn is 0,
     so that the hn gate is the product alone. h0 is absent; or its column 7 is 1e5 (past f16's largest value, an
     infinity unscaled) where W_hh's column 7 is 0 (infinity times 0: NaN); or it is at most 1e-3 (the operand's scale
@@ -10892,17 +10899,16 @@ def test_gpu_gru_half_operands():
     need_cuda()
     if 'gru_fwd_split_h' not in tl.fused_kernels():
         raise Skip('no f16-operand GRU kernels on this GPU (Hopper only)')
-    steps, batch, r = 3, 40, rng('gru half operands')
+    steps, r = 3, rng('gru half operands')
     chunked, smem = set(), tl._gru_device()[1]
-    runs = [(136, wn, size, cap, h0, 0) for wn, size, cap, h0 in itertools.product(
+    runs = [(136, 40, wn, size, cap, h0, 0) for wn, size, cap, h0 in itertools.product(
         tl._GRU_WG, tl._GRU_SPLITS_HALF, (None, 32), ('absent', 'large', 'small'))]
-    runs += [(522, 16, size, None, 'large', 0) for size in (1, 2, 4)]
-    # a batch group as one cluster of 8 or 16 blocks (hidden 250: 32 or 16 units a block), the most rows WN holds (up
-    # to 5 cells a thread)
-    runs += [(250, wn, 1, None, h0, group) for wn, group, h0 in itertools.product(
+    runs += [(522, 40, 16, size, None, 'large', 0) for size in (1, 2, 4)]
+    # a batch group as one cluster of 8 or 16 blocks, the most rows WN holds: gru_group_sizes
+    runs += [(*gru_group_sizes(wn, group), wn, 1, None, h0, group) for wn, group, h0 in itertools.product(
         tl._GRU_GROUP_WG, tl._GRU_GROUPS, ('absent', 'large', 'small'))]
     cells = set()
-    for hidden, wn, size, cap, h0_kind, group in runs:
+    for hidden, batch, wn, size, cap, h0_kind, group in runs:
         splits, ranked = tuple((p, n, (wn,), *g) for p, n, _, *g in tl._gru_splits(True, np.float32)
                                if p == size and g == ([group] if group else [])), []
         with mock.patch.object(tl, '_gru_chunk_cap', cap):
@@ -10929,7 +10935,7 @@ def test_gpu_gru_half_operands():
     assert max(cells) == 5, f'cells a thread of the group layouts: {cells}'
     chunked_group = layout[:7] + (64,) + layout[8:]   # the last group layout, its operand in k-chunks of 64
     raises(RuntimeError, lambda: tl._gru_launch('fwd', chunked_group, True, tuple(arrays) + (out, gates), steps, batch,
-                                                250), 'k-chunks', str(chunked_group))
+                                                hidden), 'k-chunks', str(chunked_group))
 
 
 def gru_regs_runs(forward):
@@ -11059,17 +11065,19 @@ def test_gpu_gru_group_clusters_float16():
     """The float16 forward with a batch group as one cluster of 8 or 16 blocks (gru_fwd_split<__half, 1, WN, G>: wgmma
     products on the f16 values as they are, the cluster's barrier instead of flags, up to 5 cells a thread) launched
     on its own against a float64 recurrence of the same f16 inputs, out and every gate to float16's tolerance of each
-    unit's largest value: hidden 250 (16 or 32 units a block), batch 40 at the most rows each of _GRU_GROUP_WG holds
-    (its top 16 rows used, up to 5 cells a thread) and batch 5 (rows padded), whole and in k-chunks of 64, h0 absent
-    or given, 4 steps."""
+    unit's largest value: gru_group_sizes' hidden and batch (the most rows each of _GRU_GROUP_WG holds: its top 8 rows
+    used, up to 5 cells a thread) and batch 5 (rows padded), whole and in k-chunks of 64, h0 absent or given, 4
+    steps."""
     need_cuda()
     if not tl._gru_wgmma or not any(len(entry) == 4 for entry in tl._gru_splits(True, np.float16)):
         raise Skip('no float16 GRU kernels of a batch group as one cluster on this GPU (Hopper only)')
-    steps, hidden, r = 4, 250, rng('gru group clusters float16')
+    steps, r = 4, rng('gru group clusters float16')
     half = lambda a: a.astype(np.float16).astype(np.float64)   # the inputs as the kernel reads them
     smem, tol, cells, chunked = tl._gru_device()[1], FUSED_TOL[np.dtype(np.float16)], set(), set()
-    for batch, wn, group, cap, with_h0 in itertools.product((40, 5), tl._GRU_GROUP_WG, tl._GRU_GROUPS, (None, 32),
-                                                            (False, True)):
+    for few, wn, group, cap, with_h0 in itertools.product((False, True), tl._GRU_GROUP_WG, tl._GRU_GROUPS, (None, 32),
+                                                          (False, True)):
+        hidden, batch = gru_group_sizes(wn, group)
+        batch = 5 if few else batch
         splits, ranked = tuple(e for e in tl._gru_splits(True, np.float16) if e[3:] == (group,)), []
         with mock.patch.object(tl, '_gru_chunk_cap', cap):
             tl._gru_plan(True, 0, smem, batch, hidden, 2, 1, False, tuple((p, n, (wn,), g) for p, n, _, g in splits),

@@ -505,7 +505,7 @@ _GRU_SPLITS = (2, 4, 8)   # the GRU's k-split kernels' blocks per cluster: slice
 _GRU_SPLITS_HALF = (1,) + _GRU_SPLITS   # gru_fwd_split_h's (1: a block takes all of k, no cluster)
 _GRU_WG = (16, 32, 64)   # their float32 products on wgmma: the operand's rows (the B operand's) padded to one of these
 _GRU_GROUPS = (8, 16)   # the forward's batch groups as one cluster (f16 wgmma): its blocks (16: a non-portable size)
-_GRU_GROUP_WG = (16, 32, 48)   # and their operand's rows
+_GRU_GROUP_WG = (16, 24, 32, 40, 48)   # and their operand's rows (wgmma's n: 8 a step)
 _GRU_CELLS = 4   # (row, unit) cells a thread of the persistent kernels at most (kernels.cu's CPT; groups: 5)
 _GRU_REGS = (2, 4, 8)   # the regs kernels' k-tiles of 16 (W_hh in a block's registers: hidden up to 16 KT)
 _GRU_REGS_ROWS = 8   # and its batch group's rows at most (the mma's n)
@@ -547,7 +547,7 @@ _KERNEL_INSTANCES = {
              [('float', str(p), str(n)) for p in _GRU_SPLITS for n in _GRU_WG] +
              [('__half', '1', str(n), str(g)) for n in _GRU_GROUP_WG for g in _GRU_GROUPS if name == 'gru_fwd_split']
        for name in ('gru_fwd_split', 'gru_bwd_split')},
-    # (P, WN) and (1, WN, G): a batch group as one cluster of G blocks (_GRU_GROUPS, with WN up to 48)
+    # (P, WN) and (1, WN, G): a batch group as one cluster of G blocks (_GRU_GROUPS, with _GRU_GROUP_WG's WN)
     'gru_fwd_split_h': [(str(p), str(n)) for p in _GRU_SPLITS_HALF for n in _GRU_WG] +
                        [('1', str(n), str(g)) for n in _GRU_GROUP_WG for g in _GRU_GROUPS],
     **{name: [(t, str(kt)) for t in ('float', '__half') for kt in _GRU_REGS]   # (T, KT)
@@ -2433,7 +2433,7 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
         if split % granule or split > chunk:
             raise RuntimeError(f"GRU: layout {plan}'s staging chunk is not a multiple of {granule} within the k-slice")
         weight_rows = -(-units // 8) * 8 * (3 if forward else 1)
-        if wn and (chunk % granule or -(-rows // 16) * 16 > wn or -(-weight_rows // 64) * 64 > 256):
+        if wn and (chunk % granule or rows > wn or -(-weight_rows // 64) * 64 > 256):
             raise RuntimeError(f"GRU: layout {plan} exceeds the wgmma products' tiles (k-slice a multiple of "
                                f"{granule}, batch rows at most {wn}, weight rows at most 256)")
         if group and group != slices * cluster:
@@ -2702,14 +2702,14 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
                     continue
                 # Split's products: mma.sync (wn 0), or wgmma on W's rows in m-tiles of 64 (at most 4; the last one's
                 # rows past N read from the next k-tile or, past the last, from zeroed tail rows) and the operand's rows
-                # padded to wn of _GRU_WG; (KP and KC granule, N, rows multiplied, tail bytes, operand rows, bytes of a
-                # staged row of n values, multiply-adds a clock and SM, wn, bytes an operand value, bytes past the
-                # partial sums). wgmma's rate is a guess, not measured: the tensor cores' 1024 TF32 multiply-adds a
-                # clock, or the shared memory's 128 bytes a clock for both operands' reads; twice that on f16 operands
-                # (the float32 forward's, with N floats of scales: _gru_half_wgmma)
+                # padded to wn (_GRU_WG's, _GRU_GROUP_WG's); (KP and KC granule, N, rows multiplied, tail bytes, operand
+                # rows, bytes of a staged row of n values, multiply-adds a clock and SM, wn, bytes an operand value,
+                # bytes past the partial sums). wgmma's rate is a guess, not measured: the tensor cores' 1024 TF32
+                # multiply-adds a clock, or the shared memory's 128 bytes a clock for both operands' reads; twice that
+                # on f16 operands (the float32 forward's, with N floats of scales: _gru_half_wgmma)
                 variants = [(16, up(w_rows, 24 if forward else 32), up(w_rows, 24 if forward else 32), 0, m_rows,
                              row_bytes, 0.75 * _GRU_MACS[itemsize, tc], 0, itemsize, 0)][size == 1:]   # P = 1: wgmma
-                wn = next((n for n in wgmma if n >= m_rows), 0)
+                wn = next((n for n in wgmma if n >= up(rows, 8)), 0)
                 if wn and up(w_rows, 64) <= 256:
                     ob = 2 if _gru_half_wgmma(forward, np.float32) else itemsize   # float16: only as groups
                     variants = variants[_gru_wgmma == 'only':] + [
