@@ -1455,6 +1455,15 @@ template <typename T> __device__ __forceinline__ T from_f(float v);
 template <> __device__ __forceinline__ float from_f<float>(float v) { return v; }
 template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
 
+// The block zeroes `count` values from p (16-byte aligned), 16 bytes a store (a value a store, the GRU's f16 forward's
+// first step took 6-7 us longer at (50, 256, 512, 512) and (100, 64, 1024, 1024) on the H100)
+template <typename T>
+__device__ void zero_block(T* p, int count) {
+    constexpr int E = 16 / sizeof(T);
+    for (int i = threadIdx.x; i < count / E; i += blockDim.x) reinterpret_cast<uint4*>(p)[i] = make_uint4(0, 0, 0, 0);
+    for (int i = count / E * E + threadIdx.x; i < count; i += blockDim.x) p[i] = from_f<T>(0.f);
+}
+
 // Global loads: read-only (ld_nc) or bypassing L1 (ld_cg). cuda_fp16.hpp's __half overloads of __ldg and
 // __ldcg are asm without volatile, which the compiler treats as pure and executes speculatively: it hoisted
 // gru_bwd_persistent's guarded h0 loads above their null check and the cell bound (an illegal address with
@@ -1877,7 +1886,7 @@ __device__ __forceinline__ void kept_product(const Block<T, FWD>& bk, const T* A
 // step's A into buffer `next` of every block of the cluster (itself included), then the cluster meets.
 template <typename T, bool FWD>
 __device__ __forceinline__ void zero_operands(const Block<T, FWD>& bk) {
-    for (int i = threadIdx.x; i < 2 * bk.MTp * bk.lda; i += blockDim.x) bk.As[i] = from_f<T>(0.f);
+    zero_block(bk.As, 2 * bk.MTp * bk.lda);
 }
 
 template <int CL, typename T, bool FWD>
@@ -1962,17 +1971,9 @@ struct Split : Owned {
         const int q = n / Jp, u = n - q * Jp;
         return q < NQ && u < jn ? w + static_cast<size_t>(q * H + j0 + u) * K + k0 : nullptr;
     }
-    // Zeroes `count` values from p (16-byte aligned), 16 bytes a store (a value a store, the f16 forward's first step
-    // took 6-7 us longer at (50, 256, 512, 512) and (100, 64, 1024, 1024) on the H100)
-    __device__ static void zero(T* p, int count) {
-        constexpr int E = 16 / sizeof(T);
-        for (int i = threadIdx.x; i < count / E; i += blockDim.x)
-            reinterpret_cast<uint4*>(p)[i] = make_uint4(0, 0, 0, 0);
-        for (int i = count / E * E + threadIdx.x; i < count; i += blockDim.x) p[i] = from_f<T>(0.f);
-    }
     // Zeroes W, so that its padding stays zero once the rows are staged
     __device__ void zero_weights() const {
-        zero(Ws, weight_count());
+        zero_block(Ws, weight_count());
         __syncthreads();
     }
     // Stages the weight rows (weight_row), columns [k0, k0 + kn).
@@ -2056,7 +2057,7 @@ struct Split : Owned {
     // before any block pushes
     __device__ void init_pushes(unsigned bars) const {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-        zero(As, 2 * a_rows * lda);
+        zero_block(As, 2 * a_rows * lda);
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   // the zeros, before any block's copies
         if (threadIdx.x < 2) hopper::bar_init(bars + 8 * threadIdx.x, 1);
         if (threadIdx.x == 0) asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
