@@ -10888,14 +10888,14 @@ def test_gpu_gru_half_operands():
     each unit's column to TF32's tolerance of its own largest value. Hidden size 136 at every cluster size, with the
     operand's rows padded to each of _GRU_WG, whole and in k-chunks of 64 (k-slices of 136, 68, 34 and 17, padded to
     192, 128 and 64); 522 in clusters of 1, 2 and 4 (K not a multiple of 4 floats or 8 halves: the element-wise loads
-    and staging; at P = 1 a k-slice of 576 columns, past the 512 that stage_scaled_weights keeps in registers; of 8,
-    no layout of 16 rows fits); each batch group one cluster of 8 or 16 blocks meeting at the cluster's barrier, at
-    the most rows each of _GRU_GROUP_WG holds (gru_group_sizes: its top 8 rows used, up to 5 cells a thread), its
-    operand whole (pushed between the blocks' shared memory; _gru_plan offers no k-chunks there). W_hh's rows span 1e-12 to 1
-    times PyTorch's scale (one scale for a block's rows would lose the small ones to f16's subnormals) and b_hn is 0,
-    so that the hn gate is the product alone. h0 is absent; or its column 7 is 1e5 (past f16's largest value, an
-    infinity unscaled) where W_hh's column 7 is 0 (infinity times 0: NaN); or it is at most 1e-3 (the operand's scale
-    floored at 1's, which leaves h_t, up to 1, in range)."""
+    and staging; at P = 1 a k-slice of 576 columns, past the 512 that stage_scaled_weights keeps in registers; of 8, no
+    layout of 16 rows fits); each batch group one cluster of 8 or 16 blocks meeting at the cluster's barrier, at the
+    most rows each of _GRU_GROUP_WG holds (gru_group_sizes: its top 8 rows used, up to 5 cells a thread), its operand
+    whole (pushed between the blocks' shared memory; _gru_plan offers no k-chunks there). W_hh's rows span 1e-12 to 1
+    times PyTorch's scale (one scale for a block's rows would lose the small ones to f16's subnormals) and b_hn is 0, so
+    that the hn gate is the product alone. h0 is absent; or its column 7 is 1e5 (past f16's largest value, an infinity
+    unscaled) where W_hh's column 7 is 0 (infinity times 0: NaN); or it is at most 1e-3 (the operand's scale floored at
+    1's, which leaves h_t, up to 1, in range)."""
     need_cuda()
     if 'gru_fwd_split_h' not in tl.fused_kernels():
         raise Skip('no f16-operand GRU kernels on this GPU (Hopper only)')
