@@ -3726,7 +3726,7 @@ def test_gru_split_layouts_fit_their_kernels():
             kernel = 1024 + ob * (n * kp + 128 // ob * (up(n, 64) - n) + bufs * wn * kc) + 4 * wn * (up(n, 32) + 4) \
                 + (4 * n if ob < itemsize else 0)
             # float32's groups push the operand in one chunk, beside 16 bytes of static shared memory
-            assert not (group and itemsize == 4 and (kc < kp or kernel > smem_max - 16)), what
+            assert not (pushed and (kc < kp or kernel > smem_max - 16)), what
         else:
             n, ld = up(nq * jp, 24 if forward else 32), lambda c: up(c, 128 // itemsize) + 16 // itemsize   # smem_ld
             kernel = itemsize * (n * ld(kp) + bufs * mtp * ld(kc)) + 4 * mtp * (n + 8)
