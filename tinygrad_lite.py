@@ -2709,7 +2709,7 @@ def _gru_plan(forward, sms, smem_max, batch, hidden, itemsize, tc, clusters, spl
                 # on f16 operands (the float32 forward's, with N floats of scales: _gru_half_wgmma)
                 variants = [(16, up(w_rows, 24 if forward else 32), up(w_rows, 24 if forward else 32), 0, m_rows,
                              row_bytes, 0.75 * _GRU_MACS[itemsize, tc], 0, itemsize, 0)][size == 1:]   # P = 1: wgmma
-                wn = next((n for n in wgmma if n >= up(rows, 8)), 0)
+                wn = next((n for n in wgmma if n >= rows), 0)   # (every WN a multiple of 8, as wgmma's n)
                 if wn and up(w_rows, 64) <= 256:
                     ob = 2 if _gru_half_wgmma(forward, np.float32) else itemsize   # float16: only as groups
                     variants = variants[_gru_wgmma == 'only':] + [
