@@ -1606,13 +1606,8 @@ class Cat(Function):
 
     def forward(self, *xs, axis):
         self.axis, self.sizes = axis, [x.shape[axis] for x in xs]
-        if len(xs) == 1:   # (a GRU's h_n) a copy, in the layout below: on the GPU a C-contiguous one as one memcpy
-            x = xs[0]        # (host time on an H100's host: 11-13 us; CuPy's copy() 18-23, concatenate 28)
-            if _xp(x) is not np and x.flags.c_contiguous:
-                out = cp.empty(x.shape, x.dtype)
-                out.data.copy_from_device_async(x.data, x.nbytes)   # (on the current stream)
-                return out
-            return x.copy(order='K' if _channels_last(x) else 'C')
+        if len(xs) == 1:
+            return _fresh_copy(xs[0])
         out = _xp(xs[0]).concatenate(xs, axis=axis)
         # NumPy follows its inputs' order: made row-major (channels-last kept), as PyTorch's
         return out if out.flags.c_contiguous or _channels_last(out) else _xp(out).ascontiguousarray(out)
@@ -1620,6 +1615,32 @@ class Cat(Function):
     def backward(self, g):
         edges = np.cumsum(self.sizes)[:-1].tolist()
         return tuple(_xp(g).split(g, edges, axis=self.axis))
+
+
+def _fresh_copy(x):
+    """A copy of x in the layout Cat gives: on the GPU a C-contiguous one as one memcpy (host time on an H100's host:
+    11-13 us; CuPy's copy() 18-23, concatenate 28)."""
+    if _xp(x) is not np and x.flags.c_contiguous:
+        out = cp.empty(x.shape, x.dtype)
+        out.data.copy_from_device_async(x.data, x.nbytes)   # (on the current stream)
+        return out
+    return x.copy(order='K' if _channels_last(x) else 'C')
+
+
+class LastSteps(Function):
+    """The last step of each of the sequences xs (T_i, ...), stacked (len(xs), ...) in memory of its own: a GRU's
+    h_n, one op where x[-1:] and cat were two (an op's host time is a few microseconds)."""
+    saves = ()
+
+    def forward(self, *xs):
+        self.shapes = [x.shape for x in xs]
+        return _fresh_copy(xs[0][-1:]) if len(xs) == 1 else _xp(xs[0]).stack([x[-1] for x in xs])
+
+    def backward(self, g):
+        grads = [_xp(g).zeros(shape, g.dtype) for shape in self.shapes]
+        for grad, last in zip(grads, g):
+            grad[-1] = last
+        return tuple(grads)
 
 
 class Clone(Function):
@@ -6893,7 +6914,7 @@ class GRU(Module):
             raise ValueError(f"GRU: h0 of shape {h0.shape}, expected {expected}")
         if not batched:   # a batch of one, removed from the results
             x, h0 = x.unsqueeze(1), None if h0 is None else h0.unsqueeze(1)
-        finals = []
+        layer_outs = []
         for k in range(self.num_layers):
             if k:   # on the output of every layer but the last
                 x = dropout(x, self.dropout, self.training)
@@ -6901,10 +6922,10 @@ class GRU(Module):
             for d, suffix in enumerate(suffixes):   # the reverse direction: the same layer over x flipped in time
                 params = (getattr(self, f'{n}_l{k}{suffix}') for n in ('weight_ih', 'weight_hh', 'bias_ih', 'bias_hh'))
                 out = _gru_layer(x.flip(0) if d else x, *params, None if h0 is None else h0[directions * k + d])
-                finals.append(GetItem.apply(out, index=(slice(-1, None),)))   # out[-1:], no index parsing
+                layer_outs.append(out)
                 outs.append(out.flip(0) if d else out)
             x = outs[0] if directions == 1 else cat(outs, -1)
-        h_n = Cat.apply(*finals, axis=0)   # its own memory, as PyTorch's (without cat's checks: finals are alike)
+        h_n = LastSteps.apply(*layer_outs)   # its own memory, as PyTorch's
         if not batched:
             return x.squeeze(1), h_n.squeeze(1)
         return (x.transpose(0, 1) if self.batch_first else x), h_n
