@@ -10696,8 +10696,9 @@ def test_gpu_allow_tf32_switches_conv_products():
 GRU_CASES = [   # name, module, input shapes (x[, h]), dtypes
     ('t1_b1_h50', lambda: tl.GRU(7, 50), [(1, 1, 7), (1, 1, 50)], (np.float32,)),
     ('2layers_batch_first_h50', lambda: tl.GRU(7, 50, 2, batch_first=True), [(3, 5, 7), (2, 3, 50)], (np.float32,)),
-    ('nobias_no_h0_b16_h128', lambda: tl.GRU(32, 128, bias=False), [(6, 16, 32)], (np.float32,)),
-    ('b200_h64', lambda: tl.GRU(16, 64), [(8, 200, 16), (1, 200, 64)], (np.float32,)),
+    # (these two of tl._GRU_SIDE_STEPS steps or more: their backward's products side by side)
+    ('nobias_no_h0_b16_h128', lambda: tl.GRU(32, 128, bias=False), [(20, 16, 32)], (np.float32,)),
+    ('b200_h64', lambda: tl.GRU(16, 64), [(16, 200, 16), (1, 200, 64)], (np.float32,)),
     ('b64_h1024', lambda: tl.GRU(64, 1024), [(3, 64, 64), (1, 64, 1024)], (np.float32,)),
     ('b8_h256', lambda: tl.GRU(16, 256), [(3, 8, 16), (1, 8, 256)], (np.float32, np.float16)),   # H200, TF32:
     # forward in clusters of 8, backward cooperative
@@ -11343,6 +11344,62 @@ def test_gpu_gru_bias_gradients_from_the_kernel():
             assert got.keys() == want.keys() and rows == summed, f'{what}: the GPU summed {rows}'
             for name in want:
                 assert_matches(got[name], want[name], 1e-5, f'{name} ({what})')
+
+
+def test_gpu_gru_backward_products_side_by_side():
+    """From tl._GRU_SIDE_STEPS steps on, a GPU backward runs its products side by side (dW_hh on the current stream,
+    dx and dW_ih each on a side stream, joined back into it): the gradients are bitwise those of the products one
+    after another (the bound set past the steps), with h0 (dW_hh's second product) and without, float32 and float16.
+    A CUDA graph captures the fork and the join (every product on cuBLAS there, the side streams' on handles of their
+    own): its replays on new inputs give the eager gradients within float32's rounding."""
+    need_cuda()
+    r = rng('gru side by side')
+    tl.manual_seed(0)
+    state = tl.GRU(24, 40).state_dict()
+    xs, h0s = [r.uniform(-1, 1, (20, 6, 24)) for _ in range(2)], [r.uniform(-1, 1, (1, 6, 40)) for _ in range(2)]
+
+    def run(m, x, h0, g):   # copies of the gradients of x, h0 and every parameter
+        m.zero_grad()
+        x.grad = None
+        if h0 is not None:
+            h0.grad = None
+        out, h_n = m(x, h0)
+        ((out * g).sum() + h_n.sum()).backward()
+        return [t.grad.data.copy() for t in (x, h0, *m.parameters()) if t is not None]
+
+    def counted(fn):   # fn's result, and the number of works of each _side_by_side call in it
+        ran = []
+        with mock.patch.object(tl, '_side_by_side', lambda *w, real=tl._side_by_side: ran.append(len(w)) or real(*w)):
+            return fn(), ran
+
+    def inputs(dtype, with_h0=True):
+        m = tl.GRU(24, 40)
+        m.load_state_dict(state)
+        return (m.to('cuda', dtype), tl.tensor(xs[0].astype(dtype), device='cuda', requires_grad=True),
+                tl.tensor(h0s[0].astype(dtype), device='cuda', requires_grad=True) if with_h0 else None,
+                tl.tensor(upstream(0, (20, 6, 40), dtype), device='cuda'))
+    with tf32(False):
+        for dtype in (np.float32, np.float16):
+            for with_h0 in (True, False):
+                args = inputs(dtype, with_h0)
+                beside, ran = counted(lambda: run(*args))
+                with mock.patch.object(tl, '_GRU_SIDE_STEPS', 21):
+                    serial, ran_serial = counted(lambda: run(*args))
+                assert ran == [3] and ran_serial == [], (ran, ran_serial)
+                for k, (a, b) in enumerate(zip(beside, serial)):
+                    assert bool((a == b).all()), f'{np.dtype(dtype).name}, h0 {with_h0}: gradient {k} differs'
+        args = inputs(np.float32)
+        x, h0 = args[1:3]
+        run(*args)   # (a warm-up: the capture makes nothing new)
+        graph = tl.CUDAGraph()
+        with graph.capture():
+            grads, ran = counted(lambda: run(*args))
+        assert ran == [3], ran
+        x.data[...], h0.data[...] = (tl.cp.asarray(a[1].astype(np.float32)) for a in (xs, h0s))
+        graph.replay()
+        want = run(*args)
+    for k, (got, w) in enumerate(zip(grads, want)):
+        assert_matches(got.get(), w.get(), 1e-5, f'replayed gradient {k}')
 
 
 def test_gpu_gru_autotune_keeps_the_fastest_layout():

@@ -178,7 +178,7 @@ _CUDA_TYPES = {np.dtype(np.float16): 2, np.dtype(np.float32): 0, np.dtype(np.flo
 # GPU time, up to 2.6 in float16 (cuBLAS's on the tensor cores), 2.1 for a vector (cuBLAS's GEMV), 1.9 for a ones-row
 # bias sum of 1600 rows (H100; PERF_NOTES.md section 6)
 _GEMM_SMALL_BLOCKS, _GEMM_SMALL_K = 256, 2048
-_cublas = {}   # GPU index -> (libcublas, handle)
+_cublas = {}   # GPU index, or (GPU index, side stream pointer) of _side_by_side -> (libcublas, handle)
 
 
 def _mapped_libraries(name):
@@ -192,16 +192,25 @@ def _mapped_libraries(name):
 
 
 def _cublas_handle():
-    """A cuBLAS handle of our own, called through ctypes: CuPy's cuBLAS wrappers refuse to run while a
-    stream is captured into a CUDA graph, the C API records into the graph."""
+    """A cuBLAS handle of our own, called through ctypes: CuPy's cuBLAS wrappers refuse to run while a stream is
+    captured into a CUDA graph, the C API records into the graph. The current GPU's, or on a side stream of
+    _side_by_side its own (cuBLAS's advice for products on streams at once, a handle each: their choices of workspace
+    then stay apart, and their results the same bits run to run)."""
     index = cp.cuda.runtime.getDevice()
-    if index not in _cublas:
-        cp.cuda.device.get_cublas_handle()   # CuPy loads libcublas into the process: use the same library
-        lib, handle = ctypes.CDLL(next(iter(_mapped_libraries('libcublas.so')))), ctypes.c_void_p()
-        if lib.cublasCreate_v2(ctypes.byref(handle)):
-            raise RuntimeError("cuBLAS: cannot create a handle")
-        _cublas[index] = lib, handle
-    return _cublas[index]
+    key = index, cp.cuda.get_current_stream().ptr
+    if key not in _cublas:
+        key = index
+        if index not in _cublas:
+            _cublas[index] = _new_cublas_handle()
+    return _cublas[key]
+
+
+def _new_cublas_handle():
+    cp.cuda.device.get_cublas_handle()   # CuPy loads libcublas into the process: use the same library
+    lib, handle = ctypes.CDLL(next(iter(_mapped_libraries('libcublas.so')))), ctypes.c_void_p()
+    if lib.cublasCreate_v2(ctypes.byref(handle)):
+        raise RuntimeError("cuBLAS: cannot create a handle")
+    return lib, handle
 
 
 def _gemm(a, b, out_dtype, tf32=False, out=None):
@@ -259,6 +268,32 @@ def _gemm(a, b, out_dtype, tf32=False, out=None):
     if status:
         raise RuntimeError(f"cuBLAS GEMM of {a.shape} and {b.shape} failed with status {status}")
     return c
+
+
+_sides = {}   # GPU index -> (fork event, [(side stream, its join event), ...]) of _side_by_side, made as it needs them
+
+
+def _side_by_side(*works):
+    """[work() for work in works] on the GPU, the first on the current stream and each other on a side stream of its
+    own: each side stream first waits for the current stream's work so far, and the current stream then waits for
+    every side stream's (a CUDA graph captures the fork and the join), so that products which each fill a fraction of
+    the GPU run at once. What a work allocates comes from its stream's part of CuPy's pool, and what the current
+    stream then allocates is ordered after the join."""
+    main = cp.cuda.get_current_stream()
+    fork, sides = _sides.setdefault(cp.cuda.runtime.getDevice(), (cp.cuda.Event(disable_timing=True), []))
+    while len(sides) < len(works) - 1:   # (not inside a capture, where creating a cuBLAS handle would break it)
+        stream = cp.cuda.Stream(non_blocking=True)
+        _cublas[cp.cuda.runtime.getDevice(), stream.ptr] = _new_cublas_handle()
+        sides.append((stream, cp.cuda.Event(disable_timing=True)))
+    fork.record(main)
+    results = [works[0]()]
+    for work, (stream, join) in zip(works[1:], sides):
+        stream.wait_event(fork)
+        with stream:
+            results.append(work())
+        join.record(stream)
+        main.wait_event(join)
+    return results
 
 
 def _unbroadcast(grad, shape):
@@ -2201,6 +2236,10 @@ _gru_regs_offered = True
 gru_autotune = True   # a persistent GRU kernel's first run at a shape times _gru_candidates' layouts, keeps the fastest
 _GRU_TUNE_TIES, _GRU_TUNE_KINDS = 4, 8   # the candidates: at most this many near-ties of the choice, kinds in all
 _GRU_TUNE_STEPS = 16   # the fewest steps of a run that times them (in shorter ones the fixed costs rank the layouts)
+# the fewest steps of a GPU backward whose three products (dx, dW_ih, dW_hh) run side by side (_side_by_side): the
+# recurrence's kernel then outlasts the fork's and join's host time, 7-12 us (H200's and H100's hosts; at T = 1 the
+# call is host-bound). By replay, (100, 16, 32, 128) fwd+bwd 259 -> 253 us, (50, 256, 512, 512) 1210 -> 1170 (H100)
+_GRU_SIDE_STEPS = 16
 _GRU_MACS = {(4, 0): 96, (4, 1): 512, (2, 1): 1024}   # multiply-adds per clock and SM: FMA, TF32 mma, f16 mma
 # _gru_plan's clocks a step saved where a batch group meets at its cluster's barrier instead of flags: at (50, 256,
 # 512, 512) on the H100, 6.22 -> 4.92 us a step, a fifth of the model's 4725 clocks for that layout (the model's clocks
@@ -2249,14 +2288,20 @@ class GRULayer(Function):
         gi, gh = dg_ih.reshape(steps * batch, 3 * hidden), dg_hh.reshape(steps * batch, 3 * hidden)
         if db is None:   # the xp loop and the fallback: the column sums of dG
             db = _sum(gi, 0) if need[3] else None, _sum(gh, 0) if need[4] else None
-        dw_hh, tf32 = None, self.tf32
-        if need[2]:
-            dw_hh = _matmul(gh[batch:].T, out[:-1].reshape((steps - 1) * batch, hidden), tf32=tf32)
+        tf32 = self.tf32
+
+        def dw_hh():   # sum over the steps of dG_hh[t]^T h_{t-1}
+            dw = _matmul(gh[batch:].T, out[:-1].reshape((steps - 1) * batch, hidden), tf32=tf32)
             if h0 is not None:
-                dw_hh += _matmul(gh[:batch].T, h0, tf32=tf32)
-        grads = (_matmul(gi, w_ih, tf32=tf32).reshape(x.shape) if need[0] else None,
-                 _matmul(gi.T, x.reshape(steps * batch, x.shape[-1]), tf32=tf32) if need[1] else None, dw_hh,
-                 db[0] if need[3] else None, db[1] if need[4] else None, dh0 if need[5] else None)
+                dw += _matmul(gh[:batch].T, h0, tf32=tf32)
+            return dw
+        products = {2: dw_hh, 0: lambda: _matmul(gi, w_ih, tf32=tf32).reshape(x.shape),
+                    1: lambda: _matmul(gi.T, x.reshape(steps * batch, x.shape[-1]), tf32=tf32)}
+        wanted = [i for i in products if need[i]]   # dW_hh, dx, dW_ih: side by side, the first on the current stream
+        run = _side_by_side if self.plans is not None and steps >= _GRU_SIDE_STEPS else lambda *fs: [f() for f in fs]
+        done = dict(zip(wanted, run(*(products[i] for i in wanted))))
+        grads = (*map(done.get, range(3)), db[0] if need[3] else None, db[1] if need[4] else None,
+                 dh0 if need[5] else None)
         return tuple(_as_dtype(d, self.dtype) for d, given in zip(grads, self.given) if given)
 
 
