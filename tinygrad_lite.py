@@ -197,12 +197,12 @@ def _cublas_handle():
     _side_by_side its own (cuBLAS's advice for products on streams at once, a handle each: their choices of workspace
     then stay apart, and their results the same bits run to run)."""
     index = cp.cuda.runtime.getDevice()
-    key = index, cp.cuda.get_current_stream().ptr
-    if key not in _cublas:
-        key = index
-        if index not in _cublas:
-            _cublas[index] = _new_cublas_handle()
-    return _cublas[key]
+    side = _cublas.get((index, cp.cuda.get_current_stream().ptr))
+    if side is not None:
+        return side
+    if index not in _cublas:
+        _cublas[index] = _new_cublas_handle()
+    return _cublas[index]
 
 
 def _new_cublas_handle():
@@ -279,11 +279,13 @@ def _side_by_side(*works):
     every side stream's (a CUDA graph captures the fork and the join), so that products which each fill a fraction of
     the GPU run at once. What a work allocates comes from its stream's part of CuPy's pool, and what the current
     stream then allocates is ordered after the join."""
-    main = cp.cuda.get_current_stream()
-    fork, sides = _sides.setdefault(cp.cuda.runtime.getDevice(), (cp.cuda.Event(disable_timing=True), []))
+    main, device = cp.cuda.get_current_stream(), cp.cuda.runtime.getDevice()
+    if device not in _sides:
+        _sides[device] = cp.cuda.Event(disable_timing=True), []
+    fork, sides = _sides[device]
     while len(sides) < len(works) - 1:   # (not inside a capture, where creating a cuBLAS handle would break it)
         stream = cp.cuda.Stream(non_blocking=True)
-        _cublas[cp.cuda.runtime.getDevice(), stream.ptr] = _new_cublas_handle()
+        _cublas[device, stream.ptr] = _new_cublas_handle()
         sides.append((stream, cp.cuda.Event(disable_timing=True)))
     fork.record(main)
     results = [works[0]()]
