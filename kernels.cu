@@ -2744,6 +2744,11 @@ __device__ __forceinline__ void a_fragments(unsigned (&a)[KN][4], float (&scale)
     }
 }
 
+// gru_fwd_regs' projection in the kernel: steps a chunk, floats a (step, row) of a warp's part (its units' three gates,
+// 4 apart from the next row's banks: conflict-free stores of the mma's C and loads by the cells), and the (row, k-tile)
+// pairs of B fragments a lane holds
+enum { REGS_CHUNK = 16, REGS_XS = 52, REGS_XK = 8 };
+
 // gru_fwd_regs' and gru_bwd_regs' cells: lane 4 g + tq's C values c of an m16n8 tile, unit u0 + g + 8 (c >> 1) of the
 // block's batch row 2 tq + (c & 1), bn rows and H units being there
 struct RegsCells {
@@ -2763,16 +2768,23 @@ struct RegsCells {
 // runs on f16 operands, as gru_fwd_split_h, h scaled by the batch group's operand_scale. On the H100 at B 16, H 128:
 // a step 0.67 us with a row a block in float32 and float16, 1.03 and 1.16 with 8 (float32 1.11 and 1.60 with tanhf and
 // IEEE division in the cells; PERF_NOTES.md).
-template <typename T, int KT>
+// PROJ (xg unread): the kernel projects x (T, B, IN; a step x_step elements apart, a row x_row, unit-strided within
+// a row) itself, x_t W_ih^T for REGS_CHUNK steps at a time on TF32 mma.sync (m-tiles: the warp's units of each gate;
+// n: 8 steps of a batch row; BB ceil(IN / 8) <= REGS_XK), into the warp's own part of the dynamic shared memory:
+// W_ih's A fragments (3 ceil(IN / 8) 512 bytes a warp, staged once) and the chunk (REGS_CHUNK BB REGS_XS floats a
+// warp). No projection's launch, and of x one batch of loads a chunk, issued a step before it is used.
+template <typename T, int KT, int PROJ>
 __global__ void __launch_bounds__(gru::NT, 1)
 gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __restrict__ b_ih,
-             const T* __restrict__ b_hh, const T* __restrict__ h0, T* out, T* __restrict__ gates, int steps, int B,
-             int H, int BB) {
+             const T* __restrict__ b_hh, const T* __restrict__ h0, T* out, T* __restrict__ gates,
+             const T* __restrict__ x, const T* __restrict__ w_ih, int steps, int B, int H, int BB, int IN, int x_step,
+             int x_row) {
     using namespace gru;
     constexpr bool SCALED = sizeof(T) == 4;
     constexpr int LDA = 16 * KT + 8;   // h's row stride, 16 bytes past a multiple of 32: ldmatrix's 8 rows, 8 banks
     __shared__ __align__(16) __half hs[2][8][LDA];
     __shared__ unsigned top;
+    extern __shared__ __align__(16) float xs_all[];   // PROJ: W_ih's fragments, then the chunks
     const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3, u0 = 16 * (threadIdx.x >> 5);
     const int b0 = BB * blockIdx.x, bn = min(BB, B - b0);
     float h_scale = 1.f;
@@ -2800,13 +2812,89 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
     for (int c = 0; c < 4; ++c)
         hp[c] = cells.has(c) && h0 != nullptr
                     ? to_f(h0[static_cast<size_t>(b0 + cells.row(c)) * H + cells.unit(c)]) : 0.f;
+    const int chunk_tiles = (IN + 7) / 8;   // PROJ: x's k-tiles of 8
+    if (PROJ && bn * chunk_tiles > REGS_XK) __trap();   // (more B fragments than a lane holds)
+    const int warp = threadIdx.x >> 5;
+    uint4* ws = reinterpret_cast<uint4*>(xs_all) + warp * 3 * chunk_tiles * 32;   // W_ih's A fragments: [q][kt][lane]
+    float* xs = xs_all + NW * 3 * chunk_tiles * 128 + warp * REGS_CHUNK * BB * REGS_XS;   // [step][row][16 q + unit - u0]
+    T ahead[REGS_XK][2][2];   // PROJ: the next chunk's B fragments, as loaded: (row j, k-tile kt) at j chunk_tiles + kt
+    const auto fetch = [&](int t0) {   // x's B values at steps [t0, t0 + REGS_CHUNK): (k 8 kt + tq (+4), step g (+8))
+#pragma unroll
+        for (int m = 0; m < REGS_XK; ++m) {
+            const int j = m / chunk_tiles, kt = m % chunk_tiles;
+            const T* row = x + static_cast<size_t>(b0 + j) * x_row;
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    const int s = t0 + g + 8 * e, k = 8 * kt + tq + 4 * i;
+                    ahead[m][e][i] = j < bn && s < steps && k < IN ? ld_nc(row + static_cast<size_t>(s) * x_step + k)
+                                                                   : from_f<T>(0.f);
+                }
+        }
+    };
+    const auto project = [&]() {   // xs = x W_ih^T at the chunk fetched, the warp's units, on TF32
+        float acc[2][3][4] = {};   // [n-tile: 8 steps][gate]
+#pragma unroll
+        for (int m = 0; m < REGS_XK; ++m) {
+            const int j = m / chunk_tiles, kt = m % chunk_tiles;
+            if (j >= bn) break;
+            unsigned a[3][4];
+#pragma unroll
+            for (int q = 0; q < 3; ++q) {
+                const uint4 f = ws[(q * chunk_tiles + kt) * 32 + lane];
+                a[q][0] = f.x, a[q][1] = f.y, a[q][2] = f.z, a[q][3] = f.w;
+            }
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+#pragma unroll
+                for (int q = 0; q < 3; ++q)
+                    mma_tf32(acc[e][q], a[q], tf32(to_f(ahead[m][e][0])), tf32(to_f(ahead[m][e][1])));
+            if (kt < chunk_tiles - 1) continue;
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+#pragma unroll
+                for (int q = 0; q < 3; ++q)
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) {
+                        xs[((8 * e + 2 * tq + (c & 1)) * BB + j) * REGS_XS + 16 * q + g + 8 * (c >> 1)] = acc[e][q][c];
+                        acc[e][q][c] = 0.f;
+                    }
+        }
+        __syncwarp();   // (every step of the chunk before was read a barrier ago)
+    };
+    if (PROJ && u0 < H) {   // W_ih's A fragments, TF32: (unit g (+8), k 8 kt + tq (+4)) of gate q
+        for (int kt = 0; kt < chunk_tiles; ++kt)
+#pragma unroll
+            for (int q = 0; q < 3; ++q) {
+                unsigned a[4];
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int u = u0 + g + 8 * (i & 1), k = 8 * kt + tq + 4 * (i >> 1);
+                    a[i] = tf32(u < H && k < IN ? to_f(ld_nc(w_ih + static_cast<size_t>(q * H + u) * IN + k)) : 0.f);
+                }
+                ws[(q * chunk_tiles + kt) * 32 + lane] = make_uint4(a[0], a[1], a[2], a[3]);
+            }
+        __syncwarp();
+    }
     const auto load = [&](int t) {   // step t's xg of the thread's cells (issued a step ahead of their use)
+        if constexpr (PROJ) {   // (x's next chunk loaded a step before it is projected)
+            if (u0 < H && t == 0) fetch(0);
+            if (u0 < H && t % REGS_CHUNK == 0) project();
+            if (u0 < H && (t + 1) % REGS_CHUNK == 0 && t + 1 < steps) fetch(t + 1);
+        }
 #pragma unroll
         for (int c = 0; c < 4; ++c)
             if (cells.has(c)) {
-                const T* p = xg + (static_cast<size_t>(t) * B + b0 + cells.row(c)) * 3 * H + cells.unit(c);
+                if constexpr (PROJ) {
+                    const float* v = xs + ((t % REGS_CHUNK) * BB + cells.row(c)) * REGS_XS + cells.unit(c) - u0;
 #pragma unroll
-                for (int q = 0; q < 3; ++q) xv[c][q] = ld_nc(p + q * H);
+                    for (int q = 0; q < 3; ++q) xv[c][q] = from_f<T>(v[16 * q]);
+                } else {
+                    const T* p = xg + (static_cast<size_t>(t) * B + b0 + cells.row(c)) * 3 * H + cells.unit(c);
+#pragma unroll
+                    for (int q = 0; q < 3; ++q) xv[c][q] = ld_nc(p + q * H);
+                }
             }
     };
     if (steps > 0) load(0);

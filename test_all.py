@@ -10975,12 +10975,76 @@ def test_gpu_gru_regs_kernel():
         out, gates = cp.full((steps, batch, hidden), np.nan, dtype), cp.full((steps, batch, 4 * hidden), np.nan, dtype)
         with gru_calls(with_args=True) as calls:
             tl._gru_launch('fwd', layout, True, arrays + (out, gates), steps, batch, hidden)
-        assert calls == {('gru_fwd_regs', (np.dtype(dtype), layout[10]))}, calls
+        assert calls == {('gru_fwd_regs', (np.dtype(dtype), layout[10], 0))}, calls
         what = f'{np.dtype(dtype).name} hidden {hidden}, batch {batch}, {steps} steps, layout {layout}, h0 {h0_kind}'
         assert_unit_columns(what, (('out', out, want_out), ('gates', gates, want_gates)), 2e-2 if half else TF32_TOL)
         alone = cp.full((steps, batch, hidden), np.nan, dtype)
         tl._gru_launch('fwd', layout, True, arrays + (alone, None), steps, batch, hidden)
         assert cp.array_equal(alone, out), f'{what}: out without gates differs'
+
+
+def tf32_rounded(a):
+    """float64 a's float32 values rounded to TF32 as the tensor cores' operands are (cvt.rna: 10 mantissa bits, ties
+    away from zero)."""
+    bits = np.ascontiguousarray(a, np.float32).view(np.uint32)
+    return ((bits + np.uint32(0x1000)) & np.uint32(0xffffe000)).view(np.float32).astype(np.float64)
+
+
+def test_gpu_gru_regs_projection():
+    """gru_fwd_regs<T, KT, 1> projecting x itself (x W_ih^T on TF32, 16 steps at a time, into shared memory) launched
+    on its own against a float64 recurrence of x W_ih^T (x and W_ih rounded to TF32, the product to the dtype): out and
+    every gate within TF32's tolerance of its largest value (float16: 2e-2, h_t rounded to float16 as it goes; not
+    each unit's column: a run of one row and one step has columns of one value, some near 0), in gru_regs_runs'
+    layouts with 1, 16 and 37 steps (one chunk part-filled, one whole, three), 5, 20 and 64 inputs (a k-tile
+    part-filled; fewer where the block's rows times the k-tiles pass _GRU_REGS_X_TILES), x as made (T, B, in) and as
+    the transpose of a batch-first (B, T, in) array; and _gru_projects_inside routing there only a regs layout's eager
+    runs of unit-strided, non-reversed x of at most _GRU_REGS_PROJ_STEPS steps."""
+    need_cuda()
+    if not set(GRU_REGS_KERNELS) <= set(tl.fused_kernels()):
+        raise Skip('no gru_fwd_regs kernels on this GPU')
+    r = rng('gru regs projection')
+    for k, dtype, hidden, batch, _, layout in gru_regs_runs(True):
+        steps, inputs, half = (1, 16, 37)[k % 3], (5, 20, 64)[k // 3 % 3], dtype == np.float16
+        while layout[3] * -(-inputs // 8) > tl._GRU_REGS_X_TILES:
+            inputs -= 8
+        rounded = lambda a: a.astype(dtype).astype(np.float64)
+        _, w, b_ih, b_hh, h0 = gru_scaled_inputs(r, steps, batch, hidden, ('absent', 'uniform')[k % 2], spread=False)
+        x = rounded(r.uniform(-1, 1, (batch, steps, inputs) if k % 2 else (steps, batch, inputs)))
+        w_ih = rounded(r.uniform(-1, 1, (3 * hidden, inputs)) / inputs ** 0.5)
+        x_gpu = cp.asarray(x, dtype).transpose(1, 0, 2) if k % 2 else cp.asarray(x, dtype)
+        x = x.transpose(1, 0, 2) if k % 2 else x   # (T, B, in) either way
+        keep = (lambda h: h.astype(np.float16).astype(np.float64)) if half else (lambda h: h)
+        want_out, want_gates = gru_forward_reference(rounded(tf32_rounded(x) @ tf32_rounded(w_ih).T),
+                                                     *(None if a is None else rounded(a) for a in (w, b_ih, b_hh, h0)),
+                                                     keep=keep)
+        arrays = tuple(None if a is None else cp.asarray(a, dtype) for a in (w, b_ih, b_hh, h0))
+        out, gates = cp.full((steps, batch, hidden), np.nan, dtype), cp.full((steps, batch, 4 * hidden), np.nan, dtype)
+        with gru_calls(with_args=True) as calls:
+            tl._gru_launch('fwd', layout, True, (None,) + arrays + (out, gates, x_gpu, cp.asarray(w_ih, dtype)),
+                           steps, batch, hidden)
+        assert calls == {('gru_fwd_regs', (np.dtype(dtype), layout[10], 1))}, calls
+        what = (f'{np.dtype(dtype).name} hidden {hidden}, batch {batch}, {steps} steps, {inputs} inputs, '
+                f'layout {layout}, x strides {x_gpu.strides}')
+        for name, got, want in (('out', out, want_out), ('gates', gates, want_gates)):
+            off, top = np.abs(cp.asnumpy(got).astype(np.float64) - want).max(), np.abs(want).max()
+            assert off <= (2e-2 if half else TF32_TOL) * top, f'{what}: {name} off {off:.3g} of {top:.3g}'
+        assert tl._gru_projects_inside(layout, x_gpu), what
+        assert not tl._gru_projects_inside(layout, x_gpu[..., ::2]), f'{what}: x strided within a row'
+        assert steps == 1 or not tl._gru_projects_inside(layout, x_gpu[::-1]), f'{what}: x reversed'
+    layout, x = next(e for e in gru_regs_runs(True) if e[3] == 13)[5], cp.zeros((16, 13, 8), np.float32)
+    assert tl._gru_projects_inside(layout, x) and tl._gru_projects_inside([layout], x[:15]), 'a run too short to time'
+    assert not tl._gru_projects_inside(layout, cp.zeros((16, 13, 24), np.float32)), '3 rows of 3 k-tiles'
+    assert not tl._gru_projects_inside(layout[:10] + (0,), x), 'not a regs layout'
+    assert not tl._gru_projects_inside([layout], x), 'a timing run (its candidates not timed yet)'
+    assert not tl._gru_projects_inside(layout, cp.zeros((tl._GRU_REGS_PROJ_STEPS + 1, 13, 8), np.float32)), 'steps'
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        try:
+            captured = tl._gru_projects_inside(layout, x)
+        finally:
+            stream.end_capture()
+    assert not captured, 'a CUDA graph captured'
 
 
 def test_gpu_gru_regs_backward_kernel():

@@ -546,6 +546,12 @@ _GRU_GROUP_WG = (16, 24, 32, 40, 48)   # and their operand's rows (wgmma's n: 8 
 _GRU_CELLS = 4   # (row, unit) cells a thread of the persistent kernels at most (kernels.cu's CPT; groups: 5)
 _GRU_REGS = (2, 4, 8)   # the regs kernels' k-tiles of 16 (W_hh in a block's registers: hidden up to 16 KT)
 _GRU_REGS_ROWS = 8   # and its batch group's rows at most (the mma's n)
+# gru_fwd_regs<T, KT, 1> projects x itself (kernels.cu) where a block's rows times x's k-tiles of 8 are at most
+# _GRU_REGS_X_TILES (the B fragments a lane holds: REGS_XK), in eager runs of at most _GRU_REGS_PROJ_STEPS steps: it
+# saves the projection's call, 15-20 us of host time, for 0.07-0.17 us of GPU time a step (at (100, 16, 8 to 64, 128)
+# 81-91 us against 74 on xg and 4 for the projection). Eager, H100: 5-17% less time a call at 1 and 100 steps, 2% more
+# at (200, 8, 32, 64) (PERF_NOTES.md)
+_GRU_REGS_X_TILES, _GRU_REGS_PROJ_STEPS = 8, 100
 _NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14   # the CUDA driver's CUfunction_attribute
 # The fused BatchNorm training passes' packs kept in registers per thread (their RC template argument), per C type
 # (none for float64: the two-kernel passes serve it): the fastest measured on the H200 (PERF_NOTES.md)
@@ -587,8 +593,9 @@ _KERNEL_INSTANCES = {
     # (P, WN) and (1, WN, G): a batch group as one cluster of G blocks (_GRU_GROUPS, with _GRU_GROUP_WG's WN)
     'gru_fwd_split_h': [(str(p), str(n)) for p in _GRU_SPLITS_HALF for n in _GRU_WG] +
                        [('1', str(n), str(g)) for n in _GRU_GROUP_WG for g in _GRU_GROUPS],
-    **{name: [(t, str(kt)) for t in ('float', '__half') for kt in _GRU_REGS]   # (T, KT)
-       for name in ('gru_fwd_regs', 'gru_bwd_regs')},
+    'gru_bwd_regs': [(t, str(kt)) for t in ('float', '__half') for kt in _GRU_REGS],   # (T, KT)
+    # (T, KT, PROJ): PROJ 1 projects x itself
+    'gru_fwd_regs': [(t, str(kt), p) for t in ('float', '__half') for kt in _GRU_REGS for p in '01'],
     **{name: [('float',), ('__half',)] for name in ('gru_gates_fwd', 'gru_gates_bwd', 'gru_bias_sums')},
     **{name: [(t,) for t in _FLOAT_C]
        for name in ('batch_transpose', 'conv_weight_layouts', 'conv_direct_fwd', 'conv_direct_dx', 'conv_direct_dw',
@@ -2379,12 +2386,16 @@ def _gru_backward_loop(g, w_hh, h0, out, gates, dg_ih, dg_hh):
 
 def _gru_forward_fused(x, w_ih, w_hh, b_ih, b_hh, h0, plans, tf32, keep_gates):
     """out (T, B, H) and gates (T, B, 4H) on the GPU: the persistent kernel with the forward layout of `plans`
-    (_gru_plans'), or (that None) per step a product (_gemm) and gru_gates_fwd. The kernels add the biases; tf32:
-    float32 products on TF32; keep_gates False (no backward will run): gates None, the kernels write none."""
+    (_gru_plans'), or (that None) per step a product (_gemm) and gru_gates_fwd; the projection x W_ih^T first, as one
+    product, unless gru_fwd_regs makes it (_gru_projects_inside). The kernels add the biases; tf32: float32 products
+    on TF32; keep_gates False (no backward will run): gates None, the kernels write none."""
     xp, (steps, batch, _), hidden = _xp(x), x.shape, w_hh.shape[1]
-    xg = _matmul(x.reshape(steps * batch, x.shape[-1]), w_ih.T, tf32=tf32).reshape(steps, batch, 3 * hidden)
     out = xp.empty((steps, batch, hidden), x.dtype)
     gates = xp.empty((steps, batch, 4 * hidden), x.dtype) if keep_gates else None
+    if _gru_projects_inside(plans[0], x):
+        _gru_run('fwd', plans, tf32, (None, w_hh, b_ih, b_hh, h0, out, gates, x, _aligned(w_ih)), steps, batch, hidden)
+        return out, gates
+    xg = _matmul(x.reshape(steps * batch, x.shape[-1]), w_ih.T, tf32=tf32).reshape(steps, batch, 3 * hidden)
     if plans[0] is not None:
         _gru_run('fwd', plans, tf32, (xg, w_hh, b_ih, b_hh, h0, out, gates), steps, batch, hidden)
         return out, gates
@@ -2419,6 +2430,28 @@ def _gru_backward_fused(g, w_hh, h0, out, gates, dg_ih, dg_hh, plans, tf32, bias
     return (carry + dh_mm).astype(g.dtype), None
 
 
+def _gru_projects_inside(plan, x):
+    """Whether the forward's launch with `plan` (_gru_plans' entry) is gru_fwd_regs projecting x itself: its layout,
+    not a timing run's (_gru_tunes: those launch on the projection), in an eager run (a CUDA graph's replay spends no
+    host time: the projection apart takes less GPU time) of at most _GRU_REGS_PROJ_STEPS steps, x's rows unit-strided,
+    the block's rows times the inputs' k-tiles of 8 at most _GRU_REGS_X_TILES, and _gru_projection_bytes within the
+    block's shared memory (besides the kernel's own 4.4 KB: h's copies)."""
+    if plan is None or x.shape[0] > _GRU_REGS_PROJ_STEPS or cp.cuda.get_current_stream().is_capturing() or \
+            _gru_tunes(plan, x.shape[0]):
+        return False
+    layout = _gru_used(plan)
+    rows = layout[3]
+    return bool(layout[10]) and x.strides[-1] == x.itemsize and min(x.strides) >= 0 and \
+        rows * -(-x.shape[-1] // 8) <= _GRU_REGS_X_TILES and \
+        _gru_projection_bytes(rows, x.shape[-1]) + 4608 <= _gru_device()[1]
+
+
+def _gru_projection_bytes(rows, inputs):
+    """gru_fwd_regs<T, KT, 1>'s dynamic shared memory: each of its 8 warps' W_ih fragments (3 gates, a k-tile of 8
+    512 bytes) and chunks of x W_ih^T (16 steps, 52 floats a step and row)."""
+    return 8 * (3 * -(-inputs // 8) * 512 + 16 * rows * 52 * 4)
+
+
 def _gru_bias_sums(parts, dtype):
     """(b_ih's gradient, b_hh's) in `dtype` from the backward kernel's per-row sums `parts` (B, 6H): one launch of
     gru_bias_sums writing each into memory of its own: on an H100's host 9 us, against 33 us for CuPy's sum at B = 16
@@ -2448,9 +2481,14 @@ def _gru_run(direction, plans, tf32, arrays, steps, batch, hidden):
     (at (1, 16, 32, 128) on the H200 the layout fastest over one step was 1.6 times the fastest over 100) or while a
     CUDA graph is being captured: those take the model's choice and leave the timing to a later run."""
     index = int(direction == 'bwd')
-    if isinstance(plans[index], list) and steps >= _GRU_TUNE_STEPS and not cp.cuda.get_current_stream().is_capturing():
+    if _gru_tunes(plans[index], steps):
         plans[index] = _gru_fastest(direction, plans[index], tf32, arrays, steps, batch, hidden)
     _gru_launch(direction, _gru_used(plans[index]), tf32, arrays, steps, batch, hidden)
+
+
+def _gru_tunes(plan, steps):
+    """Whether a run of `steps` with `plan` (an entry of _gru_plans) times its candidates first (_gru_run)."""
+    return isinstance(plan, list) and steps >= _GRU_TUNE_STEPS and not cp.cuda.get_current_stream().is_capturing()
 
 
 def _gru_used(plan):
@@ -2483,21 +2521,31 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
     cooperative one (gru_*_persistent), clusters of its slices (gru_*_cluster) or of its k-slices (gru_*_split; the
     float32 forward's wgmma layouts on f16 operands: gru_fwd_split_h, with its scratch for h's f16 copies), with a
     batch group as one cluster (the forward's gru_fwd_split_h or, for float16, gru_fwd_split, of group G), or blocks
-    each holding all of W_hh (gru_fwd_regs, gru_bwd_regs: a batch group a block, no barrier between blocks)."""
+    each holding all of W_hh (gru_fwd_regs, gru_bwd_regs: a batch group a block, no barrier between blocks). The
+    forward's arrays: (xg, w_hh, b_ih, b_hh, h0, out, gates), or for gru_fwd_regs projecting x itself xg None and
+    then x and w_ih."""
     groups, slices, units, rows, chunk, smem, cluster, split, wn, group, regs = plan
-    tc, extra, scratch, forward = int(arrays[0].dtype == np.float16 or tf32), (), (), direction == 'fwd'
+    dtype = arrays[1].dtype   # (w_hh's, or the backward's gates': the forward's xg may be None)
+    tc, extra, scratch, forward = int(dtype == np.float16 or tf32), (), (), direction == 'fwd'
     if regs:
-        kernel = _kernel(f'gru_{direction}_regs', arrays[0].dtype, regs)
+        kernel = _kernel(f'gru_{direction}_regs', dtype, regs, *(int(arrays[0] is None),) * forward)
         if kernel is None or 16 * regs < hidden or rows > _GRU_REGS_ROWS or groups * rows < batch:
             raise RuntimeError(f"GRU: layout {plan} is not one of gru_{direction}_regs' (hidden at most {16 * regs}, "
                                f"at most {_GRU_REGS_ROWS} rows a block, its kernel loaded)")
-        kernel((groups,), (_BLOCK,), arrays + _int32s(steps, batch, hidden, rows))
+        if not forward:
+            kernel((groups,), (_BLOCK,), arrays + _int32s(steps, batch, hidden, rows))
+        elif arrays[0] is not None:   # gru_fwd_regs on xg
+            kernel((groups,), (_BLOCK,), arrays + (None, None) + _int32s(steps, batch, hidden, rows, 0, 0, 0))
+        else:   # xg None: x and w_ih follow, and gru_fwd_regs<T, KT, 1> projects x in chunks in shared memory
+            x = arrays[7]
+            sizes = _int32s(steps, batch, hidden, rows, x.shape[-1], *(step // x.itemsize for step in x.strides[:2]))
+            _launch_with_smem(kernel, (groups,), _BLOCK, arrays + sizes, _gru_projection_bytes(rows, x.shape[-1]))
         return
     if not forward:   # the other backward kernels stage W_hh^T's rows (gru_bwd_regs reads W_hh as it is)
         arrays = arrays[:4] + (cp.ascontiguousarray(arrays[4].T),) + arrays[5:]
     if split:
-        half = wn and _gru_half_wgmma(forward, arrays[0].dtype)
-        granule = 128 // (2 if half else arrays[0].itemsize) if wn else 16   # wgmma: a k-tile, 128 bytes of a row
+        half = wn and _gru_half_wgmma(forward, dtype)
+        granule = 128 // (2 if half else dtype.itemsize) if wn else 16   # wgmma: a k-tile, 128 bytes of a row
         if split % granule or split > chunk:
             raise RuntimeError(f"GRU: layout {plan}'s staging chunk is not a multiple of {granule} within the k-slice")
         weight_rows = -(-units // 8) * 8 * (3 if forward else 1)
@@ -2509,8 +2557,8 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
         if not _gru_cells_fit(rows, units, cluster, group):
             raise RuntimeError(f"GRU: layout {plan} gives a thread more cells than its kernel keeps")
         extra = _int32s(split)   # the k-split's staging chunk
-        kernel = _gru_wgmma_kernel(forward, cluster, wn, group, arrays[0].dtype) if wn else \
-            _kernel(f'gru_{direction}_split', arrays[0].dtype, cluster, 0)
+        kernel = _gru_wgmma_kernel(forward, cluster, wn, group, dtype) if wn else \
+            _kernel(f'gru_{direction}_split', dtype, cluster, 0)
         blocks = groups * slices * cluster
         if half:   # h's f16 copies: in this scratch, or (batch groups) pushed between the blocks (kernels.cu)
             if group and split < hidden:   # (the kernel would trap)
@@ -2519,9 +2567,9 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
             # (a batch group's kernel reads no scratch: the flags' array stands in for the pointer)
             scratch = (_gru_device()[2] if group else cp.empty((2, batch, hidden), np.float16),)
     elif cluster:
-        kernel, blocks = _kernel(f'gru_{direction}_cluster', arrays[0].dtype, tc, slices), groups * slices
+        kernel, blocks = _kernel(f'gru_{direction}_cluster', dtype, tc, slices), groups * slices
     else:
-        kernel, blocks = _kernel(f'gru_{direction}_persistent', arrays[0].dtype, tc), groups * slices
+        kernel, blocks = _kernel(f'gru_{direction}_persistent', dtype, tc), groups * slices
     flags = _gru_device()[2]
     if kernel is None:
         raise RuntimeError(f"GRU: layout {plan}'s kernel did not load")
@@ -2651,7 +2699,7 @@ def _gru_regs(forward, dtype):
     if not _gru_regs_offered or (np.dtype(dtype) == np.float32 and not _gru_half_operands):
         return ()
     name = f"gru_{'fwd' if forward else 'bwd'}_regs"
-    return tuple(kt for kt in _GRU_REGS if _kernel(name, dtype, kt) is not None)
+    return tuple(kt for kt in _GRU_REGS if _kernel(name, dtype, kt, *(0,) * forward) is not None)
 
 
 def _gru_half_wgmma(forward, dtype):
