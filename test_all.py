@@ -11034,6 +11034,7 @@ def test_gpu_gru_regs_projection():
     layout, x = next(e for e in gru_regs_runs(True) if e[3] == 13)[5], cp.zeros((16, 13, 8), np.float32)
     assert tl._gru_projects_inside(layout, x) and tl._gru_projects_inside([layout], x[:15]), 'a run too short to time'
     assert not tl._gru_projects_inside(layout, cp.zeros((16, 13, 24), np.float32)), '3 rows of 3 k-tiles'
+    assert not tl._gru_projects_inside(layout, cp.zeros((16, 13, 0), np.float32)), 'no inputs'
     assert not tl._gru_projects_inside(layout[:10] + (0,), x), 'not a regs layout'
     assert not tl._gru_projects_inside([layout], x), 'a timing run (its candidates not timed yet)'
     assert not tl._gru_projects_inside(layout, cp.zeros((tl._GRU_REGS_PROJ_STEPS + 1, 13, 8), np.float32)), 'steps'

@@ -2435,14 +2435,14 @@ def _gru_projects_inside(plan, x):
     not a timing run's (_gru_tunes: those launch on the projection), in an eager run (a CUDA graph's replay spends no
     host time: the projection apart takes less GPU time) of at most _GRU_REGS_PROJ_STEPS steps, x's rows unit-strided,
     the block's rows times the inputs' k-tiles of 8 at most _GRU_REGS_X_TILES, and _gru_projection_bytes within the
-    block's shared memory (besides the kernel's own 4.4 KB: h's copies)."""
+    block's shared memory (besides the kernel's own 4.4 KB: h's copies); not for an input of no features."""
     if plan is None or x.shape[0] > _GRU_REGS_PROJ_STEPS or cp.cuda.get_current_stream().is_capturing() or \
             _gru_tunes(plan, x.shape[0]):
         return False
     layout = _gru_used(plan)
     rows = layout[3]
     return bool(layout[10]) and x.strides[-1] == x.itemsize and min(x.strides) >= 0 and \
-        rows * -(-x.shape[-1] // 8) <= _GRU_REGS_X_TILES and \
+        0 < rows * -(-x.shape[-1] // 8) <= _GRU_REGS_X_TILES and \
         _gru_projection_bytes(rows, x.shape[-1]) + 4608 <= _gru_device()[1]
 
 
