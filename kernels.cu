@@ -2750,12 +2750,25 @@ __device__ __forceinline__ void a_fragments(unsigned (&a)[KN][4], float (&scale)
 enum { REGS_CHUNK = 16, REGS_XS = 52, REGS_XK = 8 };
 
 // gru_fwd_regs' and gru_bwd_regs' cells: lane 4 g + tq's C values c of an m16n8 tile, unit u0 + g + 8 (c >> 1) of the
-// block's batch row 2 tq + (c & 1), bn rows and H units being there
+// block's batch row 2 tq + (c & 1), bn rows and H units being there. SPREAD (blocks of one row): twice the lanes
+// finish a cell each, lane 4 g + tq (tq < 2) the cell of unit u0 + g + 8 tq (as c = 0): lane 4 g's C value 2 moves to
+// lane 4 g + 1 (spread), and own() gives that lane the values of A's row g + 8. Otherwise the warp runs the cells'
+// code twice, over 8 lanes each time: the H100's (100, 16, 128) float32 kernels took 82 us forward and 154 backward,
+// not 60 and 108 (PERF_NOTES.md; tested at run time instead of compiled in, the choice made both slower).
+template <int SPREAD>
 struct RegsCells {
     int u0, g, tq, bn, H;
-    __device__ int row(int c) const { return 2 * tq + (c & 1); }
-    __device__ int unit(int c) const { return u0 + g + 8 * (c >> 1); }
-    __device__ bool has(int c) const { return row(c) < bn && unit(c) < H; }
+    __device__ int row(int c) const { return SPREAD ? 0 : 2 * tq + (c & 1); }
+    __device__ int unit(int c) const { return u0 + g + 8 * (SPREAD ? tq : c >> 1); }
+    __device__ bool has(int c) const { return (SPREAD ? c == 0 && tq < 2 : row(c) < bn) && unit(c) < H; }
+    __device__ void spread(float (&v)[4]) const {   // C values: after the product (every lane of the warp)
+        if (!SPREAD) return;
+        const float moved = __shfl_sync(0xffffffffu, v[2], (threadIdx.x & 31) & ~3);
+        if (tq == 1) v[0] = moved;
+    }
+    __device__ void own(float (&v)[2]) const {   // a value of A's rows g, g + 8 (at cell c: v[c >> 1])
+        if (SPREAD && tq == 1) v[0] = v[1];
+    }
 };
 }  // namespace gru
 
@@ -2764,16 +2777,16 @@ struct RegsCells {
 // of them. hg^T = W_hh h^T: warp w owns units [16 w, 16 w + 16), their r, z and n rows being its m-tiles q = gate over
 // all KT k-tiles; the batch rows are the n = 8 columns of the B operand, h_{t-1} read from shared memory by ldmatrix;
 // one __syncthreads() a step. Lane 4 g + tq holds A rows g and g + 8 of each m-tile and finishes the cells (unit 16 w +
-// g + 8 (c >> 1), row 2 tq + (c & 1)) of C. W_hh's rows are scaled each by its own power of two (a_fragments); float32
-// runs on f16 operands, as gru_fwd_split_h, h scaled by the batch group's operand_scale. On the H100 at B 16, H 128:
-// a step 0.67 us with a row a block in float32 and float16, 1.03 and 1.16 with 8 (float32 1.11 and 1.60 with tanhf and
-// IEEE division in the cells; PERF_NOTES.md).
+// g + 8 (c >> 1), row 2 tq + (c & 1)) of C, or with SPREAD (BB 1) those of RegsCells<1>. W_hh's rows are scaled each by
+// its own power of two (a_fragments); float32 runs on f16 operands, as gru_fwd_split_h, h scaled by the batch group's
+// operand_scale. On the H100 at B 16, H 128: a step 0.67 us with a row a block in float32 and float16, 1.03 and 1.16
+// with 8 (float32 1.11 and 1.60 with tanhf and IEEE division in the cells; PERF_NOTES.md).
 // PROJ (xg unread): the kernel projects x (T, B, IN; a step x_step elements apart, a row x_row, unit-strided within
 // a row) itself, x_t W_ih^T for REGS_CHUNK steps at a time on TF32 mma.sync (m-tiles: the warp's units of each gate;
 // n: 8 steps of a batch row; BB ceil(IN / 8) <= REGS_XK), into the warp's own part of the dynamic shared memory:
 // W_ih's A fragments (3 ceil(IN / 8) 512 bytes a warp, staged once) and the chunk (REGS_CHUNK BB REGS_XS floats a
 // warp). No projection's launch, and of x one batch of loads a chunk, issued a step before it is used.
-template <typename T, int KT, int PROJ>
+template <typename T, int KT, int PROJ, int SPREAD>
 __global__ void __launch_bounds__(gru::NT, 1)
 gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __restrict__ b_ih,
              const T* __restrict__ b_hh, const T* __restrict__ h0, T* out, T* __restrict__ gates,
@@ -2789,21 +2802,23 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
     const int b0 = BB * blockIdx.x, bn = min(BB, B - b0);
     float h_scale = 1.f;
     if constexpr (SCALED) h_scale = operand_scale(h0, b0, bn, H, &top);
+    if (SPREAD && BB != 1) __trap();   // (RegsCells<1>: blocks of one row)
+    const RegsCells<SPREAD> cells{u0, g, tq, bn, H};
     unsigned wf[3][KT][4];   // gate q's A fragments: rows q H + u0 + g (+8) of W_hh
-    float inv[3][2];         // 1 / (row scale times h's) of rows u0 + g + 8 e
+    float inv[3][2];         // 1 / (row scale times h's) of rows u0 + g + 8 e (RegsCells::own)
 #pragma unroll
     for (int q = 0; q < 3; ++q) {
         float scale[2];
         a_fragments<KT>(wf[q], scale, w_hh + static_cast<size_t>(q * H + u0) * H, H - u0, H, H, 1);
 #pragma unroll
         for (int e = 0; e < 2; ++e) inv[q][e] = 1.f / (scale[e] * h_scale);
+        cells.own(inv[q]);
     }
-    const RegsCells cells{u0, g, tq, bn, H};
-    float bias[2][4] = {}, hp[4];   // bias[e]: unit_biases of unit u0 + g + 8 e
+    float bias[2][4] = {}, hp[4];   // bias[e]: unit_biases of the unit of cells 2 e and 2 e + 1
     T xv[4][3];   // step t's xg, as loaded (cell_step converts them)
 #pragma unroll
     for (int e = 0; e < 2; ++e)
-        if (u0 + g + 8 * e < H) unit_biases(bias[e], b_ih, b_hh, H, u0 + g + 8 * e);
+        if (cells.unit(2 * e) < H) unit_biases(bias[e], b_ih, b_hh, H, cells.unit(2 * e));
     for (int i = threadIdx.x; i < 2 * 8 * LDA; i += blockDim.x) (&hs[0][0][0])[i] = __float2half_rn(0.f);
     __syncthreads();
     for (int i = threadIdx.x; i < bn * H && h0 != nullptr; i += blockDim.x)
@@ -2909,6 +2924,8 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
 #pragma unroll
                 for (int q = 0; q < 3; ++q) mma_f16(acc[q], wf[q][kt], hb[0], hb[1]);
             }
+#pragma unroll
+            for (int q = 0; q < 3; ++q) cells.spread(acc[q]);
         }
 #pragma unroll
         for (int c = 0; c < 4; ++c)
@@ -2939,7 +2956,7 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
 // magnitudes are not bounded as h's are, and a row's own scale keeps its small values from f16's subnormals when
 // another row is large.) Arguments as gru_bwd_persistent's, but W_hh as it is (3H, H), not transposed; ceil(B / BB)
 // blocks of gru::NT threads.
-template <typename T, int KT>
+template <typename T, int KT, int SPREAD>
 __global__ void __launch_bounds__(gru::NT, 1)
 gru_bwd_regs(const T* __restrict__ dout, const T* __restrict__ gates, const T* __restrict__ out,
              const T* __restrict__ h0, const T* __restrict__ w_hh, T* __restrict__ dg_ih, T* __restrict__ dg_hh,
@@ -2951,12 +2968,14 @@ gru_bwd_regs(const T* __restrict__ dout, const T* __restrict__ gates, const T* _
     __shared__ unsigned top[3][8];   // float32: the rows' largest magnitudes, by step modulo 3
     const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3, u0 = 16 * (threadIdx.x >> 5);
     const int b0 = BB * blockIdx.x, bn = min(BB, B - b0);
+    if (SPREAD && BB != 1) __trap();   // (RegsCells<1>: blocks of one row)
+    const RegsCells<SPREAD> cells{u0, g, tq, bn, H};
     unsigned wf[K][4];   // A fragments: W_hh^T's rows u0 + g (+8)
-    float inv[2];        // 1 / their scales
+    float inv[2];        // 1 / their scales (RegsCells::own)
     a_fragments<K>(wf, inv, w_hh + u0, H - u0, 3 * H, 1, H);   // W_hh^T's rows: W_hh's columns
 #pragma unroll
     for (int e = 0; e < 2; ++e) inv[e] = 1.f / inv[e];
-    const RegsCells cells{u0, g, tq, bn, H};
+    cells.own(inv);
     for (int i = threadIdx.x; i < 2 * 8 * LD; i += blockDim.x) (&ds[0][0][0])[i] = __float2half_rn(0.f);
     if (threadIdx.x < 3 * 8) (&top[0][0])[threadIdx.x] = 0u;
     T gv[4][4], hp[4], dv[4];   // step t - 1's inputs, as loaded (converted where used, as cell_step's x)
@@ -2996,7 +3015,7 @@ gru_bwd_regs(const T* __restrict__ dout, const T* __restrict__ gates, const T* _
 #pragma unroll
             for (int e = 0; e < 2; ++e) {   // over the lanes of the same tq, then one atomic a row and warp
                 for (int o = 4; o < 32; o <<= 1) m[e] = fmaxf(m[e], __shfl_xor_sync(0xffffffffu, m[e], o));
-                if (g == 0) atomicMax(&top[s % 3][2 * tq + e], __float_as_uint(m[e]));   // floats >= 0 order as bits
+                if (g == 0) atomicMax(&top[s % 3][cells.row(e)], __float_as_uint(m[e]));   // floats >= 0 order as bits
             }
         }
     };
@@ -3017,7 +3036,7 @@ gru_bwd_regs(const T* __restrict__ dout, const T* __restrict__ gates, const T* _
             float scale[2];
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-                const float m = __uint_as_float(top[s % 3][2 * tq + e]);
+                const float m = __uint_as_float(top[s % 3][cells.row(e)]);
                 scale[e] = half_scale(m);
                 unscale[e] = half_unscale(m);
             }
@@ -3038,11 +3057,14 @@ gru_bwd_regs(const T* __restrict__ dout, const T* __restrict__ gates, const T* _
                 ldmatrix_x2(hb, &ds[s & 1][lane & 7][16 * kt + 8 * ((lane >> 3) & 1)]);
                 mma_f16(acc[kt % 3], wf[kt], hb[0], hb[1]);
             }
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[0][c] = acc[0][c] + acc[1][c] + acc[2][c];
+            cells.spread(acc[0]);
         }
 #pragma unroll
         for (int c = 0; c < 4; ++c)
             if (cells.has(c)) {
-                const float v = (acc[0][c] + acc[1][c] + acc[2][c]) * unscale[c & 1] * inv[c >> 1] + carry[c];
+                const float v = acc[0][c] * unscale[c & 1] * inv[c >> 1] + carry[c];
                 dh[c] = t > 0 ? v + to_f(dv[c]) : v;
                 if (t == 0) dh0[static_cast<size_t>(b0 + cells.row(c)) * H + cells.unit(c)] = from_f<T>(dh[c]);
             }

@@ -10941,10 +10941,11 @@ def test_gpu_gru_half_operands():
 
 def gru_regs_runs(forward):
     """The regs kernels' tests' runs (k, dtype, hidden, batch, steps, layout): float32 and float16, hidden 8, 50, 100
-    and 128 (each KT; units and k-tiles part-filled below 128), batches of 1, 13 and 21 rows in _gru_plan's regs layouts
-    of blocks of 1, 3 and 8 rows (the last block part-filled), 1 and 5 steps."""
+    and 128 (each KT; units and k-tiles part-filled below 128), batches of 1, 6, 13 and 21 rows in _gru_plan's regs
+    layouts of blocks of 1, 1, 3 and 8 rows (the last block part-filled; blocks of one row spread their cells: the
+    kernels' SPREAD), 1 and 5 steps."""
     smem = tl._gru_device()[1]
-    runs = itertools.product((np.float32, np.float16), (8, 50, 100, 128), ((1, 1), (13, 3), (21, 8)), (1, 5))
+    runs = itertools.product((np.float32, np.float16), (8, 50, 100, 128), ((1, 1), (6, 1), (13, 3), (21, 8)), (1, 5))
     for k, (dtype, hidden, (batch, rows), steps) in enumerate(runs):
         ranked = []
         tl._gru_plan(forward, 132, smem, batch, hidden, np.dtype(dtype).itemsize, 1, False, ranked=ranked,
@@ -10975,7 +10976,7 @@ def test_gpu_gru_regs_kernel():
         out, gates = cp.full((steps, batch, hidden), np.nan, dtype), cp.full((steps, batch, 4 * hidden), np.nan, dtype)
         with gru_calls(with_args=True) as calls:
             tl._gru_launch('fwd', layout, True, arrays + (out, gates), steps, batch, hidden)
-        assert calls == {('gru_fwd_regs', (np.dtype(dtype), layout[10], 0))}, calls
+        assert calls == {('gru_fwd_regs', (np.dtype(dtype), layout[10], 0, int(layout[3] == 1)))}, calls
         what = f'{np.dtype(dtype).name} hidden {hidden}, batch {batch}, {steps} steps, layout {layout}, h0 {h0_kind}'
         assert_unit_columns(what, (('out', out, want_out), ('gates', gates, want_gates)), 2e-2 if half else TF32_TOL)
         alone = cp.full((steps, batch, hidden), np.nan, dtype)
@@ -10991,7 +10992,7 @@ def tf32_rounded(a):
 
 
 def test_gpu_gru_regs_projection():
-    """gru_fwd_regs<T, KT, 1> projecting x itself (x W_ih^T on TF32, 16 steps at a time, into shared memory) launched
+    """gru_fwd_regs<T, KT, 1, S> projecting x itself (x W_ih^T on TF32, 16 steps at a time, into shared memory) launched
     on its own against a float64 recurrence of x W_ih^T (x and W_ih rounded to TF32, the product to the dtype): out and
     every gate within TF32's tolerance of its largest value (float16: 2e-2, h_t rounded to float16 as it goes; not
     each unit's column: a run of one row and one step has columns of one value, some near 0), in gru_regs_runs'
@@ -11022,7 +11023,7 @@ def test_gpu_gru_regs_projection():
         with gru_calls(with_args=True) as calls:
             tl._gru_launch('fwd', layout, True, (None,) + arrays + (out, gates, x_gpu, cp.asarray(w_ih, dtype)),
                            steps, batch, hidden)
-        assert calls == {('gru_fwd_regs', (np.dtype(dtype), layout[10], 1))}, calls
+        assert calls == {('gru_fwd_regs', (np.dtype(dtype), layout[10], 1, int(layout[3] == 1)))}, calls
         what = (f'{np.dtype(dtype).name} hidden {hidden}, batch {batch}, {steps} steps, {inputs} inputs, '
                 f'layout {layout}, x strides {x_gpu.strides}')
         for name, got, want in (('out', out, want_out), ('gates', gates, want_gates)):
@@ -11079,7 +11080,7 @@ def test_gpu_gru_regs_backward_kernel():
             parts = cp.full((batch, 6 * hidden), np.nan, np.float32) if bias else None
             with gru_calls(with_args=True) as calls:
                 tl._gru_launch('bwd', layout, True, arrays + grads + (parts,), steps, batch, hidden)
-            assert calls == {('gru_bwd_regs', (np.dtype(dtype), layout[10]))}, calls
+            assert calls == {('gru_bwd_regs', (np.dtype(dtype), layout[10], int(layout[3] == 1)))}, calls
             results.append((grads, parts))
         (dg_ih, dg_hh, dh0), parts = results[0]
         what = f'{np.dtype(dtype).name} hidden {hidden}, batch {batch}, {steps} steps, layout {layout}, h0 {h0_kind}'
