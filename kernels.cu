@@ -2779,8 +2779,8 @@ struct RegsCells {
 // one __syncthreads() a step. Lane 4 g + tq holds A rows g and g + 8 of each m-tile and finishes the cells (unit 16 w +
 // g + 8 (c >> 1), row 2 tq + (c & 1)) of C, or with SPREAD (BB 1) those of RegsCells<1>. W_hh's rows are scaled each by
 // its own power of two (a_fragments); float32 runs on f16 operands, as gru_fwd_split_h, h scaled by the batch group's
-// operand_scale. On the H100 at B 16, H 128: a step 0.67 us with a row a block in float32 and float16, 1.03 and 1.16
-// with 8 (float32 1.11 and 1.60 with tanhf and IEEE division in the cells; PERF_NOTES.md).
+// operand_scale. On the H100 at B 16, H 128: a step 0.67 us with a row a block in float32 and float16 (float32 0.49
+// with SPREAD), 1.03 and 1.16 with 8 (float32 1.11 and 1.60 with tanhf and IEEE division in the cells; PERF_NOTES.md).
 // PROJ (xg unread): the kernel projects x (T, B, IN; a step x_step elements apart, a row x_row, unit-strided within
 // a row) itself, x_t W_ih^T for REGS_CHUNK steps at a time on TF32 mma.sync (m-tiles: the warp's units of each gate;
 // n: 8 steps of a batch row; BB ceil(IN / 8) <= REGS_XK), into the warp's own part of the dynamic shared memory:
