@@ -2436,9 +2436,10 @@ def _gru_projects_inside(plan, x):
     host time: the projection apart takes less GPU time) of at most _GRU_REGS_PROJ_STEPS steps, x's rows unit-strided,
     the block's rows times the inputs' k-tiles of 8 at most _GRU_REGS_X_TILES, and _gru_projection_bytes within the
     block's shared memory (besides the kernel's own 4.4 KB: h's copies); not for an input of no features."""
-    if plan is None or not _gru_used(plan)[10] or x.shape[0] > _GRU_REGS_PROJ_STEPS:   # (no driver call for others)
+    layout = _gru_used(plan)
+    if layout is None or not layout[10] or x.shape[0] > _GRU_REGS_PROJ_STEPS:   # (no driver call for others)
         return False
-    rows = _gru_used(plan)[3]
+    rows = layout[3]
     return x.strides[-1] == x.itemsize and min(x.strides) >= 0 and \
         0 < rows * -(-x.shape[-1] // 8) <= _GRU_REGS_X_TILES and \
         _gru_projection_bytes(rows, x.shape[-1]) + 4608 <= _gru_device()[1] and \
