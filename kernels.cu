@@ -2817,7 +2817,7 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
     float bias[2][4] = {}, hp[4];   // bias[e]: unit_biases of the unit of cells 2 e and 2 e + 1
     T xv[4][3];   // step t's xg, as loaded (cell_step converts them)
 #pragma unroll
-    for (int e = 0; e < 2; ++e)
+    for (int e = 0; e < 2 - SPREAD; ++e)   // (SPREAD: a lane's one cell is c = 0)
         if (cells.unit(2 * e) < H) unit_biases(bias[e], b_ih, b_hh, H, cells.unit(2 * e));
     for (int i = threadIdx.x; i < 2 * 8 * LDA; i += blockDim.x) (&hs[0][0][0])[i] = __float2half_rn(0.f);
     __syncthreads();
