@@ -10853,23 +10853,19 @@ def gru_scaled_inputs(r, steps, batch, hidden, h0_kind, spread=True):
     return xg, w, b_ih, b_hh, h0
 
 
-def gru_product_bounds(w, h0, out):
-    """Per column of the gates (T, B, 4H): for hg_n's, the largest over the steps and rows of |W_hh's n rows| |h_{t-1}|
-    (h_t out's, in float64), else 0. hg_n is a bare product: its f16 operands' rounding is relative to that sum of the
-    terms' magnitudes, not to the value, which cancellation can make as small as it likes (a column of one step and
-    one row has a single value)."""
-    hidden = w.shape[1]
+def assert_forward_columns(what, got, want, w, h0, tol):
+    """The forward kernels' (out, gates) `got` on the GPU against `want`, gru_forward_reference's from W_hh `w` and
+    `h0`: no NaN, and each unit's column (the last axis) within tol of its own largest value. hg_n's columns are bare
+    products, whose f16 operands' rounding is relative to the terms' magnitudes, not to the value (cancellation can make
+    that as small as it likes: a column of one step and one row has a single value): they are within tol of the
+    largest |W_hh's n rows| |h_{t-1}| over their steps and rows where that is larger."""
+    hidden, w, out = w.shape[1], np.asarray(w, np.float64), want[0]
     h_prev = np.concatenate((np.zeros_like(out[:1]) if h0 is None else np.asarray(h0, np.float64)[None], out[:-1]))
-    return np.concatenate((np.zeros(3 * hidden), (np.abs(h_prev) @ np.abs(w[2 * hidden:]).T).max(axis=(0, 1))))
-
-
-def assert_unit_columns(what, results, tol):
-    """Each (name, got on the GPU, want[, floor]) of `results`: no NaN, and each unit's column (the last axis) within
-    tol of its own largest value, or of floor's value for that column where larger (gru_product_bounds)."""
-    for name, got, want, *floor in results:
-        got = cp.asnumpy(got).astype(np.float64)
-        assert not np.isnan(got).any(), f'{what}: {name} has NaN'
-        off, top = np.abs(got - want).max(axis=(0, 1)), np.maximum(np.abs(want).max(axis=(0, 1)), floor[0] if floor else 0)
+    terms = np.concatenate((np.zeros(3 * hidden), (np.abs(h_prev) @ np.abs(w[2 * hidden:]).T).max(axis=(0, 1))))
+    for name, result, wanted, floor in (('out', got[0], want[0], 0), ('gates', got[1], want[1], terms)):
+        result = cp.asnumpy(result).astype(np.float64)
+        assert not np.isnan(result).any(), f'{what}: {name} has NaN'
+        off, top = np.abs(result - wanted).max(axis=(0, 1)), np.maximum(np.abs(wanted).max(axis=(0, 1)), floor)
         worst = int(np.argmax(off - tol * top))   # the column furthest past its tolerance
         assert (off <= tol * top).all(), f'{what}: {name} column {worst} off {off[worst]:.3g} of {top[worst]:.3g}'
 
@@ -10940,9 +10936,8 @@ def test_gpu_gru_half_operands():
         with gru_calls(with_args=True) as calls, mock.patch.object(tl, '_gru_half_operands', True):
             tl._gru_launch('fwd', layout, True, tuple(arrays) + (out, gates), steps, batch, hidden)
         assert calls == {('gru_fwd_split_h', (size, wn, group) if group else (size, wn))}, calls
-        assert_unit_columns(f'hidden {hidden}, layout {layout}, h0 {h0_kind}',
-                            (('out', out, want_out), ('gates', gates, want_gates, gru_product_bounds(w, h0, want_out))),
-                            TF32_TOL)
+        assert_forward_columns(f'hidden {hidden}, layout {layout}, h0 {h0_kind}', (out, gates), (want_out, want_gates),
+                               w, h0, TF32_TOL)
     assert {size for size, group in chunked if not group}, f'layouts in k-chunks (P, group): {chunked}'
     assert max(cells) == 5, f'cells a thread of the group layouts: {cells}'
     chunked_group = layout[:7] + (64,) + layout[8:]   # the last group layout, its operand in k-chunks of 64
@@ -10989,9 +10984,8 @@ def test_gpu_gru_regs_kernel():
             tl._gru_launch('fwd', layout, True, arrays + (out, gates), steps, batch, hidden)
         assert calls == {('gru_fwd_regs', (np.dtype(dtype), layout[10], 0, int(layout[3] == 1)))}, calls
         what = f'{np.dtype(dtype).name} hidden {hidden}, batch {batch}, {steps} steps, layout {layout}, h0 {h0_kind}'
-        bounds = gru_product_bounds(inputs[1].astype(np.float64), inputs[4], want_out)
-        assert_unit_columns(what, (('out', out, want_out), ('gates', gates, want_gates, bounds)),
-                            2e-2 if half else TF32_TOL)
+        assert_forward_columns(what, (out, gates), (want_out, want_gates), inputs[1], inputs[4],
+                               2e-2 if half else TF32_TOL)
         alone = cp.full((steps, batch, hidden), np.nan, dtype)
         tl._gru_launch('fwd', layout, True, arrays + (alone, None), steps, batch, hidden)
         assert cp.array_equal(alone, out), f'{what}: out without gates differs'
@@ -11176,9 +11170,8 @@ def test_gpu_gru_group_clusters_float16():
         with gru_calls(with_args=True) as calls:
             tl._gru_launch('fwd', layout, False, tuple(arrays) + (out, gates), steps, batch, hidden)
         assert calls == {('gru_fwd_split', (np.dtype(np.float16), 1, wn, group))}, calls
-        assert_unit_columns(f'batch {batch}, layout {layout}, h0 {with_h0}',
-                            (('out', out, want_out), ('gates', gates, want_gates, gru_product_bounds(w, h0, want_out))),
-                            tol)
+        assert_forward_columns(f'batch {batch}, layout {layout}, h0 {with_h0}', (out, gates), (want_out, want_gates),
+                               w, h0, tol)
     assert max(cells) == 5 and chunked == set(tl._GRU_GROUPS), f'cells a thread {cells}, groups in k-chunks {chunked}'
 
 
