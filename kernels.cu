@@ -2785,7 +2785,7 @@ struct RegsCells {
 // a row) itself, x_t W_ih^T for REGS_CHUNK steps at a time on TF32 mma.sync (m-tiles: the warp's units of each gate;
 // n: 8 steps of a batch row; BB ceil(IN / 8) <= REGS_XK), into the warp's own part of the dynamic shared memory:
 // W_ih's A fragments (3 ceil(IN / 8) 512 bytes a warp, staged once) and the chunk (REGS_CHUNK BB REGS_XS floats a
-// warp). No projection's launch, and of x one batch of loads a chunk, issued a step before it is used.
+// warp). No projection's launch, and of x one batch of loads a chunk, issued a chunk before it is used.
 template <typename T, int KT, int PROJ, int SPREAD>
 __global__ void __launch_bounds__(gru::NT, 1)
 gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __restrict__ b_ih,
@@ -2893,10 +2893,12 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
         __syncwarp();
     }
     const auto load = [&](int t) {   // step t's xg of the thread's cells (issued a step ahead of their use)
-        if constexpr (PROJ) {   // (x's next chunk loaded a step before it is projected)
+        if constexpr (PROJ) {   // (x's next chunk loaded as soon as this one is projected: a chunk of steps ahead)
             if (u0 < H && t == 0) fetch(0);
-            if (u0 < H && t % REGS_CHUNK == 0) project();
-            if (u0 < H && (t + 1) % REGS_CHUNK == 0 && t + 1 < steps) fetch(t + 1);
+            if (u0 < H && t % REGS_CHUNK == 0) {
+                project();
+                if (t + REGS_CHUNK < steps) fetch(t + REGS_CHUNK);
+            }
         }
 #pragma unroll
         for (int c = 0; c < 4; ++c)
