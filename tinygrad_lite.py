@@ -548,9 +548,10 @@ _GRU_REGS = (2, 4, 8)   # the regs kernels' k-tiles of 16 (W_hh in a block's reg
 _GRU_REGS_ROWS = 8   # and its batch group's rows at most (the mma's n)
 # gru_fwd_regs<T, KT, 1, S> projects x itself (kernels.cu) where a block's rows times x's k-tiles of 8 are at most
 # _GRU_REGS_X_TILES (the B fragments a lane holds: REGS_XK), in eager runs of at most _GRU_REGS_PROJ_STEPS steps: it
-# saves the projection's call (24 us of host time at (100, 16, 32, 128) on an H100's host) for 0.07-0.17 us of GPU
-# time a step (at (100, 16, 8 to 64, 128) 81-91 us against 74 on xg and 4 for the projection). Eager, H100: 4-17%
-# less time a call at 1 and 100 steps, 2% more at (200, 8, 32, 64) (PERF_NOTES.md)
+# saves the projection's call (24 us of host time at (100, 16, 32, 128) on an H100's host) for about 0.08 us of GPU
+# time a step and 4 a launch (H100, fifty-sixth session: at (100, 16, 32, 128) 71.5 us against 59.8 on xg and 4 for
+# the projection). Eager, H100 (fifty-third session): 4-17% less time a call at 1 and 100 steps, 2% more at (200, 8,
+# 32, 64) (PERF_NOTES.md)
 _GRU_REGS_X_TILES, _GRU_REGS_PROJ_STEPS = 8, 100
 _NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14   # the CUDA driver's CUfunction_attribute
 # The fused BatchNorm training passes' packs kept in registers per thread (their RC template argument), per C type
