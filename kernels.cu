@@ -2744,10 +2744,10 @@ __device__ __forceinline__ void a_fragments(unsigned (&a)[KN][4], float (&scale)
     }
 }
 
-// gru_fwd_regs' projection in the kernel: steps a chunk, floats a (step, row) of a warp's part (its units' three gates,
-// 4 apart from the next row's banks: conflict-free stores of the mma's C and loads by the cells), and the (row, k-tile)
-// pairs of B fragments a lane holds
-enum { REGS_CHUNK = 16, REGS_XS = 52, REGS_XK = 8 };
+// gru_fwd_regs' projection in the kernel: steps a chunk, the (row, k-tile) pairs of B fragments a step at most, and the
+// floats a step of the block's copy of x's chunk (8 REGS_XK, and 4 more: the B fragments' loads, at 4 g + tq,
+// conflict-free)
+enum { REGS_CHUNK = 16, REGS_XK = 8, REGS_XB = 8 * REGS_XK + 4 };
 
 // gru_fwd_regs' and gru_bwd_regs' cells: lane 4 g + tq's C values c of an m16n8 tile, unit u0 + g + 8 (c >> 1) of the
 // block's batch row 2 tq + (c & 1), bn rows and H units being there. SPREAD (blocks of one row): twice the lanes
@@ -2781,11 +2781,17 @@ struct RegsCells {
 // its own power of two (a_fragments); float32 runs on f16 operands, as gru_fwd_split_h, h scaled by the batch group's
 // operand_scale. On the H100 at B 16, H 128: a step 0.67 us with a row a block in float32 and float16 (float32 0.49
 // with SPREAD), 1.03 and 1.16 with 8 (float32 1.11 and 1.60 with tanhf and IEEE division in the cells; PERF_NOTES.md).
-// PROJ (xg unread): the kernel projects x (T, B, IN; a step x_step elements apart, a row x_row, unit-strided within
-// a row) itself, x_t W_ih^T for REGS_CHUNK steps at a time on TF32 mma.sync (m-tiles: the warp's units of each gate;
-// n: 8 steps of a batch row; BB ceil(IN / 8) <= REGS_XK), into the warp's own part of the dynamic shared memory:
-// W_ih's A fragments (3 ceil(IN / 8) 512 bytes a warp, staged once) and the chunk (REGS_CHUNK BB REGS_XS floats a
-// warp). No projection's launch, and of x one batch of loads a chunk, issued a chunk before it is used.
+// PROJ 1 or 2 (xg unread): the kernel projects x (T, B, IN; a step x_step elements apart, a row x_row, unit-strided
+// within a row) itself, x_t W_ih^T for REGS_CHUNK steps at a time on TF32 mma.sync (m-tiles: the warp's units of each
+// gate; n: 8 steps of a batch row; BB ceil(IN / 8) <= REGS_XK), into the warp's own part of the dynamic shared memory:
+// W_ih's A fragments (3 ceil(IN / 8) 512 bytes a warp, staged once) and the chunk (REGS_CHUNK BB XS floats a warp). XS
+// holds a (step, row)'s three gates of the warp's units and 4 floats more, so that the cells' loads of a step (rows 2
+// tq (+1), units g (+8)) fall in 32 distinct banks; PROJ 2 (BB 8) pads by 2, two lanes a bank, for the block to fit in
+// 227 KB (tinygrad_lite's _gru_projection_bytes). XS is a compile-time constant: known only at run time, it made the
+// kernel 20% slower at (100, 256, 8, 128), BB 2 (H100). After the warps' parts comes x's chunk (REGS_CHUNK REGS_XB
+// floats), which the block's threads load together a chunk ahead and store a step before the warps project it. No
+// projection's launch; on the H100 the kernel at (100, 16, 32, 128) takes 64.8 us in float32 and 70.9 in float16,
+// against 68.8 and 82.0 when each warp loaded its own copy of x into registers (PERF_NOTES.md).
 template <typename T, int KT, int PROJ, int SPREAD>
 __global__ void __launch_bounds__(gru::NT, 1)
 gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __restrict__ b_ih,
@@ -2831,24 +2837,30 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
     if (PROJ && bn * chunk_tiles > REGS_XK) __trap();   // (more B fragments than a lane holds)
     const int warp = threadIdx.x >> 5;
     uint4* ws = reinterpret_cast<uint4*>(xs_all) + warp * 3 * chunk_tiles * 32;   // W_ih's A fragments: [q][kt][lane]
-    float* xs = xs_all + NW * 3 * chunk_tiles * 128 + warp * REGS_CHUNK * BB * REGS_XS;   // [step][row][16 q + unit - u0]
-    T ahead[REGS_XK][2][2];   // PROJ: the next chunk's B fragments, as loaded: (row j, k-tile kt) at j chunk_tiles + kt
-    const auto fetch = [&](int t0) {   // x's B values at steps [t0, t0 + REGS_CHUNK): (k 8 kt + tq (+4), step g (+8))
+    constexpr int xs_row = PROJ == 2 ? 50 : 52;
+    float* xs = xs_all + NW * 3 * chunk_tiles * 128 + warp * REGS_CHUNK * BB * xs_row;   // [step][row][16 q + u - u0]
+    // x's chunk, xb[step][8 (row chunk_tiles + kt) + k % 8]: thread i's column i % COLS at the chunk's steps i / COLS +
+    // s NT / COLS, loaded into staged[s]
+    unsigned* xb = reinterpret_cast<unsigned*>(xs_all) + NW * (3 * chunk_tiles * 128 + REGS_CHUNK * BB * xs_row);
+    constexpr int COLS = 8 * REGS_XK, STAGED = REGS_CHUNK * COLS / NT;
+    static_assert(NT % COLS == 0 && STAGED * NT == REGS_CHUNK * COLS, "x's chunk split unevenly");
+    const auto chunk_step = [](int s) { return static_cast<int>(threadIdx.x) / COLS + s * (NT / COLS); };
+    const int x_col = threadIdx.x % COLS, x_j = x_col / 8 / chunk_tiles, x_k = x_col % (8 * chunk_tiles);
+    const bool x_has = PROJ && x_j < bn && x_k < IN;
+    const T* x_at = x + (x_has ? static_cast<size_t>(b0 + x_j) * x_row + x_k : 0);
+    T staged[STAGED];   // x's next chunk, as loaded
+    const auto fetch = [&](int t0) {   // the chunk at steps [t0, t0 + REGS_CHUNK)
 #pragma unroll
-        for (int m = 0; m < REGS_XK; ++m) {
-            const int j = m / chunk_tiles, kt = m % chunk_tiles;
-            const T* row = x + static_cast<size_t>(b0 + j) * x_row;
-#pragma unroll
-            for (int e = 0; e < 2; ++e)
-#pragma unroll
-                for (int i = 0; i < 2; ++i) {
-                    const int s = t0 + g + 8 * e, k = 8 * kt + tq + 4 * i;
-                    ahead[m][e][i] = j < bn && s < steps && k < IN ? ld_nc(row + static_cast<size_t>(s) * x_step + k)
-                                                                   : from_f<T>(0.f);
-                }
+        for (int s = 0; s < STAGED; ++s) {
+            const int t = t0 + chunk_step(s);
+            staged[s] = x_has && t < steps ? ld_nc(x_at + static_cast<size_t>(t) * x_step) : from_f<T>(0.f);
         }
     };
-    const auto project = [&]() {   // xs = x W_ih^T at the chunk fetched, the warp's units, on TF32
+    const auto stash = [&]() {   // into xb, as TF32
+#pragma unroll
+        for (int s = 0; s < STAGED; ++s) xb[chunk_step(s) * REGS_XB + x_col] = tf32(to_f(staged[s]));
+    };
+    const auto project = [&]() {   // xs = x W_ih^T at the chunk in xb, the warp's units, on TF32
         float acc[2][3][4] = {};   // [n-tile: 8 steps][gate]
 #pragma unroll
         for (int m = 0; m < REGS_XK; ++m) {
@@ -2861,10 +2873,11 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
                 a[q][0] = f.x, a[q][1] = f.y, a[q][2] = f.z, a[q][3] = f.w;
             }
 #pragma unroll
-            for (int e = 0; e < 2; ++e)
+            for (int e = 0; e < 2; ++e) {   // B: (k 8 kt + tq (+4), step 8 e + g)
+                const unsigned* b = xb + (8 * e + g) * REGS_XB + 8 * m + tq;
 #pragma unroll
-                for (int q = 0; q < 3; ++q)
-                    mma_tf32(acc[e][q], a[q], tf32(to_f(ahead[m][e][0])), tf32(to_f(ahead[m][e][1])));
+                for (int q = 0; q < 3; ++q) mma_tf32(acc[e][q], a[q], b[0], b[4]);
+            }
             if (kt < chunk_tiles - 1) continue;
 #pragma unroll
             for (int e = 0; e < 2; ++e)
@@ -2872,7 +2885,7 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
                 for (int q = 0; q < 3; ++q)
 #pragma unroll
                     for (int c = 0; c < 4; ++c) {
-                        xs[((8 * e + 2 * tq + (c & 1)) * BB + j) * REGS_XS + 16 * q + g + 8 * (c >> 1)] = acc[e][q][c];
+                        xs[((8 * e + 2 * tq + (c & 1)) * BB + j) * xs_row + 16 * q + g + 8 * (c >> 1)] = acc[e][q][c];
                         acc[e][q][c] = 0.f;
                     }
         }
@@ -2894,9 +2907,8 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
     }
     const auto load = [&](int t) {   // step t's xg of the thread's cells (issued a step ahead of their use)
         if constexpr (PROJ) {   // (x's next chunk loaded as soon as this one is projected: a chunk of steps ahead)
-            if (u0 < H && t == 0) fetch(0);
-            if (u0 < H && t % REGS_CHUNK == 0) {
-                project();
+            if (t % REGS_CHUNK == 0) {
+                if (u0 < H) project();
                 if (t + REGS_CHUNK < steps) fetch(t + REGS_CHUNK);
             }
         }
@@ -2904,7 +2916,7 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
         for (int c = 0; c < 4; ++c)
             if (cells.has(c)) {
                 if constexpr (PROJ) {
-                    const float* v = xs + ((t % REGS_CHUNK) * BB + cells.row(c)) * REGS_XS + cells.unit(c) - u0;
+                    const float* v = xs + ((t % REGS_CHUNK) * BB + cells.row(c)) * xs_row + cells.unit(c) - u0;
 #pragma unroll
                     for (int q = 0; q < 3; ++q) xv[c][q] = from_f<T>(v[16 * q]);
                 } else {
@@ -2914,6 +2926,11 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
                 }
             }
     };
+    if constexpr (PROJ) {
+        fetch(0);
+        stash();
+        __syncthreads();
+    }
     if (steps > 0) load(0);
     __syncthreads();
     for (int t = 0; t < steps; ++t) {
@@ -2942,6 +2959,7 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
                 keep_gates(gates, cell * 4 * H + cells.unit(c), H, r, z, n, hn);
                 hs[(t + 1) & 1][cells.row(c)][cells.unit(c)] = __float2half_rn(hp[c] * h_scale);
             }
+        if (PROJ && (t + 2) % REGS_CHUNK == 0 && t + 2 < steps) stash();   // (read at step t + 1, past the barrier)
         if (t + 1 < steps) load(t + 1);
         __syncthreads();
     }

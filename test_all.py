@@ -10999,7 +10999,7 @@ def tf32_rounded(a):
 
 
 def test_gpu_gru_regs_projection():
-    """gru_fwd_regs<T, KT, 1, S> projecting x itself (x W_ih^T on TF32, 16 steps at a time, into shared memory) launched
+    """gru_fwd_regs<T, KT, P, S> projecting x itself (x W_ih^T on TF32, 16 steps at a time, into shared memory) launched
     on its own against a float64 recurrence of x W_ih^T (x and W_ih rounded to TF32, the product to the dtype): out and
     every gate within TF32's tolerance of its largest value (float16: 2e-2, h_t rounded to float16 as it goes; not
     each unit's column: a run of one row and one step has columns of one value, some near 0), in gru_regs_runs'
@@ -11030,7 +11030,8 @@ def test_gpu_gru_regs_projection():
         with gru_calls(with_args=True) as calls:
             tl._gru_launch('fwd', layout, True, (None,) + arrays + (out, gates, x_gpu, cp.asarray(w_ih, dtype)),
                            steps, batch, hidden)
-        assert calls == {('gru_fwd_regs', (np.dtype(dtype), layout[10], 1, int(layout[3] == 1)))}, calls
+        projects = 1 + (layout[3] == tl._GRU_REGS_ROWS)   # (P 2: 8 rows a block)
+        assert calls == {('gru_fwd_regs', (np.dtype(dtype), layout[10], projects, int(layout[3] == 1)))}, calls
         what = (f'{np.dtype(dtype).name} hidden {hidden}, batch {batch}, {steps} steps, {inputs} inputs, '
                 f'layout {layout}, x strides {x_gpu.strides}')
         for name, got, want in (('out', out, want_out), ('gates', gates, want_gates)):

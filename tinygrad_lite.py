@@ -546,12 +546,12 @@ _GRU_GROUP_WG = (16, 24, 32, 40, 48)   # and their operand's rows (wgmma's n: 8 
 _GRU_CELLS = 4   # (row, unit) cells a thread of the persistent kernels at most (kernels.cu's CPT; groups: 5)
 _GRU_REGS = (2, 4, 8)   # the regs kernels' k-tiles of 16 (W_hh in a block's registers: hidden up to 16 KT)
 _GRU_REGS_ROWS = 8   # and its batch group's rows at most (the mma's n)
-# gru_fwd_regs<T, KT, 1, S> projects x itself (kernels.cu) where a block's rows times x's k-tiles of 8 are at most
-# _GRU_REGS_X_TILES (the B fragments a lane holds: REGS_XK), in eager runs of at most _GRU_REGS_PROJ_STEPS steps: it
-# saves the projection's call (24 us of host time at (100, 16, 32, 128) on an H100's host) for about 0.08 us of GPU
-# time a step and 4 a launch (H100, fifty-sixth session: at (100, 16, 32, 128) 71.5 us against 59.8 on xg and 4 for
-# the projection). Eager, H100 (fifty-third session): 4-17% less time a call at 1 and 100 steps, 2% more at (200, 8,
-# 32, 64) (PERF_NOTES.md)
+# gru_fwd_regs<T, KT, P, S> (P 1, or 2 at 8 rows a block) projects x itself (kernels.cu) where a block's rows times x's
+# k-tiles of 8 are at most _GRU_REGS_X_TILES (the B fragments a step: REGS_XK), in eager runs of at most
+# _GRU_REGS_PROJ_STEPS steps: it saves the projection's call (24 us of host time at (100, 16, 32, 128) on an H100's
+# host) for about 0.05 us of GPU time a step and 4 a launch (H100: at (100, 16, 32, 128) 64.8 us in the fifty-seventh
+# session, against 59.8 on xg and 4 for the projection in the fifty-sixth). Eager, H100 (fifty-third session): 4-17%
+# less time a call at 1 and 100 steps, 2% more at (200, 8, 32, 64) (PERF_NOTES.md)
 _GRU_REGS_X_TILES, _GRU_REGS_PROJ_STEPS = 8, 100
 _NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14   # the CUDA driver's CUfunction_attribute
 # The fused BatchNorm training passes' packs kept in registers per thread (their RC template argument), per C type
@@ -594,9 +594,11 @@ _KERNEL_INSTANCES = {
     # (P, WN) and (1, WN, G): a batch group as one cluster of G blocks (_GRU_GROUPS, with _GRU_GROUP_WG's WN)
     'gru_fwd_split_h': [(str(p), str(n)) for p in _GRU_SPLITS_HALF for n in _GRU_WG] +
                        [('1', str(n), str(g)) for n in _GRU_GROUP_WG for g in _GRU_GROUPS],
-    # (T, KT, SPREAD) and (T, KT, PROJ, SPREAD): PROJ 1 projects x itself; SPREAD 1 for blocks of one row
+    # (T, KT, SPREAD) and (T, KT, PROJ, SPREAD): PROJ 1 projects x itself, 2 at 8 rows a block; SPREAD 1 for blocks of
+    # one row (so not with PROJ 2)
     'gru_bwd_regs': [(t, str(kt), s) for t in ('float', '__half') for kt in _GRU_REGS for s in '01'],
-    'gru_fwd_regs': [(t, str(kt), p, s) for t in ('float', '__half') for kt in _GRU_REGS for p in '01' for s in '01'],
+    'gru_fwd_regs': [(t, str(kt), p, s) for t in ('float', '__half') for kt in _GRU_REGS for p in '012' for s in '01'
+                     if p + s != '21'],
     **{name: [('float',), ('__half',)] for name in ('gru_gates_fwd', 'gru_gates_bwd', 'gru_bias_sums')},
     **{name: [(t,) for t in _FLOAT_C]
        for name in ('batch_transpose', 'conv_weight_layouts', 'conv_direct_fwd', 'conv_direct_dx', 'conv_direct_dw',
@@ -2448,9 +2450,11 @@ def _gru_projects_inside(plan, x):
 
 
 def _gru_projection_bytes(rows, inputs):
-    """gru_fwd_regs<T, KT, 1, S>'s dynamic shared memory: each of its 8 warps' W_ih fragments (3 gates, a k-tile of 8
-    512 bytes) and chunks of x W_ih^T (16 steps, 52 floats a step and row)."""
-    return 8 * (3 * -(-inputs // 8) * 512 + 16 * rows * 52 * 4)
+    """gru_fwd_regs<T, KT, P, S>'s dynamic shared memory: each of its 8 warps' W_ih fragments (3 gates, a k-tile of 8
+    512 bytes) and chunks of x W_ih^T (16 steps, 52 floats a step and row: 48 and the padding; 50 for P 2, at 8 rows),
+    and the block's chunk of x (16 steps, 68 floats a step)."""
+    xs_row = 50 if rows == _GRU_REGS_ROWS else 52
+    return 8 * (3 * -(-inputs // 8) * 512 + 16 * rows * xs_row * 4) + 16 * 68 * 4
 
 
 def _gru_bias_sums(parts, dtype):
@@ -2529,7 +2533,8 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
     dtype = arrays[1].dtype   # (w_hh's, or the backward's gates': the forward's xg may be None)
     tc, extra, scratch, forward = int(dtype == np.float16 or tf32), (), (), direction == 'fwd'
     if regs:
-        kernel = _kernel(f'gru_{direction}_regs', dtype, regs, *(int(arrays[0] is None),) * forward, int(rows == 1))
+        projects = 0 if arrays[0] is not None else 1 + (rows == _GRU_REGS_ROWS)   # (kernels.cu: PROJ)
+        kernel = _kernel(f'gru_{direction}_regs', dtype, regs, *(projects,) * forward, int(rows == 1))
         if kernel is None or 16 * regs < hidden or rows > _GRU_REGS_ROWS or groups * rows < batch:
             raise RuntimeError(f"GRU: layout {plan} is not one of gru_{direction}_regs' (hidden at most {16 * regs}, "
                                f"at most {_GRU_REGS_ROWS} rows a block, its kernel loaded)")
@@ -2537,7 +2542,7 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
             kernel((groups,), (_BLOCK,), arrays + _int32s(steps, batch, hidden, rows))
         elif arrays[0] is not None:   # gru_fwd_regs on xg
             kernel((groups,), (_BLOCK,), arrays + (None, None) + _int32s(steps, batch, hidden, rows, 0, 0, 0))
-        else:   # xg None: x and w_ih follow, and gru_fwd_regs<T, KT, 1, S> projects x in chunks in shared memory
+        else:   # xg None: x and w_ih follow, and gru_fwd_regs<T, KT, P, S> projects x in chunks in shared memory
             x = arrays[7]
             sizes = _int32s(steps, batch, hidden, rows, x.shape[-1], *(step // x.itemsize for step in x.strides[:2]))
             _launch_with_smem(kernel, (groups,), _BLOCK, arrays + sizes, _gru_projection_bytes(rows, x.shape[-1]))
