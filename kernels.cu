@@ -2835,6 +2835,7 @@ gru_fwd_regs(const T* __restrict__ xg, const T* __restrict__ w_hh, const T* __re
                     ? to_f(h0[static_cast<size_t>(b0 + cells.row(c)) * H + cells.unit(c)]) : 0.f;
     const int chunk_tiles = (IN + 7) / 8;   // PROJ: x's k-tiles of 8
     if (PROJ && bn * chunk_tiles > REGS_XK) __trap();   // (more B fragments than a lane holds)
+    if (PROJ && (PROJ == 2) != (BB == 8)) __trap();   // (_gru_projection_bytes: XS 50 exactly at 8 rows)
     const int warp = threadIdx.x >> 5;
     uint4* ws = reinterpret_cast<uint4*>(xs_all) + warp * 3 * chunk_tiles * 32;   // W_ih's A fragments: [q][kt][lane]
     constexpr int xs_row = PROJ == 2 ? 50 : 52;

@@ -2533,7 +2533,7 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
     dtype = arrays[1].dtype   # (w_hh's, or the backward's gates': the forward's xg may be None)
     tc, extra, scratch, forward = int(dtype == np.float16 or tf32), (), (), direction == 'fwd'
     if regs:
-        projects = 0 if arrays[0] is not None else 1 + (rows == _GRU_REGS_ROWS)   # (kernels.cu: PROJ)
+        projects = 0 if arrays[0] is not None else 1 + int(rows == _GRU_REGS_ROWS)   # (kernels.cu: PROJ)
         kernel = _kernel(f'gru_{direction}_regs', dtype, regs, *(projects,) * forward, int(rows == 1))
         if kernel is None or 16 * regs < hidden or rows > _GRU_REGS_ROWS or groups * rows < batch:
             raise RuntimeError(f"GRU: layout {plan} is not one of gru_{direction}_regs' (hidden at most {16 * regs}, "
