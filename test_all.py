@@ -11001,18 +11001,18 @@ def tf32_rounded(a):
 def test_gpu_gru_regs_projection():
     """gru_fwd_regs<T, KT, P, S> projecting x itself (x W_ih^T on TF32, 16 steps at a time, into shared memory) launched
     on its own against a float64 recurrence of x W_ih^T (x and W_ih rounded to TF32, the product to the dtype): out and
-    every gate within TF32's tolerance of its largest value (float16: 2e-2, h_t rounded to float16 as it goes; not
-    each unit's column: a run of one row and one step has columns of one value, some near 0), in gru_regs_runs'
-    layouts with 1, 16 and 37 steps (one chunk part-filled, one whole, three), 5, 20 and 64 inputs (a k-tile
-    part-filled; fewer where the block's rows times the k-tiles pass _GRU_REGS_X_TILES), x as made (T, B, in) and as
-    the transpose of a batch-first (B, T, in) array; and _gru_projects_inside routing there only a regs layout's eager
-    runs of unit-strided, non-reversed x of at most _GRU_REGS_PROJ_STEPS steps."""
+    every gate within TF32's tolerance of its largest value (float16: 2e-2, h_t rounded to float16 as it goes; not each
+    unit's column: a run of one row and one step has columns of one value, some near 0), in gru_regs_runs' layouts with
+    1, 16, 33 and 37 steps (one chunk part-filled, one whole, two and one step, three), 5, 20 and 64 inputs (a k-tile
+    part-filled; fewer where the block's rows times the k-tiles pass _GRU_REGS_X_TILES), x as made (T, B, in) and as the
+    transpose of a batch-first (B, T, in) array; and _gru_projects_inside routing there only a regs layout's eager runs
+    of unit-strided, non-reversed x of at most _GRU_REGS_PROJ_STEPS steps."""
     need_cuda()
     if not set(GRU_REGS_KERNELS) <= set(tl.fused_kernels()):
         raise Skip('no gru_fwd_regs kernels on this GPU')
     r = rng('gru regs projection')
     for k, dtype, hidden, batch, _, layout in gru_regs_runs(True):
-        steps, inputs, half = (1, 16, 37)[k % 3], (5, 20, 64)[k // 3 % 3], dtype == np.float16
+        steps, inputs, half = (1, 16, 33, 37)[k % 4], (5, 20, 64)[k // 3 % 3], dtype == np.float16
         while layout[3] * -(-inputs // 8) > tl._GRU_REGS_X_TILES:
             inputs -= 8
         rounded = lambda a: a.astype(dtype).astype(np.float64)
