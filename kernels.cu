@@ -2467,7 +2467,8 @@ struct BwdCells : Cells<> {
             for (int q = 0; q < 4; ++q) bias[i][q] = 0.f;
         }
     }
-    __device__ void store_dh0(T* dh0, int H) const {
+    __device__ void store_dh0(T* dh0, int H) const {   // (dh0 null: none wanted)
+        if (dh0 == nullptr) return;
 #pragma unroll
         for (int i = 0; i < CPT; ++i)
             if (has(i)) dh0[static_cast<size_t>(b(i)) * H + j(i)] = from_f<T>(dh[i]);
@@ -3087,7 +3088,8 @@ gru_bwd_regs(const T* __restrict__ dout, const T* __restrict__ gates, const T* _
             if (cells.has(c)) {
                 const float v = acc[0][c] * unscale[c & 1] * inv[c >> 1] + carry[c];
                 dh[c] = t > 0 ? v + to_f(dv[c]) : v;
-                if (t == 0) dh0[static_cast<size_t>(b0 + cells.row(c)) * H + cells.unit(c)] = from_f<T>(dh[c]);
+                if (t == 0 && dh0 != nullptr)
+                    dh0[static_cast<size_t>(b0 + cells.row(c)) * H + cells.unit(c)] = from_f<T>(dh[c]);
             }
         if (t > 0) grads(t - 1, s + 1);
     }
@@ -3097,8 +3099,8 @@ gru_bwd_regs(const T* __restrict__ dout, const T* __restrict__ gates, const T* _
             store_bias_sums(bias_parts, b0 + cells.row(c), cells.unit(c), H, bias[c]);
 }
 
-// dout (T, B, H); h0 may be null; w_hhT = W_hh^T (H, 3H). Writes dg_ih, dg_hh (T, B, 3H), dh0 (B, H) and, where
-// bias_parts is not null, the bias gradients' per-row sums (BwdCells::store_bias).
+// dout (T, B, H); h0 may be null; w_hhT = W_hh^T (H, 3H). Writes dg_ih, dg_hh (T, B, 3H), dh0 (B, H) unless null and,
+// where bias_parts is not null, the bias gradients' per-row sums (BwdCells::store_bias).
 // nb * nu blocks of gru::NT threads, CL as for the forward (dg_hh[t] passed on in shared memory).
 template <typename T, int TC, int CL>
 __device__ __forceinline__ void gru_bwd_body(const T* __restrict__ dout, const T* __restrict__ gates,

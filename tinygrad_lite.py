@@ -2296,7 +2296,7 @@ class GRULayer(Function):
             dh0, db = _gru_backward_loop(g, w_hh, h0, out, gates, dg_ih, dg_hh), None
         else:
             dh0, db = _gru_backward_fused(_aligned(g), w_hh, h0, out, gates, dg_ih, dg_hh, self.plans, self.tf32,
-                                          need[3] or need[4])
+                                          need[3] or need[4], need[5])
         gi, gh = dg_ih.reshape(steps * batch, 3 * hidden), dg_hh.reshape(steps * batch, 3 * hidden)
         if db is None:   # the xp loop and the fallback: the column sums of dG
             db = _sum(gi, 0) if need[3] else None, _sum(gh, 0) if need[4] else None
@@ -2415,13 +2415,15 @@ def _gru_forward_fused(x, w_ih, w_hh, b_ih, b_hh, h0, plans, tf32, keep_gates):
     return out, gates
 
 
-def _gru_backward_fused(g, w_hh, h0, out, gates, dg_ih, dg_hh, plans, tf32, bias):
-    """Fill dg_ih and dg_hh on the GPU as _gru_forward_fused does; returns the gradient of h0 and, where the persistent
-    kernel ran and `bias` asks for them, the bias gradients (b_ih's, b_hh's, in g's dtype), else None. The kernel sums
-    each of its (row, unit) cells over the steps as it writes them, so that only B rows are left to sum, not T B."""
+def _gru_backward_fused(g, w_hh, h0, out, gates, dg_ih, dg_hh, plans, tf32, bias, dh0_wanted):
+    """Fill dg_ih and dg_hh on the GPU as _gru_forward_fused does; returns the gradient of h0 (None where the
+    persistent kernel ran and `dh0_wanted` is False) and, where that kernel ran and `bias` asks for them, the
+    bias gradients (b_ih's, b_hh's, in g's dtype), else None. The kernel sums each of its (row, unit) cells over the
+    steps as it writes them, so that only B rows are left to sum, not T B."""
     xp, (steps, batch, hidden) = _xp(g), out.shape
     if plans[1] is not None:
-        dh0, parts = xp.empty((batch, hidden), g.dtype), xp.empty((batch, 6 * hidden), np.float32) if bias else None
+        dh0 = xp.empty((batch, hidden), g.dtype) if dh0_wanted else None
+        parts = xp.empty((batch, 6 * hidden), np.float32) if bias else None
         _gru_run('bwd', plans, tf32, (g, gates, out, h0, w_hh, dg_ih, dg_hh, dh0, parts), steps, batch, hidden)
         return dh0, parts if parts is None else _gru_bias_sums(parts, g.dtype)
     carry, dh_mm = xp.zeros((batch, hidden), np.float32), xp.empty((batch, hidden), g.dtype)
