@@ -2302,8 +2302,9 @@ class GRULayer(Function):
             db = _sum(gi, 0) if need[3] else None, _sum(gh, 0) if need[4] else None
         tf32 = self.tf32
 
-        def dw_hh():   # sum over the steps of dG_hh[t]^T h_{t-1}
-            dw = _matmul(gh[batch:].T, out[:-1].reshape((steps - 1) * batch, hidden), tf32=tf32)
+        def dw_hh():   # sum over the steps of dG_hh[t]^T h_{t-1}; h_{-1} = h0, or zero without one
+            dw = _matmul(gh[batch:].T, out[:-1].reshape((steps - 1) * batch, hidden), tf32=tf32) if steps > 1 else \
+                xp.zeros((3 * hidden, hidden), out.dtype)
             if h0 is not None:
                 dw += _matmul(gh[:batch].T, h0, tf32=tf32)
             return dw
