@@ -446,12 +446,17 @@ def _expanded(a):
     return a.size > 1 and any(step == 0 and size > 1 for step, size in zip(a.strides, a.shape))
 
 
+def _unwritable_memory(a):
+    """Whether array a's memory is read-only (NumPy's flag; CuPy's arrays have none: writable)."""
+    return isinstance(a, np.ndarray) and not a.flags.writeable
+
+
 def _unwritable(a):
     """Why array a cannot take an elementwise write, or None."""
     if _expanded(a):
         return ("more than one element of the written-to tensor refers to a single memory location (an expanded "
                 "tensor): clone() it first")
-    if not getattr(a.flags, 'writeable', True):
+    if _unwritable_memory(a):
         return "the tensor's memory is read-only (as np.load(..., mmap_mode='r') gives): copy it first"
     return None
 
@@ -990,7 +995,7 @@ def _backward(root, grad, retain_graph):
         # reshape or transpose of a fresh result). Any other is copied, so that gradients never alias each
         # other, a saved value or the caller's array. (A CuPy array made on another's memory without a base,
         # as cupy.ndarray(memptr=...) makes, looks free: a custom Function must not return one.)
-        shared = sys.getrefcount(g) > _ALONE or not getattr(g.flags, 'writeable', True) or g.base is not None and (
+        shared = sys.getrefcount(g) > _ALONE or _unwritable_memory(g) or g.base is not None and (
             not isinstance(g.base, type(g)) or g.base.base is not None or g.base.size != g.size or
             sys.getrefcount(g.base) > _BASE_ALONE or not _is_dense(g))
         if g.dtype != t.dtype or shared:
@@ -3877,7 +3882,7 @@ class Tensor:
                 raise ValueError(f"backward(): grad of shape {grad.shape} for a tensor of shape {self.shape}")
             if grad.device != self.device:
                 raise RuntimeError(f"backward(): grad on {grad.device} for a tensor on {self.device}")
-            grad = grad.data.astype(self.dtype, copy=False)
+            grad = _as_dtype(grad.data, self.dtype)
         _backward(self, grad, retain_graph)
 
     def zero_(self):
