@@ -2301,15 +2301,16 @@ class GRULayer(Function):
             dh0, db = _gru_backward_loop(g, w_hh, h0, out, gates, dg_ih, dg_hh), None
         else:
             dh0, db = _gru_backward_fused(_aligned(g), w_hh, h0, out, gates, dg_ih, dg_hh, self.plans, self.tf32,
-                                          need[3] or need[4], need[5])
+                                          want_bias=need[3] or need[4], want_dh0=need[5])
         gi, gh = dg_ih.reshape(steps * batch, 3 * hidden), dg_hh.reshape(steps * batch, 3 * hidden)
         if db is None:   # the xp loop and the fallback: the column sums of dG
             db = _sum(gi, 0) if need[3] else None, _sum(gh, 0) if need[4] else None
         tf32 = self.tf32
 
-        def dw_hh():   # sum over the steps of dG_hh[t]^T h_{t-1}; h_{-1} = h0, or zero without one
-            dw = _matmul(gh[batch:].T, out[:-1].reshape((steps - 1) * batch, hidden), tf32=tf32) if steps > 1 else \
-                xp.zeros((3 * hidden, hidden), out.dtype)
+        def dw_hh():   # sum over the steps of dG_hh[t]^T h_{t-1}; h_{-1} = h0 (without one: no term)
+            if steps == 1:
+                return xp.zeros((3 * hidden, hidden), out.dtype) if h0 is None else _matmul(gh.T, h0, tf32=tf32)
+            dw = _matmul(gh[batch:].T, out[:-1].reshape((steps - 1) * batch, hidden), tf32=tf32)
             if h0 is not None:
                 dw += _matmul(gh[:batch].T, h0, tf32=tf32)
             return dw
@@ -2421,15 +2422,15 @@ def _gru_forward_fused(x, w_ih, w_hh, b_ih, b_hh, h0, plans, tf32, keep_gates):
     return out, gates
 
 
-def _gru_backward_fused(g, w_hh, h0, out, gates, dg_ih, dg_hh, plans, tf32, bias, dh0_wanted):
-    """Fill dg_ih and dg_hh on the GPU as _gru_forward_fused does; returns the gradient of h0 (None where the
-    persistent kernel ran and `dh0_wanted` is False) and, where that kernel ran and `bias` asks for them, the
-    bias gradients (b_ih's, b_hh's, in g's dtype), else None. The kernel sums each of its (row, unit) cells over the
-    steps as it writes them, so that only B rows are left to sum, not T B."""
+def _gru_backward_fused(g, w_hh, h0, out, gates, dg_ih, dg_hh, plans, tf32, want_bias, want_dh0):
+    """Fill dg_ih and dg_hh on the GPU as _gru_forward_fused does; returns the gradient of h0 where `want_dh0` asks
+    for it (else None) and, where the persistent kernel ran and `want_bias` asks for them, the bias gradients (b_ih's,
+    b_hh's, in g's dtype), else None. The kernel sums each of its (row, unit) cells over the steps as it writes them,
+    so that only B rows are left to sum, not T B."""
     xp, (steps, batch, hidden) = _xp(g), out.shape
     if plans[1] is not None:
-        dh0 = xp.empty((batch, hidden), g.dtype) if dh0_wanted else None
-        parts = xp.empty((batch, 6 * hidden), np.float32) if bias else None
+        dh0 = xp.empty((batch, hidden), g.dtype) if want_dh0 else None
+        parts = xp.empty((batch, 6 * hidden), np.float32) if want_bias else None
         _gru_run('bwd', plans, tf32, (g, gates, out, h0, w_hh, dg_ih, dg_hh, dh0, parts), steps, batch, hidden)
         return dh0, parts if parts is None else _gru_bias_sums(parts, g.dtype)
     carry, dh_mm = xp.zeros((batch, hidden), np.float32), xp.empty((batch, hidden), g.dtype)
@@ -2438,7 +2439,7 @@ def _gru_backward_fused(g, w_hh, h0, out, gates, dg_ih, dg_hh, plans, tf32, bias
         _launch_flat(kernel, batch * hidden, 1, (g[t], dh_mm if t < steps - 1 else None, carry, gates[t],
                                                  out[t - 1] if t else h0, dg_ih[t], dg_hh[t]) + _int32s(batch, hidden))
         _gemm(dg_hh[t], w_hh, g.dtype, tf32, out=dh_mm)
-    return (carry + dh_mm).astype(g.dtype), None
+    return (carry + dh_mm).astype(g.dtype) if want_dh0 else None, None
 
 
 def _gru_projects_inside(plan, x):
