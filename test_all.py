@@ -10693,13 +10693,15 @@ def test_gpu_allow_tf32_switches_conv_products():
 
 # GRU on the GPU: each path forced (persistent kernels, cuBLAS per step + fused gates, composed CuPy loop),
 # float32 exact and TF32, float16, against the CPU path in float64 (outputs, h_n, every gradient)
-GRU_CASES = [   # name, module, input shapes (x[, h]), dtypes
+GRU_CASES = [   # name, module, input shapes (x[, h]), dtypes[, the inputs needing no gradient]
     ('t1_b1_h50', lambda: tl.GRU(7, 50), [(1, 1, 7), (1, 1, 50)], (np.float32,)),
     ('2layers_batch_first_h50', lambda: tl.GRU(7, 50, 2, batch_first=True), [(3, 5, 7), (2, 3, 50)], (np.float32,)),
     # (these two of tl._GRU_SIDE_STEPS steps or more: their backward's products side by side)
     ('nobias_no_h0_b16_h128', lambda: tl.GRU(32, 128, bias=False), [(20, 16, 32)], (np.float32,)),
     ('b200_h64', lambda: tl.GRU(16, 64), [(16, 200, 16), (1, 200, 64)], (np.float32,)),
     ('b64_h1024', lambda: tl.GRU(64, 1024), [(3, 64, 64), (1, 64, 1024)], (np.float32,)),
+    ('b64_h1024_h0_no_grad', lambda: tl.GRU(64, 1024), [(3, 64, 64), (1, 64, 1024)], (np.float32,), (1,)),   # (no
+    # dh0 written: its buffer null in every backward kernel)
     ('b8_h256', lambda: tl.GRU(16, 256), [(3, 8, 16), (1, 8, 256)], (np.float32, np.float16)),   # H200, TF32:
     # forward in clusters of 8, backward cooperative
     ('b4_h8', lambda: tl.GRU(5, 8), [(4, 4, 5), (1, 4, 8)], (np.float32, np.float16)),   # clusters of one block
@@ -10707,7 +10709,7 @@ GRU_CASES = [   # name, module, input shapes (x[, h]), dtypes
     ('b40_h72', lambda: tl.GRU(16, 72), [(4, 40, 16), (1, 40, 72)], (np.float16,)),
     ('2layers_batch_first_h512', lambda: tl.GRU(128, 512, 2, batch_first=True), [(64, 10, 128), (2, 64, 512)],
      (np.float16, np.float32)),
-    ('cell_no_h_b3_h64', lambda: tl.GRUCell(16, 64), [(3, 16)], (np.float16,)),
+    ('cell_no_h_b3_h64', lambda: tl.GRUCell(16, 64), [(3, 16)], (np.float16, np.float32)),
     ('bidir_2layers_dropout_eval_h50', lambda: tl.GRU(7, 50, 2, dropout=0.3, bidirectional=True).eval(),
      [(4, 6, 7), (4, 6, 50)], (np.float32,))]
 GRU_RAN = {'persistent': {'_gru_forward_fused', 'gru_fwd_persistent', 'gru_bwd_persistent'},
@@ -11061,7 +11063,7 @@ def test_gpu_gru_regs_backward_kernel():
     """gru_bwd_regs (the backward with all of W_hh in each block's registers, on f16 operands) in _gru_plan's layouts,
     launched on its own against the float64 backward loop on the same inputs (the forward's gates and out, float64's
     rounded to the dtype): dg_ih, dg_hh, dh0 and the bias sums, each batch row within TF32's tolerance of its own
-    largest value (float16: 2e-2), and dg_ih and dg_hh without bias sums and dh0 (both null) bitwise the same. dout's
+    largest value (float16: 2e-2), and without bias sums (and by turns without dh0: null) bitwise the same. dout's
     rows span 1e-4 to 1e4 (float32: each row's f16 operand scaled by its own power of two), W_hh's rows 1e-12 to 1 times
     PyTorch's scale (float32), h0 absent or given; gru_regs_runs' runs."""
     need_cuda()
@@ -11082,9 +11084,10 @@ def test_gpu_gru_regs_backward_kernel():
         arrays = tuple(None if a is None else cp.asarray(np.ascontiguousarray(a, dtype))
                        for a in (g, gates, out, h0, w))
         results = []
-        for bias in (True, False):
-            grads = tuple(cp.full(shape, np.nan, dtype) for shape in ((steps, batch, 3 * hidden),) * 2 + (
-                (batch, hidden),) * bias) + (None,) * (not bias)   # (no dh0 asked for either)
+        for bias in (True, False):   # without bias sums, dh0 asked for or not by turns (each layout both ways)
+            with_dh0 = bias or (k // 2 + k // 8) % 2 == 0
+            grads = tuple(cp.full(shape, np.nan, dtype) for shape in ((steps, batch, 3 * hidden),) * 2)
+            grads += (cp.full((batch, hidden), np.nan, dtype) if with_dh0 else None,)
             parts = cp.full((batch, 6 * hidden), np.nan, np.float32) if bias else None
             with gru_calls(with_args=True) as calls:
                 tl._gru_launch('bwd', layout, True, arrays + grads + (parts,), steps, batch, hidden)
@@ -11102,8 +11105,8 @@ def test_gpu_gru_regs_backward_kernel():
                 f'{what}: {name} rows off {off} of {top}'
         bias_sums = cp.asnumpy(parts).sum(0)
         assert np.abs(bias_sums - want_bias).max() <= tol * np.abs(want_bias).max(), f'{what}: bias sums'
-        assert all(cp.array_equal(a, b) for a, b in zip(results[0][0][:2], results[1][0][:2])), \
-            f'{what}: gradients without the bias sums and dh0 differ'
+        assert all(cp.array_equal(a, b) for a, b in zip(*(grads for grads, _ in results)) if b is not None), \
+            f'{what}: gradients without the bias sums (dh0 {"asked for" if with_dh0 else "null"}) differ'
 
 
 def test_gpu_gru_saturated_gates():
@@ -11176,17 +11179,20 @@ def test_gpu_gru_group_clusters_float16():
     assert max(cells) == 5 and chunked == set(tl._GRU_GROUPS), f'cells a thread {cells}, groups in k-chunks {chunked}'
 
 
-def gru_results(make, state, arrays, dtype, device):
-    """Outputs, input gradients and parameter gradients (float64, on the host) of make() with weights `state`."""
+def gru_results(make, state, arrays, dtype, device, no_grad=()):
+    """Outputs, input gradients and parameter gradients (float64, on the host) of make() with weights `state`; the
+    inputs at the indices `no_grad` need no gradient (and get none)."""
     m = make().to(dtype)
     m.load_state_dict(state)
     m = m.to(device)
-    ins = [tl.Tensor(a.astype(dtype), device=device, requires_grad=True) for a in arrays]
+    ins = [tl.Tensor(a.astype(dtype), device=device, requires_grad=k not in no_grad) for k, a in enumerate(arrays)]
     outs = m(*ins)
     outs = outs if isinstance(outs, tuple) else (outs,)
     weights = [tl.Tensor(upstream(k, o.shape, dtype), device=device) for k, o in enumerate(outs)]
     sum((o * w).sum() for o, w in zip(outs, weights)).backward()
-    return [t.numpy().astype(np.float64) for t in outs + tuple(t.grad for t in ins) + tuple(p.grad for p in m.parameters())]
+    assert all(ins[k].grad is None for k in no_grad), 'an input needing no gradient got one'
+    grads = tuple(t.grad for k, t in enumerate(ins) if k not in no_grad)
+    return [t.numpy().astype(np.float64) for t in outs + grads + tuple(p.grad for p in m.parameters())]
 
 
 @contextlib.contextmanager
@@ -11244,12 +11250,13 @@ def check_gru_gpu(case, dtype, path, allow_tf32):
     arrays = [r.uniform(-1, 1, s) for s in shapes]
     tl.manual_seed(0)
     state = {k: 1.5 * v.astype(np.float64) for k, v in make().state_dict().items()}   # 1.5 x PyTorch's init
-    want = gru_results(make, state, arrays, np.float64, 'cpu')
+    no_grad = case[4] if len(case) > 4 else ()
+    want = gru_results(make, state, arrays, np.float64, 'cpu', no_grad)
     saved, tl._gru_path = tl._gru_path, 'persistent' if path in ('cluster', 'split') else path
     try:   # 'cluster' and 'split' run the model's choices (the kernels they check), 'persistent' the autotuned ones
         with (kernels_hidden(hidden) if hidden else contextlib.nullcontext()), \
                 gru_autotuned(path == 'persistent'), gru_calls() as calls, tf32(allow_tf32), poisoned():
-            got = gru_results(make, state, arrays, dtype, 'cuda')
+            got = gru_results(make, state, arrays, dtype, 'cuda', no_grad)
     finally:
         tl._gru_path = saved
     if path in ('cluster', 'split'):
