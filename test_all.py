@@ -10696,7 +10696,8 @@ def test_gpu_allow_tf32_switches_conv_products():
 GRU_CASES = [   # name, module, input shapes (x[, h]), dtypes[, the inputs needing no gradient]
     ('t1_b1_h50', lambda: tl.GRU(7, 50), [(1, 1, 7), (1, 1, 50)], (np.float32,)),
     ('2layers_batch_first_h50', lambda: tl.GRU(7, 50, 2, batch_first=True), [(3, 5, 7), (2, 3, 50)], (np.float32,)),
-    # (these two of tl._GRU_SIDE_STEPS steps or more: their backward's products side by side)
+    # (these two of tl._GRU_SIDE_STEPS steps or more: their backward's products side by side, check_gru_gpu making
+    # tl._GRU_SIDE_MACS 0)
     ('nobias_no_h0_b16_h128', lambda: tl.GRU(32, 128, bias=False), [(20, 16, 32)], (np.float32,)),
     ('b200_h64', lambda: tl.GRU(16, 64), [(16, 200, 16), (1, 200, 64)], (np.float32,)),
     ('b64_h1024', lambda: tl.GRU(64, 1024), [(3, 64, 64), (1, 64, 1024)], (np.float32,)),
@@ -11255,7 +11256,8 @@ def check_gru_gpu(case, dtype, path, allow_tf32):
     saved, tl._gru_path = tl._gru_path, 'persistent' if path in ('cluster', 'split') else path
     try:   # 'cluster' and 'split' run the model's choices (the kernels they check), 'persistent' the autotuned ones
         with (kernels_hidden(hidden) if hidden else contextlib.nullcontext()), \
-                gru_autotuned(path == 'persistent'), gru_calls() as calls, tf32(allow_tf32), poisoned():
+                gru_autotuned(path == 'persistent'), gru_calls() as calls, tf32(allow_tf32), poisoned(), \
+                mock.patch.object(tl, '_GRU_SIDE_MACS', 0):
             got = gru_results(make, state, arrays, dtype, 'cuda', no_grad)
     finally:
         tl._gru_path = saved
@@ -11428,11 +11430,13 @@ def test_gpu_gru_bias_gradients_from_the_kernel():
 
 
 def test_gpu_gru_backward_products_side_by_side():
-    """From tl._GRU_SIDE_STEPS steps on, a GPU backward runs its products side by side (dW_hh on the current stream,
-    dx and dW_ih each on a side stream, joined back into it): the gradients are bitwise those of the products one
-    after another (the bound set past the steps), with h0 (dW_hh's second product) and without, float32 and float16.
-    A CUDA graph captures the fork and the join (every product on cuBLAS there, the side streams' on handles of their
-    own): its replays on new inputs give the eager gradients within float32's rounding."""
+    """From tl._GRU_SIDE_STEPS steps on, where its products take tl._GRU_SIDE_MACS multiply-adds or more (here made 0;
+    as it is, this GRU's 1.3M run one after another) or a CUDA graph captures it, a GPU backward runs its products side
+    by side (dW_hh on the current stream, dx and dW_ih each on a side stream, joined back into it): the gradients are
+    bitwise those of the products one after another (the steps' bound set past the steps), with h0 (dW_hh's second
+    product) and without, float32 and float16. The graph captures the fork and the join (every product on cuBLAS
+    there, the side streams' on handles of their own): its replays on new inputs give the eager gradients within
+    float32's rounding."""
     need_cuda()
     r = rng('gru side by side')
     tl.manual_seed(0)
@@ -11460,16 +11464,19 @@ def test_gpu_gru_backward_products_side_by_side():
                 tl.tensor(h0s[0].astype(dtype), device='cuda', requires_grad=True) if with_h0 else None,
                 tl.tensor(upstream(0, (20, 6, 40), dtype), device='cuda'))
     with tf32(False):
-        for dtype in (np.float32, np.float16):
-            for with_h0 in (True, False):
-                args = inputs(dtype, with_h0)
-                beside, ran = counted(lambda: run(*args))
-                with mock.patch.object(tl, '_GRU_SIDE_STEPS', 21):
-                    serial, ran_serial = counted(lambda: run(*args))
-                assert ran == [3] and ran_serial == [], (ran, ran_serial)
-                for k, (a, b) in enumerate(zip(beside, serial)):
-                    assert bool((a == b).all()), f'{np.dtype(dtype).name}, h0 {with_h0}: gradient {k} differs'
-        args = inputs(np.float32)
+        _, ran = counted(lambda: run(*inputs(np.float32)))
+        assert ran == [], f'products of {3 * 40 * 20 * 6 * (2 * 24 + 40)} multiply-adds ran side by side: {ran}'
+        with mock.patch.object(tl, '_GRU_SIDE_MACS', 0):
+            for dtype in (np.float32, np.float16):
+                for with_h0 in (True, False):
+                    args = inputs(dtype, with_h0)
+                    beside, ran = counted(lambda: run(*args))
+                    with mock.patch.object(tl, '_GRU_SIDE_STEPS', 21):
+                        serial, ran_serial = counted(lambda: run(*args))
+                    assert ran == [3] and ran_serial == [], (ran, ran_serial)
+                    for k, (a, b) in enumerate(zip(beside, serial)):
+                        assert bool((a == b).all()), f'{np.dtype(dtype).name}, h0 {with_h0}: gradient {k} differs'
+        args = inputs(np.float32)   # (tl._GRU_SIDE_MACS as it is: a capture runs them side by side at any size)
         x, h0 = args[1:3]
         run(*args)   # (a warm-up: the capture makes nothing new)
         graph = tl.CUDAGraph()

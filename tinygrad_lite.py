@@ -2255,8 +2255,13 @@ _GRU_TUNE_TIES, _GRU_TUNE_KINDS = 4, 8   # the candidates: at most this many nea
 _GRU_TUNE_STEPS = 16   # the fewest steps of a run that times them (in shorter ones the fixed costs rank the layouts)
 # the fewest steps of a GPU backward whose three products (dx, dW_ih, dW_hh) run side by side (_side_by_side): the
 # recurrence's kernel then outlasts the fork's and join's host time, 7-12 us (H200's and H100's hosts; at T = 1 the
-# call is host-bound). By replay, (100, 16, 32, 128) fwd+bwd 259 -> 253 us, (50, 256, 512, 512) 1210 -> 1170 (H100)
-_GRU_SIDE_STEPS = 16
+# call is host-bound). By replay, (100, 16, 32, 128) fwd+bwd 259 -> 253 us, (50, 256, 512, 512) 1210 -> 1170 (H100).
+# And, in an eager run, the fewest multiply-adds of the products (3H T B (2 in + H)): below, the fork and join cost
+# more than the overlap saves. Eager fwd+bwd, H100, median of 6 rounds, side by side -> one after another, ms:
+# (100, 16, 32, 128) 118M 0.343 -> 0.323; (100, 32, 64, 128) 315M 0.344 -> 0.296; (16, 64, 256, 256) 604M
+# 0.372 -> 0.355; (200, 8, 256, 256) 944M 1.067 -> 1.058; (100, 64, 256, 256) 3.8G 0.694 -> 0.685; (100, 64, 512,
+# 512) 15G 1.036 -> 1.043; (50, 256, 512, 512) 30G 1.186 -> 1.215; (100, 64, 1024, 1024) 60G 2.343 -> 2.336 (a tie)
+_GRU_SIDE_STEPS, _GRU_SIDE_MACS = 16, 1 << 33
 _GRU_MACS = {(4, 0): 96, (4, 1): 512, (2, 1): 1024}   # multiply-adds per clock and SM: FMA, TF32 mma, f16 mma
 # _gru_plan's clocks a step saved where a batch group meets at its cluster's barrier instead of flags: at (50, 256,
 # 512, 512) on the H100, 6.22 -> 4.92 us a step, a fifth of the model's 4725 clocks for that layout (the model's clocks
@@ -2317,7 +2322,10 @@ class GRULayer(Function):
         products = {2: dw_hh, 0: lambda: _matmul(gi, w_ih, tf32=tf32).reshape(x.shape),
                     1: lambda: _matmul(gi.T, x.reshape(steps * batch, x.shape[-1]), tf32=tf32)}
         wanted = [i for i in products if need[i]]   # dW_hh, dx, dW_ih: side by side, the first on the current stream
-        run = _side_by_side if self.plans is not None and steps >= _GRU_SIDE_STEPS else lambda *fs: [f() for f in fs]
+        macs = 3 * hidden * steps * batch * (2 * x.shape[-1] + hidden)   # the three products'
+        side = self.plans is not None and steps >= _GRU_SIDE_STEPS and (
+            macs >= _GRU_SIDE_MACS or cp.cuda.get_current_stream().is_capturing())
+        run = _side_by_side if side else lambda *fs: [f() for f in fs]
         done = dict(zip(wanted, run(*(products[i] for i in wanted))))
         grads = (*map(done.get, range(3)), db[0] if need[3] else None, db[1] if need[4] else None,
                  dh0 if need[5] else None)
