@@ -2466,11 +2466,17 @@ def _gru_projects_inside(plan, x):
         not cp.cuda.get_current_stream().is_capturing() and not _gru_tunes(plan, x.shape[0])
 
 
+def _gru_projecting(rows):
+    """gru_fwd_regs' PROJ where it projects x itself, at `rows` rows a block: 2 at _GRU_REGS_ROWS (its chunks padded
+    less, for the block to fit in shared memory), else 1 (kernels.cu traps where the two disagree)."""
+    return 1 + int(rows == _GRU_REGS_ROWS)
+
+
 def _gru_projection_bytes(rows, inputs):
     """gru_fwd_regs<T, KT, P, S>'s dynamic shared memory: each of its 8 warps' W_ih fragments (3 gates, a k-tile of 8
-    512 bytes) and chunks of x W_ih^T (16 steps, 52 floats a step and row: 48 and the padding; 50 for P 2, at 8 rows),
-    and the block's chunk of x (16 steps, 68 floats a step)."""
-    xs_row = 50 if rows == _GRU_REGS_ROWS else 52
+    512 bytes) and chunks of x W_ih^T (16 steps, 52 floats a step and row: 48 and the padding; 50 for P 2), and the
+    block's chunk of x (16 steps, 68 floats a step)."""
+    xs_row = 50 if _gru_projecting(rows) == 2 else 52
     return 8 * (3 * -(-inputs // 8) * 512 + 16 * rows * xs_row * 4) + 16 * 68 * 4
 
 
@@ -2550,7 +2556,7 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
     dtype = arrays[1].dtype   # (w_hh's, or the backward's gates': the forward's xg may be None)
     tc, extra, scratch, forward = int(dtype == np.float16 or tf32), (), (), direction == 'fwd'
     if regs:
-        projects = 0 if arrays[0] is not None else 1 + int(rows == _GRU_REGS_ROWS)   # (kernels.cu: PROJ)
+        projects = 0 if arrays[0] is not None else _gru_projecting(rows)   # (kernels.cu: PROJ)
         kernel = _kernel(f'gru_{direction}_regs', dtype, regs, *(projects,) * forward, int(rows == 1))
         if kernel is None or 16 * regs < hidden or rows > _GRU_REGS_ROWS or groups * rows < batch:
             raise RuntimeError(f"GRU: layout {plan} is not one of gru_{direction}_regs' (hidden at most {16 * regs}, "
