@@ -11490,6 +11490,48 @@ def test_gpu_gru_backward_products_side_by_side():
         assert_matches(got.get(), w.get(), 1e-5, f'replayed gradient {k}')
 
 
+def test_gpu_gru_backward_with_fewer_than_two_products():
+    """A GPU backward that wants one of its three products (the weights frozen: dx alone) or none (the weights and x
+    frozen: h0's and the biases' gradients alone) forks no side streams, where the bound (here made 0) would run them
+    side by side; its gradients are bitwise those of the backward that wants them all (and ran them side by side)."""
+    need_cuda()
+    r = rng('gru fewer products')
+    tl.manual_seed(0)
+    m = tl.GRU(24, 40).to('cuda')
+    x = tl.tensor(r.uniform(-1, 1, (20, 6, 24)).astype(np.float32), device='cuda', requires_grad=True)
+    h0 = tl.tensor(r.uniform(-1, 1, (1, 6, 40)).astype(np.float32), device='cuda', requires_grad=True)
+    g = tl.tensor(upstream(0, (20, 6, 40), np.float32), device='cuda')
+    tensors = (x, h0, *m.parameters())
+
+    def grads():
+        for t in tensors:
+            t.grad = None
+        out, h_n = m(x, h0)
+        ((out * g).sum() + h_n.sum()).backward()
+        return [None if t.grad is None else t.grad.data.copy() for t in tensors]
+    ran = []
+    with mock.patch.object(tl, '_GRU_SIDE_MACS', 0), tf32(False), \
+            mock.patch.object(tl, '_side_by_side', lambda *w, real=tl._side_by_side: ran.append(len(w)) or real(*w)):
+        everything = grads()
+        assert ran == [3], ran
+        for frozen in ((m.weight_ih_l0, m.weight_hh_l0), (m.weight_ih_l0, m.weight_hh_l0, x)):
+            ran.clear()
+            try:
+                for t in frozen:
+                    t.requires_grad_(False)
+                some = grads()
+            finally:
+                for t in frozen:
+                    t.requires_grad_(True)
+            what = f'{len(frozen)} frozen'
+            assert ran == [], f'{what}: side by side {ran}'
+            for k, (t, got, want) in enumerate(zip(tensors, some, everything)):
+                if any(t is f for f in frozen):
+                    assert got is None, f'{what}: gradient {k} of a frozen tensor'
+                else:
+                    assert got is not None and bool((got == want).all()), f'{what}: gradient {k} differs'
+
+
 def test_gpu_gru_autotune_keeps_the_fastest_layout():
     """tl.gru_autotune: the first run of a shape launches each direction's candidates (_gru_plans' lists) three times
     (one to load, two timed by events) and then the fastest, kept for later runs, which launch only it; the times here

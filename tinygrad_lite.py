@@ -2323,7 +2323,7 @@ class GRULayer(Function):
                     1: lambda: _matmul(gi.T, x.reshape(steps * batch, x.shape[-1]), tf32=tf32)}
         wanted = [i for i in products if need[i]]   # dW_hh, dx, dW_ih: side by side, the first on the current stream
         macs = 3 * hidden * steps * batch * (2 * x.shape[-1] + hidden)   # the three products'
-        side = self.plans is not None and steps >= _GRU_SIDE_STEPS and (
+        side = len(wanted) > 1 and self.plans is not None and steps >= _GRU_SIDE_STEPS and (
             macs >= _GRU_SIDE_MACS or cp.cuda.get_current_stream().is_capturing())
         run = _side_by_side if side else lambda *fs: [f() for f in fs]
         done = dict(zip(wanted, run(*(products[i] for i in wanted))))
