@@ -11532,6 +11532,35 @@ def test_gpu_gru_backward_with_fewer_than_two_products():
                     assert got is not None and bool((got == want).all()), f'{what}: gradient {k} differs'
 
 
+def test_gpu_gru_falls_back_where_a_backward_kernel_is_missing():
+    """kernels.cu's kernels load one module each, so one may fail alone. Without the cooperative backward (the cluster,
+    k-split and regs kernels hidden too, so that the planner would take the cooperative ones) the GRU runs the fallback
+    both ways (per step a product and the gate kernels), and without the fallback's backward gate kernel the xp loop,
+    rather than fail at the backward's launch: outputs and gradients match the CPU's in float64. Forced onto the
+    persistent path it says why it cannot."""
+    need_cuda()
+    make, shapes = next(c for c in GRU_CASES if c[0] == 'b200_h64')[1:3]
+    r = rng('gru backward kernel missing')
+    arrays = [r.uniform(-1, 1, s) for s in shapes]
+    tl.manual_seed(0)
+    state = {k: v.astype(np.float64) for k, v in make().state_dict().items()}
+    want = gru_results(make, state, arrays, np.float64, 'cpu')
+    others = GRU_CLUSTER_KERNELS + GRU_SPLIT_KERNELS + GRU_REGS_KERNELS
+    for missing, path in (('gru_bwd_persistent', 'fallback'), ('gru_gates_bwd', 'composed')):
+        with kernels_hidden(others + (missing,)), gru_autotuned(False), tf32(False):
+            with gru_calls() as calls:
+                got = gru_results(make, state, arrays, np.float32, 'cuda')
+            saved, tl._gru_path = tl._gru_path, 'persistent'
+            try:   # (without gru_gates_bwd the xp loop runs, forced or not, as without gru_gates_fwd)
+                if path == 'fallback':
+                    raises(ValueError, lambda: gru_results(make, state, arrays, np.float32, 'cuda'),
+                           'cooperative kernels did not load')
+            finally:
+                tl._gru_path = saved
+        assert calls == GRU_RAN[path], f'{missing} missing: {sorted(calls)} ran'
+        for k, (a, b) in enumerate(zip(got, want)):
+            assert_matches(a, b, 1e-5, f'{missing} missing: result {k}')
+
 def test_gpu_gru_autotune_keeps_the_fastest_layout():
     """tl.gru_autotune: the first run of a shape launches each direction's candidates (_gru_plans' lists) three times
     (one to load, two timed by events) and then the fastest, kept for later runs, which launch only it; the times here

@@ -2623,10 +2623,12 @@ def _gru_plans(x, hidden, tf32, keep_gates=True):
     (gru_autotune, until the first run times them: _gru_run) a list of candidate layouts, the model's choice first;
     on the tensor cores for float16, and for float32 as TF32 where tf32 says so. keep_gates False: for a forward that
     keeps no gates (tuned apart: without the gates' stores another layout may be the fastest)."""
-    if _xp(x) is np or x.shape[1] == 0 or _gru_path == 'composed' or _kernel('gru_gates_fwd', x.dtype) is None:
+    if _xp(x) is np or x.shape[1] == 0 or _gru_path == 'composed' or _kernel('gru_gates_fwd', x.dtype) is None or \
+            _kernel('gru_gates_bwd', x.dtype) is None:
         return None
     tc, plans = int(x.dtype == np.float16 or tf32), [None, None]
-    if _gru_path != 'fallback' and _kernel('gru_fwd_persistent', x.dtype, tc) is not None:
+    if _gru_path != 'fallback' and _kernel('gru_fwd_persistent', x.dtype, tc) is not None and \
+            _kernel('gru_bwd_persistent', x.dtype, tc) is not None:
         key = _gru_key(x.shape[1], hidden, x.dtype, tc)
         # a layout fits the kernels the first three select
         switches = (_gru_half_operands, _gru_wgmma, _gru_chunk_cap, keep_gates)
@@ -2635,7 +2637,7 @@ def _gru_plans(x, hidden, tf32, keep_gates=True):
         plans = _gru_layouts[key, switches]
     if _gru_path == 'persistent' and None in plans:
         raise ValueError(f"GRU: no persistent kernels for batch {x.shape[1]} and hidden size {hidden} (they do not "
-                         "fit on chip, or kernels.cu's cooperative module did not load)")
+                         "fit on chip, or kernels.cu's cooperative kernels did not load)")
     return plans
 
 
