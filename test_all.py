@@ -5526,11 +5526,11 @@ def optim_snapshot(opt):
 
 
 def assert_optim_unchanged(opt, before, msg):
-    """optim_snapshot(opt) is `before`: the same entries, each of the same dtype and values."""
+    """optim_snapshot(opt) is `before`: the same entries, each of the same dtype and values (NaN where NaN was)."""
     after = optim_snapshot(opt)
     assert [k for k, _ in after] == [k for k, _ in before], f'{msg}: {[k for k, _ in after]}'
     for (k, a), (_, b) in zip(after, before):
-        assert a.dtype == b.dtype and np.array_equal(a, b), f'{msg}: {k} changed'
+        assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind == 'f'), f'{msg}: {k} changed'
 
 
 def test_optim_add_param_group_as_pytorch():
@@ -5665,6 +5665,35 @@ def test_error_optim_bad_option_or_state_entry_named():
              ("'step' of parameter 1", 'a dict', 'not of numbers'))):
         raises(exc, lambda: opt.load_state_dict(sd), *needles)
         assert_optim_unchanged(opt, before, str(needles))
+
+
+def test_error_optim_options_set_between_steps_change_nothing():
+    """A group's option set between steps is checked by the step as the constructor checks it, before any parameter
+    or state moves: lr None or '1' (TypeError naming it), NaN or negative rates, eps -1, betas (1.5, 0.9) or (0.9,)
+    (ValueError, torch.optim's message). Adam's step count, moments and parameters stayed at the first group's update
+    (its lr read only where it was used, after the moments); a one-element tensor rate is a number, read where on the
+    CPU."""
+    new = lambda: tl.Parameter(np.ones(3, np.float32))
+    for name, key, value, exc, needle in (
+            ('Adam', 'lr', None, TypeError, 'option lr '), ('SGD', 'lr', '1', TypeError, 'option lr '),
+            ('Adam', 'lr', float('nan'), ValueError, 'Invalid learning rate'),
+            ('SGD', 'lr', tl.tensor(-0.5), ValueError, 'Invalid learning rate'),
+            ('AdamW', 'weight_decay', '1', TypeError, 'option weight_decay '),
+            ('Adam', 'eps', -1.0, ValueError, 'Invalid epsilon value'),
+            ('Adam', 'betas', (1.5, 0.9), ValueError, 'Invalid beta parameter at index 0'),
+            ('AdamW', 'betas', (0.9,), ValueError, 'pair'),
+            ('SGD', 'momentum', -0.9, ValueError, 'Invalid momentum value')):
+        a, b = new(), new()
+        opt = getattr(tl, name)([{'params': [a]}, {'params': [b]}], lr=0.1, **({'momentum': 0.9} if name == 'SGD' else {}))
+        for _ in range(2):
+            a.grad, b.grad = tl.ones(3), tl.ones(3)
+            if _:
+                opt.param_groups[1][key] = value
+                before = optim_snapshot(opt)
+                raises(exc, opt.step, needle)
+                assert_optim_unchanged(opt, before, f'{name} {key}={value!r}')
+            else:
+                opt.step()
 
 
 def test_error_optim_step_unwritable_parameter_changes_nothing():

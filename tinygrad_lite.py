@@ -7114,6 +7114,7 @@ class Optimizer:
                 loss = closure()
         work, i, name = [], -1, type(self).__name__
         for g, group in enumerate(self.param_groups):
+            _check_options(group, self.defaults, read_gpu=False)   # (a group's options may be set between steps)
             for j, p in enumerate(group['params']):
                 i += 1   # p's index in state_dict()
                 if p.grad is None:
@@ -7196,37 +7197,39 @@ class Optimizer:
 _UNSUPPORTED_OPTIONS = ('amsgrad', 'maximize', 'foreach', 'capturable', 'differentiable', 'fused')
 
 
-def _check_options(group, defaults):
+def _check_options(group, defaults, read_gpu=True):
     """ValueError, with torch.optim's message, for a hyperparameter out of its range, and for a torch.optim option
     these updates do not implement set to anything but its off value (a loaded PyTorch state dict may carry them):
-    decoupled_weight_decay too where the optimizer's defaults lack it (SGD's); where they have it (Adam's), a bool."""
+    decoupled_weight_decay too where the optimizer's defaults lack it (SGD's); where they have it (Adam's), a bool.
+    read_gpu False (every step): an option in GPU memory is checked for its type and size, its value left unread (a
+    read waits for the GPU, and cannot run inside a CUDA graph's capture)."""
     has_decoupling = 'decoupled_weight_decay' in defaults
     for key in _UNSUPPORTED_OPTIONS + (() if has_decoupling else ('decoupled_weight_decay',)):
         if group.get(key):
             raise ValueError(f"optimizer option {key}={group[key]!r} is not supported (only its default, off)")
     if not isinstance(group.get('decoupled_weight_decay', False), (bool, np.bool_)):
         raise TypeError(f"decoupled_weight_decay must be a bool, got {group['decoupled_weight_decay']!r}")
-    _option_number(group.get('dampening', 0), 'dampening')   # (any number, as torch's)
+    _option_number(group.get('dampening', 0), 'dampening', read_gpu)   # (any number, as torch's)
     for key, what in (('lr', 'learning rate'), ('momentum', 'momentum value'), ('eps', 'epsilon value'),
                       ('weight_decay', 'weight_decay value')):
-        if key in group and not 0 <= _option_number(group[key], key):
+        if key in group and not 0 <= _option_number(group[key], key, read_gpu):
             raise ValueError(f"Invalid {what}: {group[key]}")
     if 'betas' in group:
         betas = group['betas']
         if not isinstance(betas, (tuple, list)) or len(betas) != 2:
             raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
         for i, beta in enumerate(betas):
-            if not 0 <= _option_number(beta, f'betas[{i}]') < 1:
+            if not 0 <= _option_number(beta, f'betas[{i}]', read_gpu) < 1:
                 raise ValueError(f"Invalid beta parameter at index {i}: {beta}")
 
 
-def _option_number(value, key):
+def _option_number(value, key, read_gpu=True):
     """Option `key`'s value as a number; TypeError naming it where it is none (a one-element tensor or array is one: a
-    rate that a CUDA graph reads, and its state dict's array)."""
+    rate that a CUDA graph reads, and its state dict's array). read_gpu False: 0 for one in GPU memory, unread."""
     if isinstance(value, Tensor):
         value = value.data
     if isinstance(value, _ARRAYS) and value.size == 1 and value.dtype.kind in 'iuf':
-        value = value.item()
+        value = value.item() if read_gpu or _xp(value) is np else 0
     if not isinstance(value, _REALS):
         raise TypeError(f"optimizer option {key} must be a number, got {value!r}")
     return value
