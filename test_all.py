@@ -5696,6 +5696,23 @@ def test_error_optim_options_set_between_steps_change_nothing():
                 opt.step()
 
 
+def test_error_optim_step_gradient_of_another_dtype_changes_nothing():
+    """A gradient whose dtype is not its parameter's (the grad setter refuses one; an assignment to grad.data does
+    not) is refused by the step before any parameter or state moves: a TypeError naming both dtypes (float64 for a
+    float32 parameter, strings, complex numbers; torch refuses the last, where a cast would drop the imaginary
+    part)."""
+    for name in ('SGD', 'Adam'):
+        for bad in (np.ones(3), np.array(['a'] * 3), np.ones(3, np.complex64) * 1j):
+            a, b = tl.Parameter(np.ones(3, np.float32)), tl.Parameter(np.ones(3, np.float32))
+            opt = getattr(tl, name)([a, b], lr=0.1, **({'momentum': 0.9} if name == 'SGD' else {}))
+            a.grad, b.grad = tl.ones(3), tl.ones(3)
+            opt.step()
+            b.grad.data = bad
+            before = optim_snapshot(opt)
+            raises(TypeError, opt.step, f'dtype {bad.dtype}', 'dtype float32')
+            assert_optim_unchanged(opt, before, f'{name}, a gradient of {bad.dtype}')
+
+
 def test_error_optim_step_unwritable_parameter_changes_nothing():
     """step() with a parameter that it could not update element by element: expanded (Parameter(x.expand(...)), rows
     sharing memory: each row's update overwrote the last) is torch's RuntimeError; read-only memory (np.load's

@@ -7124,11 +7124,13 @@ class Optimizer:
                                      f"{p.shape}")
                 if p.grad.device != p.device:
                     raise RuntimeError(f"{name}.step: gradient on {p.grad.device} for a parameter on {p.device}")
+                if p.grad.dtype != p.dtype:   # (the grad setter checks it; an assignment to grad.data does not)
+                    raise TypeError(f"{name}.step: gradient of dtype {p.grad.dtype} for a parameter of dtype {p.dtype}")
                 _refuse_unwritable(p, "{}.step of param_groups[{}]['params'][{}]", name, g, j)
                 self._check_state(i, p, self.state.get(p, {}))
                 work.append((p, group))
         for p, group in work:
-            self._update(p.data, p.grad.data.astype(p.dtype, copy=False), group, self.state[p])
+            self._update(p.data, p.grad.data, group, self.state[p])
             p._version[0] += 1   # updated in place, as PyTorch's optimizers count it
         return loss
 
