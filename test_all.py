@@ -5713,6 +5713,24 @@ def test_error_optim_step_gradient_of_another_dtype_changes_nothing():
             assert_optim_unchanged(opt, before, f'{name}, a gradient of {bad.dtype}')
 
 
+def test_optim_load_state_dict_replaces_the_groups_as_pytorch():
+    """load_state_dict replaces each group by the saved one (its parameters kept), as torch.optim's: a key the saved
+    group lacks goes, such as the 'initial_lr' a scheduler made before the load, so that a scheduler made after it
+    starts from the loaded rate (torch's the same)."""
+    need_torch()
+    rates = []
+    for lib, make in ((tl, lambda: tl.Parameter(np.ones(2, np.float32))), (torch, lambda: torch.nn.Parameter(torch.ones(2)))):
+        optim = lib.optim if lib is torch else lib
+        sched = torch.optim.lr_scheduler if lib is torch else lib
+        saved = optim.SGD([make()], lr=0.5).state_dict()
+        opt = optim.SGD([make()], lr=0.1)
+        sched.StepLR(opt, 5)
+        opt.load_state_dict(saved)
+        assert 'initial_lr' not in opt.param_groups[0], lib.__name__
+        sched.LambdaLR(opt, lambda epoch: 1.0)
+        rates.append((opt.param_groups[0]['lr'], opt.param_groups[0]['initial_lr']))
+    assert rates[0] == rates[1] == (0.5, 0.5), rates
+
 def test_error_optim_step_unwritable_parameter_changes_nothing():
     """step() with a parameter that it could not update element by element: expanded (Parameter(x.expand(...)), rows
     sharing memory: each row's update overwrote the last) is torch's RuntimeError; read-only memory (np.load's

@@ -7190,8 +7190,11 @@ class Optimizer:
             self._check_state(i, p, state[p])
         for saved in groups:
             _check_options(saved, self.defaults)
-        for group, saved in zip(self.param_groups, groups):
-            group.update({k: (tuple(v) if isinstance(v, list) else v) for k, v in saved.items() if k != 'params'})
+        for group, saved in zip(self.param_groups, groups):   # replaced, as torch.optim's: none of its keys kept
+            options = {k: (tuple(v) if isinstance(v, list) else v) for k, v in saved.items() if k != 'params'}
+            params = group['params']
+            group.clear()
+            group.update({**self.defaults, **options, 'params': params})
         self.state = state
 
 
