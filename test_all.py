@@ -5731,6 +5731,7 @@ def test_optim_load_state_dict_replaces_the_groups_as_pytorch():
         rates.append((opt.param_groups[0]['lr'], opt.param_groups[0]['initial_lr']))
     assert rates[0] == rates[1] == (0.5, 0.5), rates
 
+
 def test_error_optim_step_unwritable_parameter_changes_nothing():
     """step() with a parameter that it could not update element by element: expanded (Parameter(x.expand(...)), rows
     sharing memory: each row's update overwrote the last) is torch's RuntimeError; read-only memory (np.load's
@@ -11624,6 +11625,7 @@ def test_gpu_gru_falls_back_where_a_backward_kernel_is_missing():
         assert calls == GRU_RAN[path], f'{missing} missing: {sorted(calls)} ran'
         for k, (a, b) in enumerate(zip(got, want)):
             assert_matches(a, b, 1e-5, f'{missing} missing: result {k}')
+
 
 def test_gpu_gru_autotune_keeps_the_fastest_layout():
     """tl.gru_autotune: the first run of a shape launches each direction's candidates (_gru_plans' lists) three times
