@@ -2197,6 +2197,21 @@ def test_dropout_scale_as_pytorch():
             assert got == want, (np.dtype(dtype).name, p, got, want)
 
 
+def test_dropout_float16_p_near_one_as_pytorch():
+    """float16 dropout where the scale 1 / (1 - p) overflows float16 (p past about 0.99998): dropped elements are 0,
+    as torch's, not NaN (0 times the infinite scale), and so are their gradients."""
+    need_torch()
+    for p in (0.99999, 0.9999999):
+        x = tl.ones(1000, dtype=np.float16, requires_grad=True)
+        y = tl.dropout(x, p)
+        y.sum().backward()
+        want = F.dropout(torch.ones(1000, dtype=torch.float16), p)
+        got, grad = y.numpy(), x.grad.numpy()
+        assert not np.isnan(got).any() and not np.isnan(grad).any(), p
+        assert (got == 0).sum() >= 990 and (want == 0).sum().item() >= 990, p
+        assert np.array_equal(got == 0, grad == 0) and set(got[got != 0]) <= {np.inf}, p
+
+
 def test_dropout_gradient_uses_the_mask():
     a = sample(rng('dg'), (50,))
     x = tl.Tensor(a, requires_grad=True)

@@ -5892,11 +5892,13 @@ def dropout(x, p=0.5, training=True):
         return x
     _need_float(x, 'dropout')
     xp = _xp(x.data)
-    keep = (xp.random.random(x.shape) >= p).astype(x.dtype)
+    keep = xp.random.random(x.shape) >= p
     # the scale 1 / (1 - p) as PyTorch's on the CPU: in float32 for float16, rounded once to float16 (its CUDA kernel
-    # multiplies by the float32 scale: a float16 step apart where 1 / (1 - p) is inexact)
+    # multiplies by the float32 scale: a float16 step apart where 1 / (1 - p) is inexact); the mask made in float32
+    # and then rounded, so that a dropped element stays 0 where the scale overflows float16 (p near 1), as torch's
     ct = _opmath(x.dtype).type
-    return x * Tensor._wrap(keep * x.dtype.type(ct(1) / ct(1 - p)) if p < 1 else keep, x.device)
+    mask = keep * ct(ct(1) / ct(1 - p)) if p < 1 else keep
+    return x * Tensor._wrap(mask.astype(x.dtype), x.device)
 
 
 def _gru_layer(x, w_ih, w_hh, b_ih, b_hh, h0):
