@@ -4940,6 +4940,20 @@ def test_module_traversal_as_pytorch():
     assert_close(ours.double()(tl.Tensor(x)), theirs.double()(torch.tensor(x)), 1e-10, 1e-12)
 
 
+def test_module_repr_of_a_multiline_extra_repr_as_pytorch():
+    """A module whose extra_repr has several lines prints them one a line, indented, as torch.nn.Module does (alone and
+    as a child); one line stays on the module's own line."""
+    need_torch()
+    def build(nn, text):
+        class Settings(nn.Module):
+            def extra_repr(self):
+                return text
+        return Settings(), nn.Sequential(Settings(), nn.ReLU())
+    for text in ('a=1\nb=2', 'a=1', 'a=1\nb=2\nc=3'):
+        for ours, theirs in zip(build(tl, text), build(torch.nn, text)):
+            assert repr(ours) == repr(theirs), f'{ours!r}\n-- PyTorch --\n{theirs!r}'
+
+
 def test_module_iterators_are_generators_as_pytorch():
     """parameters, buffers, children, modules and their named_* versions are generators, as torch.nn.Module's:
     next() takes the first item (PyTorch's), each call starts afresh, and an optimizer takes one."""

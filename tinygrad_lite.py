@@ -5990,13 +5990,12 @@ class Module:
     def _child_reprs(self):
         return [f"({name}): " + repr(m).replace('\n', '\n  ') for name, m in self._named_submodules()]
 
-    def __repr__(self):   # as PyTorch's: the settings, then each child under its name, indented
+    def __repr__(self):   # as PyTorch's: the settings (a line each), then each child under its name, indented
         extra = self.extra_repr()
-        children = self._child_reprs()
-        if not children:
+        settings, children = extra.split('\n') if extra else [], self._child_reprs()
+        if not children and len(settings) <= 1:
             return f"{type(self).__name__}({extra})"
-        lines = ([extra] if extra else []) + children
-        return f"{type(self).__name__}(\n  " + '\n  '.join(lines) + "\n)"
+        return f"{type(self).__name__}(\n  " + '\n  '.join(settings + children) + "\n)"
 
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
