@@ -3659,6 +3659,21 @@ def test_gru_dropout_bidirectional_arguments_as_pytorch():
     raises(RuntimeError, lambda: gru.load_state_dict(tl.GRU(3, 4, 2).state_dict()), 'weight_ih_l0_reverse')
 
 
+def test_error_gru_dtype_mismatch_named():
+    """A GRU's or GRUCell's input of one dtype with a hidden state or a parameter of another: a TypeError naming the
+    module, the tensor (h0 for GRU, h for GRUCell, or the parameter) and both dtypes; nothing is computed, so no
+    gradient appears."""
+    tl.manual_seed(0)
+    gru, cell = tl.GRU(3, 4), tl.GRUCell(3, 4)
+    x, h0, h = tl.ones(2, 1, 3), tl.zeros(1, 1, 4, dtype=np.float64, requires_grad=True), tl.zeros(1, 4, dtype=np.float64)
+    raises(TypeError, lambda: gru(x, h0), 'GRU:', 'h0 of dtype float64', 'input of dtype float32')
+    assert h0.grad is None
+    raises(TypeError, lambda: cell(x[0], h), 'GRUCell:', 'h of dtype float64', 'input of dtype float32')
+    raises(TypeError, lambda: gru(x.double()), 'GRU:', 'weight_ih of dtype float32', 'input of dtype float64')
+    raises(TypeError, lambda: cell(x[0].double()), 'GRUCell:', 'weight_ih of dtype float32')
+    assert all(p.grad is None for p in (*gru.parameters(), *cell.parameters()))
+
+
 def check_gru_empty_batch(device):
     """GRU and GRUCell over a batch of 0 on `device`: empty outputs and h_n, every gradient there with its shape and
     zero (PyTorch's result); a GRU input of sequence length 0 is refused naming its shape (PyTorch refuses it)."""

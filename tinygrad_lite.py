@@ -5901,12 +5901,13 @@ def dropout(x, p=0.5, training=True):
     return x * Tensor._wrap(mask.astype(x.dtype), x.device)
 
 
-def _gru_layer(x, w_ih, w_hh, b_ih, b_hh, h0):
-    """GRULayer over x and the given ones of the optional biases and h0."""
+def _gru_layer(x, w_ih, w_hh, b_ih, b_hh, h0, module='GRU', h0_name='h0'):
+    """GRULayer over x and the given ones of the optional biases and h0; a dtype apart from x's named in the error
+    (`module`'s, h0 by `h0_name`)."""
     inputs = (x, w_ih, w_hh, b_ih, b_hh, h0)
-    for t in inputs[1:]:
+    for name, t in zip(('weight_ih', 'weight_hh', 'bias_ih', 'bias_hh', h0_name), inputs[1:]):
         if t is not None and t.dtype != x.dtype:
-            raise TypeError(f"GRU: input of dtype {x.dtype} with parameters or h0 of dtype {t.dtype}")
+            raise TypeError(f"{module}: input of dtype {x.dtype} with {name} of dtype {t.dtype}")
     return GRULayer.apply(*[t for t in inputs if t is not None], given=tuple(t is not None for t in inputs))
 
 
@@ -6980,7 +6981,7 @@ class GRUCell(Module):
             raise ValueError(f"GRUCell: hidden state of shape {h.shape} for input of shape {x.shape}")
         rows = math.prod(x.shape[:-1])   # one step of a GRU layer over them
         out = _gru_layer(x.reshape(1, rows, self.input_size), self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh,
-                         None if h is None else h.reshape(rows, self.hidden_size))
+                         None if h is None else h.reshape(rows, self.hidden_size), 'GRUCell', 'h')
         return out.reshape(*x.shape[:-1], self.hidden_size)
 
 
