@@ -9139,9 +9139,10 @@ def test_dropout_module_checks_p_at_construction():
 def test_indexing_as_pytorch():
     """Indexing as PyTorch where it differs from NumPy: integers apply first as selects, so an integer and an array
     apart keep the array's axes in place (values, shapes and float64 gradients against PyTorch, tensors and 0-d
-    tensors as indices too); an empty list selects nothing; a negative step raises ValueError. Item assignment follows
-    the same order, refuses (as PyTorch) a leaf that requires grad in grad mode and numbers an integer tensor cannot
-    hold (as tl.full does), leaving the tensor as it was."""
+    tensors as indices too); an Ellipsis stands for whole axes, so that one of no axes between two arrays leaves them
+    side by side (NumPy sends their axes to the front); an empty list selects nothing; a negative step raises
+    ValueError. Item assignment follows the same order, refuses (as PyTorch) a leaf that requires grad in grad mode
+    and numbers an integer tensor cannot hold (as tl.full does), leaving the tensor as it was."""
     need_torch()
     r = rng('indexing_torch')
     x0 = r.standard_normal((3, 4, 5))
@@ -9149,7 +9150,9 @@ def test_indexing_as_pytorch():
              lambda m, x: x[m.tensor(np.array(1)), :, [0, 1]], lambda m, x: x[[0, 1], 2, 1:3],
              lambda m, x: x[..., 1, [0, 2]], lambda m, x: x[None, 0, :, [1, 2]], lambda m, x: x[1, [True, False, True, True]],
              lambda m, x: x[[]], lambda m, x: x[0, [1, 2], [0, 4]], lambda m, x: x[2, ..., [0, 1]],
-             lambda m, x: x[1:, 0, None, [2, 3]]]
+             lambda m, x: x[1:, 0, None, [2, 3]], lambda m, x: x[:, [0, 1, 2], ..., [1, 2, 3]],
+             lambda m, x: x[[0, 1], ..., [1, 2]], lambda m, x: x[[True, False, True], ..., [0, 4]],
+             lambda m, x: x[[0, 2], ..., None, [1, 3]]]
     for k, index in enumerate(cases):
         xo, xt = tl.tensor(x0, requires_grad=True), torch.tensor(x0, requires_grad=True)
         yo, yt = index(tl, xo), index(torch, xt)
@@ -9166,6 +9169,10 @@ def test_indexing_as_pytorch():
     ours[0, :, [0, 1, 3]] = tl.tensor(value)
     theirs[0, :, [0, 1, 3]] = torch.tensor(value)
     assert_close(ours, theirs.numpy(), 0, 0, 'assignment through an integer and an array apart')
+    value = r.standard_normal((3, 3))   # PyTorch's shape of x[:, [0, 1, 2], ..., [1, 2, 3]]
+    ours[:, [0, 1, 2], ..., [1, 2, 3]] = tl.tensor(value)
+    theirs[:, [0, 1, 2], ..., [1, 2, 3]] = torch.tensor(value)
+    assert_close(ours, theirs.numpy(), 0, 0, 'assignment through two arrays about an Ellipsis of no axes')
     before = ours.numpy().copy()
     for m in (tl, torch):
         leaf = m.tensor(x0.copy(), requires_grad=True)
