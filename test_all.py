@@ -1746,7 +1746,7 @@ def test_cumsum_prod_dtypes_as_pytorch():
 def test_prod_gradient_with_zeros_as_pytorch():
     """prod's gradient where products hold no zero, one zero (the zero gets the product of the others, the rest 0) or
     two (0 throughout), in float64 (against PyTorch and by finite differences, exact for a product) and float32;
-    over one dim, every dim and a 0-d tensor."""
+    over one dim, every dim and a 0-d tensor; and where zeros meet infinities and NaNs, PyTorch's bit for bit."""
     need_torch()
     x0 = np.array([[1.5, 0., 2., -3.], [0., 4., 0., 0.5], [-2., 0.5, 3., 1.25], [0., 0., 0., 0.]])
     for dtype in (np.float64, np.float32):
@@ -1761,6 +1761,16 @@ def test_prod_gradient_with_zeros_as_pytorch():
     gradcheck(lambda: x.prod(1), [x])
     x.grad = None
     gradcheck(lambda: x[:3].prod(0), [x])
+    # infinities and NaNs beside zeros: PyTorch's exact products of the others (NaN where 0 meets inf), and its rules
+    inf, nan = math.inf, math.nan
+    x1 = np.array([[0., inf, 2.], [0., 0., inf], [inf, 2., 1.], [nan, 0., 1.]])
+    for text in ('x.prod(1)', 'x.prod(0)', 'x.prod()', 'x[0].prod()', 'x[1].prod()', 'x[2].prod()', 'x[3].prod()'):
+        x, p = tl.tensor(x1, requires_grad=True), torch.tensor(x1, requires_grad=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter('error')   # (and silently, as PyTorch's)
+            eval(text).sum().backward()
+        eval(text.replace('x', 'p')).sum().backward()
+        assert np.array_equal(x.grad.numpy(), p.grad.numpy(), equal_nan=True), (text, x.grad.numpy(), p.grad.numpy())
 
 
 def test_logsumexp_extremes_as_pytorch():

@@ -1448,24 +1448,36 @@ class Cumsum(Function):
 
 
 class Prod(Function):
-    """The product over axes. Its gradient, the product of the other elements, is out / x where the product holds no
-    zero; where it holds one, the zero gets the product of the others and the rest 0 (out / x, out being 0); two zeros
-    or more give 0 throughout, as PyTorch's."""
+    """The product over axes. Its gradient, the product of the other elements, as PyTorch's: out / x where x holds no
+    zero; else exactly, from the products before and after each element along its slice (no division: a zero's is
+    the product of the rest, an infinity beside a zero gets 0), and, for the product of all elements, 0 throughout
+    where two or more are zero."""
     saves, saves_output = (0,), True
 
     def forward(self, x, axes, keepdim):
         self.x, self.axes = x, axes
-        self.out = _wide(x).prod(axis=axes, keepdims=True)
+        with np.errstate(all='ignore'):
+            self.out = _wide(x).prod(axis=axes, keepdims=True)
         out = self.out.astype(x.dtype, copy=False)
         return out if keepdim else out.reshape([n for i, n in enumerate(x.shape) if i not in axes])
 
     def backward(self, g):
-        x = _wide(self.x)
-        zero = x == 0
-        safe = _xp(x).where(zero, x.dtype.type(1), x)
-        lone = zero & (zero.sum(axis=self.axes, keepdims=True) == 1)
-        others = _xp(x).where(lone, safe.prod(axis=self.axes, keepdims=True), self.out / safe)
-        return (g.reshape(self.out.shape) * others).astype(g.dtype, copy=False)
+        x, xp = _wide(self.x), _xp(self.x)
+        if not x.size:
+            return xp.zeros(x.shape, g.dtype)
+        axes = list(self.axes)
+        order = [i for i in range(x.ndim) if i not in axes] + axes   # the reduced axes last: a slice a row
+        rows = x.transpose(order).reshape(-1, math.prod(x.shape[i] for i in axes))
+        ones = xp.ones((len(rows), 1), x.dtype)
+        with np.errstate(all='ignore'):   # (0 inf and overflows give NaN and inf, silently as PyTorch's)
+            before = xp.cumprod(xp.concatenate([ones, rows[:, :-1]], 1), 1)
+            after = xp.cumprod(xp.concatenate([ones, rows[:, :0:-1]], 1), 1)[:, ::-1]
+            exact = before * after
+            if len(axes) == x.ndim:   # (PyTorch's product of all elements)
+                exact = xp.where((rows == 0).sum() > 1, x.dtype.type(0), exact)
+            exact = exact.reshape([x.shape[i] for i in order]).transpose(sorted(range(x.ndim), key=order.__getitem__))
+            others = xp.where((x == 0).any(), exact, self.out / x)
+            return (g.reshape(self.out.shape) * others).astype(g.dtype, copy=False)
 
 
 # ================================================================ primitive ops: movement
