@@ -1103,8 +1103,8 @@ def test_inplace_remainder_floor_division_and_power_recorded_as_pytorch():
 
 def test_bitwise_abs_and_pos_operators_as_pytorch():
     """&, |, ^ (with reflected forms and Python numbers) and ~ on bool and integer tensors, in PyTorch's result dtype,
-    no gradient; a float operand raises TypeError. abs(x) is x.abs() and +x is x (gradients as PyTorch's); +x of a
-    bool tensor raises."""
+    no gradient; a float operand raises TypeError. abs(x) is x.abs() and +x is x (gradients as PyTorch's, abs's 0 at
+    NaN and at 0); +x of a bool tensor raises."""
     need_torch()
     r = rng('bitwise')
     arrays = [r.integers(-100, 100, 6), r.integers(0, 255, 6).astype(np.uint8), r.integers(-9, 9, 6).astype(np.int32),
@@ -1124,6 +1124,7 @@ def test_bitwise_abs_and_pos_operators_as_pytorch():
         raises(TypeError, lambda: f(tl, tl.tensor(x)), 'integer and bool')
     raises(TypeError, lambda: tl.tensor(i) & 2.5, 'integer and bool')
     grads = []
+    x[1:4] = math.nan, 0.0, -0.0   # abs's gradient 0 at NaN and at 0, as PyTorch's
     for m in (tl, torch):
         t = m.tensor(x, requires_grad=True)
         (abs(t) * m.tensor(upstream(0, (6,))) + (+t) * 3).sum().backward()

@@ -1055,6 +1055,11 @@ class Sqrt(Function):
         return g / (2 * self.out)
 
 
+def _sign(a):
+    """PyTorch's sign: 0 at NaN (NumPy's gives NaN) and at -0."""
+    return (a > 0).astype(a.dtype) - (a < 0).astype(a.dtype)
+
+
 class Abs(Function):
     saves = (0,)
 
@@ -1062,8 +1067,8 @@ class Abs(Function):
         self.x = x
         return _xp(x).abs(x)
 
-    def backward(self, g):
-        return g * _xp(g).sign(self.x)
+    def backward(self, g):   # (0 at NaN, as PyTorch's)
+        return g * _sign(self.x)
 
 
 # (Op where torch.nn's module takes the name: tl.Tanh, tl.Sigmoid, tl.Softmax, tl.LogSoftmax, tl.LayerNorm are modules)
@@ -4206,7 +4211,7 @@ class Tensor:
     def sign(self):   # as PyTorch's: 0 at NaN and at -0, a bool tensor as it is
         if self.dtype == np.bool_:
             return self.clone()
-        return Step.apply(self, fn=lambda a: (a > 0).astype(a.dtype) - (a < 0).astype(a.dtype))
+        return Step.apply(self, fn=_sign)
 
     def nan_to_num(self, nan=0.0, posinf=None, neginf=None):
         """NaN, +inf and -inf replaced (by default with 0 and the dtype's largest finite values), their gradient 0, as
