@@ -1002,6 +1002,9 @@ def test_remainder_and_floor_division_as_pytorch():
     raises(RuntimeError, lambda: floored.sum().backward(), 'floor_divide')
     raises(RuntimeError, lambda: tl.tensor(ints) % tl.tensor([1, 0, 2, 3]), 'by zero')
     raises(RuntimeError, lambda: tl.tensor(ints) // 0, 'by zero')
+    for m in (tl, torch):   # an empty result divides by nothing
+        empty = m.zeros(0, 4, dtype=m.int64) % m.tensor([0, 1, 1, 2]), m.zeros(0, 4, dtype=m.int64) // 0
+        assert [tuple(e.shape) for e in empty] == [(0, 4), (0, 4)]
     assert (tl.tensor([5.0, -5.0]) // 0).tolist() == (torch.tensor([5.0, -5.0]) // 0).tolist()
     assert np.isnan((tl.tensor([5.0]) % 0).item()) and np.isnan((torch.tensor([5.0]) % 0).item())
 

@@ -1275,7 +1275,8 @@ class Remainder(Function):
         self.saves = (0, 1) if self.needs_grad[1] else ()   # b's gradient reads both; a's neither (it is g)
         if a.dtype == np.bool_:
             raise TypeError(f"{'//' if floor else '%'}: not defined for bool tensors (as in PyTorch)")
-        if a.dtype.kind in 'iu' and (b == 0).any():   # NumPy would give 0 and a warning
+        # (NumPy would give 0 and a warning; an empty result divides by nothing)
+        if a.dtype.kind in 'iu' and math.prod(np.broadcast_shapes(a.shape, b.shape)) and (b == 0).any():
             raise RuntimeError(f"ZeroDivisionError: integer {'//' if floor else '%'} by zero (as in PyTorch)")
         with np.errstate(divide='ignore', invalid='ignore'):   # float x % 0 and x // 0: NaN and inf, as PyTorch
             return xp.floor_divide(a, b) if floor else xp.remainder(a, b)
