@@ -6890,7 +6890,8 @@ def test_pytorch_conveniences():
 def test_pytorch_keyword_names():
     """PyTorch's keyword names work beside API.md's: dim= for axis= (reductions, softmax, shape ops, cat, stack; max
     and min then return PyTorch's (values, indices)), dim0=/dim1= in transpose, gradient= in backward, size= in the
-    creation functions; values and gradients against PyTorch's. Giving both names raises TypeError."""
+    creation functions, view and expand, shape= in reshape, dims= in permute; values and gradients against PyTorch's.
+    Giving both names raises TypeError."""
     need_torch()
     r = rng('keyword names')
     x0, x1 = sample(r, (2, 3, 4)), sample(r, (2, 3, 4))
@@ -6923,7 +6924,12 @@ def test_pytorch_keyword_names():
         assert made.shape == (2, 3) and made.dtype == np.float64, name
         raises(TypeError, lambda: getattr(tl, name)(2, size=(2,)), 'size')
     assert tl.full(size=(2,), fill_value=1.5).tolist() == torch.full(size=(2,), fill_value=1.5).tolist()
+    for shaped in (lambda t: t.permute(dims=(2, 0, 1)), lambda t: t.reshape(shape=(4, -1)),
+                   lambda t: t.view(size=(8, 3)), lambda t: t[:, :1].expand(size=(3, 2, 3, 4))):   # PyTorch's keywords
+        assert shaped(x).tolist() == shaped(p).tolist()
     for both in (lambda: x.sum(axis=0, dim=1), lambda: tl.cat([x], axis=0, dim=1), lambda: x.transpose(0, 1, dim0=1),
+                 lambda: x.reshape(24, shape=(4, 6)), lambda: x.view(24, size=(24,)),
+                 lambda: x.permute(0, 1, 2, dims=(2, 1, 0)), lambda: x.expand(2, 3, 4, size=(2, 3, 4)),
                  lambda: tl.ones(3, requires_grad=True).sum().backward(tl.tensor(1.), gradient=tl.tensor(1.))):
         raises(TypeError, both)
     assert x.sum(axis=1).shape == (2, 4) and tl.softmax(x, axis=0).shape == x.shape   # API.md's names still

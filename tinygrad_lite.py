@@ -329,7 +329,9 @@ def _aliases(**names):
     """A decorator: the function also takes PyTorch's keyword names (dim= for axis=; a name for *shape gives the
     shape), a TypeError where a call gives both."""
     def decorate(fn):
-        star = next((p.name for p in inspect.signature(fn).parameters.values() if p.kind is p.VAR_POSITIONAL), None)
+        params = list(inspect.signature(fn).parameters.values())
+        star = next((p.name for p in params if p.kind is p.VAR_POSITIONAL), None)
+        bound = int(bool(params) and params[0].name == 'self')   # (a method's self comes before the shape)
 
         @functools.wraps(fn)
         def call(*args, **kwargs):
@@ -337,11 +339,11 @@ def _aliases(**names):
                 return fn(*args)
             for theirs, ours in names.items():
                 if theirs in kwargs:
-                    if ours in kwargs or ours == star and args:
-                        raise TypeError(f"{fn.__name__}() got both {ours} and {theirs}= (PyTorch's name for it)")
                     value = kwargs.pop(theirs)
+                    if ours in kwargs or ours == star and args[bound:]:
+                        raise TypeError(f"{fn.__name__}() got both {ours} and {theirs}= (PyTorch's name for it)")
                     if ours == star:
-                        args = (value,)
+                        args = args[:bound] + (value,)
                     else:
                         kwargs[ours] = value
             return fn(*args, **kwargs)
@@ -4744,6 +4746,7 @@ class Tensor:
         return LogSoftmaxOp.apply(_need_float(self, 'log_softmax'), axis=_dim(axis, self.ndim))
 
     # ---- shape
+    @_aliases(shape='shape')
     def reshape(self, *shape):
         shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
         known = int(np.prod([n for n in shape if n != -1]))
@@ -4753,6 +4756,7 @@ class Tensor:
             raise ValueError(f"reshape: cannot view a tensor of shape {self.shape} as {shape}")
         return Reshape.apply(self, shape=shape)
 
+    @_aliases(size='shape')
     def view(self, *shape):
         """reshape where the memory allows it without a copy; as PyTorch's view, an error where it does not."""
         if len(shape) == 1 and isinstance(shape[0], (type, np.dtype, str)):
@@ -4772,6 +4776,7 @@ class Tensor:
             return self.reshape(1)
         return self.reshape(self.shape[:start] + (math.prod(self.shape[start:end + 1]),) + self.shape[end + 1:])
 
+    @_aliases(dims='dims')
     def permute(self, *dims):
         dims = tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
         order = tuple(_dim(d, self.ndim) for d in dims)
@@ -4803,6 +4808,7 @@ class Tensor:
         axes = _axes(axis, self.ndim) if axis is not None else range(self.ndim)
         return self.reshape(tuple(n for i, n in enumerate(self.shape) if not (i in axes and n == 1)))
 
+    @_aliases(size='shape')
     def expand(self, *shape):
         shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
         lead = len(shape) - self.ndim
