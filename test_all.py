@@ -12209,6 +12209,9 @@ def test_cifar_cli_refuses_bad_values():
                  *[(['--device', v], v, "'cpu', 'cuda' or 'cuda:N'") for v in ('gpu', 'cuda:x', 'cuda1', 'CPU')]]
         if not tl.cuda_is_available():
             cases.append((['--device', 'cuda:0'], 'needs CuPy'))
+        if os.path.isdir('/proc'):   # a folder that takes no new file, even for root (a traceback after an epoch before)
+            cases += [(['--save', '/proc/ck.npz'], '/proc/ck.npz', 'cannot write'),
+                      (['--log', '/proc/x.jsonl'], '/proc/x.jsonl', 'cannot write')]
         for argv, *needles in cases:
             msg = _cli_error('--device', 'cpu', *argv)
             for needle in needles:
@@ -12382,7 +12385,8 @@ def test_cifar_validation_split_never_reads_test_batch():
 
 def test_cifar_cpu_duration_note():
     """A CPU run whose steps left take over 0.2 h at 50 images/s says so before it trains; one resumed near the end of
-    such a schedule does not (the steps left count, not the schedule's)."""
+    such a schedule does not (the steps left count, not the schedule's). One that will evaluate says what the
+    evaluation takes (per 1,000 images, by its views); one stopped before the end does not."""
     with tempfile.TemporaryDirectory() as root:
         _write_batches(os.path.join(root, 'cifar-10-batches-py'), *_tiny_cifar(n_train=20, n_test=20))
         ck, load_checkpoint = os.path.join(root, 'ck.npz'), tc.load_checkpoint

@@ -52,6 +52,7 @@ import pickle
 import re
 import sys
 import tarfile
+import tempfile
 import time
 import urllib.request
 
@@ -647,6 +648,11 @@ def parse_args(argv=None):
             p.error(f'{name} {path}: a folder; give a file path')
         if path is not None and not os.path.isdir(os.path.dirname(path) or '.'):
             p.error(f'{name} {path}: its folder {os.path.dirname(path)} does not exist')
+        if path is not None:
+            try:   # (a file can be made there: the checkpoint's temporary file and the log)
+                tempfile.TemporaryFile(dir=os.path.dirname(path) or '.').close()
+            except OSError as e:
+                p.error(f'{name} {path}: cannot write a file in its folder ({e.strerror})')
     if args.device is not None and not re.fullmatch(r'cpu|cuda(:\d+)?', args.device):
         p.error(f"--device {args.device}: unknown device; expected 'cpu', 'cuda' or 'cuda:N'")
     if args.device not in (None, 'cpu'):
