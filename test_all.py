@@ -12395,11 +12395,13 @@ def test_cifar_cpu_duration_note():
             with contextlib.redirect_stdout(out):
                 tc.train(_args(root, '--epochs', '2000', '--tta', 'off', *extra))
             return out.getvalue()
-        assert 'note: about 0.2 h on a CPU of 2 cores' in printed('--stop-after', '1', '--save', ck)
+        out = printed('--stop-after', '1', '--save', ck)
+        assert 'note: about 0.2 h on a CPU of 2 cores' in out and 'evaluation takes' not in out, out
         near_end = lambda path, config: {**load_checkpoint(path, config), 'epoch': 1999, 'step': 1999}
         with mock.patch.object(tc, 'load_checkpoint', near_end):
             out = printed('--resume', ck)
         assert 'step 1999 of 2000' in out and 'h on a CPU' not in out, out
+        assert 'the final evaluation takes about 7 s per 1,000 images' in out, out   # (--tta off: one view)
 
 
 def test_cifar_finished_checkpoint_resumed_with_stop_after_tests():
