@@ -11698,6 +11698,26 @@ def test_gpu_gru_falls_back_where_a_backward_kernel_is_missing():
             assert_matches(a, b, 1e-5, f'{missing} missing: result {k}')
 
 
+def test_gpu_gru_plans_follow_their_switches():
+    """_gru_plans keeps the layouts of a shape per the switches that decide them: after a first run with the defaults
+    (tl.gru_autotune: lists of candidates to time; the regs kernels, W_hh in registers, offered and among them),
+    tl.gru_autotune False gives the model's choice each way, and _gru_regs_offered False layouts without regs
+    kernels."""
+    need_cuda()
+    x = tl.cp.asarray(rng('gru plans switches').uniform(-1, 1, (20, 16, 32)).astype(np.float32))
+    flat = lambda plans: [layout for p in plans for layout in (p if isinstance(p, list) else [p])]
+    with gru_autotuned(True), mock.patch.object(tl, '_gru_regs_offered', True):
+        tuned = tl._gru_plans(x, 128, True)
+        with mock.patch.object(tl, 'gru_autotune', False):
+            fixed = tl._gru_plans(x, 128, True)
+        with mock.patch.object(tl, '_gru_regs_offered', False):
+            plain = tl._gru_plans(x, 128, True)
+        key = tl._gru_key(16, 128, np.float32, 1)
+        assert fixed == [tl._gru_model_choice(forward, key, np.float32) for forward in (True, False)], (tuned, fixed)
+    assert any(isinstance(p, list) for p in tuned) and any(layout[10] for layout in flat(tuned)), tuned
+    assert None not in plain and not any(layout[10] for layout in flat(plain)), plain
+
+
 def test_gpu_gru_autotune_keeps_the_fastest_layout():
     """tl.gru_autotune: the first run of a shape launches each direction's candidates (_gru_plans' lists) three times
     (one to load, two timed by events) and then the fastest, kept for later runs, which launch only it; the times here

@@ -2289,7 +2289,7 @@ _GRU_MACS = {(4, 0): 96, (4, 1): 512, (2, 1): 1024}   # multiply-adds per clock 
 _GRU_GROUP_BARRIER = 1000
 _gru_devices = {}   # GPU index -> (multiprocessors, shared memory per block, the persistent kernels' barrier flags)
 # ((multiprocessors, shared memory, B, H, itemsize, TC, clusters loaded), (_gru_half_operands, _gru_wgmma,
-# _gru_chunk_cap, whether the forward keeps gates)) -> [forward, backward]
+# _gru_chunk_cap, _gru_regs_offered, gru_autotune, whether the forward keeps gates)) -> [forward, backward]
 _gru_layouts = {}
 
 
@@ -2650,8 +2650,8 @@ def _gru_plans(x, hidden, tf32, keep_gates=True):
     if _gru_path != 'fallback' and _kernel('gru_fwd_persistent', x.dtype, tc) is not None and \
             _kernel('gru_bwd_persistent', x.dtype, tc) is not None:
         key = _gru_key(x.shape[1], hidden, x.dtype, tc)
-        # a layout fits the kernels the first three select
-        switches = (_gru_half_operands, _gru_wgmma, _gru_chunk_cap, keep_gates)
+        # a layout fits the kernels the first four select; gru_autotune: a list to time or the model's choice
+        switches = (_gru_half_operands, _gru_wgmma, _gru_chunk_cap, _gru_regs_offered, gru_autotune, keep_gates)
         if (key, switches) not in _gru_layouts:
             _gru_layouts[key, switches] = [_gru_choice(forward, key, x.dtype) for forward in (True, False)]
         plans = _gru_layouts[key, switches]
