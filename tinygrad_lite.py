@@ -2294,7 +2294,7 @@ _gru_layouts = {}
 
 
 class GRULayer(Function):
-    """One GRU layer: (x (T, B, in), w_ih, w_hh[, b_ih, b_hh][, h0 (B, H)]) -> out (T, B, H); `given` says
+    """One GRU layer: (x (T, B, in), w_ih, w_hh[, b_ih][, b_hh][, h0 (B, H)]) -> out (T, B, H); `given` says
     which of (x, w_ih, w_hh, b_ih, b_hh, h0) are there. float16 runs in float32 on the xp loop."""
     saves_output = True
 
@@ -2475,7 +2475,7 @@ def _gru_projects_inside(plan, x):
     not a timing run's (_gru_tunes: those launch on the projection), in an eager run (a CUDA graph's replay spends no
     host time: the projection apart takes less GPU time) of at most _GRU_REGS_PROJ_STEPS steps, x's rows unit-strided,
     the block's rows times the inputs' k-tiles of 8 at most _GRU_REGS_X_TILES, and _gru_projection_bytes within the
-    block's shared memory (besides the kernel's own 4.4 KB: h's copies); not for an input of no features."""
+    block's shared memory besides 4608 bytes (the kernel's own, h's copies: 4.4 KB); not for an input of no features."""
     layout = _gru_used(plan)
     if layout is None or not layout[10] or x.shape[0] > _GRU_REGS_PROJ_STEPS:   # (no driver call for others)
         return False
@@ -2580,7 +2580,8 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
         kernel = _kernel(f'gru_{direction}_regs', dtype, regs, *(projects,) * forward, int(rows == 1))
         if kernel is None or 16 * regs < hidden or rows > _GRU_REGS_ROWS or groups * rows < batch:
             raise RuntimeError(f"GRU: layout {plan} is not one of gru_{direction}_regs' (hidden at most {16 * regs}, "
-                               f"at most {_GRU_REGS_ROWS} rows a block, its kernel loaded)")
+                               f"at most {_GRU_REGS_ROWS} rows a block, blocks enough for batch {batch}, its kernel "
+                               "loaded)")
         if not forward:
             kernel((groups,), (_BLOCK,), arrays + _int32s(steps, batch, hidden, rows))
         elif arrays[0] is not None:   # gru_fwd_regs on xg
@@ -2631,9 +2632,9 @@ def _gru_launch(direction, plan, tf32, arrays, steps, batch, hidden):
 def _gru_device():
     index = cp.cuda.runtime.getDevice()
     if index not in _gru_devices:
-        props = cp.cuda.runtime.getDeviceProperties(index)
-        sms = props['multiProcessorCount']
-        _gru_devices[index] = sms, props['sharedMemPerBlockOptin'], cp.zeros(1 + sms, np.uint64)
+        sms = _multiprocessors()
+        smem = cp.cuda.runtime.getDeviceProperties(index)['sharedMemPerBlockOptin']
+        _gru_devices[index] = sms, smem, cp.zeros(1 + sms, np.uint64)
     return _gru_devices[index]
 
 
