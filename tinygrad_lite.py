@@ -5002,23 +5002,23 @@ class Tensor:
             warnings.warn("indexing with dtype uint8 is deprecated (as in PyTorch), please use a dtype bool instead",
                           UserWarning, stacklevel=_stacklevel())
         index = tuple(i != 0 if mask else i for mask, i in zip(masks, index))
-        dims = [_index_dims(i) for i in index]
+        dims = [_index_dims(i) for i in index]   # (None: a basic entry)
         ellipses = [k for k, i in enumerate(index) if i is Ellipsis]
         if len(ellipses) == 1 and any(d is not None for d in dims):   # as whole axes, as PyTorch takes it
             # (to NumPy an Ellipsis of no axes still parts the arrays beside it, sending their axes to the front)
             taken = sum(1 if d is None else d for i, d in zip(index, dims) if i is not None and i is not Ellipsis)
-            at = ellipses[0]
-            index = index[:at] + (slice(None),) * max(self.ndim - taken, 0) + index[at + 1:]
+            at, whole = ellipses[0], max(self.ndim - taken, 0)
+            index = index[:at] + (slice(None),) * whole + index[at + 1:]
+            dims = dims[:at] + [None] * whole + dims[at + 1:]
         selects = [_is_select(i) for i in index]
-        if not any(selects) or all(selects) or all(_index_dims(i) is None for i in index):
+        if not any(selects) or all(selects) or all(d is None for d in dims):
             return [index]
         first = []   # the integers, every other axis whole
-        for i, select in zip(index, selects):
+        for i, d, select in zip(index, dims, selects):
             if select or i is Ellipsis:
                 first.append(i)
             elif i is not None:   # None adds an axis: in the second step only
-                dims = _index_dims(i)
-                first += [slice(None)] * (1 if dims is None else dims)
+                first += [slice(None)] * (1 if d is None else d)
         return [tuple(first), tuple(i for i, select in zip(index, selects) if not select)]
 
     def __getitem__(self, index):
