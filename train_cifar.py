@@ -516,7 +516,7 @@ def train(args):
               'shorter run', flush=True)
     if device == 'cpu' and last_epoch == n_epochs:   # 2 CPU cores evaluated 5,000 images in 6 views in 217 s
         print(f'note: the final evaluation takes about {len(TTA_VIEWS[args.tta]) * 7:.0f} s per 1,000 images on a CPU '
-              'of 2 cores (--tta off: one view of each, not six)', flush=True)
+              'of 2 cores (--tta off: one view of each)', flush=True)
     print(f"{'epoch':>5} {'train_loss':>10} {'train_acc':>9} {'train_time':>10}", flush=True)
     records, log = [], open(args.log, 'a' if args.resume else 'w') if args.log else None
     for epoch in range(start_epoch, last_epoch):
@@ -649,15 +649,17 @@ def parse_args(argv=None):
     if not args.synthetic and os.path.exists(args.data) and not os.path.isdir(args.data):
         p.error(f'--data {args.data}: a file; give the folder holding cifar-10-batches-py/ (or the batches)')
     for name, path in (('--save', args.save), ('--log', args.log)):   # checked now, not after an epoch
-        if path is not None and os.path.isdir(path):
+        if path is None:
+            continue
+        folder = os.path.dirname(path) or '.'
+        if os.path.isdir(path):
             p.error(f'{name} {path}: a folder; give a file path')
-        if path is not None and not os.path.isdir(os.path.dirname(path) or '.'):
-            p.error(f'{name} {path}: its folder {os.path.dirname(path)} does not exist')
-        if path is not None:
-            try:   # (a file can be made there: the checkpoint's temporary file and the log)
-                tempfile.TemporaryFile(dir=os.path.dirname(path) or '.').close()
-            except OSError as e:
-                p.error(f'{name} {path}: cannot write a file in its folder ({e.strerror})')
+        if not os.path.isdir(folder):
+            p.error(f'{name} {path}: its folder {folder} does not exist')
+        try:   # (a file can be made there: the checkpoint's temporary file and the log)
+            tempfile.TemporaryFile(dir=folder).close()
+        except OSError as e:
+            p.error(f'{name} {path}: cannot write a file in its folder ({e.strerror})')
     if args.device is not None and not re.fullmatch(r'cpu|cuda(:\d+)?', args.device):
         p.error(f"--device {args.device}: unknown device; expected 'cpu', 'cuda' or 'cuda:N'")
     if args.device not in (None, 'cpu'):
