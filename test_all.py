@@ -3679,7 +3679,8 @@ def test_error_gru_dtype_mismatch_named():
     gradient appears."""
     tl.manual_seed(0)
     gru, cell = tl.GRU(3, 4), tl.GRUCell(3, 4)
-    x, h0, h = tl.ones(2, 1, 3), tl.zeros(1, 1, 4, dtype=np.float64, requires_grad=True), tl.zeros(1, 4, dtype=np.float64)
+    x, h = tl.ones(2, 1, 3), tl.zeros(1, 4, dtype=np.float64)
+    h0 = tl.zeros(1, 1, 4, dtype=np.float64, requires_grad=True)
     raises(TypeError, lambda: gru(x, h0), 'GRU:', 'h0 of dtype float64', 'input of dtype float32')
     assert h0.grad is None
     raises(TypeError, lambda: cell(x[0], h), 'GRUCell:', 'h of dtype float64', 'input of dtype float32')
@@ -5742,16 +5743,14 @@ def test_error_optim_options_set_between_steps_change_nothing():
             ('AdamW', 'betas', (0.9,), ValueError, 'pair'),
             ('SGD', 'momentum', -0.9, ValueError, 'Invalid momentum value')):
         a, b = new(), new()
-        opt = getattr(tl, name)([{'params': [a]}, {'params': [b]}], lr=0.1, **({'momentum': 0.9} if name == 'SGD' else {}))
-        for _ in range(2):
-            a.grad, b.grad = tl.ones(3), tl.ones(3)
-            if _:
-                opt.param_groups[1][key] = value
-                before = optim_snapshot(opt)
-                raises(exc, opt.step, needle)
-                assert_optim_unchanged(opt, before, f'{name} {key}={value!r}')
-            else:
-                opt.step()
+        momentum = {'momentum': 0.9} if name == 'SGD' else {}
+        opt = getattr(tl, name)([{'params': [a]}, {'params': [b]}], lr=0.1, **momentum)
+        a.grad, b.grad = tl.ones(3), tl.ones(3)
+        opt.step()   # (the state each parameter then has)
+        opt.param_groups[1][key] = value
+        before = optim_snapshot(opt)
+        raises(exc, opt.step, needle)
+        assert_optim_unchanged(opt, before, f'{name} {key}={value!r}')
 
 
 def test_error_optim_step_gradient_of_another_dtype_changes_nothing():
@@ -5777,7 +5776,8 @@ def test_optim_load_state_dict_replaces_the_groups_as_pytorch():
     starts from the loaded rate (torch's the same)."""
     need_torch()
     rates = []
-    for lib, make in ((tl, lambda: tl.Parameter(np.ones(2, np.float32))), (torch, lambda: torch.nn.Parameter(torch.ones(2)))):
+    for lib, make in ((tl, lambda: tl.Parameter(np.ones(2, np.float32))),
+                      (torch, lambda: torch.nn.Parameter(torch.ones(2)))):
         optim = lib.optim if lib is torch else lib
         sched = torch.optim.lr_scheduler if lib is torch else lib
         saved = optim.SGD([make()], lr=0.5).state_dict()
@@ -12229,7 +12229,7 @@ def test_cifar_cli_refuses_bad_values():
                  *[(['--device', v], v, "'cpu', 'cuda' or 'cuda:N'") for v in ('gpu', 'cuda:x', 'cuda1', 'CPU')]]
         if not tl.cuda_is_available():
             cases.append((['--device', 'cuda:0'], 'needs CuPy'))
-        if os.path.isdir('/proc'):   # a folder that takes no new file, even for root (a traceback after an epoch before)
+        if os.path.isdir('/proc'):   # a folder that takes no new file, even for root
             cases += [(['--save', '/proc/ck.npz'], '/proc/ck.npz', 'cannot write'),
                       (['--log', '/proc/x.jsonl'], '/proc/x.jsonl', 'cannot write')]
         for argv, *needles in cases:
