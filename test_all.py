@@ -3082,6 +3082,41 @@ def test_elementwise_math_functions_warn_nothing():
             getattr(x, name)().sum().backward()
 
 
+def test_special_values_warn_nothing():
+    """Division by 0, log 0, sqrt and pow at 0, exp and products past the range, inf - inf, a number past float16's
+    or float32's range, the same in place, and an optimizer step on an overflowing gradient: inf and NaN, forward
+    and backward, without NumPy's warnings (as PyTorch), and (where it is installed) PyTorch's values."""
+    calls = [('x / 0', lambda x: x / 0), ('0 / x', lambda x: 0 / x), ('x ** -1', lambda x: x ** -1),
+             ('log', lambda x: x.log()), ('sqrt', lambda x: x.sqrt()), ('rsqrt', lambda x: x.rsqrt()),
+             ('exp', lambda x: (x * 100).exp()), ('x * 1e39', lambda x: x * 1e39),
+             ('x - x * inf', lambda x: x - x * math.inf),
+             ('softmax', lambda x: (x * 1e39).softmax(0)), ('logsumexp', lambda x: (x * 1e39).logsumexp(0)),
+             ('prod', lambda x: (x * 1e30).prod()), ('sigmoid', lambda x: (x * -1e30).sigmoid())]
+    for dtype in (np.float16, np.float32, np.float64):
+        a = np.array([0.0, 2.5, -3.0, 7.0], dtype)
+        with warnings.catch_warnings():
+            warnings.simplefilter('error')
+            for name, f in calls:
+                x = tl.tensor(a, requires_grad=True)
+                out = f(x)
+                out.sum().backward()
+                if torch is not None:
+                    xt = torch.tensor(a, requires_grad=True)
+                    want = f(xt)
+                    want.sum().backward()
+                    for got, ref, what in ((out.data, want, 'value'), (x.grad.data, xt.grad, 'gradient')):
+                        assert np.allclose(got, ref.detach().numpy(), 1e-3, equal_nan=True), \
+                            f'{name} {np.dtype(dtype).name} {what}: {got} vs {ref}'
+            y = tl.tensor(a)
+            y /= 0
+            y *= 1e39
+            assert np.array_equal(np.isnan(y.numpy()), [True, False, False, False]), y
+            p = tl.Parameter(a[1:] + 1)
+            p.grad = tl.tensor(a[1:] * float(np.finfo(dtype).max))
+            tl.Adam([p]).step()
+            assert np.isnan(p.numpy()).all(), p   # inf / inf
+
+
 def test_elementwise_math_integer_and_bool_inputs_as_pytorch():
     """MATH_CALLS (and more) on int64, int32, int16, int8, uint8 and bool tensors as PyTorch's: float32 results, but
     floor, ceil, round, trunc, sign, square and nan_to_num keep the dtype (square of bools: int64); where PyTorch raises

@@ -43,6 +43,7 @@ uint8, int8, int16, int32, int64, bool_ = np.uint8, np.int8, np.int16, np.int32,
 _DTYPE_ALIASES = {'half': np.float16, 'float': np.float32, 'double': np.float64, 'short': np.int16, 'int': np.int32,
                   'long': np.int64, 'bool': np.bool_}
 _FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+_FLOAT16_MAX = float(np.finfo(np.float16).max)   # the narrowest float range: a number past it may overflow a cast
 _SUPPORTED = _FLOATS + tuple(np.dtype(t) for t in (np.bool_, np.uint8, np.int8, np.int16, np.int32, np.int64))
 
 
@@ -860,7 +861,8 @@ class Function:
             if t.device != device:
                 raise RuntimeError(f"{cls.__name__}: expected all tensors on one device, got {device} and {t.device}")
         ctx = cls(inputs)
-        out = ctx.forward(*[t.data for t in inputs], **params)
+        with _quiet(device):
+            out = ctx.forward(*[t.data for t in inputs], **params)
         recording = ctx.recording and out.dtype.kind == 'f'   # integer results need none
         result = Tensor._wrap(out, ctx.output_device(device), ctx if recording else None)
         if cls.may_view and _memory_owner(out) is _memory_owner(inputs[0].data):
@@ -918,6 +920,12 @@ def _memory_owner(array):
     while getattr(array, 'base', None) is not None:
         array = array.base
     return array
+
+
+def _quiet(device):
+    """NumPy's floating-point warnings off for an op's arithmetic on `device`: inf and NaN are results, silently as
+    PyTorch's (CuPy warns of none: no context to enter for the GPU)."""
+    return np.errstate(all='ignore') if device == 'cpu' else contextlib.nullcontext()
 
 
 def _version_error(t, counter, version, which):
@@ -988,6 +996,7 @@ def _references_alone():
 _ALONE, _BASE_ALONE, _DATA_ALONE = _references_alone()
 
 
+@np.errstate(all='ignore')   # as each op's forward (_quiet): inf and NaN gradients, silently as PyTorch's
 def _backward(root, grad, retain_graph):
     order = _topological_order(root)
     leaves = _leaf_gradients(root, grad, order)   # every gradient before any leaf is touched: a failure changes nothing
@@ -1101,18 +1110,15 @@ class SigmoidOp(Function):
 
 
 class _Unary(Function):
-    """y = f(x) elementwise and its gradient grad(g, x), NaN and inf where PyTorch gives them, without NumPy's
-    warnings."""
+    """y = f(x) elementwise and its gradient grad(g, x), NaN and inf where PyTorch gives them."""
     saves = (0,)
 
     def forward(self, x):
         self.x = x
-        with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
-            return self.f(x)
+        return self.f(x)
 
     def backward(self, g):
-        with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
-            return self.grad(g, self.x)
+        return self.grad(g, self.x)
 
 
 class Sin(_Unary):
@@ -1260,12 +1266,11 @@ class Pow(Function):
         # PyTorch's masks: no gradient for a where b == 0 (b a^(b-1) at a == 0 would be 0 * inf), none for b
         # where a == 0 and b >= 0 (a^b log a would be 0 * -inf or -inf)
         xp, zero, da, db = _xp(g), g.dtype.type(0), None, None
-        with np.errstate(divide='ignore', invalid='ignore'):   # NumPy would warn of the values masked out
-            if self.needs_grad[0]:
-                da = _unbroadcast(xp.where(self.b == 0, zero, g * self.b * self.a ** (self.b - 1)), self.a.shape)
-            if self.needs_grad[1]:
-                db = _unbroadcast(xp.where((self.a == 0) & (self.b >= 0), zero, g * self.out * xp.log(self.a)),
-                                  self.b.shape)
+        if self.needs_grad[0]:
+            da = _unbroadcast(xp.where(self.b == 0, zero, g * self.b * self.a ** (self.b - 1)), self.a.shape)
+        if self.needs_grad[1]:
+            db = _unbroadcast(xp.where((self.a == 0) & (self.b >= 0), zero, g * self.out * xp.log(self.a)),
+                              self.b.shape)
         return da, db
 
 
@@ -1280,16 +1285,14 @@ class Remainder(Function):
         # (NumPy would give 0 and a warning; an empty result divides by nothing)
         if a.dtype.kind in 'iu' and math.prod(np.broadcast_shapes(a.shape, b.shape)) and (b == 0).any():
             raise RuntimeError(f"ZeroDivisionError: integer {'//' if floor else '%'} by zero (as in PyTorch)")
-        with np.errstate(divide='ignore', invalid='ignore'):   # float x % 0 and x // 0: NaN and inf, as PyTorch
-            return xp.floor_divide(a, b) if floor else xp.remainder(a, b)
+        return xp.floor_divide(a, b) if floor else xp.remainder(a, b)   # float x % 0 and x // 0: NaN and inf
 
     def backward(self, g):
         if self.floor:
             raise RuntimeError("the derivative of floor_divide (//) is not implemented (as in PyTorch)")
         db = None
         if self.needs_grad[1]:
-            with np.errstate(divide='ignore', invalid='ignore'):
-                db = _unbroadcast(-g * _xp(g).floor_divide(self.a, self.b), self.b.shape)
+            db = _unbroadcast(-g * _xp(g).floor_divide(self.a, self.b), self.b.shape)
         return _unbroadcast(g, self.a.shape) if self.needs_grad[0] else None, db
 
 
@@ -1464,8 +1467,7 @@ class Prod(Function):
 
     def forward(self, x, axes, keepdim):
         self.x, self.axes = x, axes
-        with np.errstate(all='ignore'):
-            self.out = _wide(x).prod(axis=axes, keepdims=True)
+        self.out = _wide(x).prod(axis=axes, keepdims=True)
         out = self.out.astype(x.dtype, copy=False)
         return out if keepdim else out.reshape([n for i, n in enumerate(x.shape) if i not in axes])
 
@@ -1477,15 +1479,14 @@ class Prod(Function):
         order = [i for i in range(x.ndim) if i not in axes] + axes   # the reduced axes last: a slice a row
         rows = x.transpose(order).reshape(-1, math.prod(x.shape[i] for i in axes))
         ones = xp.ones((len(rows), 1), x.dtype)
-        with np.errstate(all='ignore'):   # (0 inf and overflows give NaN and inf, silently as PyTorch's)
-            before = xp.cumprod(xp.concatenate([ones, rows[:, :-1]], 1), 1)
-            after = xp.cumprod(xp.concatenate([ones, rows[:, :0:-1]], 1), 1)[:, ::-1]
-            exact = before * after
-            if len(axes) == x.ndim:   # (PyTorch's product of all elements)
-                exact = xp.where((rows == 0).sum() > 1, x.dtype.type(0), exact)
-            exact = exact.reshape([x.shape[i] for i in order]).transpose(sorted(range(x.ndim), key=order.__getitem__))
-            others = xp.where((x == 0).any(), exact, self.out / x)
-            return (g.reshape(self.out.shape) * others).astype(g.dtype, copy=False)
+        before = xp.cumprod(xp.concatenate([ones, rows[:, :-1]], 1), 1)
+        after = xp.cumprod(xp.concatenate([ones, rows[:, :0:-1]], 1), 1)[:, ::-1]
+        exact = before * after
+        if len(axes) == x.ndim:   # (PyTorch's product of all elements)
+            exact = xp.where((rows == 0).sum() > 1, x.dtype.type(0), exact)
+        exact = exact.reshape([x.shape[i] for i in order]).transpose(sorted(range(x.ndim), key=order.__getitem__))
+        others = xp.where((x == 0).any(), exact, self.out / x)
+        return (g.reshape(self.out.shape) * others).astype(g.dtype, copy=False)
 
 
 # ================================================================ primitive ops: movement
@@ -3700,8 +3701,7 @@ class BinaryCrossEntropy(Function):
     def forward(self, x, t):
         xp, self.x, self.t = _xp(x), x, t
         w, tw = x.astype(_opmath(x.dtype)), t.astype(_opmath(x.dtype))
-        with np.errstate(divide='ignore'):   # log(0): -inf, clamped to -100
-            out = (tw - 1) * xp.maximum(xp.log1p(-w), -100) - tw * xp.maximum(xp.log(w), -100)
+        out = (tw - 1) * xp.maximum(xp.log1p(-w), -100) - tw * xp.maximum(xp.log(w), -100)   # log(0): -inf, clamped
         return out.astype(x.dtype)
 
     def backward(self, g):
@@ -3709,8 +3709,7 @@ class BinaryCrossEntropy(Function):
         g = g.astype(x.dtype)
         eps = x.dtype.type(np.float32(1e-12))   # (PyTorch's is a float32 constant in every dtype)
         dx = g * (x - t) / xp.maximum(x * (1 - x), eps) if self.needs_grad[0] else None
-        with np.errstate(divide='ignore', invalid='ignore'):
-            dt = g * (xp.log1p(-x) - xp.log(x)) if self.needs_grad[1] else None
+        dt = g * (xp.log1p(-x) - xp.log(x)) if self.needs_grad[1] else None
         return tuple(None if d is None else d.astype(self.x.dtype) for d in (dx, dt))
 
 
@@ -3931,13 +3930,15 @@ class Tensor:
     def _operand(self, other):
         """`other` as a tensor on this device. As PyTorch promotes, a Python number takes this tensor's dtype,
         or its own (int64, float32) where it is of a higher kind (bool < int < float); an integer out of
-        range wraps."""
+        range wraps, a number past a float dtype's range becomes inf (silently, as PyTorch's)."""
         if isinstance(other, Tensor):
             return other
         if isinstance(other, _NUMBERS):
             own = _number_dtype(other)
             dtype = self.dtype if _KIND_RANK[own.kind] <= _KIND_RANK[self.dtype.kind] else own
-            return Tensor._wrap(np.asarray(other).astype(dtype)[()], self.device)
+            # (NumPy warns of the overflow; errstate costs a microsecond, spared where no dtype's range is passed)
+            with np.errstate(over='ignore') if abs(other) > _FLOAT16_MAX else contextlib.nullcontext():
+                return Tensor._wrap(np.asarray(other).astype(dtype)[()], self.device)
         return Tensor(other, device=self.device)
 
     def _no_bool_subtraction(self, other):
@@ -4054,13 +4055,15 @@ class Tensor:
         if ufunc is None:   # %, //, **: the op's own result (its checks: integer division by zero, negative powers)
             self.data[...] = op(self, given).data
         elif other.dtype == self.dtype and number is None:
-            getattr(_xp(self.data), ufunc)(self.data, other.data, out=self.data)
+            with _quiet(self.device):
+                getattr(_xp(self.data), ufunc)(self.data, other.data, out=self.data)
         else:   # as PyTorch: both operands in the result's arithmetic dtype, rounded once into the tensor's
             compute = _opmath(result)
             scalar = other.numel() == 1 and op in (operator.mul, operator.truediv)   # as in _binary
             rounded = other.data if other.dtype.kind == 'f' or scalar else other.data.astype(result)
-            operand = compute.type(number) if number is not None else rounded.astype(compute)
-            self.data[...] = getattr(_xp(self.data), ufunc)(self.data.astype(compute), operand)
+            with np.errstate(all='ignore'):   # (the number's cast is NumPy's on either device)
+                operand = compute.type(number) if number is not None else rounded.astype(compute)
+                self.data[...] = getattr(_xp(self.data), ufunc)(self.data.astype(compute), operand)
         self._version[0] += 1
         return self
 
@@ -4671,8 +4674,7 @@ class Tensor:
         if all(x.shape[a] for a in axes):   # (nothing to shift by where an axis is empty: the sum is 0, its log -inf)
             shift = x.detach().max(axes, keepdim=True)
             shift = where(shift.abs() == math.inf, 0, shift)
-        with np.errstate(divide='ignore', over='ignore'):   # log(0) and x - shift past float16's range: -inf, quietly
-            out = (x - shift).exp().sum(axes, keepdim=True).log() + shift
+        out = (x - shift).exp().sum(axes, keepdim=True).log() + shift   # (log 0, and past float16's range: -inf)
         return out if keepdim else out.squeeze(axes)
 
     @_aliases(dim='axis')
@@ -5774,8 +5776,8 @@ def _nll(what, logp, target, weight, ignore_index, reduction, smoothing=0.0):
         loss = loss * (1 - smoothing) + where(kept, spread, 0) * (smoothing / classes)
     if reduction != 'mean':
         return _apply_reduction(loss, reduction)
-    with np.errstate(invalid='ignore', divide='ignore'):   # no weight kept: 0 / 0, NaN as PyTorch's
-        return loss.sum() / Tensor._wrap(rows_weight.sum(dtype=_opmath(dtype)).astype(dtype), logp.device)
+    # (no weight kept: 0 / 0, NaN as PyTorch's)
+    return loss.sum() / Tensor._wrap(rows_weight.sum(dtype=_opmath(dtype)).astype(dtype), logp.device)
 
 
 def nll_loss(input, target, weight=None, ignore_index=-100, reduction='mean'):
@@ -7163,9 +7165,10 @@ class Optimizer:
                 _refuse_unwritable(p, "{}.step of param_groups[{}]['params'][{}]", name, g, j)
                 self._check_state(i, p, self.state.get(p, {}))
                 work.append((p, group))
-        for p, group in work:
-            self._update(p.data, p.grad.data, group, self.state[p])
-            p._version[0] += 1   # updated in place, as PyTorch's optimizers count it
+        with np.errstate(all='ignore'):   # (an overflow gives inf or NaN, silently as PyTorch's)
+            for p, group in work:
+                self._update(p.data, p.grad.data, group, self.state[p])
+                p._version[0] += 1   # updated in place, as PyTorch's optimizers count it
         return loss
 
     def _check_state(self, i, p, state):
