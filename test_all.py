@@ -3553,6 +3553,29 @@ def test_gru_unbatched_input_as_pytorch():
     assert_names_shapes(msg, (3,))
 
 
+def test_gru_and_gru_cell_take_pytorchs_keyword_hx():
+    """GRU(x, hx=h0) and GRUCell(x, hx=h) as PyTorch's keyword: the same output as h0 given by position, and as
+    PyTorch's with copied weights (float64); giving both names raises TypeError naming them."""
+    r = rng('gru hx')
+    for ours, theirs, shape in ((tl.GRU(3, 4), torch and torch.nn.GRU(3, 4), (1, 2, 4)),
+                                (tl.GRUCell(3, 4), torch and torch.nn.GRUCell(3, 4), (2, 4))):
+        ours = ours.double()
+        x, h = sample(r, (5, 2, 3)[-len(shape):]), sample(r, shape)
+        got = ours(tl.Tensor(x), hx=tl.Tensor(h))
+        got = got[0] if isinstance(got, tuple) else got
+        by_position = ours(tl.Tensor(x), tl.Tensor(h))
+        assert_close(got, by_position[0] if isinstance(by_position, tuple) else by_position, 0, 0, 'hx=')
+        name = 'h0' if isinstance(ours, tl.GRU) else 'h'
+        raises(TypeError, lambda: ours(tl.Tensor(x), **{name: tl.Tensor(h), 'hx': tl.Tensor(h)}), 'hx', name)
+        if torch is not None:
+            theirs = theirs.double()
+            ours.load_state_dict(theirs.state_dict())
+            want = theirs(torch.tensor(x), hx=torch.tensor(h))
+            got = ours(tl.Tensor(x), hx=tl.Tensor(h))
+            assert_close(got[0] if isinstance(got, tuple) else got, want[0] if isinstance(want, tuple) else want,
+                         1e-12, 1e-12, f'{type(ours).__name__} hx= against PyTorch')
+
+
 def gru_against_torch(ours, theirs, x, h0=None, tol=1e-9):
     """ours and theirs (weights copied) on float64 x [and h0]: the same output and h_n, and the same gradients of x, h0
     and every parameter for a loss weighting both."""

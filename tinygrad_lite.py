@@ -7007,6 +7007,7 @@ class GRUCell(Module):
         _gru_parameters(self, '', input_size, hidden_size, bias)
         _apply_device_dtype(self, device, dtype)
 
+    @_aliases(hx='h')
     def forward(self, x, h=None):
         if x.ndim not in (1, 2) or x.shape[-1] != self.input_size:   # as PyTorch: (B, in) or one unbatched (in,)
             raise ValueError(f"GRUCell: expected input of shape (B, {self.input_size}) or ({self.input_size},), "
@@ -7057,9 +7058,11 @@ class GRU(Module):
     def flatten_parameters(self):
         """A no-op, for code written for PyTorch (where it packs the weights for cuDNN): ours are used as they are."""
 
+    @_aliases(hx='h0')
     def forward(self, x, h0=None):
         """x (T, B, in), (B, T, in) with batch_first, or unbatched (T, in) with h0 (D * num_layers, H), as PyTorch;
-        D = 2 where bidirectional, else 1. Returns output (T, B, D * H) and h_n (D * num_layers, B, H)."""
+        D = 2 where bidirectional, else 1; h0 also as PyTorch's keyword hx=. Returns output (T, B, D * H) and h_n (D *
+        num_layers, B, H)."""
         if x.ndim not in (2, 3) or x.shape[-1] != self.input_size:
             steps = 'B, T' if self.batch_first else 'T, B'
             raise ValueError(f"GRU: expected input of shape ({steps}, {self.input_size}) or unbatched "
