@@ -5088,6 +5088,29 @@ def test_module_zero_grad():
     assert all(p.grad is None or not p.grad.numpy().any() for p in net.parameters())
 
 
+def test_module_requires_grad_as_pytorch():
+    """Module.requires_grad_(False) freezes every parameter (no .grad after a backward), requires_grad_() unfreezes
+    them; each returns the module. A flag that is not a bool (a tensor's too), or True with an integer parameter, raises
+    TypeError and changes no parameter."""
+    net = build_net(tl)
+    assert net.requires_grad_(False) is net and not any(p.requires_grad for p in net.parameters())
+    x = tl.Tensor(net_input(), requires_grad=True)
+    net(x).sum().backward()
+    assert x.grad is not None and all(p.grad is None for p in net.parameters())
+    assert net.requires_grad_() is net and all(p.requires_grad for p in net.parameters())
+    if torch is not None:
+        raises(TypeError, lambda: torch.nn.Linear(2, 3).requires_grad_(1), 'bool')
+    raises(TypeError, lambda: net.requires_grad_(0), 'bool')
+    assert all(p.requires_grad for p in net.parameters())
+    for make in (lambda: tl.zeros(2, requires_grad=1), lambda: tl.randn(2).requires_grad_(1),
+                 lambda: tl.Parameter(tl.randn(2), requires_grad='yes')):   # tensors too, as PyTorch's
+        raises(TypeError, make, 'bool')
+    net.requires_grad_(False)
+    net.steps = tl.Parameter(tl.tensor([1, 2]), requires_grad=False)
+    raises(TypeError, lambda: net.requires_grad_(True), 'steps', 'int64')
+    assert not any(p.requires_grad for p in net.parameters())
+
+
 def test_module_to_gives_changed_buffers_new_tensors():
     """Module.to/.double()/.half() gives a buffer whose dtype or device changes a new tensor, as PyTorch's: the
     tensor the caller registered (a loss's weight=) stays as it was and still serves the module it was given to;

@@ -3756,6 +3756,8 @@ class Tensor:
 
     @requires_grad.setter
     def requires_grad(self, flag):
+        if not isinstance(flag, (bool, np.bool_)):   # (as PyTorch's: 1 or a tensor is refused)
+            raise TypeError(f"requires_grad must be a bool, not {type(flag).__name__}")
         if flag and self.dtype not in _FLOATS:
             raise TypeError(f"only floating-point tensors can require gradients, not {self.dtype}")
         if not flag and self._ctx is not None:
@@ -6148,6 +6150,20 @@ class Module:
 
     def zero_grad(self, set_to_none=True):
         _zero_grads(self.parameters(), set_to_none)
+
+    def requires_grad_(self, requires_grad=True):
+        """Every parameter's requires_grad set (as PyTorch's, to freeze or unfreeze the module); returns the module. A
+        flag that is not a bool, or True with a parameter of an integer dtype, changes none."""
+        if not isinstance(requires_grad, (bool, np.bool_)):
+            raise TypeError(f"requires_grad_(): requires_grad must be a bool, not {type(requires_grad).__name__}")
+        named = list(self.named_parameters())
+        for name, p in named:
+            if requires_grad and p.dtype not in _FLOATS:
+                raise TypeError(f"requires_grad_(): parameter '{name}' of dtype {p.dtype} cannot require gradients "
+                                "(only floating-point tensors can)")
+        for _, p in named:
+            p.requires_grad = requires_grad
+        return self
 
     def to(self, *args, device=None, dtype=None):
         """Move and/or cast every parameter and buffer in place (floating-point ones only change dtype)."""
