@@ -2498,6 +2498,44 @@ def test_batchnorm2d_running_stats_over_steps():
     assert_close(lm(tl.Tensor(a)), tm(torch.from_numpy(a)), 1e-5, 1e-5, 'eval output')
 
 
+def test_batchnorm_without_tracked_statistics_as_pytorch():
+    """BatchNorm1d/2d(track_running_stats=False) as PyTorch's: None buffers (none in the state dict), the batch's
+    statistics in training and in evaluation alike (outputs and float64 gradients), its repr; and a tracking module
+    whose track_running_stats is switched off after training reads its running statistics in evaluation, updates
+    none in training and counts no batch."""
+    need_torch()
+    r = rng('bn untracked')
+    pairs = ((tl.BatchNorm1d(3, 0.1, None, True, False), torch.nn.BatchNorm1d(3, 0.1, None, True, False), (6, 3)),
+             (tl.BatchNorm2d(3, track_running_stats=False), torch.nn.BatchNorm2d(3, track_running_stats=False),
+              (4, 3, 2, 2)))
+    for ours, theirs, shape in pairs:
+        ours, theirs = ours.double(), theirs.double()
+        assert (ours.running_mean, ours.running_var, ours.num_batches_tracked) == (None, None, None)
+        assert list(ours.state_dict()) == list(theirs.state_dict()) == ['weight', 'bias']
+        assert repr(ours) == repr(theirs), (repr(ours), repr(theirs))
+        for training in (True, False):
+            ours.train(training), theirs.train(training)
+            x = sample(r, shape) * 3 + 1
+            xs, xt = tl.Tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+            out, want = ours(xs), theirs(xt)
+            assert_close(out, want, 1e-12, 1e-12, f'output, training={training}')
+            w = upstream(0, shape)
+            (out * tl.Tensor(w)).sum().backward(), (want * torch.tensor(w)).sum().backward()
+            assert_close(xs.grad, xt.grad, 1e-12, 1e-12, f'dx, training={training}')
+    ours, theirs = tl.BatchNorm1d(3).double(), torch.nn.BatchNorm1d(3).double()
+    x = sample(r, (5, 3))
+    ours(tl.Tensor(x)), theirs(torch.tensor(x))
+    ours.track_running_stats = theirs.track_running_stats = False
+    x = sample(r, (5, 3))
+    assert_close(ours(tl.Tensor(x)), theirs(torch.tensor(x)), 1e-12, 1e-12, 'training, not tracking')
+    want = torch_state(theirs)
+    for k, v in ours.state_dict().items():
+        assert_close(v, want[k], 1e-12, 1e-12, k)
+    assert int(ours.num_batches_tracked.item()) == 1
+    ours.eval(), theirs.eval()
+    assert_close(ours(tl.Tensor(x)), theirs(torch.tensor(x)), 1e-12, 1e-12, 'evaluation on the running statistics')
+
+
 def test_batchnorm_failed_forward_counts_no_batch():
     """A rejected input (a wrong shape, one value a channel, an eps PyTorch refuses: not positive in training, negative
     in evaluation) changes no buffer, so momentum=None (the cumulative average) stays right; PyTorch itself counts the

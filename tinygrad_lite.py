@@ -6506,33 +6506,41 @@ class _BatchNorm(Module):
     input_dims = ()
     _optional_buffers = ('num_batches_tracked',)   # as PyTorch: a state dict without it keeps the count
 
-    # device and dtype keyword-only: PyTorch's 5th argument is track_running_stats (always True here)
-    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, *, device=None, dtype=None):
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True, *, device=None,
+                 dtype=None):
         super().__init__()
-        self.eps, self.momentum = eps, momentum
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.track_running_stats = track_running_stats
         self.weight = Parameter(np.ones(num_features, np.float32)) if affine else None
         self.bias = Parameter(np.zeros(num_features, np.float32)) if affine else None
-        self.register_buffer('running_mean', Tensor(np.zeros(num_features, np.float32)))
-        self.register_buffer('running_var', Tensor(np.ones(num_features, np.float32)))
-        self.register_buffer('num_batches_tracked', Tensor(np.array(0, np.int64)))
+        # without track_running_stats, as PyTorch's: None buffers, and the batch's statistics in evaluation too
+        stats = [('running_mean', np.zeros(num_features, np.float32)), ('running_var', np.ones(num_features, np.float32)),
+                 ('num_batches_tracked', np.array(0, np.int64))]
+        for name, value in stats:
+            self.register_buffer(name, Tensor(value) if track_running_stats else None)
         _apply_device_dtype(self, device, dtype)
 
     def forward(self, x):
         if x.ndim not in self.input_dims:
             raise ValueError(f"{type(self).__name__}: expected a {' or '.join(map(str, self.input_dims))}-D input, "
                              f"got shape {x.shape}")
+        # as PyTorch's: the running statistics updated in training where tracked, read in evaluation where there
+        counting = self.training and self.track_running_stats and self.num_batches_tracked is not None
         momentum = self.momentum
-        if momentum is None:   # the cumulative average, counting this batch (evaluation: unused)
-            momentum = 1 / (float(self.num_batches_tracked.item()) + 1) if self.training else 0.0
-        out = batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, self.training, momentum, self.eps)
-        if self.training:   # counted only once batch_norm has accepted the input
+        if momentum is None:   # the cumulative average, counting this batch
+            momentum = 1 / (float(self.num_batches_tracked.item()) + 1) if counting else 0.0
+        mean, var = (self.running_mean, self.running_var) if self.track_running_stats or not self.training else (None,
+                                                                                                             None)
+        training = self.training or mean is None and var is None
+        out = batch_norm(x, mean, var, self.weight, self.bias, training, momentum, self.eps)
+        if counting:   # counted only once batch_norm has accepted the input
             self.num_batches_tracked.data += 1
         return out
 
     def extra_repr(self):   # (PyTorch 2.13's, whose bias follows affine here)
         affine = self.weight is not None
-        return (f"{self.running_mean.shape[0]}, eps={self.eps}, momentum={self.momentum}, affine={affine}, "
-                f"bias={affine}, track_running_stats=True")
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={affine}, bias={affine}, "
+                f"track_running_stats={self.track_running_stats}")
 
 
 class BatchNorm1d(_BatchNorm):
