@@ -4045,8 +4045,8 @@ FACTORY_LAYERS = [
     ('gru', lambda nn, **kw: nn.GRU(3, 4, 2, bidirectional=True, **kw), shapes_in((5, 2, 3))),
 ]
 # torch's arguments tinygrad_lite's constructors lack (signatures compared without them)
-FACTORY_SKIPPED = {'Conv2d': {'dilation', 'groups', 'padding_mode'}, 'BatchNorm1d': {'track_running_stats', 'bias'},
-                   'BatchNorm2d': {'track_running_stats', 'bias'}, 'GRU': {'proj_size'},
+FACTORY_SKIPPED = {'Conv2d': {'dilation', 'groups', 'padding_mode'}, 'BatchNorm1d': {'bias'}, 'BatchNorm2d': {'bias'},
+                   'GRU': {'proj_size'},
                    'Embedding': {'padding_idx', 'max_norm', 'norm_type', 'scale_grad_by_freq', 'sparse', '_weight',
                                  '_freeze'}}
 
@@ -4111,7 +4111,6 @@ def test_layer_factory_keywords_signatures_as_pytorch():
         positional = lambda ps: [p for p, v in ps.items() if v.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD]
         assert positional(ours) == positional(theirs)[:len(positional(ours))], (name, positional(ours))
     raises(TypeError, lambda: tl.Embedding(10, 4, 0), 'positional')   # torch's padding_idx is not our device
-    raises(TypeError, lambda: tl.BatchNorm1d(3, 1e-5, 0.1, True, False), 'positional')   # nor track_running_stats
 
 
 def test_error_layer_factory_keywords():
