@@ -2881,11 +2881,44 @@ def test_activation_modules_as_pytorch():
     for a, b in zip(ours, theirs, strict=True):
         for setting in ('negative_slope', 'dim'):
             assert getattr(a, setting, None) == getattr(b, setting, None), (a, setting)
-    for name in ('LeakyReLU', 'Softmax', 'LogSoftmax'):
-        names = lambda cls: [p for p in inspect.signature(cls).parameters if p != 'inplace']
+    for name in ('LeakyReLU', 'Softmax', 'LogSoftmax', 'ReLU', 'SiLU', 'ELU', 'Dropout'):
+        names = lambda cls: list(inspect.signature(cls).parameters)
         assert names(getattr(tl, name)) == names(getattr(torch.nn, name)), name
     assert not isinstance(tl.LogSoftmax(), tl.Softmax) and not isinstance(torch.nn.LogSoftmax(), torch.nn.Softmax)
     assert not any(hasattr(t, f) for t in (tl.Tensor, torch.Tensor) for f in ('silu', 'leaky_relu'))
+
+
+def test_inplace_activations_and_dropout_as_pytorch():
+    """ReLU, SiLU, LeakyReLU and ELU with inplace=True, Dropout(inplace=True), tl.dropout(inplace=True) and relu_() as
+    PyTorch's: the input itself returned with the values written into it, their reprs, and float64 gradients through
+    the in-place op on a non-leaf; on a leaf that requires grad a RuntimeError that changes nothing. Dropout in place
+    drops what it drops out of place, from the same seed."""
+    need_torch()
+    r = rng('inplace activations')
+    for name, args in (('ReLU', ()), ('SiLU', ()), ('LeakyReLU', (0.2,)), ('ELU', (0.7,))):
+        ours, theirs = getattr(tl, name)(*args, inplace=True), getattr(torch.nn, name)(*args, inplace=True)
+        assert repr(ours) == repr(theirs), (repr(ours), repr(theirs))
+        x, w = sample(r, (4, 5)), upstream(0, (4, 5))
+        xs, xt = tl.Tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+        hs, ht = xs * 2, xt * 2
+        out, want = ours(hs), theirs(ht)
+        assert out is hs and want is ht
+        assert_close(hs, ht, 1e-12, 1e-12, f'{name} values')
+        (out * tl.Tensor(w)).sum().backward(), (want * torch.tensor(w)).sum().backward()
+        assert_close(xs.grad, xt.grad, 1e-12, 1e-12, f'{name} gradient')
+        raises(RuntimeError, lambda: theirs(torch.tensor(x, requires_grad=True)), 'leaf')
+        raises(RuntimeError, lambda: ours(xs), 'leaf')
+        assert np.array_equal(xs.numpy(), x)
+    x = tl.Tensor(sample(r, (6, 7)))
+    assert x.relu_() is x and np.array_equal(x.numpy(), np.maximum(x.numpy(), 0))
+    x = sample(r, (6, 7))
+    tl.manual_seed(3)
+    want = tl.dropout(tl.Tensor(x), 0.4).numpy()
+    for drop in (lambda t: tl.dropout(t, 0.4, inplace=True), tl.Dropout(0.4, inplace=True)):
+        tl.manual_seed(3)
+        t = tl.Tensor(x.copy())
+        assert drop(t) is t and np.array_equal(t.numpy(), want)
+    assert repr(tl.Dropout(0.4, inplace=True)) == repr(torch.nn.Dropout(0.4, inplace=True))
 
 
 def test_activations_at_zero_and_specials_as_pytorch():

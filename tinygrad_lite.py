@@ -4934,22 +4934,30 @@ class Tensor:
         self._no_bool_subtraction(other)
         return self.__isub__(self._alpha_scaled(other, alpha))
 
-    def clamp_(self, min=None, max=None):
-        """clamp in place: a result of a dtype of a higher kind than this tensor's (a float bound of an integer tensor)
-        or of another shape (tensor bounds broadcasting wider) refused, as the in-place operators refuse theirs."""
-        def clamped(t):
-            out = t.clamp(min, max)
+    def _update_with(self, what, fn, *others):
+        """This tensor's values replaced by fn(this tensor), in place (clamp_, relu_, modules' inplace=True): recorded
+        where autograd records (this tensor or a tensor of `others`, which fn reads, requires grad). A result of a
+        dtype of a higher kind or of another shape is refused, as the in-place operators refuse theirs."""
+        def checked(t):
+            out = fn(t)
             if _KIND_RANK[out.dtype.kind] > _KIND_RANK[self.dtype.kind]:
-                raise TypeError(f"clamp_: result type {out.dtype} can't be cast to the tensor's dtype {self.dtype}")
+                raise TypeError(f"{what}: result type {out.dtype} can't be cast to the tensor's dtype {self.dtype}")
             if out.shape != self.shape:
-                raise ValueError(f"clamp_: bounds make a result of shape {out.shape}, not the tensor's {self.shape}")
+                raise ValueError(f"{what}: a result of shape {out.shape}, not the tensor's {self.shape}")
             return out.to(self.dtype)
-        if _GradMode.enabled and any(t._requires_grad for t in (self, min, max) if isinstance(t, Tensor)):
-            return self._recorded_update('clamp_', clamped)
-        self._refuse_expanded('clamp_')
-        self.data[...] = clamped(self).data
+        if _GradMode.enabled and any(t._requires_grad for t in (self, *others) if isinstance(t, Tensor)):
+            return self._recorded_update(what, checked)
+        self._refuse_expanded(what)
+        self.data[...] = checked(self).data
         self._version[0] += 1
         return self
+
+    def clamp_(self, min=None, max=None):
+        """clamp in place (tensor bounds broadcasting wider than this tensor refused)."""
+        return self._update_with('clamp_', lambda t: t.clamp(min, max), min, max)
+
+    def relu_(self):
+        return self._update_with('relu_', Tensor.relu)
 
     def _assign(self, what, value, shared=False):
         """Every element set to `value` (a tensor, moved to this device, broadcast to this shape and cast to this dtype,
@@ -5921,11 +5929,14 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     return (unit(x1) * unit(x2)).sum(dim).to(dtype)
 
 
-def dropout(x, p=0.5, training=True):
+def dropout(x, p=0.5, training=True, inplace=False):
+    """As PyTorch's: inplace=True writes the result into x and returns x."""
     if not 0 <= p <= 1:
         raise ValueError(f"dropout: probability must lie in [0, 1], got {p}")
     if not training or p == 0:
         return x
+    if inplace:
+        return x._update_with('dropout(inplace=True)', lambda t: dropout(t, p))
     _need_float(x, 'dropout')
     xp = _xp(x.data)
     keep = xp.random.random(x.shape) >= p
@@ -6551,10 +6562,6 @@ class BatchNorm2d(_BatchNorm):
     input_dims = (4,)
 
 
-class ReLU(Module):
-    forward = staticmethod(relu)
-
-
 class Identity(Module):
     """Its input, as it is (a placeholder where a layer is taken out)."""
     def __init__(self, *args, **kwargs):   # as PyTorch's: any arguments, ignored
@@ -6569,10 +6576,6 @@ class Tanh(Module):
 
 class Sigmoid(Module):
     forward = staticmethod(sigmoid)
-
-
-class SiLU(Module):
-    forward = staticmethod(silu)
 
 
 class _ClassSignature:
@@ -6607,13 +6610,26 @@ class _Settings(Module):
 
 
 class _Activation(_Settings):
-    """An activation with settings: fn(x, *settings), shown by repr as PyTorch's."""
+    """An activation with settings: fn(x, *settings), shown by repr as PyTorch's; where PyTorch's takes inplace, the
+    result written into x (x returned) with inplace=True."""
 
     def forward(self, x):
-        return self.fn(x, *(getattr(self, name) for name in self.defaults))
+        settings = [getattr(self, name) for name in self.defaults if name != 'inplace']
+        if getattr(self, 'inplace', False):
+            return x._update_with(f'{type(self).__name__}(inplace=True)', lambda t: self.fn(t, *settings))
+        return self.fn(x, *settings)
 
-    def extra_repr(self):
-        return ', '.join(f"{name}={getattr(self, name)!r}" for name in self.defaults)
+    def extra_repr(self):   # (as PyTorch's: inplace shown only where True)
+        shown = [f"{name}={getattr(self, name)!r}" for name in self.defaults if name != 'inplace']
+        return ', '.join(shown + ['inplace=True'] * bool(getattr(self, 'inplace', False)))
+
+
+class ReLU(_Activation):
+    fn, defaults = staticmethod(relu), {'inplace': False}
+
+
+class SiLU(_Activation):
+    fn, defaults = staticmethod(silu), {'inplace': False}
 
 
 class GELU(_Activation):
@@ -6621,11 +6637,11 @@ class GELU(_Activation):
 
 
 class LeakyReLU(_Activation):
-    fn, defaults = staticmethod(leaky_relu), {'negative_slope': 0.01}
+    fn, defaults = staticmethod(leaky_relu), {'negative_slope': 0.01, 'inplace': False}
 
 
 class ELU(_Activation):
-    fn, defaults = staticmethod(elu), {'alpha': 1.0}
+    fn, defaults = staticmethod(elu), {'alpha': 1.0, 'inplace': False}
 
 
 class Softplus(_Activation):
@@ -6701,17 +6717,17 @@ class Flatten(Module):
 
 
 class Dropout(Module):
-    def __init__(self, p=0.5):
+    def __init__(self, p=0.5, inplace=False):
         super().__init__()
         if not 0 <= p <= 1:   # as PyTorch: at construction, not at the first training forward
             raise ValueError(f"Dropout: probability must lie in [0, 1], got {p}")
-        self.p = p
+        self.p, self.inplace = p, inplace
 
     def forward(self, x):
-        return dropout(x, self.p, self.training)
+        return dropout(x, self.p, self.training, self.inplace)
 
     def extra_repr(self):
-        return f"p={self.p}, inplace=False"
+        return f"p={self.p}, inplace={self.inplace}"
 
 
 class _Loss(_Settings):
