@@ -3487,6 +3487,74 @@ def test_embedding_index_out_of_range():
     assert emb(tl.Tensor(np.array([0, 4]))).shape == (2, 3) and emb(tl.Tensor(np.zeros(0, np.int64))).shape == (0, 3)
 
 
+def test_embedding_padding_idx_as_pytorch():
+    """Embedding(padding_idx=) as PyTorch's (negative from the end): that row starts as zeros, keeps whatever it is
+    set to, and gets no gradient (float64, against PyTorch's with copied weights); the repr; an index outside
+    num_embeddings raises ValueError naming it, with PyTorch's AssertionError."""
+    need_torch()
+    r = rng('embedding padding')
+    for padding in (3, -2, 0):
+        ours, theirs = tl.Embedding(5, 3, padding).double(), torch.nn.Embedding(5, 3, padding).double()
+        assert ours.padding_idx == theirs.padding_idx and repr(ours) == repr(theirs), (repr(ours), repr(theirs))
+        assert not ours.weight.numpy()[ours.padding_idx].any()
+        theirs.weight.data[...] = torch.tensor(sample(r, (5, 3)))
+        ours.load_state_dict(theirs.state_dict())
+        index = np.array([[3, 1, 0], [3, 4, 3]])
+        w = upstream(0, (2, 3, 3))
+        out, want = ours(tl.tensor(index)), theirs(torch.tensor(index))
+        assert_close(out, want, 0, 0, f'padding_idx={padding} output')
+        (out * tl.Tensor(w)).sum().backward(), (want * torch.tensor(w)).sum().backward()
+        assert_close(ours.weight.grad, theirs.weight.grad, 1e-12, 1e-12, f'padding_idx={padding} gradient')
+    for bad in (5, -6):
+        raises(AssertionError, lambda: torch.nn.Embedding(5, 3, bad))
+        raises(ValueError, lambda: tl.Embedding(5, 3, bad), 'padding_idx', str(bad))
+
+
+def test_layer_attributes_and_reset_parameters_as_pytorch():
+    """Linear, Conv2d, BatchNorm, LayerNorm, Embedding, GRUCell, GRU and the pools keep PyTorch's attributes (sizes,
+    Conv2d's stride and padding as pairs, a pool's stride its kernel_size where not given); reset_parameters() draws
+    what the constructor drew (the same values from the same seed) and BatchNorm's reset_running_stats() restores the
+    statistics; a negative or non-int size raises (ValueError, TypeError) naming it, as PyTorch refuses it; an
+    AvgPool2d is no MaxPool2d."""
+    need_torch()
+    builders = [lambda nn: nn.Linear(3, 4), lambda nn: nn.Conv2d(2, 5, (3, 1), stride=2, padding=1),
+                lambda nn: nn.BatchNorm1d(4), lambda nn: nn.LayerNorm((2, 3)), lambda nn: nn.Embedding(6, 2),
+                lambda nn: nn.GRUCell(3, 4), lambda nn: nn.GRU(3, 4, 2), lambda nn: nn.MaxPool2d(3),
+                lambda nn: nn.AvgPool2d(2, 1)]
+    names = ('in_features', 'out_features', 'in_channels', 'out_channels', 'kernel_size', 'stride', 'padding',
+             'num_features', 'affine', 'track_running_stats', 'normalized_shape', 'num_embeddings', 'embedding_dim',
+             'padding_idx', 'input_size', 'hidden_size', 'num_layers')
+    for build in builders:
+        ours, theirs = build(tl), build(torch.nn)
+        for name in names:
+            if hasattr(theirs, name):
+                assert getattr(ours, name) == getattr(theirs, name), (ours, name, getattr(ours, name))
+        if hasattr(theirs, 'reset_parameters'):
+            tl.manual_seed(5)
+            built = build(tl).state_dict()
+            with tl.no_grad():
+                for p in ours.parameters():
+                    p.fill_(7.0)
+            tl.manual_seed(5)
+            ours.reset_parameters()
+            for k, v in ours.state_dict().items():
+                assert np.array_equal(v, built[k]), (ours, k)
+    norm = tl.BatchNorm1d(4)
+    norm(tl.Tensor((sample(rng('reset stats'), (5, 4)) + 2).astype(np.float32)))
+    assert norm.num_batches_tracked.item() == 1 and norm.running_mean.numpy().any()
+    norm.reset_running_stats()
+    for k, v in norm.state_dict().items():
+        assert np.array_equal(v, tl.BatchNorm1d(4).state_dict()[k]), k
+    for build, size in ((lambda nn: nn.Linear(-1, 3), '-1'), (lambda nn: nn.Conv2d(3, -3, 3), '-3'),
+                        (lambda nn: nn.BatchNorm1d(-2), '-2'), (lambda nn: nn.Embedding(-4, 2), '-4'),
+                        (lambda nn: nn.LayerNorm((3, -5)), '-5'), (lambda nn: nn.GRUCell(-6, 2), '-6')):
+        raises(RuntimeError, lambda: build(torch.nn))
+        raises(ValueError, lambda: build(tl), size)
+    raises(TypeError, lambda: torch.nn.Linear(2.0, 3))
+    raises(TypeError, lambda: tl.Linear(2.0, 3), 'in_features', 'int')
+    assert not isinstance(tl.AvgPool2d(2), tl.MaxPool2d) and not isinstance(torch.nn.AvgPool2d(2), torch.nn.MaxPool2d)
+
+
 def test_gru_matches_the_gate_equations():
     """GRUCell against r, z, n, h' written out from API.md with NumPy."""
     r = rng('gru_eq')
@@ -4080,7 +4148,7 @@ FACTORY_LAYERS = [
 # torch's arguments tinygrad_lite's constructors lack (signatures compared without them)
 FACTORY_SKIPPED = {'Conv2d': {'dilation', 'groups', 'padding_mode'}, 'BatchNorm1d': {'bias'}, 'BatchNorm2d': {'bias'},
                    'GRU': {'proj_size'},
-                   'Embedding': {'padding_idx', 'max_norm', 'norm_type', 'scale_grad_by_freq', 'sparse', '_weight',
+                   'Embedding': {'max_norm', 'norm_type', 'scale_grad_by_freq', 'sparse', '_weight',
                                  '_freeze'}}
 
 
@@ -4143,7 +4211,7 @@ def test_layer_factory_keywords_signatures_as_pytorch():
         assert list(ours)[-2:] == ['device', 'dtype'] and ours['device'].default is ours['dtype'].default is None
         positional = lambda ps: [p for p, v in ps.items() if v.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD]
         assert positional(ours) == positional(theirs)[:len(positional(ours))], (name, positional(ours))
-    raises(TypeError, lambda: tl.Embedding(10, 4, 0), 'positional')   # torch's padding_idx is not our device
+    raises(TypeError, lambda: tl.Embedding(10, 4, None, 2.0), 'positional')   # torch's max_norm is not our device
 
 
 def test_error_layer_factory_keywords():

@@ -6258,12 +6258,28 @@ def _as_array(value):
     return np.asarray(value)
 
 
-def _uniform_parameter(shape, fan):
-    """PyTorch's default initialisation: uniform within +-1/sqrt(fan) (for weights kaiming_uniform(a=sqrt(5)) is that);
-    zeros for a fan of 0, where PyTorch leaves the (bias) tensor as torch.empty made it. A float32 Parameter filled by
-    init.uniform_ (NumPy's float64 draws rounded: the stream these layers always drew), at version 1 as PyTorch's."""
+def _empty_parameter(*shape):
+    """A float32 Parameter for a layer's reset_parameters() to fill (in its constructor, as PyTorch's)."""
+    return Parameter(np.empty(shape, np.float32))
+
+
+def _check_sizes(what, **sizes):
+    """A layer's sizes: each a non-negative int (as PyTorch's constructors; a TypeError or ValueError naming it)."""
+    for name, size in sizes.items():
+        if not _is_int(size):
+            raise TypeError(f"{what}: {name} must be an int, got {size!r}")
+        if size < 0:
+            raise ValueError(f"{what}: {name} must not be negative, got {size}")
+
+
+def _reset_uniform(module, fan):
+    """PyTorch's default initialisation of Linear, Conv2d and the GRUs (their reset_parameters): each of the module's
+    own parameters, in order, uniform within +-1/sqrt(fan) (for weights kaiming_uniform(a=sqrt(5)) is that); zeros for
+    a fan of 0, where PyTorch leaves the (bias) tensor as torch.empty made it. Drawn by init.uniform_ (on the CPU
+    NumPy's float64 draws rounded: the stream these layers always drew), at version 1 as PyTorch's."""
     bound = 1 / math.sqrt(fan) if fan else 0.0
-    return init.uniform_(Parameter(np.empty(shape, np.float32)), -bound, bound)
+    for p in module.parameters(recurse=False):
+        init.uniform_(p, -bound, bound)
 
 
 def _apply_device_dtype(module, device, dtype):
@@ -6477,16 +6493,21 @@ class init:
 class Linear(Module):
     def __init__(self, in_features, out_features, bias=True, device=None, dtype=None):
         super().__init__()
-        self.weight = _uniform_parameter((out_features, in_features), in_features)
-        self.bias = _uniform_parameter((out_features,), in_features) if bias else None
+        _check_sizes('Linear', in_features=in_features, out_features=out_features)
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = _empty_parameter(out_features, in_features)
+        self.bias = _empty_parameter(out_features) if bias else None
+        self.reset_parameters()
         _apply_device_dtype(self, device, dtype)
+
+    def reset_parameters(self):
+        _reset_uniform(self, self.in_features)
 
     def forward(self, x):
         return linear(x, self.weight, self.bias)
 
     def extra_repr(self):
-        out_features, in_features = self.weight.shape
-        return f"in_features={in_features}, out_features={out_features}, bias={self.bias is not None}"
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
 class Conv2d(Module):
@@ -6494,23 +6515,29 @@ class Conv2d(Module):
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, *, bias=True, device=None,
                  dtype=None):
         super().__init__()
-        kh, kw = _pair(kernel_size, 'Conv2d: kernel_size')
+        _check_sizes('Conv2d', in_channels=in_channels, out_channels=out_channels)
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size = _pair(kernel_size, 'Conv2d: kernel_size')
         if isinstance(padding, str):   # as PyTorch: a bad padding string refused here, not at the first forward
             _check_padding_string(padding, _pair(stride, 'Conv2d: stride'))
-        self.stride, self.padding = stride, padding
-        fan = in_channels * kh * kw
-        self.weight = _uniform_parameter((out_channels, in_channels, kh, kw), fan)
-        self.bias = _uniform_parameter((out_channels,), fan) if bias else None
+        # as PyTorch's: pairs (a number given twice), unchecked (a bad stride or padding fails in forward)
+        pair = lambda v: v if isinstance(v, str) else tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+        self.stride, self.padding = pair(stride), pair(padding)
+        self.weight = _empty_parameter(out_channels, in_channels, *self.kernel_size)
+        self.bias = _empty_parameter(out_channels) if bias else None
+        self.reset_parameters()
         _apply_device_dtype(self, device, dtype)
+
+    def reset_parameters(self):
+        _reset_uniform(self, self.in_channels * math.prod(self.kernel_size))
 
     def forward(self, x):
         return conv2d(x, self.weight, self.bias, self.stride, self.padding)
 
-    def extra_repr(self):   # (as given, unchecked: as PyTorch, a bad stride or padding fails in forward, not here)
-        pair = lambda v: v if isinstance(v, str) else tuple(v) if isinstance(v, (tuple, list)) else (v, v)
-        padding, stride = pair(self.padding), pair(self.stride)
-        return (f"{self.weight.shape[1]}, {self.weight.shape[0]}, kernel_size={self.weight.shape[2:]}, stride={stride}"
-                + (f", padding={padding}" if padding != (0, 0) else '') + (", bias=False" if self.bias is None else ''))
+    def extra_repr(self):
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
+                + (f", padding={self.padding}" if self.padding != (0, 0) else '')
+                + (", bias=False" if self.bias is None else ''))
 
 
 class _BatchNorm(Module):
@@ -6520,16 +6547,31 @@ class _BatchNorm(Module):
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True, *, device=None,
                  dtype=None):
         super().__init__()
+        _check_sizes(type(self).__name__, num_features=num_features)
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
-        self.track_running_stats = track_running_stats
-        self.weight = Parameter(np.ones(num_features, np.float32)) if affine else None
-        self.bias = Parameter(np.zeros(num_features, np.float32)) if affine else None
+        self.affine, self.track_running_stats = affine, track_running_stats
+        self.weight = _empty_parameter(num_features) if affine else None
+        self.bias = _empty_parameter(num_features) if affine else None
         # without track_running_stats, as PyTorch's: None buffers, and the batch's statistics in evaluation too
-        stats = [('running_mean', np.zeros(num_features, np.float32)), ('running_var', np.ones(num_features, np.float32)),
-                 ('num_batches_tracked', np.array(0, np.int64))]
+        stats = [('running_mean', np.empty(num_features, np.float32)), ('running_var', np.empty(num_features, np.float32)),
+                 ('num_batches_tracked', np.empty((), np.int64))]
         for name, value in stats:
             self.register_buffer(name, Tensor(value) if track_running_stats else None)
+        self.reset_parameters()
         _apply_device_dtype(self, device, dtype)
+
+    def reset_running_stats(self):
+        """As PyTorch's: mean 0, variance 1 and no batches counted, where tracked."""
+        if self.track_running_stats:
+            for t, value in ((self.running_mean, 0), (self.running_var, 1), (self.num_batches_tracked, 0)):
+                init.constant_(t, value)
+
+    def reset_parameters(self):
+        """As PyTorch's: reset_running_stats(), and (affine) weight 1, bias 0."""
+        self.reset_running_stats()
+        if self.affine:
+            init.ones_(self.weight)
+            init.zeros_(self.bias)
 
     def forward(self, x):
         if x.ndim not in self.input_dims:
@@ -6549,9 +6591,8 @@ class _BatchNorm(Module):
         return out
 
     def extra_repr(self):   # (PyTorch 2.13's, whose bias follows affine here)
-        affine = self.weight is not None
-        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={affine}, bias={affine}, "
-                f"track_running_stats={self.track_running_stats}")
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+                f"bias={self.affine}, track_running_stats={self.track_running_stats}")
 
 
 class BatchNorm1d(_BatchNorm):
@@ -6672,10 +6713,17 @@ class LayerNorm(Module):
     def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, device=None, dtype=None):
         super().__init__()
         self.normalized_shape = _normalized_shape(normalized_shape, 'LayerNorm')
+        _check_sizes('LayerNorm', **{f'normalized_shape[{i}]': n for i, n in enumerate(self.normalized_shape)})
         self.eps, self.elementwise_affine = eps, elementwise_affine
-        self.weight = Parameter(np.ones(self.normalized_shape, np.float32)) if elementwise_affine else None
-        self.bias = Parameter(np.zeros(self.normalized_shape, np.float32)) if elementwise_affine and bias else None
+        self.weight = _empty_parameter(*self.normalized_shape) if elementwise_affine else None
+        self.bias = _empty_parameter(*self.normalized_shape) if elementwise_affine and bias else None
+        self.reset_parameters()
         _apply_device_dtype(self, device, dtype)
+
+    def reset_parameters(self):   # as PyTorch's: weight 1, bias 0
+        for p, value in ((self.weight, 1), (self.bias, 0)):
+            if p is not None:
+                init.constant_(p, value)
 
     def forward(self, x):
         return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -6685,23 +6733,28 @@ class LayerNorm(Module):
                 f"bias={self.bias is not None}")
 
 
-class MaxPool2d(Module):
+class _Pool2d(Module):
+    """MaxPool2d's and AvgPool2d's: fn(x, kernel_size, stride), the stride kernel_size where not given (as PyTorch's);
+    PyTorch's other settings as attributes at their defaults (the only values here), repr showing `shown`."""
+    padding, dilation, ceil_mode = 0, 1, False
+
     def __init__(self, kernel_size, stride=None):
         super().__init__()
-        self.kernel_size, self.stride = kernel_size, stride
+        self.kernel_size, self.stride = kernel_size, kernel_size if stride is None else stride
 
     def forward(self, x):
-        return max_pool2d(x, self.kernel_size, self.stride)
+        return self.fn(x, self.kernel_size, self.stride)
 
-    def extra_repr(self):   # (no padding, dilation or ceil_mode here: PyTorch's defaults)
-        stride = self.kernel_size if self.stride is None else self.stride
-        return f"kernel_size={self.kernel_size}, stride={stride}, padding=0" + (
-            ", dilation=1, ceil_mode=False" if type(self) is MaxPool2d else '')
+    def extra_repr(self):
+        return ', '.join(f"{name}={getattr(self, name)}" for name in self.shown)
 
 
-class AvgPool2d(MaxPool2d):
-    def forward(self, x):
-        return avg_pool2d(x, self.kernel_size, self.stride)
+class MaxPool2d(_Pool2d):
+    fn, shown = staticmethod(max_pool2d), ('kernel_size', 'stride', 'padding', 'dilation', 'ceil_mode')
+
+
+class AvgPool2d(_Pool2d):
+    fn, shown = staticmethod(avg_pool2d), ('kernel_size', 'stride', 'padding')
 
 
 class Flatten(Module):
@@ -6794,19 +6847,38 @@ class KLDivLoss(_Loss):
 
 
 class Embedding(Module):
-    # device and dtype keyword-only: PyTorch's 3rd argument is padding_idx (not here)
-    def __init__(self, num_embeddings, embedding_dim, *, device=None, dtype=None):
+    """As PyTorch's: padding_idx (negative: from the end) names a row that starts as zeros and gets no gradient."""
+    # device and dtype keyword-only: PyTorch's 4th argument is max_norm (not here)
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, *, device=None, dtype=None):
         super().__init__()
-        self.weight = init.normal_(Parameter(np.empty((num_embeddings, embedding_dim), np.float32)))   # N(0, 1)
+        _check_sizes('Embedding', num_embeddings=num_embeddings, embedding_dim=embedding_dim)
+        if padding_idx is not None and not (_is_int(padding_idx) and -num_embeddings <= padding_idx < num_embeddings):
+            raise ValueError(f"Embedding: padding_idx must be an int within num_embeddings ({num_embeddings}), got "
+                             f"{padding_idx!r}")
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.padding_idx = None if padding_idx is None else padding_idx % num_embeddings
+        self.weight = _empty_parameter(num_embeddings, embedding_dim)
+        self.reset_parameters()
         _apply_device_dtype(self, device, dtype)
+
+    def reset_parameters(self):   # as PyTorch's: N(0, 1), the padding row zeros
+        init.normal_(self.weight)
+        if self.padding_idx is not None:
+            with no_grad():
+                self.weight[self.padding_idx] = 0
 
     def forward(self, index):   # (int32 or int64 indices in [0, num_embeddings), as PyTorch's)
         index = self.weight._index_tensor('Embedding', index)
         Tensor._check_range('Embedding', index, self.weight.shape[0], 0, IndexError)
-        return self.weight[index]
+        rows = self.weight[index]
+        if self.padding_idx is None:
+            return rows
+        padding = (index == self.padding_idx).unsqueeze(-1)   # its rows as they are, their gradient 0
+        return where(padding, rows.detach(), rows)
 
     def extra_repr(self):
-        return f"{self.weight.shape[0]}, {self.weight.shape[1]}"
+        return f"{self.num_embeddings}, {self.embedding_dim}" + (
+            f", padding_idx={self.padding_idx}" if self.padding_idx is not None else '')
 
 
 class _Container(Module):
@@ -7022,10 +7094,16 @@ class ModuleDict(_Container):
 
 
 def _gru_parameters(module, suffix, input_size, hidden_size, bias):
-    setattr(module, f'weight_ih{suffix}', _uniform_parameter((3 * hidden_size, input_size), hidden_size))
-    setattr(module, f'weight_hh{suffix}', _uniform_parameter((3 * hidden_size, hidden_size), hidden_size))
-    setattr(module, f'bias_ih{suffix}', _uniform_parameter((3 * hidden_size,), hidden_size) if bias else None)
-    setattr(module, f'bias_hh{suffix}', _uniform_parameter((3 * hidden_size,), hidden_size) if bias else None)
+    """A GRU layer's (or GRUCell's) parameters, unfilled (the module's reset_parameters draws them)."""
+    setattr(module, f'weight_ih{suffix}', _empty_parameter(3 * hidden_size, input_size))
+    setattr(module, f'weight_hh{suffix}', _empty_parameter(3 * hidden_size, hidden_size))
+    setattr(module, f'bias_ih{suffix}', _empty_parameter(3 * hidden_size) if bias else None)
+    setattr(module, f'bias_hh{suffix}', _empty_parameter(3 * hidden_size) if bias else None)
+
+
+def _gru_reset_parameters(module):
+    """A GRU's or GRUCell's reset_parameters, as PyTorch's: every parameter uniform within +-1/sqrt(hidden_size)."""
+    _reset_uniform(module, module.hidden_size)
 
 
 def _gru_repr(m):
@@ -7039,12 +7117,14 @@ def _gru_repr(m):
 
 
 class GRUCell(Module):
-    extra_repr = _gru_repr
+    extra_repr, reset_parameters = _gru_repr, _gru_reset_parameters
 
     def __init__(self, input_size, hidden_size, bias=True, device=None, dtype=None):
         super().__init__()
+        _check_sizes('GRUCell', input_size=input_size, hidden_size=hidden_size)
         self.input_size, self.hidden_size = input_size, hidden_size
         _gru_parameters(self, '', input_size, hidden_size, bias)
+        self.reset_parameters()
         _apply_device_dtype(self, device, dtype)
 
     @_aliases(hx='h')
@@ -7064,7 +7144,7 @@ class GRU(Module):
     """As torch.nn.GRU. dropout: applied (in training) to each layer's output but the last's. bidirectional: each layer
     also runs over the steps in reverse order (parameters suffixed '_reverse'), its output concatenated after the
     forward one's; h0 and h_n hold layer 0 forward, layer 0 reverse, layer 1 forward, ..."""
-    extra_repr = _gru_repr
+    extra_repr, reset_parameters = _gru_repr, _gru_reset_parameters
 
     # device and dtype keyword-only: PyTorch's 8th argument is proj_size (LSTM's alone: GRU refuses it)
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
@@ -7089,6 +7169,7 @@ class GRU(Module):
             for suffix in self._suffixes():   # PyTorch's order: layer by layer, forward before reverse
                 size = input_size if k == 0 else hidden_size * len(self._suffixes())
                 _gru_parameters(self, f'_l{k}{suffix}', size, hidden_size, bias)
+        self.reset_parameters()
         _apply_device_dtype(self, device, dtype)
 
     def _suffixes(self):
