@@ -3358,6 +3358,46 @@ def test_copies_are_row_major_and_flatten_empty_as_pytorch():
         assert not np.shares_memory(tl.cat([x]).data, x.data), x.shape
 
 
+def test_functions_at_edges_as_pytorch():
+    """Against PyTorch (float64, values and gradients): linear with a bias broadcast over the leading axes;
+    smooth_l1_loss and huber_loss at infinite differences and huber's delta=inf (no NaN gradient from the branch not
+    taken); cross_entropy with weights and label smoothing where every kept row's weight is 0 (NaN, each part over the
+    weights); cosine_similarity where a norm overflows (0, not NaN); softmax and log_softmax with dtype= (the input
+    converted first, its gradient in its own dtype)."""
+    need_torch()
+    r = rng('function edges')
+
+    def check(f, arrays, what, tol=1e-12):   # values, and the gradients of their sum
+        (got, want), (ours, theirs) = run_both(f, *arrays, grad=True)
+        same_as_torch(got, want, what, tol, tol)
+        got.sum().backward(), want.sum().backward()
+        for k, (a, b) in enumerate(zip(ours, theirs)):
+            same_as_torch(a.grad, b.grad, f'{what}: gradient {k}', tol, tol)
+
+    x, w = sample(r, (2, 3, 4)), sample(r, (5, 4))
+    for shape in ((3, 5), (2, 1, 5), (1,), ()):
+        check(lambda m, x, w, b: F.linear(x, w, b) if m is torch else m.linear(x, w, b), [x, w, sample(r, shape)],
+              f'linear, bias {shape}')
+    a, t = np.array([np.inf, 3.0, -np.inf, 0.2, -0.7]), sample(r, (5,))
+    for name, kwargs in (('smooth_l1_loss', {}), ('huber_loss', {}), ('huber_loss', {'delta': 2.5}),
+                         ('smooth_l1_loss', {'beta': 0.5}), ('huber_loss', {'delta': math.inf})):
+        finite = slice(1, 2) if kwargs == {'delta': math.inf} else slice(None)   # (an inf d: NaN there, inf here)
+        check(lambda m, a: getattr(F if m is torch else m, name)(a, m.tensor(t[finite]), reduction='none', **kwargs),
+              [a[finite]], f'{name} {kwargs}')
+    logits, target = sample(r, (3, 4)), np.array([0, 0, 1])
+    got = tl.cross_entropy(tl.tensor(logits), tl.tensor(target), weight=tl.tensor([0., 0, 1, 1]).double(),
+                           label_smoothing=0.3)
+    want = F.cross_entropy(torch.tensor(logits), torch.tensor(target), weight=torch.tensor([0., 0, 1, 1]).double(),
+                           label_smoothing=0.3)
+    assert np.isnan(got.item()) and np.isnan(want.item()), (got, want)
+    big, other = np.array([[3e19, 4e19], [1e-12, 0.0]], np.float32), np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    check(lambda m, a, b: (F if m is torch else m).cosine_similarity(a, b), [big, other],
+          'cosine_similarity, overflowing norm', 1e-6)
+    half = sample(r, (3, 5)).astype(np.float16)
+    for name in ('softmax', 'log_softmax'):
+        check(lambda m, h: getattr(m, name)(h, 1, dtype=m.float32) * m.tensor(w[:3, :1]), [half], f'{name}(dtype=)', 1e-3)
+
+
 def test_softmax_log_softmax_float16_gradients_rounded_once():
     """float16 softmax and log_softmax backward compute in float32 and round once, as PyTorch's: against float64 from
     the same float16 inputs, no element further off than PyTorch's worst (rounding g * out to float16 first was 1.6x

@@ -4743,12 +4743,15 @@ class Tensor:
         return _ValuesIndices(self._take_along(axis, index), index)
 
     @_aliases(dim='axis')
-    def softmax(self, axis=-1):
-        return SoftmaxOp.apply(_need_float(self, 'softmax'), axis=_dim(axis, self.ndim))
+    def softmax(self, axis=-1, dtype=None):
+        """As PyTorch's: dtype given, the input is first converted to it (float16 logits to a float32 softmax)."""
+        x = _need_float(self if dtype is None else self.to(dtype), 'softmax')
+        return SoftmaxOp.apply(x, axis=_dim(axis, self.ndim))
 
     @_aliases(dim='axis')
-    def log_softmax(self, axis=-1):
-        return LogSoftmaxOp.apply(_need_float(self, 'log_softmax'), axis=_dim(axis, self.ndim))
+    def log_softmax(self, axis=-1, dtype=None):
+        x = _need_float(self if dtype is None else self.to(dtype), 'log_softmax')
+        return LogSoftmaxOp.apply(x, axis=_dim(axis, self.ndim))
 
     # ---- shape
     @_aliases(shape='shape')
@@ -5445,13 +5448,13 @@ def _implicit_axis(fn, x, axis):
 
 
 @_aliases(dim='axis')
-def softmax(x, axis=-1):
-    return x.softmax(_implicit_axis('softmax', x, axis))
+def softmax(x, axis=-1, dtype=None):
+    return x.softmax(_implicit_axis('softmax', x, axis), dtype)
 
 
 @_aliases(dim='axis')
-def log_softmax(x, axis=-1):
-    return x.log_softmax(_implicit_axis('log_softmax', x, axis))
+def log_softmax(x, axis=-1, dtype=None):
+    return x.log_softmax(_implicit_axis('log_softmax', x, axis), dtype)
 
 
 def einsum(equation, *operands):
@@ -5517,6 +5520,8 @@ def linear(x, weight, bias=None):
     if bias is not None and bias.shape != out_shape[-1:] and _check_broadcast(
             'linear (output, bias)', out_shape, bias.shape) != out_shape:
         raise ValueError(f"linear: a bias of shape {bias.shape} does not fit the output of shape {out_shape}")
+    if bias is not None and bias.shape != out_shape[-1:]:   # one broadcast over leading axes too: added to the result
+        return linear(x, weight) + bias
     if weight.ndim == 1:
         y = x @ weight
         return y if bias is None else y + bias
@@ -5780,14 +5785,15 @@ def _nll(what, logp, target, weight, ignore_index, reduction, smoothing=0.0):
     rows_weight = kept.astype(dtype) if weight is None else xp.where(kept, weight.data[index], 0).astype(dtype)
     kept = Tensor._wrap(kept, logp.device)
     picked = logp.gather(1, Tensor._wrap(index[:, None], logp.device))[:, 0]
-    loss = where(kept, -picked * Tensor._wrap(rows_weight, logp.device), 0)
+    parts = [where(kept, -picked * Tensor._wrap(rows_weight, logp.device), 0)]
     if smoothing:
-        spread = -(logp if weight is None else logp * weight).sum(1)
-        loss = loss * (1 - smoothing) + where(kept, spread, 0) * (smoothing / classes)
-    if reduction != 'mean':
-        return _apply_reduction(loss, reduction)
-    # (no weight kept: 0 / 0, NaN as PyTorch's)
-    return loss.sum() / Tensor._wrap(rows_weight.sum(dtype=_opmath(dtype)).astype(dtype), logp.device)
+        parts.append(where(kept, -(logp if weight is None else logp * weight).sum(1), 0))
+    if reduction == 'mean':   # as PyTorch's: each part over the kept rows' weight (0 / 0 where none: NaN)
+        total = Tensor._wrap(rows_weight.sum(dtype=_opmath(dtype)).astype(dtype), logp.device)
+        parts = [part.sum() / total for part in parts]
+    else:
+        parts = [_apply_reduction(part, reduction) for part in parts]
+    return parts[0] if not smoothing else parts[0] * (1 - smoothing) + parts[1] * (smoothing / classes)
 
 
 def nll_loss(input, target, weight=None, ignore_index=-100, reduction='mean'):
@@ -5845,8 +5851,14 @@ def _smooth_l1(what, input, target, reduction, beta, huber):
     dtype = input.dtype if huber else _promote(input.dtype, target.dtype)
     d = input.to(_opmath(dtype)) - target.to(_opmath(dtype))
     z = d.abs()
-    quadratic, linear = (d * d * 0.5, (z - 0.5 * beta) * beta) if huber else (d * d * 0.5 / beta, z - 0.5 * beta)
-    loss = where(z < beta, quadratic, linear)
+    small, finite = z < beta, not math.isinf(beta)
+    # each branch on the values it keeps (elsewhere an inf, whose gradient the where's 0 would make NaN); for an infinite
+    # beta (huber's delta) the quadratic part alone, on every d (no linear part: its gradient beta would meet the 0)
+    dq = where(small, d, 0) if finite else d
+    loss = dq * dq * 0.5 if huber else dq * dq * 0.5 / beta
+    if finite:
+        zl = where(small, beta, z)
+        loss = where(small, loss, (zl - 0.5 * beta) * beta if huber else zl - 0.5 * beta)
     return _apply_reduction(loss, reduction).to(dtype)
 
 
@@ -5925,7 +5937,7 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     def unit(x):
         x = x.to(_opmath(dtype)).expand(*shape)
         norm = x.norm(2, dim, keepdim=True)
-        return x / (norm + (norm.clamp(min=eps) - norm).detach())
+        return x / (norm + where(norm < eps, norm.clamp(min=eps) - norm, 0).detach())   # (an inf norm: inf, not NaN)
     return (unit(x1) * unit(x2)).sum(dim).to(dtype)
 
 
