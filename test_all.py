@@ -2835,6 +2835,27 @@ def test_layer_norm_edges_as_pytorch():
         assert_close(p.grad, p_t.grad, 1e-12, 1e-12, n)
 
 
+def test_error_arrays_and_lists_for_tensors_named():
+    """A NumPy array or a list where a function or layer takes a tensor: a TypeError naming the op and what it got
+    (not an AttributeError from inside), as PyTorch's functions refuse them."""
+    a, x = np.ones((2, 3), np.float32), tl.ones(2, 3)
+    calls = [('linear', lambda: tl.linear(a, tl.ones(4, 3))), ('linear', lambda: tl.Linear(3, 4)(a)),
+             ('Convolution', lambda: tl.Conv2d(3, 4, 1)(np.ones((1, 3, 2, 2), np.float32))),
+             ('batch_norm', lambda: tl.BatchNorm1d(3)(a)),
+             ('cross_entropy', lambda: tl.cross_entropy(a, tl.tensor([0, 1]))),
+             ('softmax', lambda: tl.softmax(a, 1)), ('mse_loss', lambda: tl.mse_loss(a, x)),
+             ('cosine_similarity', lambda: tl.cosine_similarity(a, x)),
+             ('GRULayer', lambda: tl.GRU(3, 4)(np.ones((2, 1, 3), np.float32)))]
+    for name, call in calls:
+        raises(TypeError, call, name, 'tensor', 'ndarray')
+    for name, call in (('layer_norm', lambda: tl.LayerNorm(3)([1.0, 2.0, 3.0])),
+                       ('one_hot', lambda: tl.one_hot([0, 1])), ('relu', lambda: tl.relu([1.0, 2.0]))):
+        raises(TypeError, call, name, 'tensor', 'list')
+    if torch is not None:
+        raises(TypeError, lambda: F.linear(a, torch.ones(4, 3)))
+        raises(TypeError, lambda: torch.relu([1.0, 2.0]))
+
+
 def test_error_layer_norm_as_pytorch():
     """Input PyTorch refuses: a ValueError naming both shapes where normalized_shape is not the input's last dimensions
     (layer_norm and LayerNorm) or a weight or bias has another shape, and for an empty normalized_shape; a TypeError

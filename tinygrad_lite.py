@@ -392,10 +392,17 @@ def _check_broadcast(what, *shapes):
         raise ValueError(f"{what}: shapes {' and '.join(map(str, shapes))} cannot be broadcast together") from None
 
 
+def _need_tensor(t, what):
+    """t, which must be a Tensor (an array or a list: a TypeError naming `what`, as PyTorch's functions raise)."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{what}: expected a tensor, got a {type(t).__name__}")
+    return t
+
+
 def _need_float(t, what):
     """t, which must be a floating-point tensor: PyTorch's float-only ops raise for integer and bool ones (they
     would give truncated results and, for BatchNorm, update the running statistics)."""
-    if t.dtype.kind != 'f':
+    if _need_tensor(t, what).dtype.kind != 'f':
         raise TypeError(f"{what}: expected a floating-point tensor, got {t.dtype}")
     return t
 
@@ -856,9 +863,9 @@ class Function:
 
     @classmethod
     def apply(cls, *inputs, **params):
-        device = inputs[0].device
-        for t in inputs[1:]:
-            if t.device != device:
+        device = getattr(inputs[0], 'device', None)
+        for t in inputs:
+            if _need_tensor(t, cls.__name__).device != device:
                 raise RuntimeError(f"{cls.__name__}: expected all tensors on one device, got {device} and {t.device}")
         ctx = cls(inputs)
         with _quiet(device):
@@ -5287,7 +5294,7 @@ def manual_seed(seed):
 
 
 def _same_device(tensors, what):
-    devices = {t.device for t in tensors}
+    devices = {_need_tensor(t, what).device for t in tensors}
     if len(devices) > 1:
         raise RuntimeError(f"{what}: expected all tensors on one device, got {', '.join(sorted(devices))}")
 
@@ -5331,7 +5338,8 @@ def stack(tensors, axis=0):
 
 def _method(name):
     """tl.name(input, ...) as torch.name: input.name(...)."""
-    function = lambda input, *args, **kwargs: getattr(input, name)(*args, **kwargs)
+    def function(input, *args, **kwargs):
+        return getattr(_need_tensor(input, name), name)(*args, **kwargs)
     function.__name__ = function.__qualname__ = name
     return function
 
@@ -5449,12 +5457,12 @@ def _implicit_axis(fn, x, axis):
 
 @_aliases(dim='axis')
 def softmax(x, axis=-1, dtype=None):
-    return x.softmax(_implicit_axis('softmax', x, axis), dtype)
+    return _need_tensor(x, 'softmax').softmax(_implicit_axis('softmax', x, axis), dtype)
 
 
 @_aliases(dim='axis')
 def log_softmax(x, axis=-1, dtype=None):
-    return x.log_softmax(_implicit_axis('log_softmax', x, axis), dtype)
+    return _need_tensor(x, 'log_softmax').log_softmax(_implicit_axis('log_softmax', x, axis), dtype)
 
 
 def einsum(equation, *operands):
@@ -5511,6 +5519,7 @@ def einsum(equation, *operands):
 
 
 def linear(x, weight, bias=None):
+    _same_device([t for t in (x, weight, bias) if t is not None], 'linear')
     if x.ndim == 0 or x.shape[-1] != weight.shape[-1]:
         raise ValueError(f"linear: input of shape {x.shape} does not match weight of shape {weight.shape}")
     if weight.dtype != x.dtype or bias is not None and bias.dtype != x.dtype:   # as PyTorch's: no promotion
@@ -5659,12 +5668,12 @@ def _normalized_shape(shape, what):
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     """PyTorch's layer_norm over the last len(normalized_shape) axes (also taking an int, as LayerNorm does)."""
     shape = _normalized_shape(normalized_shape, 'layer_norm')
+    _need_float(x, 'layer_norm')
     if not shape:
         raise ValueError("layer_norm: normalized_shape must hold at least one dimension, got ()")
     if x.shape[-len(shape):] != shape:
         raise ValueError(f"layer_norm: normalized_shape {shape} must be the last dimensions of the input, got input "
                          f"of shape {x.shape}")
-    _need_float(x, 'layer_norm')
     for name, t in (('weight', weight), ('bias', bias)):
         if t is not None and t.shape != shape:
             raise ValueError(f"layer_norm: {name} of shape {t.shape} for normalized_shape {shape}")
@@ -5898,7 +5907,7 @@ def kl_div(input, target, reduction='mean', log_target=False):
 def one_hot(tensor, num_classes=-1):
     """int64 (*tensor.shape, num_classes) with a 1 at each index, as PyTorch's (-1: the largest index + 1); no
     gradient."""
-    if tensor.dtype.kind not in 'iu':
+    if _need_tensor(tensor, 'one_hot').dtype.kind not in 'iu':
         raise TypeError(f"one_hot: expected a tensor of integer class indices, got {tensor.dtype}")
     if not _is_int(num_classes):
         raise TypeError(f"one_hot: num_classes must be an int, not {type(num_classes).__name__}")
