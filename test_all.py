@@ -12446,6 +12446,22 @@ def test_cifar_no_network_says_how_to_point_data():
             assert not os.path.exists(made), os.listdir(made)   # no empty ./data, no .part left behind
 
 
+def test_cifar_data_folder_that_cannot_be_made_named():
+    """--data naming a folder that cannot be made (an empty path, a file on the way): main() exits with an error naming
+    it, where os.makedirs's traceback ended the run."""
+    with tempfile.TemporaryDirectory() as root:
+        blocked = os.path.join(root, 'a_file')
+        open(blocked, 'w').close()
+        for data in ('', os.path.join(blocked, 'data')):
+            raises(tc.DataError, lambda: tc.load_cifar(data, 'train'), 'cannot be made', repr(data))
+            try:
+                tc.main(['--data', data, '--device', 'cpu'])
+            except SystemExit as e:
+                assert e.code not in (0, None) and 'cannot be made' in str(e.code), e.code
+            else:
+                raise AssertionError('main() did not exit')
+
+
 def test_cifar_missing_batches_named_not_downloaded():
     """A batches folder lacking some files is an error naming them: the archive is downloaded (and unpacked over
     the folder) only where the folder is absent."""

@@ -101,7 +101,11 @@ def download_cifar(root):
     """Fetch the official archive into root (tqdm bar), check its MD5 and unpack cifar-10-batches-py/.
     A failed download leaves no partial file, nor a root folder it made."""
     made_root = not os.path.isdir(root)
-    os.makedirs(root, exist_ok=True)
+    try:
+        os.makedirs(root, exist_ok=True)
+    except OSError as e:   # an empty path, a file on the way, a folder that refuses it
+        raise DataError(f"CIFAR-10 is not in {root!r}, and that folder cannot be made for its download "
+                        f"({e.strerror or e}): point --data at the folder that holds cifar-10-batches-py/") from None
     archive = os.path.join(root, 'cifar-10-python.tar.gz')
     if not (os.path.exists(archive) and _md5(archive) == MD5):
         part = archive + '.part'
