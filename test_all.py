@@ -10925,6 +10925,41 @@ def test_avg_pool_integers_as_pytorch():
         raises(TypeError, lambda: fn(tl.tensor(x > 0), 2), 'pool2d', 'bool')
 
 
+def test_pool_padding_and_nan_windows_as_pytorch():
+    """max_pool2d and avg_pool2d (and their modules) with padding as PyTorch's (max: the padding never wins, in
+    float64 and int64; average: zeros counted, count_include_pad), outputs and float64 gradients; padding over half
+    the kernel or negative raises ValueError; the module reprs; a window of several NaNs sends the gradient to the last
+    (PyTorch's and kernels.cu's choice); on a GPU the same as on the CPU. conv2d refuses bool tensors (TypeError)."""
+    need_torch()
+    r = rng('pool padding')
+    x = sample(r, (2, 3, 7, 6))
+    for name, args in (('max_pool2d', (3, 2, 1)), ('avg_pool2d', (3, 2, 1)), ('max_pool2d', ((3, 2), 1, (1, 0))),
+                       ('avg_pool2d', (2, None, 1))):
+        xs, xt = tl.Tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+        out, want = getattr(tl, name)(xs, *args), getattr(F, name)(xt, *args)
+        assert_close(out, want, 1e-12, 1e-12, f'{name}{args}')
+        w = upstream(0, out.shape)
+        (out * tl.Tensor(w)).sum().backward(), (want * torch.tensor(w)).sum().backward()
+        assert_close(xs.grad, xt.grad, 1e-12, 1e-12, f'{name}{args} gradient')
+        module = getattr(tl, 'MaxPool2d' if name == 'max_pool2d' else 'AvgPool2d')(*args)
+        assert_close(module(tl.Tensor(x)), want, 1e-12, 1e-12, f'{module}')
+        assert repr(module) == repr(getattr(torch.nn, type(module).__name__)(*args)), repr(module)
+        if tl.cuda_is_available():
+            assert_close(getattr(tl, name)(tl.Tensor(x, device='cuda'), *args), out, 1e-12, 1e-12, f'{name} GPU')
+    ints = r.integers(-5, 5, (1, 2, 4, 4))
+    assert np.array_equal(tl.max_pool2d(tl.tensor(ints), 3, 1, 1).numpy(), F.max_pool2d(torch.tensor(ints), 3, 1, 1))
+    for bad in ((3, 2, 2), (3, 1, -1)):
+        raises(RuntimeError, lambda: F.max_pool2d(torch.tensor(x), *bad))
+        raises(ValueError, lambda: tl.max_pool2d(tl.Tensor(x), *bad), 'padding')
+    nan = np.array([[[[1.0, np.nan, 3.0], [np.nan, 2.0, 0.5]]]])
+    for device in ('cpu', 'cuda') if tl.cuda_is_available() else ('cpu',):
+        xs, xt = tl.Tensor(nan, requires_grad=True, device=device), torch.tensor(nan, requires_grad=True)
+        tl.max_pool2d(xs, 2, 1).sum().backward(), F.max_pool2d(xt, 2, 1).sum().backward()
+        assert np.array_equal(xs.grad.numpy(), xt.grad.numpy()), (device, xs.grad, xt.grad)
+    flags = tl.tensor(np.ones((1, 2, 3, 3), bool))
+    raises(TypeError, lambda: tl.conv2d(flags, flags), 'conv2d', 'bool')
+
+
 def test_pool_cpu_empty_batch():
     """max_pool2d and avg_pool2d of a batch of no images on the CPU: empty output and gradient (as PyTorch)."""
     for name in ('max_pool2d', 'avg_pool2d'):

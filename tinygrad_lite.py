@@ -3562,7 +3562,10 @@ class MaxPool(_Pool):
     def composed_forward(self, win):
         n, ho, wo, kh, kw, c = win.shape
         flat = win.transpose(0, 1, 2, 5, 3, 4).reshape(n, ho, wo, c, kh * kw)
-        self.offset = flat.argmax(axis=-1)
+        self.offset = flat.argmax(axis=-1)   # the first largest; as PyTorch's (and kernels.cu's), the last NaN
+        if flat.dtype.kind == 'f':
+            nan = _xp(flat).isnan(flat)
+            self.offset = _xp(flat).where(nan.any(-1), kh * kw - 1 - nan[..., ::-1].argmax(-1), self.offset)
         return _xp(win).take_along_axis(flat, self.offset[..., None], axis=-1)[..., 0]
 
     def composed_backward(self, g):
@@ -5578,6 +5581,8 @@ def conv2d(x, weight, bias=None, stride=1, padding=0):
     if x.dtype != weight.dtype or (bias is not None and bias.dtype != x.dtype):
         raise TypeError(f"conv2d: input dtype {x.dtype}, weight dtype {weight.dtype} and bias dtype "
                         f"{None if bias is None else bias.dtype} differ")
+    if x.dtype == np.bool_:
+        raise TypeError("conv2d: not defined for bool tensors (as in PyTorch)")
     stride = _pair(stride, 'conv2d: stride')
     if isinstance(padding, str):   # PyTorch's 'valid' (none) and 'same' (stride 1: an output of the input's size)
         _check_padding_string(padding, stride)
@@ -5593,14 +5598,21 @@ def conv2d(x, weight, bias=None, stride=1, padding=0):
     return Convolution.apply(*inputs, stride=stride, padding=padding)
 
 
-def _pool(fn, x, kernel_size, stride):
+def _pool(fn, x, kernel_size, stride, padding, fill):
+    """fn (MaxPool or AvgPool) over x, `padding` of `fill` (max: the dtype's least; average: 0, PyTorch's
+    count_include_pad) around each image first, as PyTorch's."""
     kernel = _pair(kernel_size, f'{fn.name}: kernel_size')
     empty = isinstance(stride, (tuple, list)) and not stride   # (): PyTorch's None
     stride = kernel if stride is None or empty else _pair(stride, f'{fn.name}: stride')
-    if x.ndim not in (3, 4):
+    padding = _pair(padding, f'{fn.name}: padding', least=0)
+    if padding[0] > kernel[0] // 2 or padding[1] > kernel[1] // 2:   # (so that no window is padding alone)
+        raise ValueError(f"{fn.name}: padding {padding} must be at most half of kernel {kernel}")
+    if _need_tensor(x, fn.name).ndim not in (3, 4):
         raise ValueError(f"{fn.name}: expected a 3-d (C, H, W) or 4-d (N, C, H, W) input, got shape {x.shape}")
     if x.dtype == bool:
         raise TypeError(f"{fn.name}: not defined for bool tensors (as in PyTorch)")
+    if any(padding):
+        x = x.pad((padding[1], padding[1], padding[0], padding[0]), value=fill(x.dtype))
     if x.shape[-2] < kernel[0] or x.shape[-1] < kernel[1]:
         raise ValueError(f"{fn.name}: input of shape {x.shape} ((N,) C, H, W) is smaller than kernel {kernel}")
     if x.ndim == 3:   # one image, as PyTorch's: a batch of one
@@ -5608,8 +5620,13 @@ def _pool(fn, x, kernel_size, stride):
     return fn.apply(x, kernel=kernel, stride=stride)
 
 
-max_pool2d = lambda x, kernel_size, stride=None: _pool(MaxPool, x, kernel_size, stride)
-avg_pool2d = lambda x, kernel_size, stride=None: _pool(AvgPool, x, kernel_size, stride)
+def max_pool2d(x, kernel_size, stride=None, padding=0):
+    least = lambda dtype: -math.inf if dtype.kind == 'f' else np.iinfo(dtype).min
+    return _pool(MaxPool, x, kernel_size, stride, padding, least)
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0):
+    return _pool(AvgPool, x, kernel_size, stride, padding, lambda dtype: 0)
 
 
 def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5,
@@ -6755,16 +6772,16 @@ class LayerNorm(Module):
 
 
 class _Pool2d(Module):
-    """MaxPool2d's and AvgPool2d's: fn(x, kernel_size, stride), the stride kernel_size where not given (as PyTorch's);
-    PyTorch's other settings as attributes at their defaults (the only values here), repr showing `shown`."""
-    padding, dilation, ceil_mode = 0, 1, False
+    """MaxPool2d's and AvgPool2d's: fn(x, kernel_size, stride, padding), the stride kernel_size where not given (as
+    PyTorch's); PyTorch's other settings as attributes at their defaults (the only values here), repr showing `shown`."""
+    dilation, ceil_mode = 1, False
 
-    def __init__(self, kernel_size, stride=None):
+    def __init__(self, kernel_size, stride=None, padding=0):
         super().__init__()
-        self.kernel_size, self.stride = kernel_size, kernel_size if stride is None else stride
+        self.kernel_size, self.stride, self.padding = kernel_size, kernel_size if stride is None else stride, padding
 
     def forward(self, x):
-        return self.fn(x, self.kernel_size, self.stride)
+        return self.fn(x, self.kernel_size, self.stride, self.padding)
 
     def extra_repr(self):
         return ', '.join(f"{name}={getattr(self, name)}" for name in self.shown)
