@@ -1097,8 +1097,9 @@ class TanhOp(Function):
         self.out = _xp(x).tanh(x)
         return self.out
 
-    def backward(self, g):
-        return g * (1 - self.out * self.out)
+    def backward(self, g):   # (float16 in float32, rounded once, as PyTorch's)
+        ct = _opmath(g.dtype)
+        return (g.astype(ct) * (1 - self.out.astype(ct) ** 2)).astype(g.dtype, copy=False)
 
 
 class SigmoidOp(Function):
@@ -1251,8 +1252,8 @@ class Div(Function):
         return a / b
 
     def backward(self, g):
-        return (_unbroadcast(g / self.b, self.a.shape) if self.needs_grad[0] else None,
-                _unbroadcast(-g * self.a / (self.b * self.b), self.b.shape) if self.needs_grad[1] else None)
+        return (_unbroadcast(g / self.b, self.a.shape) if self.needs_grad[0] else None,   # b's: PyTorch's order
+                _unbroadcast(-g * (self.a / self.b / self.b), self.b.shape) if self.needs_grad[1] else None)
 
 
 class Pow(Function):
@@ -1426,7 +1427,8 @@ class Sum(Function):
 
     def backward(self, g):
         kept = tuple(1 if i in self.axes else n for i, n in enumerate(self.shape))
-        g = g.reshape(kept) if self.scale == 1 else g.reshape(kept) * g.dtype.type(self.scale)
+        ct = _opmath(g.dtype)   # (float16 scaled in float32, rounded once, as PyTorch's)
+        g = g.reshape(kept) if self.scale == 1 else (g.reshape(kept).astype(ct) * ct.type(self.scale)).astype(g.dtype)
         return _xp(g).broadcast_to(g, self.shape)
 
 
