@@ -5473,8 +5473,9 @@ def test_error_save_object_array_writes_nothing():
 
 def test_error_load_of_other_files_and_save_into_missing_folder():
     """load() of a file save() did not write (NumPy's .npz of other arrays, a .npy, bytes of neither) says so, not
-    NumPy's KeyError or its advice to unpickle; save() into a folder that does not exist names the path given, not
-    its temporary file."""
+    NumPy's KeyError or its advice to unpickle, nor does one cut short, emptied or with an altered tree (BadZipFile,
+    EOFError, KeyError, JSONDecodeError before); save() into a folder that does not exist, or onto a folder, names the
+    path given, not its temporary file."""
     with tempfile.TemporaryDirectory() as d:
         np.savez(os.path.join(d, 'plain.npz'), x=np.ones(2))
         np.save(os.path.join(d, 'one.npy'), np.ones(2))
@@ -5485,6 +5486,18 @@ def test_error_load_of_other_files_and_save_into_missing_folder():
         path = os.path.join(d, 'missing', 'model.npz')
         msg = raises(FileNotFoundError, lambda: tl.save({'w': np.ones(2)}, path), path, 'no such folder')
         assert '.tmp' not in msg, msg
+        msg = raises(IsADirectoryError, lambda: tl.save({'w': np.ones(2)}, d), d, 'folder')
+        assert '.tmp' not in msg and sorted(os.listdir(d)) == ['junk.bin', 'one.npy', 'plain.npz'], (msg, os.listdir(d))
+        good = os.path.join(d, 'good.npz')   # a save() file cut short, emptied, or with a tree its arrays do not fit
+        tl.save({'w': np.arange(50000.0), 'b': [1, 2]}, good)
+        whole = open(good, 'rb').read()
+        np.savez(os.path.join(d, 'tree.npz'), tree=np.array('{"array": 3}'))
+        np.savez(os.path.join(d, 'text.npz'), tree=np.array('{not json'))
+        for name, data in (('half.npz', whole[:len(whole) // 2]), ('empty.npz', b''), ('tail.npz', whole[:-10])):
+            with open(os.path.join(d, name), 'wb') as f:
+                f.write(data)
+        for name in ('half.npz', 'empty.npz', 'tail.npz', 'tree.npz', 'text.npz'):
+            raises(ValueError, lambda: tl.load(os.path.join(d, name)), name, 'not a file that save() wrote')
 
 
 def test_save_file_mode_fsync_and_tensor_keys():

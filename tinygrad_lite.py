@@ -19,6 +19,8 @@ import threading
 import types
 import warnings
 import weakref
+import zipfile
+import zlib
 
 from concurrent.futures import ThreadPoolExecutor, wait
 
@@ -8200,6 +8202,8 @@ def save(obj, path):
     tree = json.dumps(_encode(obj, arrays))
     if not os.path.isdir(folder):   # (else the error would name the temporary file)
         raise FileNotFoundError(f"save: {path}: no such folder {folder}")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"save: {path} is a folder, not a file name")
     tmp = os.path.join(folder, f'.{os.path.basename(path)}.{os.urandom(6).hex()}.tmp')
     # a new file, as open() makes one (mode 0666 less the umask; tempfile.mkstemp's would be 0600)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
@@ -8219,10 +8223,14 @@ def load(path, device='cpu'):
     device = _parse_device(device)
     try:
         arrays = np.load(path, allow_pickle=False)
-    except ValueError:   # (NumPy's word for bytes of no .npy or .npz: "pickled data")
+    except (ValueError, EOFError, zipfile.BadZipFile):   # (ValueError: NumPy's "pickled data", bytes of no .npy)
         raise ValueError(f"load: {path} is not a file that save() wrote (not an .npz archive)") from None
     if 'tree' not in getattr(arrays, 'files', ()):   # a .npy array, or an .npz of other arrays
         getattr(arrays, 'close', lambda: None)()
         raise ValueError(f"load: {path} is not a file that save() wrote (no 'tree' entry)")
     with arrays:
-        return _decode(json.loads(str(arrays['tree'])), arrays, device)
+        try:
+            return _decode(json.loads(str(arrays['tree'])), arrays, device)
+        except (ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile, zlib.error) as e:   # cut or altered
+            raise ValueError(f"load: {path} is not a file that save() wrote, or it was cut short or altered "
+                             f"({type(e).__name__}: {e})") from None
