@@ -8325,6 +8325,30 @@ def test_loss_modules_as_pytorch():
     assert_close(got, want, 1e-12, 1e-12, 'CrossEntropyLoss forward')
 
 
+def test_set_grad_enabled_and_is_grad_enabled_as_pytorch():
+    """tl.set_grad_enabled(mode) sets grad mode by the call itself and, as a context manager, restores the mode before it
+    on exit; is_grad_enabled() reads it; a mode that is not a bool raises TypeError, as PyTorch's."""
+    x = tl.ones(2, requires_grad=True)
+    assert tl.is_grad_enabled()
+    with tl.set_grad_enabled(False):
+        assert not tl.is_grad_enabled() and not (x * 2).requires_grad
+        with tl.set_grad_enabled(True):
+            assert (x * 2).requires_grad
+        assert not tl.is_grad_enabled()
+    assert tl.is_grad_enabled()
+    try:
+        tl.set_grad_enabled(False)
+        assert not tl.is_grad_enabled() and not (x * 2).requires_grad
+        with tl.no_grad():
+            assert not tl.is_grad_enabled()
+    finally:
+        tl.set_grad_enabled(True)
+    raises(TypeError, lambda: tl.set_grad_enabled(1), 'bool')
+    assert tl.is_grad_enabled()
+    if torch is not None:
+        raises(TypeError, lambda: torch.set_grad_enabled(1))
+
+
 def test_no_grad_decorates_bare():
     """@tl.no_grad without parentheses decorates as @tl.no_grad() does (PyTorch 2 allows both); enable_grad records
     inside no_grad."""

@@ -849,6 +849,27 @@ class enable_grad(_GradSwitch):
     enabled = True
 
 
+class set_grad_enabled:
+    """As PyTorch's: grad mode set to `mode` by the call itself (tl.set_grad_enabled(False) turns recording off), and
+    as a context manager (`with tl.set_grad_enabled(training):`) the mode before it restored on exit."""
+
+    def __init__(self, mode):
+        if not isinstance(mode, (bool, np.bool_)):
+            raise TypeError(f"set_grad_enabled: mode must be a bool, not {type(mode).__name__}")
+        self.previous, _GradMode.enabled = _GradMode.enabled, bool(mode)
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        _GradMode.enabled = self.previous
+
+
+def is_grad_enabled():
+    """Whether ops record for a backward (grad mode, per thread), as PyTorch's."""
+    return _GradMode.enabled
+
+
 class Function:
     """One recorded op. `forward` maps input arrays to an output array and saves what `backward` needs;
     `backward` maps the output's gradient to one gradient per input (None where nobody asked).
