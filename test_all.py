@@ -5330,6 +5330,53 @@ def test_module_requires_grad_as_pytorch():
     assert not any(p.requires_grad for p in net.parameters())
 
 
+def test_module_registration_and_lookup_as_pytorch():
+    """register_parameter (None: a slot only a Parameter fills), add_module and register_module, get_submodule,
+    get_parameter and get_buffer (AttributeError naming the part missing), named_parameters and named_buffers with
+    remove_duplicate=False, a module graph with a cycle (parameters, buffers, zero_grad and to walk it once), and a
+    one-element value loaded into a 0-d buffer (older checkpoints' count), each as PyTorch's."""
+    need_torch()
+    def build(nn):
+        m = nn.Module()
+        m.register_parameter('w', None)
+        m.add_module('body', nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3)))
+        m.register_module('head', nn.Linear(3, 1))
+        m.add_module('spare', None)
+        return m
+    ours, theirs = build(tl), build(torch.nn)
+    assert repr(ours) == repr(theirs), (repr(ours), repr(theirs))
+    assert [n for n, _ in ours.named_parameters()] == [n for n, _ in theirs.named_parameters()]
+    for nn, m in ((torch.nn, theirs), (tl, ours)):
+        raises(TypeError, lambda: setattr(m, 'w', nn.Linear(1, 1).weight.detach() * 1))
+        raises(KeyError, lambda: m.register_parameter('body', None), 'exists')
+        raises(KeyError, lambda: m.add_module('a.b', None))
+        m.w = nn.Parameter(m.head.weight.detach().clone())
+        m.body[0].weight = m.head.weight   # shared
+    assert [n for n, _ in ours.named_parameters()] == [n for n, _ in theirs.named_parameters()]
+    assert [n for n, _ in ours.named_parameters(remove_duplicate=False)] == \
+        [n for n, _ in theirs.named_parameters(remove_duplicate=False)]
+    assert [n for n, _ in ours.named_buffers(remove_duplicate=False)] == \
+        [n for n, _ in theirs.named_buffers(remove_duplicate=False)]
+    assert ours.get_submodule('body.1') is ours.body[1] and ours.get_submodule('') is ours
+    assert ours.get_parameter('body.0.bias') is ours.body[0].bias and ours.get_buffer('body.1.running_var') is \
+        ours.body[1].running_var
+    for call in (lambda m: m.get_submodule('body.7'), lambda m: m.get_parameter('body.1.running_mean'),
+                 lambda m: m.get_buffer('head.weight')):
+        raises(AttributeError, lambda: call(theirs))
+        raises(AttributeError, lambda: call(ours))
+    layer = tl.Linear(2, 2)
+    loop = tl.Sequential(layer, tl.BatchNorm1d(2))
+    layer.owner = loop   # a cycle
+    assert len(list(loop.parameters())) == 4 and len(list(loop.buffers())) == 3
+    loop.zero_grad()
+    assert loop.double() is loop and layer.weight.dtype == np.float64
+    state = tl.BatchNorm1d(3).state_dict()
+    state['num_batches_tracked'] = np.array([5])
+    norm = tl.BatchNorm1d(3)
+    norm.load_state_dict(state)
+    assert norm.num_batches_tracked.shape == () and norm.num_batches_tracked.item() == 5
+
+
 def test_module_to_gives_changed_buffers_new_tensors():
     """Module.to/.double()/.half() gives a buffer whose dtype or device changes a new tensor, as PyTorch's: the
     tensor the caller registered (a loss's weight=) stays as it was and still serves the module it was given to;

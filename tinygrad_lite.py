@@ -6098,8 +6098,8 @@ class Module:
         """The module's own settings, shown by repr (PyTorch's hook: a subclass says more)."""
         return ''
 
-    def _child_reprs(self):
-        return [f"({name}): " + repr(m).replace('\n', '\n  ') for name, m in self._named_submodules()]
+    def _child_reprs(self):   # (an empty child slot as "(name): None", as PyTorch's)
+        return [f"({name}): " + repr(m).replace('\n', '\n  ') for name, m in self._named_submodules(empty=True)]
 
     def __repr__(self):   # as PyTorch's: the settings (a line each), then each child under its name, indented
         extra = self.extra_repr()
@@ -6134,11 +6134,63 @@ class Module:
         (non_persistent.discard if persistent else non_persistent.add)(name)
         object.__setattr__(self, name, tensor)   # a buffer even if a Parameter (setattr would make it a parameter)
 
-    def _named_submodules(self):
+    def register_parameter(self, name, param):
+        """As PyTorch's: `param` (a Parameter, or None: a slot that only a Parameter fills) under `name`."""
+        parameters = [n for n, v in vars(self).items() if isinstance(v, Parameter)]
+        self._check_new_name('parameter', name, existing=parameters)
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(f"cannot assign '{type(param).__name__}' object to parameter '{name}' (a tl.Parameter or "
+                            "None required, as in PyTorch)")
+        if param is None:
+            self.__dict__.setdefault('_empty_slots', {})[name] = 'parameter'
+        setattr(self, name, param)
+
+    def add_module(self, name, module):
+        """As PyTorch's: `module` (a Module, or None: a slot that only a Module fills) as a child under `name`."""
+        self._check_new_name('module', name, existing=[n for n, v in vars(self).items() if isinstance(v, Module)])
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"{type(module).__name__} is not a Module subclass")
+        if module is None:
+            self.__dict__.setdefault('_empty_slots', {})[name] = 'child module'
+        setattr(self, name, module)
+
+    register_module = add_module
+
+    def get_submodule(self, target):
+        """The module under the dotted name `target` (this one for ''), as PyTorch's; AttributeError naming the part
+        not found."""
+        module, rest = self, target
+        while rest:
+            children = dict(module._named_submodules())   # (a list's modules are named 'name.i')
+            name = next((n for n in children if rest == n or rest.startswith(n + '.')), None)
+            if name is None:
+                raise AttributeError(f"{type(module).__name__} has no submodule '{rest.split('.')[0]}' (looking for "
+                                     f"'{target}')")
+            module, rest = children[name], rest[len(name) + 1:]
+        return module
+
+    def get_parameter(self, target):
+        """The parameter under the dotted name `target`, as PyTorch's."""
+        path, _, name = target.rpartition('.')
+        module = self.get_submodule(path)
+        if not isinstance(module.__dict__.get(name), Parameter) or name in module._buffer_names:
+            raise AttributeError(f"{type(module).__name__} has no parameter '{name}' (looking for '{target}')")
+        return module.__dict__[name]
+
+    def get_buffer(self, target):
+        """The buffer under the dotted name `target`, as PyTorch's."""
+        path, _, name = target.rpartition('.')
+        module = self.get_submodule(path)
+        if name not in module._buffer_names:
+            raise AttributeError(f"{type(module).__name__} has no buffer '{name}' (looking for '{target}')")
+        return getattr(module, name)
+
+    def _named_submodules(self, empty=False):
         """(name, module) of each attribute that is a module and each module of an attribute's list or tuple ('name.i');
-        a module held twice comes under each of its names."""
+        a module held twice comes under each of its names; `empty`: (name, None) of each child slot set to None too."""
+        slots = self.__dict__.get('_empty_slots', {})
         for name, value in vars(self).items():
-            if isinstance(value, Module):
+            if isinstance(value, Module) or empty and value is None and slots.get(name) == 'child module':
                 yield name, value
             elif isinstance(value, (list, tuple)):
                 yield from ((f'{name}.{i}', m) for i, m in enumerate(value) if isinstance(m, Module))
@@ -6176,11 +6228,12 @@ class Module:
         fn(self)
         return self
 
-    def _named_tensors(self, prefix='', recurse=True, state=False):
+    def _named_tensors(self, prefix='', recurse=True, state=False, remove_duplicate=False):
         """(name, tensor, is_buffer) in PyTorch's order: module by module, parents first, its parameters then its
-        buffers; a module held twice under each of its names, as state_dict lists it; with `state`, only what the state
-        dict holds (no non-persistent buffer)."""
-        modules = self.named_modules(prefix=prefix, remove_duplicate=False) if recurse else [(prefix, self)]
+        buffers; a module held twice under each of its names (as state_dict lists it) unless remove_duplicate (then
+        once: a module that holds its parent is walked once); with `state`, only what the state dict holds (no
+        non-persistent buffer)."""
+        modules = self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) if recurse else [(prefix, self)]
         for module_name, m in modules:
             buffers = m.__dict__.get('_buffer_names', [])
             left_out = m.__dict__.get('_non_persistent', ()) if state else ()
@@ -6191,22 +6244,23 @@ class Module:
                 if getattr(m, name) is not None and name not in left_out:
                     yield _dotted(module_name, name), getattr(m, name), True
 
-    def _named(self, buffers, prefix, recurse):
-        """(name, tensor) of each parameter (or buffer) once, the first name of one registered twice, as PyTorch."""
+    def _named(self, buffers, prefix, recurse, remove_duplicate):
+        """(name, tensor) of each parameter (or buffer) once, the first name of one registered twice, as PyTorch; not
+        remove_duplicate: under each of its names."""
         seen = set()
-        for name, t, is_buffer in self._named_tensors(prefix, recurse):
-            if is_buffer == buffers and id(t) not in seen:
+        for name, t, is_buffer in self._named_tensors(prefix, recurse, remove_duplicate=remove_duplicate):
+            if is_buffer == buffers and (id(t) not in seen or not remove_duplicate):
                 seen.add(id(t))
                 yield name, t
 
-    def named_parameters(self, prefix='', recurse=True):
-        return self._named(False, prefix, recurse)
+    def named_parameters(self, prefix='', recurse=True, remove_duplicate=True):
+        return self._named(False, prefix, recurse, remove_duplicate)
 
     def parameters(self, recurse=True):
         return (p for _, p in self.named_parameters(recurse=recurse))
 
-    def named_buffers(self, prefix='', recurse=True):
-        return self._named(True, prefix, recurse)
+    def named_buffers(self, prefix='', recurse=True, remove_duplicate=True):
+        return self._named(True, prefix, recurse, remove_duplicate)
 
     def buffers(self, recurse=True):
         return (t for _, t in self.named_buffers(recurse=recurse))
@@ -6250,7 +6304,7 @@ class Module:
         dtype = None if dtype is None else _dtype(dtype)
         if dtype is not None and dtype.kind != 'f':
             raise TypeError(f"{what}: only floating-point dtypes, got {dtype}")
-        converted, tensors = [], list(self._named_tensors(recurse=recurse))
+        converted, tensors = [], list(self._named_tensors(recurse=recurse, remove_duplicate=True))
         for u in {id(u): u for _, t, _ in tensors for u in (t, t.grad) if u is not None}.values():
             data = u.data.astype(dtype, copy=False) if dtype is not None and u.dtype.kind == 'f' else u.data
             converted.append((u, data if device is None else _move(data, device)))
@@ -6262,7 +6316,7 @@ class Module:
                 new.requires_grad, new._grad = u.requires_grad, u.grad   # (its grad converted in this loop too)
             else:
                 u.data, u.device = data, device or u.device
-        for _, m in self.named_modules(remove_duplicate=False) if recurse else [('', self)]:
+        for _, m in self.named_modules() if recurse else [('', self)]:
             for name in m.__dict__.get('_buffer_names', []):
                 if id(getattr(m, name)) in renewed:
                     object.__setattr__(m, name, renewed[id(getattr(m, name))])
@@ -6283,6 +6337,9 @@ class Module:
             raise TypeError(f"load_state_dict: expected a dict-like state_dict, got {type(state_dict).__name__}")
         own = {name: t for name, t, _ in self._named_tensors(state=True)}
         values = {k: _as_array(v) for k, v in state_dict.items()}
+        for k, t in own.items():   # as PyTorch's: a one-element 1-d value for a 0-d tensor (older checkpoints' counts)
+            if k in values and t.ndim == 0 and values[k].shape == (1,):
+                values[k] = values[k].reshape(())
         optional = {_dotted(prefix, name) for prefix, m in self.named_modules(remove_duplicate=False)
                     for name in m._optional_buffers}
         missing = [k for k in own if k not in values and k not in optional]
