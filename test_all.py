@@ -8396,6 +8396,35 @@ def test_set_grad_enabled_and_is_grad_enabled_as_pytorch():
         raises(TypeError, lambda: torch.set_grad_enabled(1))
 
 
+def test_tensor_methods_amax_clip_mm_conversions_as_pytorch():
+    """amax and amin (ties sharing the gradient evenly), clip and clip_ (clamp's names), mm and mv (2-D and 1-D only),
+    byte, char and short, to(copy=True) (a copy even where nothing changes) and to(non_blocking=True), each as PyTorch's
+    with the function forms; Parameter's repr."""
+    need_torch()
+    r = rng('tensor methods')
+    x = np.round(sample(r, (3, 4)), 1)
+    x[0, :2] = x[0].max() + 1   # a tie
+    for text, f in (('amax', lambda m, a: m.amax(a, 1)), ('amin', lambda m, a: a.amin(dim=(0, 1), keepdim=True)),
+                    ('amax all', lambda m, a: a.amax()), ('clip', lambda m, a: m.clip(a, -0.5, 0.5)),
+                    ('mm', lambda m, a: m.mm(a, a.T)), ('mv', lambda m, a: a.mv(a[0]))):
+        (got, want), (ours, theirs) = run_both(f, x, grad=True)
+        same_as_torch(got, want, text, 1e-12, 1e-12)
+        got.sum().backward(), want.sum().backward()
+        same_as_torch(ours[0].grad, theirs[0].grad, f'{text} gradient', 1e-12, 1e-12)
+    raises(ValueError, lambda: tl.tensor(x).mm(tl.tensor(x)), 'mm', '(3, 4)')
+    raises(ValueError, lambda: tl.tensor(x).mv(tl.tensor(x)), 'mv', '(3, 4)')
+    t = tl.tensor(x * 100)
+    for name in ('byte', 'char', 'short'):
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')   # (NumPy's note on the negative values' wrap)
+            got, want = getattr(t, name)(), getattr(torch.tensor(x * 100), name)()
+        assert str(got.dtype) == str(want.dtype).replace('torch.', ''), (name, got.dtype)
+    t.clip_(-1, 1)
+    assert t.numpy().min() == -1 and t.numpy().max() == 1
+    assert t.to('cpu', copy=True) is not t and t.to('cpu') is t and t.to(tl.float64, non_blocking=True).dtype == np.float64
+    assert repr(tl.Parameter(tl.ones(2))) == repr(torch.nn.Parameter(torch.ones(2)))
+
+
 def test_no_grad_decorates_bare():
     """@tl.no_grad without parentheses decorates as @tl.no_grad() does (PyTorch 2 allows both); enable_grad records
     inside no_grad."""

@@ -3907,14 +3907,16 @@ class Tensor:
     def tolist(self):
         return self.numpy().tolist()
 
-    def to(self, *args, device=None, dtype=None):
+    def to(self, *args, device=None, dtype=None, non_blocking=False, copy=False):
+        """As PyTorch's: this tensor itself where nothing changes, unless copy; non_blocking is taken (copies between
+        devices are made in order here)."""
         device, dtype = _device_and_dtype(args, device, dtype)
         out = self
         if dtype is not None and _dtype(dtype) != self.dtype:
             out = Cast.apply(out, dtype=_dtype(dtype))
         if device is not None and _parse_device(device) != self.device:
             out = ToDevice.apply(out, device=_parse_device(device))
-        return out
+        return out.clone() if copy and out is self else out
 
     def cuda(self, device=None):
         return self.to('cuda' if device is None else f'cuda:{device}')
@@ -3927,6 +3929,9 @@ class Tensor:
     double = lambda self: self.to(np.float64)
     long = lambda self: self.to(np.int64)
     int = lambda self: self.to(np.int32)
+    short = lambda self: self.to(np.int16)
+    char = lambda self: self.to(np.int8)
+    byte = lambda self: self.to(np.uint8)
     bool = lambda self: self.to(np.bool_)
 
     def contiguous(self):   # as PyTorch's: itself where its memory is already in row-major order, else a copy
@@ -4158,8 +4163,9 @@ class Tensor:
         common = self.dtype if self.dtype == other.dtype else _result_dtype(self, other)
         if integral and common.kind == 'f':
             raise TypeError(f"{what}: only integer and bool tensors, not {self.dtype} with {other.dtype}")
-        a, b = (t.data.astype(common, copy=False) for t in (self, other))
-        return Tensor._wrap(op(a, b), self.device)
+        with _quiet(self.device):   # (a value past float16's range cast to it: inf, silently)
+            a, b = (t.data.astype(common, copy=False) for t in (self, other))
+            return Tensor._wrap(op(a, b), self.device)
 
     def _compare(self, op, other):
         """op(self, other), a bool tensor, where other is a tensor, a number or an array. As PyTorch's, anything else
@@ -4294,6 +4300,7 @@ class Tensor:
         return Gelu.apply(_need_float(self, 'gelu'), approximate=approximate)
 
     def clamp(self, min=None, max=None):
+        """min and max numbers or tensors (broadcast), as PyTorch's; clip is its other name."""
         if min is None and max is None:
             raise ValueError("clamp: at least one of min and max must be given")
         if self.dtype.kind != 'f' and any(isinstance(b, (float, np.floating)) for b in (min, max)):
@@ -4308,6 +4315,8 @@ class Tensor:
         dtype = _result_dtype(self, *bounds)   # all three at once (a 0-d bound ranks below a shaped one of its kind)
         x, *bounds = [t if t.dtype == dtype else t.to(dtype) for t in [self] + bounds]
         return Clamp.apply(x, *bounds, given=(min is not None, max is not None))
+
+    clip = clamp
 
     def maximum(self, other):
         return self._binary(Maximum, other)
@@ -4350,6 +4359,15 @@ class Tensor:
 
     def min(self, axis=None, keepdim=False, *, dim=None):
         return minimum(self, axis) if isinstance(axis, Tensor) else self._extreme(True, axis, keepdim, dim)
+
+    @_aliases(dim='axis')
+    def amax(self, axis=(), keepdim=False):
+        """PyTorch's amax: max's values over axis (every axis where () or None), ties sharing the gradient evenly."""
+        return self._extreme(False, axis, keepdim, None)
+
+    @_aliases(dim='axis')
+    def amin(self, axis=(), keepdim=False):
+        return self._extreme(True, axis, keepdim, None)
 
     @_aliases(dim='axis')
     def var(self, axis=None, keepdim=False, correction=None, *, unbiased=None):
@@ -4922,6 +4940,19 @@ class Tensor:
                              f"{mat2.shape}")
         return self @ mat2
 
+    def mm(self, mat2):
+        """The product of two 2-D tensors, (n, m) @ (m, p), as PyTorch's (no broadcasting)."""
+        if self.ndim != 2 or mat2.ndim != 2 or self.shape[1] != mat2.shape[0]:
+            raise ValueError(f"mm: expected 2-D tensors (n, m) and (m, p), got shapes {self.shape} and {mat2.shape}")
+        return self @ mat2
+
+    def mv(self, vec):
+        """The product of a 2-D tensor and a 1-D one, (n, m) @ (m,), as PyTorch's."""
+        if self.ndim != 2 or vec.ndim != 1 or self.shape[1] != vec.shape[0]:
+            raise ValueError(f"mv: expected a 2-D tensor (n, m) and a 1-D one (m,), got shapes {self.shape} and "
+                             f"{vec.shape}")
+        return self @ vec
+
     def outer(self, vec2):
         """The outer product of two 1-D tensors (their dtypes promoted), as PyTorch's."""
         if self.ndim != 1 or vec2.ndim != 1:
@@ -4993,6 +5024,8 @@ class Tensor:
     def clamp_(self, min=None, max=None):
         """clamp in place (tensor bounds broadcasting wider than this tensor refused)."""
         return self._update_with('clamp_', lambda t: t.clamp(min, max), min, max)
+
+    clip_ = clamp_
 
     def relu_(self):
         return self._update_with('relu_', Tensor.relu)
@@ -5377,14 +5410,15 @@ def _method(name):
  sqrt, neg, clamp, sin, cos, log1p, expm1, erf, reciprocal, rsqrt, square, floor, ceil, trunc, sign, isnan, isinf,
  isfinite, nan_to_num, lerp, addcmul, addcdiv, maximum, minimum, pad, flip, bmm, outer, dot, mean, var, std, argmax,
  argmin, reshape, flatten, unflatten, transpose, swapaxes, permute, movedim, unsqueeze, squeeze, matmul, clone, t,
- detach, clamp_, fill_, zero_, detach_) = map(_method, (
+ detach, clamp_, fill_, zero_, detach_, clip, amax, amin, mm, mv) = map(_method, (
     'gather', 'scatter', 'scatter_add', 'index_select', 'masked_fill', 'masked_select', 'repeat_interleave',
     'split', 'chunk', 'unbind', 'narrow', 'roll', 'tril', 'triu', 'cumsum', 'prod', 'logsumexp', 'norm', 'sort',
     'argsort', 'topk', 'relu', 'sigmoid', 'tanh', 'gelu', 'exp', 'log', 'sqrt', 'neg', 'clamp', 'sin', 'cos',
     'log1p', 'expm1', 'erf', 'reciprocal', 'rsqrt', 'square', 'floor', 'ceil', 'trunc', 'sign', 'isnan', 'isinf',
     'isfinite', 'nan_to_num', 'lerp', 'addcmul', 'addcdiv', 'maximum', 'minimum', 'pad', 'flip', 'bmm', 'outer',
     'dot', 'mean', 'var', 'std', 'argmax', 'argmin', 'reshape', 'flatten', 'unflatten', 'transpose', 'swapaxes',
-    'permute', 'movedim', 'unsqueeze', 'squeeze', 'matmul', 'clone', 't', 'detach', 'clamp_', 'fill_', 'zero_', 'detach_'))
+    'permute', 'movedim', 'unsqueeze', 'squeeze', 'matmul', 'clone', 't', 'detach', 'clamp_', 'fill_', 'zero_', 'detach_',
+    'clip', 'amax', 'amin', 'mm', 'mv'))
 
 
 def _builtin_form(name):
@@ -6030,6 +6064,9 @@ class Parameter(Tensor):
         if isinstance(data, Tensor) and self.data is data.data:   # the same memory: one version counter
             self._version = data._version
 
+    def __repr__(self):   # as PyTorch's
+        return 'Parameter containing:\n' + super().__repr__()
+
 
 def _zero_grads(params, set_to_none):
     """As PyTorch's zero_grad: each gradient dropped (set_to_none), or zeroed in place."""
@@ -6293,8 +6330,9 @@ class Module:
             p.requires_grad = requires_grad
         return self
 
-    def to(self, *args, device=None, dtype=None):
-        """Move and/or cast every parameter and buffer in place (floating-point ones only change dtype)."""
+    def to(self, *args, device=None, dtype=None, non_blocking=False):
+        """Move and/or cast every parameter and buffer in place (floating-point ones only change dtype); non_blocking
+        taken as Tensor.to takes it."""
         return self._to(*_device_and_dtype(args, device, dtype), 'Module.to')
 
     def _to(self, device, dtype, what, recurse=True):
