@@ -123,9 +123,12 @@ def _stacklevel():
     return level
 
 
+_NO_CONTEXT = contextlib.nullcontext()   # a context that does nothing (reentrant: made once)
+
+
 def _on(device):
     """The context in which arrays are made on `device` ('cpu' or 'cuda:N')."""
-    return contextlib.nullcontext() if device == 'cpu' else cp.cuda.Device(int(device[5:]))
+    return _NO_CONTEXT if device == 'cpu' else cp.cuda.Device(int(device[5:]))
 
 
 def _move(array, device):
@@ -954,8 +957,9 @@ def _memory_owner(array):
 
 def _quiet(device):
     """NumPy's floating-point warnings off for an op's arithmetic on `device`: inf and NaN are results, silently as
-    PyTorch's (CuPy warns of none: no context to enter for the GPU)."""
-    return np.errstate(all='ignore') if device == 'cpu' else contextlib.nullcontext()
+    PyTorch's (CuPy warns of none: for the GPU a context that does nothing, made once)."""
+    return np.errstate(all='ignore') if device == 'cpu' else _NO_CONTEXT
+
 
 
 def _version_error(t, counter, version, which):
@@ -3979,7 +3983,7 @@ class Tensor:
             own = _number_dtype(other)
             dtype = self.dtype if _KIND_RANK[own.kind] <= _KIND_RANK[self.dtype.kind] else own
             # (NumPy warns of the overflow; errstate costs a microsecond, spared where no dtype's range is passed)
-            with np.errstate(over='ignore') if abs(other) > _FLOAT16_MAX else contextlib.nullcontext():
+            with np.errstate(over='ignore') if abs(other) > _FLOAT16_MAX else _NO_CONTEXT:
                 return Tensor._wrap(np.asarray(other).astype(dtype)[()], self.device)
         return Tensor(other, device=self.device)
 
