@@ -3439,6 +3439,36 @@ def test_float16_tanh_mean_division_gradients_as_pytorch():
                 assert same.all(), f'{name}: {(~same).mean():.1%} of the gradient differs'
 
 
+def test_cross_entropy_class_probabilities_as_pytorch():
+    """cross_entropy (and CrossEntropyLoss) with a floating-point target of the input's shape (class probabilities) as
+    PyTorch's at (N, C), (N, C, d) and (C,), with label smoothing, class weights and each reduction: values and
+    float64 gradients of the input and the target; ignore_index refused (ValueError; PyTorch's RuntimeError); on a GPU
+    as on the CPU."""
+    need_torch()
+    r = rng('soft targets')
+    for shape in ((3, 4), (2, 4, 5), (4,)):
+        x, t, w = sample(r, shape), r.random(shape), r.random(4)
+        for kwargs in ({}, {'label_smoothing': 0.2}, {'reduction': 'none'}, {'reduction': 'sum'}, {'weight': w},
+                       {'weight': w, 'label_smoothing': 0.3, 'reduction': 'none'}):
+            ours_kw = {k: tl.tensor(v) if k == 'weight' else v for k, v in kwargs.items()}
+            theirs_kw = {k: torch.tensor(v) if k == 'weight' else v for k, v in kwargs.items()}
+            (xs, ts), (xt, tt) = [[lib.tensor(v, requires_grad=True) for v in (x, t)] for lib in (tl, torch)]
+            got, want = tl.cross_entropy(xs, ts, **ours_kw), F.cross_entropy(xt, tt, **theirs_kw)
+            what = f'{shape} {list(kwargs)}'
+            assert_close(got, want, 1e-12, 1e-12, what)
+            got.sum().backward(), want.sum().backward()
+            assert_close(xs.grad, xt.grad, 1e-12, 1e-12, f'{what}: input gradient')
+            assert_close(ts.grad, tt.grad, 1e-12, 1e-12, f'{what}: target gradient')
+            assert_close(tl.CrossEntropyLoss(**ours_kw)(tl.tensor(x), tl.tensor(t)), want, 1e-12, 1e-12, what)
+            if tl.cuda_is_available():
+                on_gpu = {k: v.to('cuda') if isinstance(v, tl.Tensor) else v for k, v in ours_kw.items()}
+                assert_close(tl.cross_entropy(tl.tensor(x, device='cuda'), tl.tensor(t, device='cuda'), **on_gpu),
+                             want, 1e-12, 1e-12, f'{what} on the GPU')
+    raises((RuntimeError, ValueError), lambda: F.cross_entropy(torch.randn(3, 4), torch.rand(3, 4), ignore_index=1))
+    raises(ValueError, lambda: tl.cross_entropy(tl.randn(3, 4), tl.rand(3, 4), ignore_index=1), 'ignore_index')
+    raises(TypeError, lambda: tl.cross_entropy(tl.randn(2, 4, 5), tl.rand(2, 5)), 'class indices', 'probabilities')
+
+
 def test_softmax_log_softmax_float16_gradients_rounded_once():
     """float16 softmax and log_softmax backward compute in float32 and round once, as PyTorch's: against float64 from
     the same float16 inputs, no element further off than PyTorch's worst (rounding g * out to float16 first was 1.6x

@@ -5779,7 +5779,8 @@ def _class_targets(what, input, target, ignore_index):
         raise ValueError(f"{what}: input of shape {input.shape} ((C,), (N, C) or (N, C, d1, ...)) needs "
                          f"targets of shape {expected if input.ndim else '(N, d1, ...)'}, got {target.shape}")
     if target.dtype.kind not in 'iu':
-        raise TypeError(f"{what}: targets must be integer class indices, not {target.dtype}")
+        raise TypeError(f"{what}: targets must be integer class indices, not {target.dtype}" + (
+            " (cross_entropy's class probabilities: a target of the input's shape)" if what == 'cross_entropy' else ''))
     _need_float(input, what)
     _same_device([input, target], what)
     if input.ndim != 2:
@@ -5799,10 +5800,14 @@ def _check_reduction(what, reduction, reductions=_LOSS_REDUCTIONS):
 
 def cross_entropy(logits, target, label_smoothing=0.0, reduction='mean', ignore_index=-100, weight=None):
     """PyTorch's cross_entropy of class indices; with a weight per class (composed: log_softmax, then nll_loss's
-    weighted rows), 'mean' divides by the kept rows' weights, label smoothing weighting each class's share too."""
+    weighted rows), 'mean' divides by the kept rows' weights, label smoothing weighting each class's share too. A
+    floating-point target of the input's shape holds class probabilities (_soft_cross_entropy)."""
     _check_reduction('cross_entropy', reduction)
     if not 0 <= label_smoothing <= 1:
         raise ValueError(f"cross_entropy: label_smoothing must lie in [0, 1], got {label_smoothing}")
+    if isinstance(target, Tensor) and target.dtype.kind == 'f' and target.shape == _need_tensor(logits,
+                                                                                               'cross_entropy').shape:
+        return _soft_cross_entropy(logits, target, label_smoothing, reduction, ignore_index, weight)
     rows, target, shape = _class_targets('cross_entropy', logits, target, ignore_index)
     if weight is not None:
         weight = _loss_weight('cross_entropy', 'weight', weight, logits, (rows.shape[1],))
@@ -5811,6 +5816,26 @@ def cross_entropy(logits, target, label_smoothing=0.0, reduction='mean', ignore_
         loss = CrossEntropy.apply(rows, target, smoothing=float(label_smoothing), reduction=reduction,
                                   ignore_index=int(ignore_index))
     return loss.reshape(shape) if reduction == 'none' and loss.shape != shape else loss
+
+
+def _soft_cross_entropy(logits, target, smoothing, reduction, ignore_index, weight):
+    """PyTorch's cross_entropy of class probabilities (the target of the input's shape, classes on axis 1, on axis 0
+    of a (C,) input): -sum_c w_c t_c log softmax(x)_c, the target first smoothed to t (1 - s) + s / C; 'mean' over the
+    positions (not the weights)."""
+    if ignore_index != -100:
+        raise ValueError("cross_entropy: ignore_index is not supported for a target of class probabilities (as in "
+                         "PyTorch)")
+    _need_float(logits, 'cross_entropy')
+    _same_device([logits, target], 'cross_entropy')
+    axis = min(1, logits.ndim - 1)
+    classes = logits.shape[axis]
+    if smoothing:
+        target = target * (1 - smoothing) + smoothing / classes
+    products = logits.log_softmax(axis) * target
+    if weight is not None:
+        weight = _loss_weight('cross_entropy', 'weight', weight, logits, (classes,))
+        products = products * weight.reshape(classes, *[1] * (logits.ndim - axis - 1))
+    return _apply_reduction(-products.sum(axis), reduction)
 
 
 # ---- losses as torch.nn.functional's (cross_entropy above), composed from the differentiable ops; float16
