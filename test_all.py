@@ -9149,7 +9149,7 @@ def test_pytorch_forms_numpy_of_grad_tensors_max_of_tensor_pad_mode_requires_gra
     """.numpy() of a CPU tensor that requires grad is read-only (PyTorch refuses numpy() there: a write through it
     reached the backward unseen, w.grad 14 for 2), of any other the tensor's own memory, as PyTorch's; t.max(other) and
     t.min(other) are the elementwise forms, as PyTorch's (an error naming axis before); pad takes PyTorch's mode
-    (only 'constant'; 'reflect' was read as the fill value); requires_grad_(requires_grad=) as PyTorch's keyword."""
+    ('reflect' was read as the fill value); requires_grad_(requires_grad=) as PyTorch's keyword."""
     need_torch()
     w = tl.tensor([1.0, 2.0, 3.0], requires_grad=True)
     y = w * 1
@@ -9170,7 +9170,7 @@ def test_pytorch_forms_numpy_of_grad_tensors_max_of_tensor_pad_mode_requires_gra
     assert_close(tl.tensor(x0).pad((1, 2), 'constant', 0.5), F.pad(torch.tensor(x0), (1, 2), 'constant', 0.5).numpy(),
                  0, 0, 'pad')
     assert_close(tl.pad(tl.tensor(x0), (1, 1), value=None), F.pad(torch.tensor(x0), (1, 1), value=None).numpy(), 0, 0)
-    raises(NotImplementedError, lambda: tl.pad(tl.tensor(x0), (1, 1), 'reflect'), 'reflect')
+    assert_close(tl.pad(tl.tensor(x0), (1, 1), 'reflect'), F.pad(torch.tensor(x0), (1, 1), 'reflect').numpy(), 0, 0)
     assert tl.zeros(2).requires_grad_(requires_grad=True).requires_grad
     assert not tl.zeros(2).requires_grad_(False).requires_grad
 
@@ -11086,6 +11086,34 @@ def test_avg_pool_integers_as_pytorch():
         assert same_dtype(got, want) and np.array_equal(got.numpy(), want.numpy()), (kernel, stride, got.dtype)
     for fn in (tl.avg_pool2d, tl.max_pool2d):
         raises(TypeError, lambda: fn(tl.tensor(x > 0), 2), 'pool2d', 'bool')
+
+
+def test_pad_reflect_replicate_circular_as_pytorch():
+    """pad with mode 'reflect', 'replicate' and 'circular' as PyTorch's F.pad: the last 1, 2 or 3 axes of tensors with
+    one or two more, negative widths cropping (circular wrapping the cropped axis), values and float64 gradients (on a
+    GPU as on the CPU); widths past PyTorch's limits, a value, another mode or too many axes raise ValueError."""
+    need_torch()
+    r = rng('pad modes')
+    cases = [((1, 3, 4), (2, 1)), ((2, 3, 4, 5), (1, 2, 3, 0)), ((2, 3, 4, 5, 6), (1, 1, 2, 2, 0, 3)), ((3, 4), (3, 2)),
+             ((1, 3, 4), (-1, 2)), ((1, 3, 4), (2, -1)), ((2, 3, 4, 5), (-2, 1, 1, -1))]
+    for shape, pad in cases:
+        for mode in ('reflect', 'replicate', 'circular'):
+            x, what = sample(r, shape), f'{shape} {pad} {mode}'
+            xs, xt = tl.Tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+            got, want = tl.pad(xs, pad, mode=mode), F.pad(xt, pad, mode=mode)
+            assert_close(got, want, 0, 0, what)
+            w = upstream(0, got.shape)
+            (got * tl.Tensor(w)).sum().backward(), (want * torch.tensor(w)).sum().backward()
+            assert_close(xs.grad, xt.grad, 1e-12, 1e-12, f'{what}: gradient')
+            if tl.cuda_is_available():
+                assert_close(tl.Tensor(x, device='cuda').pad(pad, mode=mode), want, 0, 0, f'{what} on the GPU')
+    x = tl.Tensor(sample(r, (2, 3, 4, 5)))
+    for pad, mode in (((0, 5), 'reflect'), ((0, 1, 4, 0), 'reflect'), ((0, 6), 'circular'), ((1,) * 8, 'reflect'),
+                      ((1,), 'replicate')):
+        raises((RuntimeError, ValueError, NotImplementedError), lambda: F.pad(torch.tensor(x.numpy()), pad, mode=mode))
+        raises(ValueError, lambda: x.pad(pad, mode=mode), 'pad', mode)
+    raises(ValueError, lambda: x.pad((1, 1), mode='reflect', value=2.0), 'value')
+    raises(ValueError, lambda: x.pad((1, 1), mode='mirror'), 'mirror')
 
 
 def test_pool_padding_and_nan_windows_as_pytorch():

@@ -4885,9 +4885,9 @@ class Tensor:
         return Expand.apply(self, shape=target)
 
     def pad(self, pad, mode='constant', value=None):
-        """torch.nn.functional.pad's constant mode (value None: 0)."""
+        """torch.nn.functional.pad: 'constant' (value None: 0), or 'reflect', 'replicate' and 'circular' (_pad_read)."""
         if mode != 'constant':
-            raise NotImplementedError(f"pad: mode {mode!r}: only 'constant' is implemented")
+            return self._pad_read(pad, mode, value)
         value = 0.0 if value is None else value
         pairs = [pad[i:i + 2] for i in range(0, len(pad), 2)]   # from the last axis back
         if len(pad) % 2 or len(pairs) > self.ndim or any(n + lo + hi < 0 or n + min(lo, 0) + min(hi, 0) < 0
@@ -4897,6 +4897,35 @@ class Tensor:
         if not all(map(_is_int, pad)):
             raise TypeError(f"pad: widths must be ints, got {tuple(pad)}")
         return Pad.apply(self, pad=tuple(int(p) for p in pad), value=value) if pad else self.clone()
+
+    def _pad_read(self, pad, mode, value):
+        """pad's 'reflect' (mirrored about the edge, the edge once), 'replicate' (the edge repeated) and 'circular' (the
+        other end's elements) modes, as PyTorch's: each padded axis read at PyTorch's positions by index_select (its
+        gradient adds back), for the last 1, 2 or 3 axes of a tensor with one or two more. Negative widths crop first
+        (circular then wraps the cropped axis, as PyTorch's)."""
+        positions = {'reflect': lambda i, n: (n - 1) - abs((n - 1) - abs(i)),
+                     'replicate': lambda i, n: np.clip(i, 0, n - 1), 'circular': lambda i, n: i % n}
+        if mode not in positions:
+            raise ValueError(f"pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
+        if value is not None and value != 0:
+            raise ValueError(f"pad: mode {mode!r} takes no value (got {value})")
+        axes = len(pad) // 2
+        if len(pad) % 2 or axes not in (1, 2, 3) or self.ndim not in (axes + 1, axes + 2):
+            raise ValueError(f"pad: mode {mode!r} pads the last 1, 2 or 3 axes of a tensor with one or two more "
+                             f"(widths (left, right) for each), got widths {tuple(pad)} for shape {self.shape}")
+        if not all(map(_is_int, pad)):
+            raise TypeError(f"pad: widths must be ints, got {tuple(pad)}")
+        out = self
+        for k in range(axes):
+            axis, (lo, hi) = self.ndim - 1 - k, pad[2 * k:2 * k + 2]
+            first, n = max(-lo, 0), self.shape[axis] - max(-lo, 0) - max(-hi, 0)   # the axis cropped
+            limit = {'reflect': n - 1, 'replicate': math.inf if n > 0 else -1, 'circular': n}[mode]
+            if max(lo, hi) > limit or n < 0:
+                raise ValueError(f"pad: mode {mode!r} with widths ({lo}, {hi}) for an axis of size {self.shape[axis]} "
+                                 "(reflect: less than the size; circular: at most the size; replicate: a non-empty axis)")
+            index = first + positions[mode](np.arange(-max(lo, 0), n + max(hi, 0)), n).astype(np.int64)
+            out = out.index_select(axis, Tensor(index, device=self.device))
+        return out
 
     # ---- PyTorch's conveniences, composed of the ops above
     expand_as = lambda self, other: self.expand(other.shape)
