@@ -8455,6 +8455,35 @@ def test_tensor_methods_amax_clip_mm_conversions_as_pytorch():
     assert repr(tl.Parameter(tl.ones(2))) == repr(torch.nn.Parameter(torch.ones(2)))
 
 
+def test_tile_mT_sum_dtype_unflatten_from_numpy_as_pytorch():
+    """tile (fewer dims than axes, and more), mT, sum(dtype=) and mean(dtype=) (the tensor converted first: an int32
+    mean in float32), the Unflatten module and its repr, from_numpy (the array's memory; a list refused) and as_tensor
+    (a tensor itself where nothing changes), each as PyTorch's, values and float64 gradients."""
+    need_torch()
+    r = rng('tile and co')
+    x = sample(r, (2, 3, 4))
+    for text, f in (('tile', lambda m, a: a.tile(2)), ('tile more', lambda m, a: a.tile((2, 1, 1, 3))),
+                    ('mT', lambda m, a: a.mT * 2), ('sum dtype', lambda m, a: a.sum(1, dtype=m.float32)),
+                    ('mean dtype', lambda m, a: a.float().mean(dim=0, dtype=m.float64)),
+                    ('Unflatten', lambda m, a: (torch.nn if m is torch else m).Unflatten(2, (2, 2))(a))):
+        (got, want), (ours, theirs) = run_both(f, x, grad=True)
+        same_as_torch(got, want, text, 1e-6, 1e-6)
+        got.sum().backward(), want.sum().backward()
+        same_as_torch(ours[0].grad, theirs[0].grad, f'{text} gradient', 1e-12, 1e-12)
+    ints = np.arange(6, dtype=np.int32)
+    same_as_torch(tl.tensor(ints).mean(dtype=tl.float32), torch.tensor(ints).mean(dtype=torch.float32), 'int32 mean')
+    same_as_torch(tl.tensor(ints).sum(dtype=tl.float64), torch.tensor(ints).sum(dtype=torch.float64), 'int32 sum')
+    assert repr(tl.Unflatten(1, (2, 5))) == repr(torch.nn.Unflatten(1, (2, 5)))
+    a = np.ones(3)
+    t = tl.from_numpy(a)
+    t += 1
+    assert a.tolist() == [2.0, 2.0, 2.0] and torch.from_numpy(a).tolist() == a.tolist()
+    raises(TypeError, lambda: torch.from_numpy([1, 2]))
+    raises(TypeError, lambda: tl.from_numpy([1, 2]), 'NumPy array', 'list')
+    assert tl.as_tensor(t) is t and tl.as_tensor(t, dtype=tl.float32).dtype == np.float32
+    assert tl.as_tensor([1, 2]).dtype == np.int64
+
+
 def test_no_grad_decorates_bare():
     """@tl.no_grad without parentheses decorates as @tl.no_grad() does (PyTorch 2 allows both); enable_grad records
     inside no_grad."""

@@ -3830,6 +3830,7 @@ class Tensor:
     dtype = property(lambda self: self.data.dtype)
     is_leaf = property(lambda self: self._ctx is None)
     T = property(lambda self: self.permute(*reversed(range(self.ndim))))
+    mT = property(lambda self: self.transpose(-2, -1))   # (PyTorch's: each matrix of a stack transposed)
 
     def t(self):   # as PyTorch's: the transpose of a matrix; a vector or a number as it is
         if self.ndim > 2:
@@ -4332,15 +4333,17 @@ class Tensor:
 
     # ---- reductions
     @_aliases(dim='axis')
-    def sum(self, axis=None, keepdim=False):
-        return Sum.apply(self, axes=_reduced_axes(axis, self.ndim), keepdim=keepdim)
+    def sum(self, axis=None, keepdim=False, *, dtype=None):
+        """As PyTorch's; dtype given, the tensor is first converted to it (here and in mean)."""
+        x = self if dtype is None else self.to(dtype)
+        return Sum.apply(x, axes=_reduced_axes(axis, self.ndim), keepdim=keepdim)
 
     @_aliases(dim='axis')
-    def mean(self, axis=None, keepdim=False):
-        _need_float(self, 'mean')   # as PyTorch: no mean (nor var) of integers or bools
+    def mean(self, axis=None, keepdim=False, *, dtype=None):
+        x = _need_float(self if dtype is None else self.to(dtype), 'mean')   # as PyTorch: no mean of integers or bools
         axes = _reduced_axes(axis, self.ndim)
         count = math.prod(self.shape[a] for a in axes)
-        return Sum.apply(self, axes=axes, keepdim=keepdim, scale=1 / count if count else math.nan)
+        return Sum.apply(x, axes=axes, keepdim=keepdim, scale=1 / count if count else math.nan)
 
     def _extreme(self, least, axis, keepdim, dim):
         """The maximum (least: minimum) over axis, the values alone (the interface's max and min, README.md); with
@@ -4586,6 +4589,11 @@ class Tensor:
         out = tiles.reshape([r * n for r, n in zip(sizes, shape)])
         # a view of self where no size tiles anything: copied, as PyTorch's repeat always is
         return out.clone() if _memory_owner(out.data) is _memory_owner(self.data) else out
+
+    def tile(self, *dims):
+        """repeat, fewer dims than axes counting from the last (the others 1), as PyTorch's."""
+        dims = tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
+        return self.repeat((1,) * (self.ndim - len(dims)) + dims)
 
     @_aliases(dim='axis')
     def repeat_interleave(self, repeats, axis=None, *, output_size=None):
@@ -5194,6 +5202,21 @@ class Tensor:
 
 def tensor(data, requires_grad=False, device=None, dtype=None):
     return Tensor(data, requires_grad=requires_grad, device=device, dtype=dtype)
+
+
+def as_tensor(data, dtype=None, device=None):
+    """As PyTorch's: a tensor itself where dtype and device do not change it; else as tl.tensor (which keeps an array's
+    memory where it can)."""
+    if isinstance(data, Tensor):
+        return data if dtype is None and device is None else data.to(device=device, dtype=dtype)
+    return Tensor(data, device=device, dtype=dtype)
+
+
+def from_numpy(array):
+    """A CPU tensor on a NumPy array's memory, as PyTorch's: a write to either shows in the other."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"from_numpy: expected a NumPy array, got {type(array).__name__}")
+    return Tensor(array)
 
 
 def _factory(make, shape, device, dtype, requires_grad):
@@ -6973,6 +6996,18 @@ class MaxPool2d(_Pool2d):
 
 class AvgPool2d(_Pool2d):
     fn, shown = staticmethod(avg_pool2d), ('kernel_size', 'stride', 'padding')
+
+
+class Unflatten(Module):
+    def __init__(self, dim, unflattened_size):
+        super().__init__()
+        self.dim, self.unflattened_size = dim, tuple(unflattened_size)
+
+    def forward(self, x):
+        return x.unflatten(self.dim, self.unflattened_size)
+
+    def extra_repr(self):
+        return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
 
 
 class Flatten(Module):
