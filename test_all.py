@@ -8402,6 +8402,36 @@ def test_loss_modules_as_pytorch():
     assert_close(got, want, 1e-12, 1e-12, 'CrossEntropyLoss forward')
 
 
+def test_retain_grad_as_pytorch():
+    """retain_grad() on a non-leaf fills its .grad in each later backward (accumulating; float64, against PyTorch),
+    retains_grad says so; on a leaf it is a no-op (retains_grad False), on a tensor that needs no gradient a
+    RuntimeError; a retained gradient never shares memory with a leaf's (clone's backward passes g on as it is)."""
+    need_torch()
+    x = sample(rng('retain grad'), (3, 4))
+    grads = []
+    for lib in (tl, torch):
+        leaf = lib.tensor(x, requires_grad=True)
+        y = leaf * 2
+        y.retain_grad()
+        leaf.retain_grad()
+        z = (y * y).sum() + y.tanh().sum()
+        z.backward(retain_graph=True)
+        first = y.grad.numpy().copy()
+        z.backward()
+        grads.append((first, y.grad.numpy(), leaf.grad.numpy(), y.retains_grad, leaf.retains_grad))
+    (a1, a2, al, ar, alr), (b1, b2, bl, br, blr) = grads
+    assert_close(a1, b1, 1e-12, 1e-12, 'first backward')
+    assert_close(a2, b2, 1e-12, 1e-12, 'accumulated')
+    assert_close(al, bl, 1e-12, 1e-12, 'leaf')
+    assert (ar, alr) == (br, blr) == (True, False)
+    raises(RuntimeError, lambda: tl.randn(3).retain_grad(), 'requires_grad=False')
+    w = tl.randn(3, requires_grad=True)
+    c = w.clone()
+    c.retain_grad()
+    c.sum().backward()
+    assert np.array_equal(c.grad.numpy(), np.ones(3)) and not np.shares_memory(c.grad.data, w.grad.data)
+
+
 def test_set_grad_enabled_and_is_grad_enabled_as_pytorch():
     """tl.set_grad_enabled(mode) sets grad mode by the call itself and, as a context manager, restores the mode before it
     on exit; is_grad_enabled() reads it; a mode that is not a bool raises TypeError, as PyTorch's."""

@@ -1002,8 +1002,9 @@ def _leaf_gradients(root, grad, order):
         if g is None:
             continue
         ctx = t._ctx
-        if ctx is None:
+        if ctx is None or t._retains_grad:   # (a non-leaf's, retain_grad() asked for, given as a leaf's is)
             leaves.append((t, g))
+        if ctx is None:
             continue
         if not hasattr(ctx, 'inputs'):
             raise RuntimeError("trying to backward through the graph a second time: its saved values were "
@@ -3829,6 +3830,16 @@ class Tensor:
     ndim = property(lambda self: self.data.ndim)
     dtype = property(lambda self: self.data.dtype)
     is_leaf = property(lambda self: self._ctx is None)
+    retains_grad = property(lambda self: self._retains_grad)
+    _retains_grad = False   # (retain_grad() sets it on the tensor)
+
+    def retain_grad(self):
+        """As PyTorch's: this non-leaf's .grad filled by later backward passes (accumulating, as a leaf's); on a leaf, a
+        no-op."""
+        if not self._requires_grad:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+        if self._ctx is not None:
+            self._retains_grad = True
     T = property(lambda self: self.permute(*reversed(range(self.ndim))))
     mT = property(lambda self: self.transpose(-2, -1))   # (PyTorch's: each matrix of a stack transposed)
 
