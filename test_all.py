@@ -8432,6 +8432,39 @@ def test_retain_grad_as_pytorch():
     assert np.array_equal(c.grad.numpy(), np.ones(3)) and not np.shares_memory(c.grad.data, w.grad.data)
 
 
+def test_register_hook_as_pytorch():
+    """register_hook on a leaf and on a non-leaf as PyTorch's: each hook sees the gradient, one returning a tensor
+    replaces it (float64 gradients against PyTorch's), handle.remove() takes it off; a hook returning another shape or
+    dtype raises RuntimeError and leaves .grad as it was; a tensor that needs no gradient takes no hook."""
+    need_torch()
+    x = sample(rng('hooks'), (3, 4))
+    results = []
+    for lib in (tl, torch):
+        leaf, seen = lib.tensor(x, requires_grad=True), []
+        y = leaf * 2
+        y.register_hook(lambda g: g * 10)
+        leaf.register_hook(lambda g: seen.append(g.numpy().copy()))
+        handle = leaf.register_hook(lambda g: g + 1)
+        (y * y).sum().backward(retain_graph=True)
+        handle.remove()
+        (y * y).sum().backward()
+        results.append((leaf.grad.numpy(), seen))
+    (ours, our_seen), (theirs, their_seen) = results
+    assert_close(ours, theirs, 1e-12, 1e-12, 'gradients through hooks')
+    assert len(our_seen) == len(their_seen) == 2
+    for a, b in zip(our_seen, their_seen):
+        assert_close(a, b, 1e-12, 1e-12, 'the gradient a hook saw')
+    w = tl.tensor(x, requires_grad=True)
+    (w * 3).sum().backward()
+    before = w.grad.numpy().copy()
+    for bad in (lambda g: tl.ones(5), lambda g: g.double() if g.dtype != np.float64 else g.float()):
+        handle = w.register_hook(bad)
+        raises(RuntimeError, lambda: (w * 3).sum().backward(), 'hook', 'changed')
+        handle.remove()
+        assert np.array_equal(w.grad.numpy(), before)
+    raises(RuntimeError, lambda: tl.randn(3).register_hook(print), 'require')
+
+
 def test_set_grad_enabled_and_is_grad_enabled_as_pytorch():
     """tl.set_grad_enabled(mode) sets grad mode by the call itself and, as a context manager, restores the mode before it
     on exit; is_grad_enabled() reads it; a mode that is not a bool raises TypeError, as PyTorch's."""

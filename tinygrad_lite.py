@@ -1001,6 +1001,15 @@ def _leaf_gradients(root, grad, order):
         g = grads.pop(id(t), None)
         if g is None:
             continue
+        for hook in list(t.__dict__.get('_hooks', {}).values()):   # (register_hook's)
+            replaced = hook(Tensor._wrap(g, t.device))
+            if replaced is not None:
+                got = (replaced.shape, replaced.dtype, replaced.device) if isinstance(replaced, Tensor) else replaced
+                if got != (g.shape, g.dtype, t.device):   # (PyTorch's words: "changed the size of value")
+                    raise RuntimeError(f"hook {getattr(hook, '__name__', hook)!r} has changed the size or type of "
+                                       f"value: it returned {got} (shape, dtype, device) for a gradient "
+                                       f"{(g.shape, g.dtype, t.device)}")
+                g = replaced.data
         ctx = t._ctx
         if ctx is None or t._retains_grad:   # (a non-leaf's, retain_grad() asked for, given as a leaf's is)
             leaves.append((t, g))
@@ -3832,6 +3841,18 @@ class Tensor:
     is_leaf = property(lambda self: self._ctx is None)
     retains_grad = property(lambda self: self._retains_grad)
     _retains_grad = False   # (retain_grad() sets it on the tensor)
+
+    def register_hook(self, hook):
+        """As PyTorch's: hook(grad) runs when a backward computes this tensor's gradient, before it goes on (to the
+        inputs' gradients, or into a leaf's .grad); a tensor it returns (of the gradient's shape) replaces it. Returns
+        a handle whose remove() takes the hook off. A hook that raises, or returns another shape, dtype or device,
+        stops the backward before any .grad changes."""
+        if not self._requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        hooks = self.__dict__.setdefault('_hooks', {})
+        key = object()
+        hooks[key] = hook
+        return types.SimpleNamespace(remove=lambda: hooks.pop(key, None))
 
     def retain_grad(self):
         """As PyTorch's: this non-leaf's .grad filled by later backward passes (accumulating, as a leaf's); on a leaf, a
