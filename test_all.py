@@ -5407,6 +5407,32 @@ def test_module_registration_and_lookup_as_pytorch():
     assert norm.num_batches_tracked.shape == () and norm.num_batches_tracked.item() == 5
 
 
+def test_module_forward_hooks_as_pytorch():
+    """register_forward_pre_hook and register_forward_hook as PyTorch's: each hook sees the module, its args (and
+    output), in the order registered; a result other than None replaces the args (one value or a tuple) or the output;
+    handle.remove() takes a hook off; the values against PyTorch's with copied weights (float64)."""
+    need_torch()
+    x = sample(rng('forward hooks'), (4, 2))
+    theirs = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.ReLU(), torch.nn.Linear(3, 1)).double()
+    ours = tl.Sequential(tl.Linear(2, 3), tl.ReLU(), tl.Linear(3, 1)).double()
+    ours.load_state_dict(theirs.state_dict())
+    runs = []
+    for lib, net in ((tl, ours), (torch, theirs)):
+        seen = []
+        handles = [net[1].register_forward_hook(lambda m, args, out: seen.append((type(m).__name__, tuple(out.shape)))),
+                   net[1].register_forward_hook(lambda m, args, out: out * 2),
+                   net[0].register_forward_pre_hook(lambda m, args: args[0] + 1),
+                   net[2].register_forward_pre_hook(lambda m, args: (args[0] - 0.5,))]
+        hooked = net(lib.tensor(x)).detach().numpy()
+        for h in handles[1:]:
+            h.remove()
+        runs.append((hooked, net(lib.tensor(x)).detach().numpy(), seen))
+    (a, a2, a_seen), (b, b2, b_seen) = runs
+    assert_close(a, b, 1e-12, 1e-12, 'hooked')
+    assert_close(a2, b2, 1e-12, 1e-12, 'hooks removed')
+    assert a_seen == b_seen == [('ReLU', (4, 3))] * 2, (a_seen, b_seen)
+
+
 def test_module_to_gives_changed_buffers_new_tensors():
     """Module.to/.double()/.half() gives a buffer whose dtype or device changes a new tensor, as PyTorch's: the
     tensor the caller registered (a loss's weight=) stays as it was and still serves the module it was given to;

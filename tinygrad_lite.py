@@ -950,6 +950,13 @@ class Function:
         return value
 
 
+def _add_hook(hooks, hook):
+    """hook added to `hooks` (a dict, in order); returns PyTorch's handle: its remove() takes the hook off."""
+    key = object()
+    hooks[key] = hook
+    return types.SimpleNamespace(remove=lambda: hooks.pop(key, None))
+
+
 def _memory_owner(array):
     """The array that owns `array`'s memory (itself, or the base at the end of its chain of views)."""
     while getattr(array, 'base', None) is not None:
@@ -3849,10 +3856,7 @@ class Tensor:
         stops the backward before any .grad changes."""
         if not self._requires_grad:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
-        hooks = self.__dict__.setdefault('_hooks', {})
-        key = object()
-        hooks[key] = hook
-        return types.SimpleNamespace(remove=lambda: hooks.pop(key, None))
+        return _add_hook(self.__dict__.setdefault('_hooks', {}), hook)
 
     def retain_grad(self):
         """As PyTorch's: this non-leaf's .grad filled by later backward passes (accumulating, as a leaf's); on a leaf, a
@@ -6261,7 +6265,32 @@ class Module:
         return f"{type(self).__name__}(\n  " + '\n  '.join(settings + children) + "\n)"
 
     def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+        if '_forward_hooks' not in self.__dict__:   # (none ever registered: forward alone)
+            return self.forward(*args, **kwargs)
+        for hook in list(self._forward_pre_hooks.values()):   # as PyTorch's: a result other than None replaces args
+            changed = hook(self, args)
+            if changed is not None:
+                args = changed if isinstance(changed, tuple) else (changed,)
+        out = self.forward(*args, **kwargs)
+        for hook in list(self._forward_hooks.values()):   # and here the output
+            changed = hook(self, args, out)
+            out = out if changed is None else changed
+        return out
+
+    def _hooks(self, kind):
+        """The module's dict of `kind` hooks ('_forward_hooks' or '_forward_pre_hooks'), both made at the first."""
+        for name in ('_forward_hooks', '_forward_pre_hooks'):
+            self.__dict__.setdefault(name, {})
+        return self.__dict__[kind]
+
+    def register_forward_pre_hook(self, hook):
+        """As PyTorch's: hook(module, args) before each forward; a result other than None (a tuple, or one value)
+        replaces args. Returns a handle whose remove() takes it off."""
+        return _add_hook(self._hooks('_forward_pre_hooks'), hook)
+
+    def register_forward_hook(self, hook):
+        """As PyTorch's: hook(module, args, output) after each forward; a result other than None replaces the output."""
+        return _add_hook(self._hooks('_forward_hooks'), hook)
 
     def _check_new_name(self, kind, name, existing=()):
         """As PyTorch's register_buffer and add_module: a non-empty string without '.', not yet an attribute unless
