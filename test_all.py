@@ -6733,6 +6733,46 @@ def test_reduce_lr_on_plateau_groups_added_as_pytorch():
             assert sched.min_lrs == tsched.min_lrs == [0.001] * 4
 
 
+def test_optimizer_loaded_tensor_rates_are_its_own_and_groups_added_later_refused():
+    """load_state_dict gives the optimizer its own copy of a rate held in a tensor (as torch.optim's deep copy): a
+    scheduler stepping the loaded optimizer leaves the saved one's rate as it was (they shared the tensor); through
+    tl.save / tl.load the rate comes back a tensor (an array before). A scheduler stepped after a group was added to
+    its optimizer raises ValueError naming both counts (PyTorch's zip raises; here the new group was left out)."""
+    need_torch()
+    for lib in (tl, torch):
+        nn = tl if lib is tl else torch.nn
+        source = lib.optim.SGD if lib is torch else tl.SGD
+        scheduler = lib.optim.lr_scheduler.StepLR if lib is torch else tl.StepLR
+        a = source([nn.Parameter(lib.ones(2))], lr=lib.tensor(0.1))
+        scheduler(a, 1, 0.5)
+        b = source([nn.Parameter(lib.ones(2))], lr=lib.tensor(0.1))
+        b.load_state_dict(a.state_dict())
+        step = scheduler(b, 1, 0.5, last_epoch=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')   # (the scheduler stepped before the optimizer)
+            for _ in range(3):
+                step.step()
+        rates = float(a.param_groups[0]['lr']), float(b.param_groups[0]['lr'])
+        assert np.allclose(rates, (0.1, 0.00625), 1e-6, 0), (lib.__name__, rates)
+    with tempfile.TemporaryDirectory() as d:
+        opt = tl.SGD([tl.Parameter(tl.ones(2))], lr=tl.tensor(0.1))
+        tl.save(opt.state_dict(), os.path.join(d, 'opt.npz'))
+        other = tl.SGD([tl.Parameter(tl.ones(2))], lr=tl.tensor(0.3))
+        other.load_state_dict(tl.load(os.path.join(d, 'opt.npz')))
+        assert isinstance(other.param_groups[0]['lr'], tl.Tensor) and float(other.param_groups[0]['lr']) == \
+            float(np.float32(0.1))
+    for lib, nn, optim in ((tl, tl, tl), (torch, torch.nn, torch.optim)):
+        opt = optim.SGD([nn.Parameter(lib.ones(2))], lr=0.1)
+        sched = (optim.lr_scheduler if lib is torch else tl).CosineAnnealingLR(opt, 2)
+        opt.add_param_group({'params': [nn.Parameter(lib.ones(2))], 'lr': 0.2})
+        opt.step()
+
+        def steps():   # (PyTorch's zip raises at the first step whose rates zip over the groups)
+            for _ in range(5):
+                sched.step()
+        raises(ValueError, steps, *(['param_groups', '2', '1'] if lib is tl else []))
+
+
 def test_lr_scheduler_step_order_warnings_as_pytorch():
     """scheduler.step() before any optimizer.step(): torch's UserWarning (its first words); optimizer.step() first:
     none; optimizer.step replaced after the scheduler was made: torch's other warning. The wrapped optimizer.step

@@ -7632,7 +7632,8 @@ class Optimizer:
         return [p for group in self.param_groups for p in group['params']]
 
     def state_dict(self):
-        """As torch.optim's, with each tensor a NumPy copy."""
+        """As torch.optim's, with each state tensor a NumPy copy (a group's option held in a tensor, as it is: as
+        torch.optim's, load_state_dict copies it)."""
         index = {p: i for i, p in enumerate(self._params())}
         state = {index[p]: {k: v.numpy().copy() for k, v in s.items()} for p, s in self.state.items() if p in index}
         groups = [{**{k: v for k, v in g.items() if k != 'params'}, 'params': [index[p] for p in g['params']]}
@@ -7666,11 +7667,22 @@ class Optimizer:
         for saved in groups:
             _check_options(saved, self.defaults)
         for group, saved in zip(self.param_groups, groups):   # replaced, as torch.optim's: none of its keys kept
-            options = {k: (tuple(v) if isinstance(v, list) else v) for k, v in saved.items() if k != 'params'}
+            options = {k: _saved_option(v) for k, v in saved.items() if k != 'params'}
             params = group['params']
             group.clear()
             group.update({**self.defaults, **options, 'params': params})
         self.state = state
+
+
+def _saved_option(value):
+    """A state dict's group option as load_state_dict keeps it, as torch.optim's (which deep-copies them): a list (betas)
+    a tuple, a tensor (a rate a CUDA graph reads) a copy of its own, an array (save() writes tensors as arrays) a tensor
+    again."""
+    if isinstance(value, list):
+        return tuple(value)
+    if isinstance(value, Tensor) or isinstance(value, np.ndarray) or cp is not None and isinstance(value, cp.ndarray):
+        return Tensor(_as_array(value).copy())
+    return value
 
 
 # torch.optim's options which the updates here do not implement
@@ -8052,6 +8064,9 @@ class LRScheduler:
             warnings.warn("Detected call of `lr_scheduler.step()` before `optimizer.step()`: call `optimizer.step()` "
                           "first, or the first value of the learning rate schedule is skipped", UserWarning,
                           stacklevel=_stacklevel())
+        if len(self.base_lrs) != len(self.optimizer.param_groups):   # (PyTorch's zip(strict=True) raises here too)
+            raise ValueError(f"{type(self).__name__}.step: the optimizer has {len(self.optimizer.param_groups)} "
+                             f"param_groups, the scheduler was made for {len(self.base_lrs)} (a group added since?)")
         counts = self._step_count, self.last_epoch
         self._step_count, self.last_epoch = self._step_count + 1, self.last_epoch + 1
         try:
