@@ -8664,6 +8664,7 @@ def test_error_cuda_without_cupy():
     raises(RuntimeError, lambda: tl.Tensor(a).cuda(), 'cupy')
     raises(RuntimeError, lambda: tl.zeros(2, device='cuda:0'), 'cupy')
     raises(RuntimeError, lambda: tl.Linear(2, 2).cuda(), 'cupy')
+    raises(RuntimeError, tl.CUDAGraph, 'CUDAGraph', 'pip install cupy')
 
 
 def test_error_inplace_shape_leaves_tensor():

@@ -70,6 +70,10 @@ def cuda_is_available():
         return False
 
 
+_NEEDS_CUPY = ("needs CuPy and an NVIDIA GPU: install CuPy with 'pip install cupy-cuda12x' (or cupy-cuda13x, matching "
+               "your CUDA)")
+
+
 def _parse_device(device):
     """'cpu' or 'cuda:N' from None, 'cpu' (or 'cpu:0', as PyTorch takes it), 'cuda' or 'cuda:N'."""
     if device is None or device in ('cpu', 'cpu:0'):
@@ -77,8 +81,7 @@ def _parse_device(device):
     if not isinstance(device, str) or not (device == 'cuda' or device.startswith('cuda:')):
         raise ValueError(f"unknown device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
     if not cuda_is_available():
-        raise RuntimeError(f"device {device!r} needs CuPy and an NVIDIA GPU: install CuPy with "
-                           "'pip install cupy-cuda12x' (or cupy-cuda13x, matching your CUDA)")
+        raise RuntimeError(f"device {device!r} {_NEEDS_CUPY}")
     index = int(device[5:]) if device.startswith('cuda:') else 0
     if not 0 <= index < cp.cuda.runtime.getDeviceCount():
         raise RuntimeError(f"device {device!r} does not exist: {cp.cuda.runtime.getDeviceCount()} GPU(s) present")
@@ -8417,7 +8420,7 @@ class CUDAGraph:
     them."""
     def __init__(self):
         if not cuda_is_available():
-            raise RuntimeError("CUDAGraph needs CuPy and a GPU")
+            raise RuntimeError(f"CUDAGraph {_NEEDS_CUPY}")
         self.graph, self.pool = None, cp.cuda.MemoryPool()
 
     @contextlib.contextmanager
