@@ -3599,7 +3599,7 @@ class _Pool(Function):
 
 
 class MaxPool(_Pool):
-    """Window maxima; the gradient goes to each window's first maximum (NaN counts as the maximum)."""
+    """Window maxima; the gradient goes to each window's first maximum, or its last NaN (PyTorch's choice)."""
     name = 'max_pool2d'
 
     def kept_for_backward(self, y, width, kernel):
@@ -3613,11 +3613,13 @@ class MaxPool(_Pool):
     def composed_forward(self, win):
         n, ho, wo, kh, kw, c = win.shape
         flat = win.transpose(0, 1, 2, 5, 3, 4).reshape(n, ho, wo, c, kh * kw)
+        xp = _xp(win)
         self.offset = flat.argmax(axis=-1)   # the first largest; as PyTorch's (and kernels.cu's), the last NaN
-        if flat.dtype.kind == 'f':
-            nan = _xp(flat).isnan(flat)
-            self.offset = _xp(flat).where(nan.any(-1), kh * kw - 1 - nan[..., ::-1].argmax(-1), self.offset)
-        return _xp(win).take_along_axis(flat, self.offset[..., None], axis=-1)[..., 0]
+        out = xp.take_along_axis(flat, self.offset[..., None], axis=-1)[..., 0]
+        if flat.dtype.kind == 'f' and (xp is not np or np.isnan(out).any()):   # (the CPU's NaN-free case spared)
+            nan = xp.isnan(flat)
+            self.offset = xp.where(nan.any(-1), kh * kw - 1 - nan[..., ::-1].argmax(-1), self.offset)
+        return out
 
     def composed_backward(self, g):
         kh, kw = self.kernel
