@@ -8602,6 +8602,10 @@ def test_tile_mT_sum_dtype_unflatten_from_numpy_as_pytorch():
     ints = np.arange(6, dtype=np.int32)
     same_as_torch(tl.tensor(ints).mean(dtype=tl.float32), torch.tensor(ints).mean(dtype=torch.float32), 'int32 mean')
     same_as_torch(tl.tensor(ints).sum(dtype=tl.float64), torch.tensor(ints).sum(dtype=torch.float64), 'int32 sum')
+    for dtype in ('int8', 'uint8', 'int16', 'bool'):   # (an integer sum in a narrower dtype: wrapped, as PyTorch's)
+        big = np.array([100, 100, 7], np.int64)
+        same_as_torch(tl.tensor(big).sum(dtype=getattr(tl, dtype if dtype != 'bool' else 'bool_')),
+                      torch.tensor(big).sum(dtype=getattr(torch, dtype)), f'sum(dtype={dtype})')
     assert repr(tl.Unflatten(1, (2, 5))) == repr(torch.nn.Unflatten(1, (2, 5)))
     a = np.ones(3)
     t = tl.from_numpy(a)

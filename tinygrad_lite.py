@@ -4377,7 +4377,8 @@ class Tensor:
     def sum(self, axis=None, keepdim=False, *, dtype=None):
         """As PyTorch's; dtype given, the tensor is first converted to it (here and in mean)."""
         x = self if dtype is None else self.to(dtype)
-        return Sum.apply(x, axes=_reduced_axes(axis, self.ndim), keepdim=keepdim)
+        out = Sum.apply(x, axes=_reduced_axes(axis, self.ndim), keepdim=keepdim)
+        return out if dtype is None else out.to(dtype)   # (an integer sum is int64 unless dtype says otherwise)
 
     @_aliases(dim='axis')
     def mean(self, axis=None, keepdim=False, *, dtype=None):
