@@ -3399,10 +3399,10 @@ def test_functions_at_edges_as_pytorch():
     for shape in ((3, 5), (2, 1, 5), (1,), ()):
         check(lambda m, x, w, b: F.linear(x, w, b) if m is torch else m.linear(x, w, b), [x, w, sample(r, shape)],
               f'linear, bias {shape}')
-    a, t = np.array([np.inf, 3.0, -np.inf, 0.2, -0.7]), sample(r, (5,))
+    a, t = np.array([np.inf, 3.0, -np.inf, 0.2, -0.7, np.nan]), sample(r, (6,))   # (NaN: a NaN gradient)
     for name, kwargs in (('smooth_l1_loss', {}), ('huber_loss', {}), ('huber_loss', {'delta': 2.5}),
                          ('smooth_l1_loss', {'beta': 0.5}), ('huber_loss', {'delta': math.inf})):
-        finite = slice(1, 2) if kwargs == {'delta': math.inf} else slice(None)   # (an inf d: NaN there, inf here)
+        finite = [1, 3, 4, 5] if kwargs == {'delta': math.inf} else slice(None)   # (an inf d: NaN there, inf here)
         check(lambda m, a: getattr(F if m is torch else m, name)(a, m.tensor(t[finite]), reduction='none', **kwargs),
               [a[finite]], f'{name} {kwargs}')
     logits, target = sample(r, (3, 4)), np.array([0, 0, 1])

@@ -6061,7 +6061,7 @@ def _smooth_l1(what, input, target, reduction, beta, huber):
     dtype = input.dtype if huber else _promote(input.dtype, target.dtype)
     d = input.to(_opmath(dtype)) - target.to(_opmath(dtype))
     z = d.abs()
-    small, finite = z < beta, not math.isinf(beta)
+    small, finite = ~(z >= beta), not math.isinf(beta)   # (a NaN d small: its gradient d / beta NaN, as PyTorch's)
     # each branch on the values it keeps (elsewhere an inf, whose gradient the where's 0 would make NaN); for an infinite
     # beta (huber's delta) the quadratic part alone, on every d (no linear part: its gradient beta would meet the 0)
     dq = where(small, d, 0) if finite else d
