@@ -5377,6 +5377,8 @@ def test_module_registration_and_lookup_as_pytorch():
     assert as_torch_prints(ours, theirs) == repr(theirs), (repr(ours), repr(theirs))
     assert [n for n, _ in ours.named_parameters()] == [n for n, _ in theirs.named_parameters()]
     for nn, m in ((torch.nn, theirs), (tl, ours)):
+        m.register_parameter('w', None)   # (a slot set to None takes its kind again)
+        m.add_module('spare', None)
         raises(TypeError, lambda: setattr(m, 'w', nn.Linear(1, 1).weight.detach() * 1))
         raises(KeyError, lambda: m.register_parameter('body', None), 'exists')
         raises(KeyError, lambda: m.add_module('a.b', None))

@@ -6321,25 +6321,26 @@ class Module:
         (non_persistent.discard if persistent else non_persistent.add)(name)
         object.__setattr__(self, name, tensor)   # a buffer even if a Parameter (setattr would make it a parameter)
 
+    def _register(self, kind, name, value, cls):
+        """register_parameter's and add_module's: `value` (a `cls`, or None: a slot that only a `cls` fills) under
+        `name`, a new name or one of this kind (a slot set to None too)."""
+        slots = self.__dict__.setdefault('_empty_slots', {})
+        same = [n for n, v in vars(self).items() if isinstance(v, cls)] + [n for n, k in slots.items() if k == kind]
+        self._check_new_name(kind, name, existing=same)
+        if value is not None and not isinstance(value, cls):
+            raise TypeError(f"cannot assign '{type(value).__name__}' object as {kind} '{name}' (a tl.{cls.__name__} "
+                            "or None required, as in PyTorch)")
+        if value is None:
+            slots[name] = kind
+        setattr(self, name, value)
+
     def register_parameter(self, name, param):
         """As PyTorch's: `param` (a Parameter, or None: a slot that only a Parameter fills) under `name`."""
-        parameters = [n for n, v in vars(self).items() if isinstance(v, Parameter)]
-        self._check_new_name('parameter', name, existing=parameters)
-        if param is not None and not isinstance(param, Parameter):
-            raise TypeError(f"cannot assign '{type(param).__name__}' object to parameter '{name}' (a tl.Parameter or "
-                            "None required, as in PyTorch)")
-        if param is None:
-            self.__dict__.setdefault('_empty_slots', {})[name] = 'parameter'
-        setattr(self, name, param)
+        self._register('parameter', name, param, Parameter)
 
     def add_module(self, name, module):
         """As PyTorch's: `module` (a Module, or None: a slot that only a Module fills) as a child under `name`."""
-        self._check_new_name('module', name, existing=[n for n, v in vars(self).items() if isinstance(v, Module)])
-        if module is not None and not isinstance(module, Module):
-            raise TypeError(f"{type(module).__name__} is not a Module subclass")
-        if module is None:
-            self.__dict__.setdefault('_empty_slots', {})[name] = 'child module'
-        setattr(self, name, module)
+        self._register('child module', name, module, Module)
 
     register_module = add_module
 
