@@ -3650,6 +3650,13 @@ def test_layer_attributes_and_reset_parameters_as_pytorch():
             ours.reset_parameters()
             for k, v in ours.state_dict().items():
                 assert np.array_equal(v, built[k]), (ours, k)
+    class Scaled(tl.Linear):   # a subclass's own parameter: Linear's reset_parameters leaves it (PyTorch's too)
+        def __init__(self, *args):
+            super().__init__(*args)
+            self.scale = tl.Parameter(np.ones(1, np.float32))
+    scaled = Scaled(4, 3)
+    scaled.reset_parameters()
+    assert scaled.scale.item() == 1.0
     norm = tl.BatchNorm1d(4)
     norm(tl.Tensor((sample(rng('reset stats'), (5, 4)) + 2).astype(np.float32)))
     assert norm.num_batches_tracked.item() == 1 and norm.running_mean.numpy().any()

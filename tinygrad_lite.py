@@ -6581,14 +6581,15 @@ def _check_sizes(what, **sizes):
             raise ValueError(f"{what}: {name} must not be negative, got {size}")
 
 
-def _reset_uniform(module, fan):
-    """PyTorch's default initialisation of Linear, Conv2d and the GRUs (their reset_parameters): each of the module's
-    own parameters, in order, uniform within +-1/sqrt(fan) (for weights kaiming_uniform(a=sqrt(5)) is that); zeros for
-    a fan of 0, where PyTorch leaves the (bias) tensor as torch.empty made it. Drawn by init.uniform_ (on the CPU
-    NumPy's float64 draws rounded: the stream these layers always drew), at version 1 as PyTorch's."""
+def _reset_uniform(params, fan):
+    """PyTorch's default initialisation of Linear, Conv2d and the GRUs (their reset_parameters): each of `params` (None
+    skipped), in order, uniform within +-1/sqrt(fan) (for weights kaiming_uniform(a=sqrt(5)) is that); zeros for a fan
+    of 0, where PyTorch leaves the (bias) tensor as torch.empty made it. Drawn by init.uniform_ (on the CPU NumPy's
+    float64 draws rounded: the stream these layers always drew), at version 1 as PyTorch's."""
     bound = 1 / math.sqrt(fan) if fan else 0.0
-    for p in module.parameters(recurse=False):
-        init.uniform_(p, -bound, bound)
+    for p in params:
+        if p is not None:
+            init.uniform_(p, -bound, bound)
 
 
 def _apply_device_dtype(module, device, dtype):
@@ -6810,7 +6811,7 @@ class Linear(Module):
         _apply_device_dtype(self, device, dtype)
 
     def reset_parameters(self):
-        _reset_uniform(self, self.in_features)
+        _reset_uniform([self.weight, self.bias], self.in_features)
 
     def forward(self, x):
         return linear(x, self.weight, self.bias)
@@ -6838,7 +6839,7 @@ class Conv2d(Module):
         _apply_device_dtype(self, device, dtype)
 
     def reset_parameters(self):
-        _reset_uniform(self, self.in_channels * math.prod(self.kernel_size))
+        _reset_uniform([self.weight, self.bias], self.in_channels * math.prod(self.kernel_size))
 
     def forward(self, x):
         return conv2d(x, self.weight, self.bias, self.stride, self.padding)
@@ -7423,8 +7424,9 @@ def _gru_parameters(module, suffix, input_size, hidden_size, bias):
 
 
 def _gru_reset_parameters(module):
-    """A GRU's or GRUCell's reset_parameters, as PyTorch's: every parameter uniform within +-1/sqrt(hidden_size)."""
-    _reset_uniform(module, module.hidden_size)
+    """A GRU's or GRUCell's reset_parameters, as PyTorch's: every parameter (a subclass's too, as PyTorch's) uniform
+    within +-1/sqrt(hidden_size)."""
+    _reset_uniform(module.parameters(), module.hidden_size)
 
 
 def _gru_repr(m):
