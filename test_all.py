@@ -11267,7 +11267,7 @@ def test_pad_reflect_replicate_circular_as_pytorch():
     need_torch()
     r = rng('pad modes')
     cases = [((1, 3, 4), (2, 1)), ((2, 3, 4, 5), (1, 2, 3, 0)), ((2, 3, 4, 5, 6), (1, 1, 2, 2, 0, 3)), ((3, 4), (3, 2)),
-             ((1, 3, 4), (-1, 2)), ((1, 3, 4), (2, -1)), ((2, 3, 4, 5), (-2, 1, 1, -1))]
+             ((1, 3, 4), (-1, 2)), ((1, 3, 4), (2, -1)), ((2, 3, 4, 5), (-2, 1, 1, -1)), ((1, 5), (-2, 3))]
     for shape, pad in cases:
         for mode in ('reflect', 'replicate', 'circular'):
             x, what = sample(r, shape), f'{shape} {pad} {mode}'

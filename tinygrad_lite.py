@@ -3778,6 +3778,11 @@ class BinaryCrossEntropy(Function):
 
 # ================================================================ the Tensor
 
+# pad's modes but 'constant': the position in an axis of n elements that output position i (0 at the axis's start;
+# negative in the left padding) reads, i an array
+_PAD_READS = {'reflect': lambda i, n: (n - 1) - np.abs((n - 1) - np.abs(i)),
+              'replicate': lambda i, n: np.clip(i, 0, n - 1), 'circular': lambda i, n: i % n}
+
 _ValuesIndices = collections.namedtuple('ValuesIndices', 'values indices')   # PyTorch's max(dim=) and min(dim=)
 
 
@@ -4950,12 +4955,11 @@ class Tensor:
 
     def _pad_read(self, pad, mode, value):
         """pad's 'reflect' (mirrored about the edge, the edge once), 'replicate' (the edge repeated) and 'circular' (the
-        other end's elements) modes, as PyTorch's: each padded axis read at PyTorch's positions by index_select (its
-        gradient adds back), for the last 1, 2 or 3 axes of a tensor with one or two more. Negative widths crop first
-        (circular then wraps the cropped axis, as PyTorch's)."""
-        positions = {'reflect': lambda i, n: (n - 1) - abs((n - 1) - abs(i)),
-                     'replicate': lambda i, n: np.clip(i, 0, n - 1), 'circular': lambda i, n: i % n}
-        if mode not in positions:
+        other end's elements) modes, as PyTorch's: each padded axis read at PyTorch's positions (_PAD_READS) by
+        index_select (its gradient adds back), for the last 1, 2 or 3 axes of a tensor with one or two more. A negative
+        width crops: reflect and replicate read about the axis's own edges, circular wraps the cropped axis (as
+        PyTorch's)."""
+        if mode not in _PAD_READS:
             raise ValueError(f"pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
         if value is not None and value != 0:
             raise ValueError(f"pad: mode {mode!r} takes no value (got {value})")
@@ -4968,12 +4972,15 @@ class Tensor:
         out = self
         for k in range(axes):
             axis, (lo, hi) = self.ndim - 1 - k, pad[2 * k:2 * k + 2]
-            first, n = max(-lo, 0), self.shape[axis] - max(-lo, 0) - max(-hi, 0)   # the axis cropped
-            limit = {'reflect': n - 1, 'replicate': math.inf if n > 0 else -1, 'circular': n}[mode]
-            if max(lo, hi) > limit or n < 0:
-                raise ValueError(f"pad: mode {mode!r} with widths ({lo}, {hi}) for an axis of size {self.shape[axis]} "
-                                 "(reflect: less than the size; circular: at most the size; replicate: a non-empty axis)")
-            index = first + positions[mode](np.arange(-max(lo, 0), n + max(hi, 0)), n).astype(np.int64)
+            first, n = 0, self.shape[axis]
+            if mode == 'circular':   # (the axis cropped first)
+                first, n, lo, hi = max(-lo, 0), n - max(-lo, 0) - max(-hi, 0), max(lo, 0), max(hi, 0)
+            limit = n - 1 if mode == 'reflect' else n if mode == 'circular' else math.inf if n > 0 else -1
+            if max(lo, hi) > limit or n + lo + hi < 0:
+                raise ValueError(f"pad: mode {mode!r} with widths ({pad[2 * k]}, {pad[2 * k + 1]}) for an axis of size "
+                                 f"{self.shape[axis]} (reflect: less than the size; circular: at most the size; "
+                                 "replicate: a non-empty axis)")
+            index = first + _PAD_READS[mode](np.arange(-lo, n + hi), n).astype(np.int64)
             out = out.index_select(axis, Tensor(index, device=self.device))
         return out
 
