@@ -8560,6 +8560,11 @@ def test_set_grad_enabled_and_is_grad_enabled_as_pytorch():
         tl.set_grad_enabled(True)
     raises(TypeError, lambda: tl.set_grad_enabled(1), 'bool')
     assert tl.is_grad_enabled()
+
+    @tl.set_grad_enabled(False)   # a decorator: the mode for each call, not from the decoration on
+    def doubled(t):
+        return t * 2
+    assert tl.is_grad_enabled() and not doubled(x).requires_grad and tl.is_grad_enabled()
     if torch is not None:
         raises(TypeError, lambda: torch.set_grad_enabled(1))
 

@@ -870,6 +870,11 @@ class set_grad_enabled:
     def __exit__(self, *exc):
         _GradMode.enabled = self.previous
 
+    def __call__(self, func):
+        """As a decorator (as PyTorch's): the mode set for each call of func, the mode the call here set undone."""
+        mode, _GradMode.enabled = _GradMode.enabled, self.previous
+        return (enable_grad if mode else no_grad)(func)
+
 
 def is_grad_enabled():
     """Whether ops record for a backward (grad mode, per thread), as PyTorch's."""
