@@ -5911,8 +5911,8 @@ def cross_entropy(logits, target, label_smoothing=0.0, reduction='mean', ignore_
     _check_reduction('cross_entropy', reduction)
     if not 0 <= label_smoothing <= 1:
         raise ValueError(f"cross_entropy: label_smoothing must lie in [0, 1], got {label_smoothing}")
-    if isinstance(target, Tensor) and target.dtype.kind == 'f' and target.shape == _need_tensor(logits,
-                                                                                               'cross_entropy').shape:
+    probabilities = isinstance(target, Tensor) and target.dtype.kind == 'f'
+    if probabilities and target.shape == _need_tensor(logits, 'cross_entropy').shape:
         return _soft_cross_entropy(logits, target, label_smoothing, reduction, ignore_index, weight)
     rows, target, shape = _class_targets('cross_entropy', logits, target, ignore_index)
     if weight is not None:
@@ -6904,8 +6904,8 @@ class _BatchNorm(Module):
         momentum = self.momentum
         if momentum is None:   # the cumulative average, counting this batch
             momentum = 1 / (float(self.num_batches_tracked.item()) + 1) if counting else 0.0
-        mean, var = (self.running_mean, self.running_var) if self.track_running_stats or not self.training else (None,
-                                                                                                             None)
+        read = self.track_running_stats or not self.training
+        mean, var = (self.running_mean, self.running_var) if read else (None, None)
         training = self.training or mean is None and var is None
         out = batch_norm(x, mean, var, self.weight, self.bias, training, momentum, self.eps)
         if counting:   # counted only once batch_norm has accepted the input
