@@ -2840,7 +2840,8 @@ def test_error_arrays_and_lists_for_tensors_named():
     (not an AttributeError from inside), as PyTorch's functions refuse them."""
     a, x = np.ones((2, 3), np.float32), tl.ones(2, 3)
     calls = [('linear', lambda: tl.linear(a, tl.ones(4, 3))), ('linear', lambda: tl.Linear(3, 4)(a)),
-             ('Convolution', lambda: tl.Conv2d(3, 4, 1)(np.ones((1, 3, 2, 2), np.float32))),
+             ('conv2d', lambda: tl.Conv2d(3, 4, 1)(np.ones((1, 3, 2, 2), np.float32))),
+             ('mm', lambda: x.mm(a)), ('mv', lambda: x.mv(a[0])),
              ('batch_norm', lambda: tl.BatchNorm1d(3)(a)),
              ('cross_entropy', lambda: tl.cross_entropy(a, tl.tensor([0, 1]))),
              ('softmax', lambda: tl.softmax(a, 1)), ('mse_loss', lambda: tl.mse_loss(a, x)),
@@ -3199,6 +3200,7 @@ def test_special_values_warn_nothing():
                     for got, ref, what in ((out.data, want, 'value'), (x.grad.data, xt.grad, 'gradient')):
                         assert np.allclose(got, ref.detach().numpy(), 1e-3, equal_nan=True), \
                             f'{name} {np.dtype(dtype).name} {what}: {got} vs {ref}'
+            assert np.isinf(tl.tensor([70000.0], dtype=np.float16).item())   # (NumPy warned of the cast)
             y = tl.tensor(a)
             y /= 0
             y *= 1e39

@@ -978,7 +978,6 @@ def _quiet(device):
     return np.errstate(all='ignore') if device == 'cpu' else _NO_CONTEXT
 
 
-
 def _version_error(t, counter, version, which):
     """The error for a tensor that the op which made `t` saved for its backward, changed in place since then."""
     saved = t if which == 'output' else t._ctx.inputs[which]
@@ -3804,7 +3803,9 @@ class Tensor:
                 _check_data_fits(array, _dtype(dtype))
         else:
             array = _python_data(data, dtype)
-        array = array if dtype is None else array.astype(_dtype(dtype), copy=False)
+        if dtype is not None:
+            with np.errstate(over='ignore'):   # (a value past float16's range becomes inf, silently as PyTorch's)
+                array = array.astype(_dtype(dtype), copy=False)
         _dtype(array.dtype)
         if device is None:
             device = _device_of(array)
@@ -5039,13 +5040,13 @@ class Tensor:
 
     def mm(self, mat2):
         """The product of two 2-D tensors, (n, m) @ (m, p), as PyTorch's (no broadcasting)."""
-        if self.ndim != 2 or mat2.ndim != 2 or self.shape[1] != mat2.shape[0]:
+        if self.ndim != 2 or _need_tensor(mat2, 'mm').ndim != 2 or self.shape[1] != mat2.shape[0]:
             raise ValueError(f"mm: expected 2-D tensors (n, m) and (m, p), got shapes {self.shape} and {mat2.shape}")
         return self @ mat2
 
     def mv(self, vec):
         """The product of a 2-D tensor and a 1-D one, (n, m) @ (m,), as PyTorch's."""
-        if self.ndim != 2 or vec.ndim != 1 or self.shape[1] != vec.shape[0]:
+        if self.ndim != 2 or _need_tensor(vec, 'mv').ndim != 1 or self.shape[1] != vec.shape[0]:
             raise ValueError(f"mv: expected a 2-D tensor (n, m) and a 1-D one (m,), got shapes {self.shape} and "
                              f"{vec.shape}")
         return self @ vec
@@ -5739,6 +5740,7 @@ def _check_padding_string(padding, stride):
 
 
 def conv2d(x, weight, bias=None, stride=1, padding=0):
+    _same_device([t for t in (x, weight, bias) if t is not None], 'conv2d')
     if x.ndim not in (3, 4) or weight.ndim != 4 or x.shape[-3] != weight.shape[1]:
         raise ValueError(f"conv2d: input {x.shape} ((N,) C, H, W) and weight {weight.shape} (C_out, C_in, kh, kw) "
                          "do not match")
