@@ -9921,8 +9921,9 @@ def test_view_shapes_pads_and_float16_gelu_as_pytorch():
     negative pads crop (torch.nn.functional.pad's values and gradients), crops past an axis raise; mean and var of
     integer tensors raise TypeError (PyTorch: RuntimeError, no dtype to infer); softmax and log_softmax of empty
     tensors give empty ones; float16 gelu computes in float32 and rounds once (PyTorch's values); 'cpu:0' is the
-    CPU; arange with a step that cannot reach its end raises, and takes 0-d tensors as their numbers (an int one gives
-    int64); view(dtype) (PyTorch's reinterpretation of the memory) and relu of a bool tensor raise TypeError."""
+    CPU; arange with a step that cannot reach its end, or bounds not finite, raises ValueError, of bools TypeError, and
+    takes 0-d tensors as their numbers (an int one gives int64); linspace of an integer dtype refuses bounds it cannot
+    hold; view(dtype) (PyTorch's reinterpretation of the memory) and relu of a bool tensor raise TypeError."""
     need_torch()
     x = tl.zeros(3, 4)
     raises(RuntimeError, lambda: torch.zeros(3, 4).T.view(12))
@@ -9960,6 +9961,13 @@ def test_view_shapes_pads_and_float16_gelu_as_pytorch():
         raises(RuntimeError, lambda: torch.arange(*bounds))
         raises(ValueError, lambda: tl.arange(*bounds), 'arange')
     assert tl.arange(0, 0).shape == (0,) and tl.arange(5, 0, -1).tolist() == [5, 4, 3, 2, 1]
+    for bounds in ((0, math.inf), (0, math.nan), (math.inf, 1, -1)):   # NumPy's own errors before
+        raises((RuntimeError, ValueError), lambda: torch.arange(*bounds))
+        raises(ValueError, lambda: tl.arange(*bounds), 'arange', 'finite')
+    raises((RuntimeError, NotImplementedError), lambda: torch.arange(3, dtype=torch.bool))
+    raises(TypeError, lambda: tl.arange(3, dtype=tl.bool_), 'arange', 'bool')   # (it gave bools)
+    raises(RuntimeError, lambda: torch.linspace(0, 300, 3, dtype=torch.uint8))
+    raises(RuntimeError, lambda: tl.linspace(0, 300, 3, dtype=tl.uint8), 'linspace', '300')   # (it wrapped)
     for bounds in ((3,), (3.0,), (0, 4, 1), (1, 4, 0.5), (np.int64(1), 3)):
         ours = tl.arange(*[tl.tensor(b) for b in bounds])
         theirs = torch.arange(*[torch.tensor(b) for b in bounds])

@@ -5383,6 +5383,10 @@ def arange(start, end=None, step=1, device=None, dtype=None, requires_grad=False
     start, end, step = (v.item() if isinstance(v, Tensor) else v for v in (start, end, step))   # 0-d tensors: numbers
     integral = all(isinstance(v, (int, np.integer)) for v in (start, end, step))
     dtype = _dtype(dtype or (np.int64 if integral else np.float32))
+    if dtype == np.bool_:
+        raise TypeError("arange: not defined for bool (as in PyTorch)")
+    if not all(map(math.isfinite, (start, end, step))):
+        raise ValueError(f"arange: start, end and step must be finite, got {start}, {end} and {step}")
     if dtype.kind in 'iu':   # as PyTorch, an integer range truncates its bounds and step to integers first
         start, end, step = int(start), int(end), int(step)
     if step == 0 or (end - start) * step < 0:   # as PyTorch's RuntimeError, not an empty range
@@ -5419,6 +5423,9 @@ def linspace(start, end, steps, device=None, dtype=None, requires_grad=False):
     if dtype == np.bool_:
         raise TypeError("linspace: not defined for bool (as in PyTorch)")
     start, end = (int(v) if dtype.kind in 'iu' else float(v) for v in (start, end))
+    if dtype.kind in 'iu':   # (NumPy's cast would wrap them)
+        _check_fits(start, dtype, 'linspace')
+        _check_fits(end, dtype, 'linspace')
     i, step = np.arange(steps), (end - start) / max(steps - 1, 1)
     values = np.where(i < max(steps // 2, 1), start + step * i, end - step * (steps - 1 - i))
     return _factory(lambda xp, s, d: xp.asarray(values).astype(d), ((),), device, dtype, requires_grad)
