@@ -3418,7 +3418,8 @@ def test_functions_at_edges_as_pytorch():
           'cosine_similarity, overflowing norm', 1e-6)
     half = sample(r, (3, 5)).astype(np.float16)
     for name in ('softmax', 'log_softmax'):
-        check(lambda m, h: getattr(m, name)(h, 1, dtype=m.float32) * m.tensor(w[:3, :1]), [half], f'{name}(dtype=)', 1e-3)
+        check(lambda m, h: getattr(m, name)(h, 1, dtype=m.float32) * m.tensor(w[:3, :1]), [half], f'{name}(dtype=)',
+              1e-3)
 
 
 def test_float16_tanh_mean_division_gradients_as_pytorch():
@@ -8543,8 +8544,9 @@ def test_register_hook_as_pytorch():
 
 
 def test_set_grad_enabled_and_is_grad_enabled_as_pytorch():
-    """tl.set_grad_enabled(mode) sets grad mode by the call itself and, as a context manager, restores the mode before it
-    on exit; is_grad_enabled() reads it; a mode that is not a bool raises TypeError, as PyTorch's."""
+    """tl.set_grad_enabled(mode) sets grad mode by the call itself and, as a context manager, restores the mode before
+    it on exit; as a decorator it sets the mode for each call; is_grad_enabled() reads it; a mode that is not a bool
+    raises TypeError, as PyTorch's."""
     x = tl.ones(2, requires_grad=True)
     assert tl.is_grad_enabled()
     with tl.set_grad_enabled(False):
@@ -8596,7 +8598,8 @@ def test_tensor_methods_amax_clip_mm_conversions_as_pytorch():
         assert str(got.dtype) == str(want.dtype).replace('torch.', ''), (name, got.dtype)
     t.clip_(-1, 1)
     assert t.numpy().min() == -1 and t.numpy().max() == 1
-    assert t.to('cpu', copy=True) is not t and t.to('cpu') is t and t.to(tl.float64, non_blocking=True).dtype == np.float64
+    assert t.to('cpu', copy=True) is not t and t.to('cpu') is t
+    assert t.to(tl.float64, non_blocking=True).dtype == np.float64
     assert repr(tl.Parameter(tl.ones(2))) == repr(torch.nn.Parameter(torch.ones(2)))
 
 

@@ -3864,6 +3864,8 @@ class Tensor:
     is_leaf = property(lambda self: self._ctx is None)
     retains_grad = property(lambda self: self._retains_grad)
     _retains_grad = False   # (retain_grad() sets it on the tensor)
+    T = property(lambda self: self.permute(*reversed(range(self.ndim))))
+    mT = property(lambda self: self.transpose(-2, -1))   # (PyTorch's: each matrix of a stack transposed)
 
     def register_hook(self, hook):
         """As PyTorch's: hook(grad) runs when a backward computes this tensor's gradient, before it goes on (to the
@@ -3881,8 +3883,6 @@ class Tensor:
             raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
         if self._ctx is not None:
             self._retains_grad = True
-    T = property(lambda self: self.permute(*reversed(range(self.ndim))))
-    mT = property(lambda self: self.transpose(-2, -1))   # (PyTorch's: each matrix of a stack transposed)
 
     def t(self):   # as PyTorch's: the transpose of a matrix; a vector or a number as it is
         if self.ndim > 2:
@@ -5537,8 +5537,8 @@ def _method(name):
     'log1p', 'expm1', 'erf', 'reciprocal', 'rsqrt', 'square', 'floor', 'ceil', 'trunc', 'sign', 'isnan', 'isinf',
     'isfinite', 'nan_to_num', 'lerp', 'addcmul', 'addcdiv', 'maximum', 'minimum', 'pad', 'flip', 'bmm', 'outer',
     'dot', 'mean', 'var', 'std', 'argmax', 'argmin', 'reshape', 'flatten', 'unflatten', 'transpose', 'swapaxes',
-    'permute', 'movedim', 'unsqueeze', 'squeeze', 'matmul', 'clone', 't', 'detach', 'clamp_', 'fill_', 'zero_', 'detach_',
-    'clip', 'amax', 'amin', 'mm', 'mv'))
+    'permute', 'movedim', 'unsqueeze', 'squeeze', 'matmul', 'clone', 't', 'detach', 'clamp_', 'fill_', 'zero_',
+    'detach_', 'clip', 'amax', 'amin', 'mm', 'mv'))
 
 
 def _builtin_form(name):
@@ -6083,8 +6083,9 @@ def _smooth_l1(what, input, target, reduction, beta, huber):
     d = input.to(_opmath(dtype)) - target.to(_opmath(dtype))
     z = d.abs()
     small, finite = ~(z >= beta), not math.isinf(beta)   # (a NaN d small: its gradient d / beta NaN, as PyTorch's)
-    # each branch on the values it keeps (elsewhere an inf, whose gradient the where's 0 would make NaN); for an infinite
-    # beta (huber's delta) the quadratic part alone, on every d (no linear part: its gradient beta would meet the 0)
+    # each branch on the values it keeps (elsewhere an inf, whose gradient the where's 0 would make NaN); for an
+    # infinite beta (huber's delta) the quadratic part alone, on every d (no linear part: its gradient beta would meet
+    # the 0)
     dq = where(small, d, 0) if finite else d
     loss = dq * dq * 0.5 if huber else dq * dq * 0.5 / beta
     if finite:
@@ -6884,10 +6885,10 @@ class _BatchNorm(Module):
         self.weight = _empty_parameter(num_features) if affine else None
         self.bias = _empty_parameter(num_features) if affine else None
         # without track_running_stats, as PyTorch's: None buffers, and the batch's statistics in evaluation too
-        stats = [('running_mean', np.empty(num_features, np.float32)), ('running_var', np.empty(num_features, np.float32)),
-                 ('num_batches_tracked', np.empty((), np.int64))]
-        for name, value in stats:
-            self.register_buffer(name, Tensor(value) if track_running_stats else None)
+        buffers = (('running_mean', num_features, np.float32), ('running_var', num_features, np.float32),
+                   ('num_batches_tracked', (), np.int64))
+        for name, shape, kind in buffers:   # (reset_running_stats fills them)
+            self.register_buffer(name, Tensor(np.empty(shape, kind)) if track_running_stats else None)
         self.reset_parameters()
         _apply_device_dtype(self, device, dtype)
 
@@ -7066,7 +7067,8 @@ class LayerNorm(Module):
 
 class _Pool2d(Module):
     """MaxPool2d's and AvgPool2d's: fn(x, kernel_size, stride, padding), the stride kernel_size where not given (as
-    PyTorch's); PyTorch's other settings as attributes at their defaults (the only values here), repr showing `shown`."""
+    PyTorch's); PyTorch's other settings as attributes at their defaults (the only values here), repr showing
+    `shown`."""
     dilation, ceil_mode = 1, False
 
     def __init__(self, kernel_size, stride=None, padding=0):
@@ -7705,9 +7707,9 @@ class Optimizer:
 
 
 def _saved_option(value):
-    """A state dict's group option as load_state_dict keeps it, as torch.optim's (which deep-copies them): a list (betas)
-    a tuple, a tensor (a rate a CUDA graph reads) a copy of its own, an array (save() writes tensors as arrays) a tensor
-    again."""
+    """A state dict's group option as load_state_dict keeps it, as torch.optim's (which deep-copies them): a list
+    (betas) a tuple, a tensor (a rate a CUDA graph reads) a copy of its own, an array (save() writes tensors as arrays)
+    a tensor again."""
     if isinstance(value, list):
         return tuple(value)
     if isinstance(value, Tensor) or isinstance(value, np.ndarray) or cp is not None and isinstance(value, cp.ndarray):
