@@ -8404,7 +8404,10 @@ class ReduceLROnPlateau(LRScheduler):
 
     def step(self, metrics):
         current, groups = float(metrics), self.optimizer.param_groups
-        if len(groups) != len(self.min_lrs):   # groups added since (checked here, before anything changes)
+        better = self._is_better(current, self.best)
+        bad = 0 if better or self.in_cooldown else self.num_bad_epochs + 1   # (bad epochs in cooldown are not counted)
+        # groups added since: as PyTorch's, a concern only where this step reduces (checked before anything changes)
+        if bad > self.patience and len(groups) != len(self.min_lrs):
             if self.default_min_lr is None:
                 raise RuntimeError(f"The number of param groups in the `optimizer` ({len(groups)}) differs from when "
                                    f"`ReduceLROnPlateau` was initialized ({len(self.min_lrs)}), usually due to a new "
@@ -8412,13 +8415,11 @@ class ReduceLROnPlateau(LRScheduler):
                                    "match the length of the `optimizer` param groups.")
             self.min_lrs = [self.default_min_lr] * len(groups)
         self.last_epoch += 1
-        if self._is_better(current, self.best):
-            self.best, self.num_bad_epochs = current, 0
-        else:
-            self.num_bad_epochs += 1
-        if self.in_cooldown:   # bad epochs in cooldown are not counted
+        if better:
+            self.best = current
+        if self.in_cooldown:
             self.cooldown_counter -= 1
-            self.num_bad_epochs = 0
+        self.num_bad_epochs = bad
         if self.num_bad_epochs > self.patience:
             for group, min_lr in zip(groups, self.min_lrs):
                 old_lr = float(group['lr'])
