@@ -8506,6 +8506,15 @@ def test_retain_grad_as_pytorch():
     assert_close(al, bl, 1e-12, 1e-12, 'leaf')
     assert (ar, alr) == (br, blr) == (True, False)
     raises(RuntimeError, lambda: tl.randn(3).retain_grad(), 'requires_grad=False')
+    for lib in (tl, torch):   # a retained gradient accumulates into a new tensor (a leaf's in place), as PyTorch's
+        leaf = lib.tensor([1.0, 2.0], requires_grad=True)
+        y = leaf * 3
+        y.retain_grad()
+        s = (y * lib.tensor([1.0, 2.0])).sum()
+        s.backward(retain_graph=True)
+        first, leaf_first = y.grad, leaf.grad
+        s.backward()
+        assert first is not y.grad and first.tolist() == [1.0, 2.0] and leaf_first is leaf.grad, lib.__name__
     w = tl.randn(3, requires_grad=True)
     c = w.clone()
     c.retain_grad()
@@ -8544,6 +8553,25 @@ def test_register_hook_as_pytorch():
         handle.remove()
         assert np.array_equal(w.grad.numpy(), before)
     raises(RuntimeError, lambda: tl.randn(3).register_hook(print), 'require')
+    handle = w.register_hook(lambda g: 1.0)
+    raises(TypeError, lambda: (w * 3).sum().backward(), 'hook', 'float')
+    handle.remove()
+    # a hook writing into its gradient changes that tensor's alone (Add passes one array to both inputs), and a hook
+    # put on a tensor before an in-place op sees the gradient of the value it was put on, as PyTorch's
+    grads = []
+    for lib in (tl, torch):
+        a, c, x = (lib.tensor(v, requires_grad=True) for v in ([1.0, 2.0], [1.0, 2.0], [3.0, -1.0]))
+        b = c * 2
+        b.register_hook(lambda g: g.mul_(10))
+        ((a + b) * lib.tensor([1.0, 2.0])).sum().backward()
+        y, seen = x * 3, []
+        y.register_hook(lambda g: seen.append(g.numpy().copy()))
+        y.register_hook(lambda g: g + 1)
+        y.mul_(2)
+        (y * lib.tensor([1.0, 2.0])).sum().backward()
+        grads.append([a.grad.numpy(), c.grad.numpy(), x.grad.numpy(), seen[0]])
+    for ours, theirs in zip(*grads):
+        assert_close(ours, theirs, 0, 0, 'hooks writing in place, hooks before an in-place op')
 
 
 def test_set_grad_enabled_and_is_grad_enabled_as_pytorch():

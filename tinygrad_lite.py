@@ -1016,14 +1016,17 @@ def _leaf_gradients(root, grad, order):
         if g is None:
             continue
         for hook in list(t.__dict__.get('_hooks', {}).values()):   # (register_hook's)
-            replaced = hook(Tensor._wrap(g, t.device))
-            if replaced is not None:
-                got = (replaced.shape, replaced.dtype, replaced.device) if isinstance(replaced, Tensor) else replaced
-                if got != (g.shape, g.dtype, t.device):   # (PyTorch's words: "changed the size of value")
-                    raise RuntimeError(f"hook {getattr(hook, '__name__', hook)!r} has changed the size or type of "
-                                       f"value: it returned {got} (shape, dtype, device) for a gradient "
-                                       f"{(g.shape, g.dtype, t.device)}")
-                g = replaced.data
+            given = Tensor._wrap(g.copy(), t.device)   # (its own memory: one written in place changes t's alone)
+            replaced = hook(given)
+            if replaced is not None and not isinstance(replaced, Tensor):
+                raise TypeError(f"hook {getattr(hook, '__name__', hook)!r} returned a {type(replaced).__name__}, not a "
+                                "tensor (or None)")
+            if replaced is not None and (replaced.shape, replaced.dtype, replaced.device) != (g.shape, g.dtype,
+                                                                                              t.device):
+                raise RuntimeError(f"hook {getattr(hook, '__name__', hook)!r} has changed the size or type of value "
+                                   f"(PyTorch's words): it returned {replaced.dtype} {replaced.shape} on "
+                                   f"{replaced.device} for a gradient {g.dtype} {g.shape} on {t.device}")
+            g = given.data if replaced is None else replaced.data
         ctx = t._ctx
         if ctx is None or t._retains_grad:   # (a non-leaf's, retain_grad() asked for, given as a leaf's is)
             leaves.append((t, g))
@@ -1073,6 +1076,8 @@ def _backward(root, grad, retain_graph):
             g = g.astype(t.dtype)
         if t.grad is None:   # (not through the .grad setter's checks: g is the leaf's gradient, cast to its dtype)
             t._grad = Tensor._wrap(g, t.device)
+        elif t._ctx is not None:   # a retained non-leaf's: a new tensor, as PyTorch's (a leaf's accumulates in place)
+            t._grad = Tensor._wrap(t.grad.data + g, t.device)
         else:
             t.grad.data = _xp(g).asarray(t.grad.data + g)
     if not retain_graph:
@@ -4190,6 +4195,8 @@ class Tensor:
                                "backward): build the result out of place (x = x + y, tl.where, tl.cat)")
         before = Tensor._wrap(self.data, self.device, self._ctx)
         before._version = self._version
+        if '_hooks' in self.__dict__:   # as PyTorch's: a tensor's hooks see the gradient of the value they were put on
+            before._hooks = self.__dict__.pop('_hooks')
         out = update(before)
         if out.data is before.data:   # written in place (SetItem): the graph's `before` keeps the shape, not the memory
             xp = _xp(out.data)
