@@ -8600,6 +8600,9 @@ def test_set_grad_enabled_and_is_grad_enabled_as_pytorch():
     def doubled(t):
         return t * 2
     assert tl.is_grad_enabled() and not doubled(x).requires_grad and tl.is_grad_enabled()
+    off = tl.set_grad_enabled(False)
+    tl.set_grad_enabled(True)
+    assert not off(tl.is_grad_enabled)() and tl.is_grad_enabled()   # (its own mode, not the one current)
     if torch is not None:
         raises(TypeError, lambda: torch.set_grad_enabled(1))
 

@@ -862,7 +862,8 @@ class set_grad_enabled:
     def __init__(self, mode):
         if not isinstance(mode, (bool, np.bool_)):
             raise TypeError(f"set_grad_enabled: mode must be a bool, not {type(mode).__name__}")
-        self.previous, _GradMode.enabled = _GradMode.enabled, bool(mode)
+        self.mode, self.previous = bool(mode), _GradMode.enabled
+        _GradMode.enabled = self.mode
 
     def __enter__(self):
         return None
@@ -871,9 +872,9 @@ class set_grad_enabled:
         _GradMode.enabled = self.previous
 
     def __call__(self, func):
-        """As a decorator (as PyTorch's): the mode set for each call of func, the mode the call here set undone."""
-        mode, _GradMode.enabled = _GradMode.enabled, self.previous
-        return (enable_grad if mode else no_grad)(func)
+        """As a decorator (as PyTorch's): this mode for each call of func; the mode before the constructor restored."""
+        _GradMode.enabled = self.previous
+        return (enable_grad if self.mode else no_grad)(func)
 
 
 def is_grad_enabled():
