@@ -10005,6 +10005,9 @@ def test_view_shapes_pads_and_float16_gelu_as_pytorch():
     raises(TypeError, lambda: tl.arange(3, dtype=tl.bool_), 'arange', 'bool')   # (it gave bools)
     raises(RuntimeError, lambda: torch.linspace(0, 300, 3, dtype=torch.uint8))
     raises(RuntimeError, lambda: tl.linspace(0, 300, 3, dtype=tl.uint8), 'linspace', '300')   # (it wrapped)
+    for bounds, dtype in (((0, 127.9), 'int8'), ((-128.7, 0), 'int8'), ((0, 1e6), 'float16')):
+        raises(RuntimeError, lambda: torch.linspace(*bounds, 3, dtype=getattr(torch, dtype)))
+        raises(RuntimeError, lambda: tl.linspace(*bounds, 3, dtype=getattr(tl, dtype)), 'linspace', dtype)
     for bounds in ((3,), (3.0,), (0, 4, 1), (1, 4, 0.5), (np.int64(1), 3)):
         ours = tl.arange(*[tl.tensor(b) for b in bounds])
         theirs = torch.arange(*[torch.tensor(b) for b in bounds])

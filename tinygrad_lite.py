@@ -3810,8 +3810,8 @@ class Tensor:
         else:
             array = _python_data(data, dtype)
         if dtype is not None:
-            with np.errstate(over='ignore'):   # (a value past float16's range becomes inf, silently as PyTorch's)
-                array = array.astype(_dtype(dtype), copy=False)
+            with np.errstate(over='ignore', invalid='ignore'):   # (past float16's range: inf; NaN to an int: as
+                array = array.astype(_dtype(dtype), copy=False)     # PyTorch's, silently)
         _dtype(array.dtype)
         if device is None:
             device = _device_of(array)
@@ -5393,7 +5393,7 @@ def arange(start, end=None, step=1, device=None, dtype=None, requires_grad=False
     dtype = _dtype(dtype or (np.int64 if integral else np.float32))
     if dtype == np.bool_:
         raise TypeError("arange: not defined for bool (as in PyTorch)")
-    if not all(map(math.isfinite, (start, end, step))):
+    if not all(map(math.isfinite, (start, end, step))):   # (PyTorch's infinite step gives no element; NumPy's one)
         raise ValueError(f"arange: start, end and step must be finite, got {start}, {end} and {step}")
     if dtype.kind in 'iu':   # as PyTorch, an integer range truncates its bounds and step to integers first
         start, end, step = int(start), int(end), int(step)
@@ -5430,10 +5430,9 @@ def linspace(start, end, steps, device=None, dtype=None, requires_grad=False):
     dtype = _dtype(dtype or np.float32)
     if dtype == np.bool_:
         raise TypeError("linspace: not defined for bool (as in PyTorch)")
+    for v in (start, end):   # (as PyTorch: NumPy's cast would wrap an integer, make a float16 inf)
+        _check_fits(v, dtype, 'linspace')
     start, end = (int(v) if dtype.kind in 'iu' else float(v) for v in (start, end))
-    if dtype.kind in 'iu':   # (NumPy's cast would wrap them)
-        _check_fits(start, dtype, 'linspace')
-        _check_fits(end, dtype, 'linspace')
     i, step = np.arange(steps), (end - start) / max(steps - 1, 1)
     values = np.where(i < max(steps // 2, 1), start + step * i, end - step * (steps - 1 - i))
     return _factory(lambda xp, s, d: xp.asarray(values).astype(d), ((),), device, dtype, requires_grad)
