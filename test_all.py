@@ -5392,6 +5392,10 @@ def test_module_registration_and_lookup_as_pytorch():
         raises(TypeError, lambda: setattr(m, 'w', nn.Linear(1, 1).weight.detach() * 1))
         raises(KeyError, lambda: m.register_parameter('body', None), 'exists')
         raises(KeyError, lambda: m.add_module('a.b', None))
+        one = nn.Parameter((tl if nn is tl else torch).ones(1))
+        m.register_buffer('held', one)   # a buffer holding a Parameter stays a buffer: no parameter of its name
+        raises(KeyError, lambda: m.register_parameter('held', one))
+        del m.held
         m.w = nn.Parameter(m.head.weight.detach().clone())
         m.body[0].weight = m.head.weight   # shared
     assert [n for n, _ in ours.named_parameters()] == [n for n, _ in theirs.named_parameters()]

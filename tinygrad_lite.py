@@ -6353,12 +6353,13 @@ class Module:
     def _register(self, kind, name, value, cls):
         """register_parameter's and add_module's: `value` (a `cls`, or None: a slot that only a `cls` fills) under
         `name`, a new name or one of this kind (a slot set to None too)."""
-        slots = self.__dict__.setdefault('_empty_slots', {})
-        same = [n for n, v in vars(self).items() if isinstance(v, cls)] + [n for n, k in slots.items() if k == kind]
-        self._check_new_name(kind, name, existing=same)
         if value is not None and not isinstance(value, cls):
             raise TypeError(f"cannot assign '{type(value).__name__}' object as {kind} '{name}' (a tl.{cls.__name__} "
                             "or None required, as in PyTorch)")
+        slots, buffers = self.__dict__.setdefault('_empty_slots', {}), self.__dict__.get('_buffer_names', [])
+        same = [n for n, v in vars(self).items() if isinstance(v, cls) and n not in buffers] + \
+            [n for n, k in slots.items() if k == kind]
+        self._check_new_name(kind, name, existing=same)
         if value is None:
             slots[name] = kind
         setattr(self, name, value)
