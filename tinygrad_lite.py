@@ -4989,7 +4989,7 @@ class Tensor:
             first, n = 0, self.shape[axis]
             if mode == 'circular':   # (the axis cropped first)
                 first, n, lo, hi = max(-lo, 0), n - max(-lo, 0) - max(-hi, 0), max(lo, 0), max(hi, 0)
-            limit = n - 1 if mode == 'reflect' else n if mode == 'circular' else math.inf if n > 0 else -1
+            limit = {'reflect': n - 1, 'circular': n}.get(mode, math.inf if n > 0 else -1)   # (replicate: n > 0)
             if max(lo, hi) > limit or n + lo + hi < 0:
                 raise ValueError(f"pad: mode {mode!r} with widths ({pad[2 * k]}, {pad[2 * k + 1]}) for an axis of size "
                                  f"{self.shape[axis]} (reflect: less than the size; circular: at most the size; "
@@ -6895,8 +6895,8 @@ class _BatchNorm(Module):
         # without track_running_stats, as PyTorch's: None buffers, and the batch's statistics in evaluation too
         buffers = (('running_mean', num_features, np.float32), ('running_var', num_features, np.float32),
                    ('num_batches_tracked', (), np.int64))
-        for name, shape, kind in buffers:   # (reset_running_stats fills them)
-            self.register_buffer(name, Tensor(np.empty(shape, kind)) if track_running_stats else None)
+        for name, shape, buffer_dtype in buffers:   # (reset_running_stats fills them)
+            self.register_buffer(name, Tensor(np.empty(shape, buffer_dtype)) if track_running_stats else None)
         self.reset_parameters()
         _apply_device_dtype(self, device, dtype)
 
