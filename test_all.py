@@ -5425,8 +5425,9 @@ def test_module_registration_and_lookup_as_pytorch():
 
 def test_module_forward_hooks_as_pytorch():
     """register_forward_pre_hook and register_forward_hook as PyTorch's: each hook sees the module, its args (and
-    output), in the order registered; a result other than None replaces the args (one value or a tuple) or the output;
-    handle.remove() takes a hook off; the values against PyTorch's with copied weights (float64)."""
+    output), in the order registered (prepend=True: first); a result other than None replaces the args (one value or a
+    tuple; with_kwargs=True, an (args, kwargs) pair, anything else a RuntimeError) or the output; handle.remove() takes
+    a hook off; the values against PyTorch's with copied weights (float64)."""
     need_torch()
     x = sample(rng('forward hooks'), (4, 2))
     theirs = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.ReLU(), torch.nn.Linear(3, 1)).double()
@@ -5447,6 +5448,20 @@ def test_module_forward_hooks_as_pytorch():
     assert_close(a, b, 1e-12, 1e-12, 'hooked')
     assert_close(a2, b2, 1e-12, 1e-12, 'hooks removed')
     assert a_seen == b_seen == [('ReLU', (4, 3))] * 2, (a_seen, b_seen)
+    orders = []   # prepend= and with_kwargs= (the kwargs passed, a pre-hook's (args, kwargs) pair replacing them)
+    for lib, net in ((tl, ours), (torch, theirs)):
+        order = []
+        net[2].register_forward_hook(lambda m, args, out: order.append('last'))
+        net[2].register_forward_hook(lambda m, args, out: order.append('first'), prepend=True)
+        net[2].register_forward_hook(lambda m, args, kwargs, out: order.append(sorted(kwargs)), with_kwargs=True)
+        net[0].register_forward_pre_hook(lambda m, args, kwargs: ((args[0] * 0,), kwargs), with_kwargs=True)
+        zeroed = net(lib.tensor(x)).detach().numpy()
+        orders.append((order, zeroed))
+        handle = net[0].register_forward_pre_hook(lambda m, args, kwargs: 5, with_kwargs=True)
+        raises(RuntimeError, lambda: net(lib.tensor(x)), *(['pre-hook'] if lib is tl else []))
+        handle.remove()
+    assert orders[0][0] == orders[1][0] == ['first', 'last', []], orders
+    assert_close(orders[0][1], orders[1][1], 1e-12, 1e-12, 'args replaced by a with_kwargs pre-hook')
 
 
 def test_module_to_gives_changed_buffers_new_tensors():

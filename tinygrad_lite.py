@@ -959,10 +959,14 @@ class Function:
         return value
 
 
-def _add_hook(hooks, hook):
-    """hook added to `hooks` (a dict, in order); returns PyTorch's handle: its remove() takes the hook off."""
+def _add_hook(hooks, hook, prepend=False):
+    """hook added to `hooks` (a dict, in order: last, or first where prepend); returns PyTorch's handle: its remove()
+    takes the hook off."""
     key = object()
     hooks[key] = hook
+    if prepend:
+        for other in [k for k in hooks if k is not key]:   # (each moved behind it, in order)
+            hooks[other] = hooks.pop(other)
     return types.SimpleNamespace(remove=lambda: hooks.pop(key, None))
 
 
@@ -6302,13 +6306,20 @@ class Module:
     def __call__(self, *args, **kwargs):
         if '_forward_hooks' not in self.__dict__:   # (none ever registered: forward alone)
             return self.forward(*args, **kwargs)
-        for hook in list(self._forward_pre_hooks.values()):   # as PyTorch's: a result other than None replaces args
-            changed = hook(self, args)
-            if changed is not None:
-                args = changed if isinstance(changed, tuple) else (changed,)
+        for hook, with_kwargs in list(self._forward_pre_hooks.values()):   # as PyTorch's: a result replaces the args
+            if with_kwargs:
+                changed = hook(self, args, kwargs)
+                if changed is not None and not (isinstance(changed, tuple) and len(changed) == 2):
+                    raise RuntimeError(f"forward pre-hook must return None or a tuple of (new_args, new_kwargs), but "
+                                       f"got {changed!r}")
+                args, kwargs = (args, kwargs) if changed is None else changed
+            else:
+                changed = hook(self, args)
+                if changed is not None:
+                    args = changed if isinstance(changed, tuple) else (changed,)
         out = self.forward(*args, **kwargs)
-        for hook in list(self._forward_hooks.values()):   # and here the output
-            changed = hook(self, args, out)
+        for hook, with_kwargs in list(self._forward_hooks.values()):   # and here the output
+            changed = hook(self, args, kwargs, out) if with_kwargs else hook(self, args, out)
             out = out if changed is None else changed
         return out
 
@@ -6318,14 +6329,16 @@ class Module:
             self.__dict__.setdefault(name, {})
         return self.__dict__[kind]
 
-    def register_forward_pre_hook(self, hook):
-        """As PyTorch's: hook(module, args) before each forward; a result other than None (a tuple, or one value)
-        replaces args. Returns a handle whose remove() takes it off."""
-        return _add_hook(self._hooks('_forward_pre_hooks'), hook)
+    def register_forward_pre_hook(self, hook, *, prepend=False, with_kwargs=False):
+        """As PyTorch's: hook(module, args) before each forward (with_kwargs: hook(module, args, kwargs)); a result
+        other than None replaces args (a tuple, or one value; with_kwargs, the pair (args, kwargs)); prepend: before
+        the hooks already there. Returns a handle whose remove() takes it off."""
+        return _add_hook(self._hooks('_forward_pre_hooks'), (hook, with_kwargs), prepend)
 
-    def register_forward_hook(self, hook):
-        """As PyTorch's: hook(module, args, output) after each forward; a result other than None replaces the output."""
-        return _add_hook(self._hooks('_forward_hooks'), hook)
+    def register_forward_hook(self, hook, *, prepend=False, with_kwargs=False):
+        """As PyTorch's: hook(module, args, output) after each forward (with_kwargs: hook(module, args, kwargs,
+        output)); a result other than None replaces the output."""
+        return _add_hook(self._hooks('_forward_hooks'), (hook, with_kwargs), prepend)
 
     def _check_new_name(self, kind, name, existing=()):
         """As PyTorch's register_buffer and add_module: a non-empty string without '.', not yet an attribute unless
