@@ -1162,7 +1162,8 @@ class TanhOp(Function):
 
     def backward(self, g):   # (float16 in float32, rounded once, as PyTorch's)
         ct = _opmath(g.dtype)
-        return (g.astype(ct) * (1 - self.out.astype(ct) ** 2)).astype(g.dtype, copy=False)
+        out = self.out.astype(ct, copy=False)
+        return (g.astype(ct, copy=False) * (1 - out * out)).astype(g.dtype, copy=False)
 
 
 class SigmoidOp(Function):
@@ -1490,8 +1491,10 @@ class Sum(Function):
 
     def backward(self, g):
         kept = tuple(1 if i in self.axes else n for i, n in enumerate(self.shape))
-        ct = _opmath(g.dtype)   # (float16 scaled in float32, rounded once, as PyTorch's)
-        g = g.reshape(kept) if self.scale == 1 else (g.reshape(kept).astype(ct) * ct.type(self.scale)).astype(g.dtype)
+        g = g.reshape(kept)
+        if self.scale != 1:   # (float16 scaled in float32, rounded once, as PyTorch's)
+            ct = _opmath(g.dtype)
+            g = (g.astype(ct, copy=False) * ct.type(self.scale)).astype(g.dtype, copy=False)
         return _xp(g).broadcast_to(g, self.shape)
 
 
