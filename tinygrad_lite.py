@@ -1012,6 +1012,23 @@ def _topological_order(root):
     return order
 
 
+def _hooked(t, g):
+    """The gradient `g` of `t` through t's hooks (register_hook), in order: each given g in memory of its own (one
+    written in place changes t's alone), a tensor it returns replacing g."""
+    for hook in list(t._hooks.values()):
+        given = Tensor._wrap(g.copy(), t.device)
+        replaced = hook(given)
+        if replaced is not None and not isinstance(replaced, Tensor):
+            raise TypeError(f"hook {getattr(hook, '__name__', hook)!r} returned a {type(replaced).__name__}, not a "
+                            "tensor (or None)")
+        if replaced is not None and (replaced.shape, replaced.dtype, replaced.device) != (g.shape, g.dtype, t.device):
+            raise RuntimeError(f"hook {getattr(hook, '__name__', hook)!r} has changed the size or type of value "
+                               f"(PyTorch's words): it returned {replaced.dtype} {replaced.shape} on "
+                               f"{replaced.device} for a gradient {g.dtype} {g.shape} on {t.device}")
+        g = given.data if replaced is None else replaced.data
+    return g
+
+
 def _leaf_gradients(root, grad, order):
     """(leaf, its gradient) pairs of a backward pass from `root` with gradient `grad` through `order`.
     A function of its own, so that no local variable of it still holds a gradient when the leaves get them."""
@@ -1020,18 +1037,8 @@ def _leaf_gradients(root, grad, order):
         g = grads.pop(id(t), None)
         if g is None:
             continue
-        for hook in list(t.__dict__.get('_hooks', {}).values()):   # (register_hook's)
-            given = Tensor._wrap(g.copy(), t.device)   # (its own memory: one written in place changes t's alone)
-            replaced = hook(given)
-            if replaced is not None and not isinstance(replaced, Tensor):
-                raise TypeError(f"hook {getattr(hook, '__name__', hook)!r} returned a {type(replaced).__name__}, not a "
-                                "tensor (or None)")
-            if replaced is not None and (replaced.shape, replaced.dtype, replaced.device) != (g.shape, g.dtype,
-                                                                                              t.device):
-                raise RuntimeError(f"hook {getattr(hook, '__name__', hook)!r} has changed the size or type of value "
-                                   f"(PyTorch's words): it returned {replaced.dtype} {replaced.shape} on "
-                                   f"{replaced.device} for a gradient {g.dtype} {g.shape} on {t.device}")
-            g = given.data if replaced is None else replaced.data
+        if '_hooks' in t.__dict__:   # (register_hook's)
+            g = _hooked(t, g)
         ctx = t._ctx
         if ctx is None or t._retains_grad:   # (a non-leaf's, retain_grad() asked for, given as a leaf's is)
             leaves.append((t, g))
