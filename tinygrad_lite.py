@@ -7870,7 +7870,11 @@ class Adam(Optimizer):
         elif decay:
             g = _add(g, p, decay)
         m, v, g = state['exp_avg'].data, state['exp_avg_sq'].data, f(g)
-        xp.add(f(m), (1 - beta1) * (g - f(m)), out=m)   # m.lerp_(g, 1 - beta1)
+        w = _acc_dtype(m.dtype).type(1 - beta1)   # m.lerp_(g, w) in PyTorch's two forms (g itself at w = 1)
+        if abs(w) < 0.5:
+            xp.add(f(m), w * (g - f(m)), out=m)
+        else:
+            xp.subtract(g, (g - f(m)) * (1 - w), out=m)
         xp.multiply(f(v), beta2, out=v)
         xp.add(f(v), (1 - beta2) * g * g, out=v)
         step = state['step'].item()
