@@ -991,11 +991,11 @@ def test_remainder_and_floor_division_as_pytorch():
             ours, theirs = op(tl.tensor(x0), tl.tensor(y0)), op(torch.tensor(x0), torch.tensor(y0))
             assert str(ours.dtype) == str(theirs.dtype).replace('torch.', ''), (ours.dtype, theirs.dtype)
             assert_close(ours.numpy(), theirs.numpy(), 1e-6, 1e-3 if x0.dtype == np.float16 else 1e-9)
-    # PyTorch rounds a number to float16 first for %, not for // (2048 // 2049 is 0, not 1)
+    # PyTorch rounds a number or a 0-d float32 divisor to float16 first for %, not for // (2048 // 2049 is 0, not 1)
     half = np.concatenate([(np.abs(r.standard_normal(2000)) * 30 + 0.1), [2048.0]]).astype(np.float16)
-    point = lambda x, v: x.new_tensor(v) if isinstance(x, torch.Tensor) else tl.tensor(np.float32(v))   # 0-d float32
+    point = lambda x, v: (torch if isinstance(x, torch.Tensor) else tl).tensor(np.float32(v))   # 0-d float32
     for op in (lambda x: x % 0.3, lambda x: 0.3 % x, lambda x: x // 0.1, lambda x: x // 2049,
-               lambda x: x % point(x, 0.3), lambda x: x // point(x, 0.1)):   # (a 0-d tensor: rounded for both)
+               lambda x: x % point(x, 0.3), lambda x: x // point(x, 0.1)):
         assert np.array_equal(op(tl.tensor(half)).numpy(), op(torch.tensor(half)).numpy())
     raises(TypeError, lambda: tl.tensor([True, False]) % tl.tensor([True, True]), 'bool')
     floored = tl.tensor(a, requires_grad=True) // 2
@@ -7261,9 +7261,8 @@ def test_inplace_ops_compute_in_the_promoted_dtype():
 def test_zero_dim_operands_promote_as_pytorch():
     """A 0-d tensor does not widen a tensor with dimensions within its kind (float16 (7,) * float32 () is float16),
     and does where its kind is higher (int64 (7,) + float64 () is float64); as PyTorch, in +, -, *, /, where and
-    in place. Values equal PyTorch's, but for float16 results within one float16 step: the operands meet in float32
-    and the result is rounded once (PyTorch's CPU kernels round a 0-d operand to float16 first in + and -, not in
-    * and /)."""
+    in place. Values equal PyTorch's bit for bit: float16 meets a 0-d float operand rounded to float16 first in + and
+    -, unrounded (in float32) as the right operand of * and /, as PyTorch's CPU kernels."""
     need_torch()
     r = rng('zero-d promotion')
     cases = ((np.float16, (7,), np.float32, ()), (np.float32, (7,), np.float64, ()), (np.float16, (7,), np.float64, ()),
@@ -7285,8 +7284,40 @@ def test_zero_dim_operands_promote_as_pytorch():
                 pairs.append((ours, theirs))
         for ours, theirs in pairs:
             assert same_dtype(ours, theirs), (what, ours.dtype, theirs.dtype)
-            step = 2.0 ** -10 * np.abs(np.concatenate([a.ravel(), b.ravel()]).astype(np.float64)).max()   # an operand's ulp
-            assert_close(ours, theirs.numpy(), 0, 2 * step if ours.dtype == np.float16 else 0, what)
+            assert_close(ours, theirs.numpy(), 0, 0, what)
+
+
+def test_numbers_with_float16_and_over_tensors_as_pytorch():
+    """A Python number with a float16 tensor, bit for bit PyTorch's CPU ops: rounded to float16 first in +, -, % (and
+    +=, -=), unrounded in float32 in *, / and // (and *=, /=), the result rounded once; a number over a tensor of any
+    dtype is reciprocal() times the number (PyTorch's __rtruediv__: two roundings), its float64 gradient too."""
+    need_torch()
+    r = rng('numbers with float16')
+    x0 = (r.standard_normal(3000) * 3).astype(np.float16)
+    x0[np.abs(x0) < 1e-2] = 0.5
+    ops = {'+': lambda x, s: x + s, 's+': lambda x, s: s + x, '-': lambda x, s: x - s, 's-': lambda x, s: s - x,
+           '*': lambda x, s: x * s, 's*': lambda x, s: s * x, '/': lambda x, s: x / s, 's/': lambda x, s: s / x,
+           '//': lambda x, s: x // s, '%': lambda x, s: x % s}
+    for s in (0.1, 1 / 3, 2.7182818):
+        for name, op in ops.items():
+            ours, theirs = op(tl.tensor(x0), s), op(torch.tensor(x0), s)
+            assert ours.dtype == np.float16 and np.array_equal(ours.numpy(), theirs.numpy(), equal_nan=True), (s, name)
+        for name in ('iadd', 'isub', 'imul', 'itruediv'):
+            ours, theirs = tl.tensor(x0.copy()), torch.tensor(x0.copy())
+            getattr(ours, f'__{name}__')(s)
+            getattr(theirs, f'__{name}__')(s)
+            assert np.array_equal(ours.numpy(), theirs.numpy()), (s, name)
+    for dtype in (np.float32, np.float64, np.int32, np.uint8, np.bool_):
+        x1 = r.integers(1, 200, 500).astype(dtype) if dtype != np.float32 else r.standard_normal(500).astype(dtype)
+        for s in (2.5, 0.7, 3):
+            ours, theirs = s / tl.tensor(x1), s / torch.tensor(x1)
+            assert same_dtype(ours, theirs) and np.array_equal(ours.numpy(), theirs.numpy()), (dtype, s)
+    x, x_t = tl.tensor(r.standard_normal(50) + 3, requires_grad=True), torch.tensor(r.standard_normal(50) + 3,
+                                                                                      requires_grad=True)
+    x_t.data[...] = torch.tensor(x.numpy())
+    (2.5 / x).sum().backward()
+    (2.5 / x_t).sum().backward()
+    assert_close(x.grad, x_t.grad.numpy(), 1e-14, 0, 'number / tensor gradient')
 
 
 def test_integer_with_float16_rounds_the_integers_first():

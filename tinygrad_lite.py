@@ -4075,12 +4075,12 @@ class Tensor:
     def _binary(self, fn, other, reflected=False, **params):
         if fn is Sub:
             self._no_bool_subtraction(other)
-        rounds = fn is Pow or fn is Remainder and not params.get('floor')
-        if isinstance(other, _NUMBERS) and (self.dtype == np.float16 and not rounds or
+        in_float32 = fn in (Mul, Div) or params.get('floor', False)   # * / //: PyTorch's CPU scalar kept as it is
+        if isinstance(other, _NUMBERS) and (self.dtype == np.float16 and in_float32 or
                                             fn is Div and self.dtype.kind != 'f'):
-            # as PyTorch: float16 meets a Python number in float32 and rounds the result once (but for % and **,
-            # which round the number to float16 first), and an integer tensor is divided by one in float32 (not by
-            # the number cast to the tensor's dtype)
+            # as PyTorch's CPU ops: float16 meets a Python number in float32 after *, / and // and rounds the result
+            # once (the other ops round the number to float16 first), and an integer tensor is divided by one in
+            # float32 (not by the number cast to the tensor's dtype)
             out = self.float()._binary(fn, other, reflected, **params)
             return out.half() if self.dtype == np.float16 else out
         other = self._operand(other)
@@ -4089,13 +4089,11 @@ class Tensor:
         if a.dtype == b.dtype and not (fn is Div and a.dtype.kind != 'f'):
             return fn.apply(a, b, **params)
         common = _result_dtype(a, b, divide=fn is Div)
-        # as PyTorch, an integer or bool operand (any one of %, // and **) is rounded to float16 first, but a
-        # one-element one after * or / (PyTorch's CPU scalar there) meets it in float32
+        # as PyTorch, the other operand (0-d, or of integers or bools) is rounded to float16 first, but a
+        # one-element right operand of *, / or // (PyTorch's CPU scalar there) meets it in float32
         if common == np.float16:
-            scalar = fn in (Mul, Div) and b.numel() == 1
-            rounded = fn in (Remainder, Pow)
-            keep = lambda t: t.dtype == common or t is b and scalar or t.dtype.kind == 'f' and not rounded
-            a, b = (t if keep(t) else t.to(common) for t in (a, b))
+            scalar = in_float32 and b.numel() == 1
+            a, b = (t if t.dtype == common or t is b and scalar else t.to(common) for t in (a, b))
         compute = _opmath(common)   # float16 meets a wider 0-d operand in float32
         return fn.apply(a.to(compute), b.to(compute), **params).to(common)
 
@@ -4106,7 +4104,9 @@ class Tensor:
     __mul__ = lambda self, o: self._binary(Mul, o)
     __rmul__ = lambda self, o: self._binary(Mul, o, True)
     __truediv__ = lambda self, o: self._binary(Div, o)
-    __rtruediv__ = lambda self, o: self._binary(Div, o, True)
+    # as PyTorch's: a number over a tensor is reciprocal() times the number (two roundings)
+    __rtruediv__ = lambda self, o: self._binary(Div, 1, True) * o if isinstance(o, _NUMBERS) else \
+        self._binary(Div, o, True)
 
     def __pow__(self, other):
         if self.dtype.kind in 'biu' and isinstance(other, (int, np.integer)) and other < 0:   # NumPy would wrap it
@@ -4160,7 +4160,9 @@ class Tensor:
         given, ufunc = other, _INPLACE_UFUNCS.get(op)
         if op is operator.sub:
             self._no_bool_subtraction(other)
-        number = other if isinstance(other, _NUMBERS) and self.dtype == np.float16 else None   # not rounded first
+        # (as in _binary: a number after *= or /= meets float16 unrounded; after += or -= rounded to float16 first)
+        number = other if isinstance(other, _NUMBERS) and self.dtype == np.float16 and op in (
+            operator.mul, operator.truediv) else None
         other = self._operand(other)
         result = _result_dtype(self, other, divide=op is operator.truediv)
         if _KIND_RANK[result.kind] > _KIND_RANK[self.dtype.kind]:
@@ -4181,7 +4183,7 @@ class Tensor:
         else:   # as PyTorch: both operands in the result's arithmetic dtype, rounded once into the tensor's
             compute = _opmath(result)
             scalar = other.numel() == 1 and op in (operator.mul, operator.truediv)   # as in _binary
-            rounded = other.data if other.dtype.kind == 'f' or scalar else other.data.astype(result)
+            rounded = other.data if scalar else other.data.astype(result)
             with np.errstate(all='ignore'):   # (the number's cast is NumPy's on either device)
                 operand = compute.type(number) if number is not None else rounded.astype(compute)
                 self.data[...] = getattr(_xp(self.data), ufunc)(self.data.astype(compute), operand)
