@@ -3062,6 +3062,15 @@ def test_module_functions_forward_to_methods_by_name():
     assert tl.clamp_(y, -1.0, 2.0) is y and np.array_equal(y.numpy(), [[1.0, 2.0], [-1.0, 2.0]])
     assert tl.fill_(y, 3.0) is y and tl.zero_(y) is y and not y.numpy().any()
     assert tl.detach(y).data is y.data and tl.detach_(y) is y
+    missing = [n for n in dir(tl.Tensor) if not n.startswith('_') and callable(getattr(tl.Tensor, n)) and
+               callable(getattr(torch, n, None)) and not hasattr(tl, n)]
+    assert not missing, f'methods whose torch.X has no tl.X: {missing}'
+    z = rng('forms').standard_normal((2, 3, 4))
+    for name, args in (('tile', [(2, 1)]), ('moveaxis', [0, 2]), ('swapdims', [0, 2]), ('relu_', []),
+                       ('clip_', [-0.5, 0.5])):
+        assert np.array_equal(getattr(tl, name)(tl.tensor(z), *args).numpy(),
+                              getattr(torch, name)(torch.tensor(z), *args).numpy()), name
+    assert tl.numel(tl.tensor(z)) == 24
 
 
 def test_float16_std_rounds_once_as_pytorch():

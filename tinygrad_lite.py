@@ -5553,7 +5553,8 @@ def _method(name):
  sqrt, neg, clamp, sin, cos, log1p, expm1, erf, reciprocal, rsqrt, square, floor, ceil, trunc, sign, isnan, isinf,
  isfinite, nan_to_num, lerp, addcmul, addcdiv, maximum, minimum, pad, flip, bmm, outer, dot, mean, var, std, argmax,
  argmin, reshape, flatten, unflatten, transpose, swapaxes, permute, movedim, unsqueeze, squeeze, matmul, clone, t,
- detach, clamp_, fill_, zero_, detach_, clip, amax, amin, mm, mv) = map(_method, (
+ detach, clamp_, fill_, zero_, detach_, clip, amax, amin, mm, mv, tile, moveaxis, swapdims, numel, relu_,
+ clip_) = map(_method, (
     'gather', 'scatter', 'scatter_add', 'index_select', 'masked_fill', 'masked_select', 'repeat_interleave',
     'split', 'chunk', 'unbind', 'narrow', 'roll', 'tril', 'triu', 'cumsum', 'prod', 'logsumexp', 'norm', 'sort',
     'argsort', 'topk', 'relu', 'sigmoid', 'tanh', 'gelu', 'exp', 'log', 'sqrt', 'neg', 'clamp', 'sin', 'cos',
@@ -5561,7 +5562,7 @@ def _method(name):
     'isfinite', 'nan_to_num', 'lerp', 'addcmul', 'addcdiv', 'maximum', 'minimum', 'pad', 'flip', 'bmm', 'outer',
     'dot', 'mean', 'var', 'std', 'argmax', 'argmin', 'reshape', 'flatten', 'unflatten', 'transpose', 'swapaxes',
     'permute', 'movedim', 'unsqueeze', 'squeeze', 'matmul', 'clone', 't', 'detach', 'clamp_', 'fill_', 'zero_',
-    'detach_', 'clip', 'amax', 'amin', 'mm', 'mv'))
+    'detach_', 'clip', 'amax', 'amin', 'mm', 'mv', 'tile', 'moveaxis', 'swapdims', 'numel', 'relu_', 'clip_'))
 
 
 def _builtin_form(name):
