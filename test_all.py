@@ -1656,6 +1656,24 @@ def test_scatter_src_larger_than_index():
         assert np.all(s.grad.numpy()[2:] == 0) and np.all(s.grad.numpy()[:, 4:] == 0)
 
 
+def test_where_refuses_a_number_beyond_the_integer_dtype_as_pytorch():
+    """tl.where(condition, int tensor, number) and the number first: one the tensor's integer dtype cannot hold
+    raises RuntimeError naming it (as PyTorch's; NumPy would wrap 300 to 44 in int8), one it holds gives PyTorch's
+    values, and a float number still promotes to float32."""
+    need_torch()
+    r = rng('where numbers')
+    x0, c0 = r.integers(-50, 50, 12).astype(np.int8), r.random(12) < 0.5
+    for v in (300, -129, 2 ** 40):
+        for args in ((tl.tensor(c0), tl.tensor(x0), v), (tl.tensor(c0), v, tl.tensor(x0))):
+            raises(RuntimeError, lambda: tl.where(*args), 'where', str(v), 'int8')
+        raises(RuntimeError, lambda: torch.where(torch.tensor(c0), torch.tensor(x0), v))
+    for v in (100, -128, 2.5):
+        for first in (False, True):
+            ours = tl.where(tl.tensor(c0), *[tl.tensor(x0), v][::-1 if first else 1])
+            theirs = torch.where(torch.tensor(c0), *[torch.tensor(x0), v][::-1 if first else 1])
+            assert same_dtype(ours, theirs) and np.array_equal(ours.numpy(), theirs.numpy()), (v, first)
+
+
 def test_masked_fill_masked_select_as_pytorch():
     """masked_fill (a number or a 0-d tensor, cast to the tensor's dtype; the mask broadcast, the result of the
     broadcast shape) and masked_select as PyTorch's over dtypes; a value tensor's gradient is the filled elements'

@@ -5611,9 +5611,13 @@ def where(condition, a, b):
                       UserWarning, stacklevel=_stacklevel())
     elif condition.dtype != np.bool_:
         raise TypeError(f"where: the condition must be a bool tensor, not {condition.dtype} (as PyTorch's)")
+    numbers = [v for v in (a, b) if isinstance(v, _NUMBERS)]
     if not isinstance(a, Tensor):
         a = b._operand(a) if isinstance(b, Tensor) else Tensor(a, device=condition.device)
     b = a._operand(b)
+    if a.dtype.kind in 'iu' and a.dtype == b.dtype:   # as PyTorch: a number that the integer dtype cannot hold raises
+        for v in numbers:
+            _check_fits(v, a.dtype, 'where')
     if a.dtype != b.dtype:
         common = _result_dtype(a, b)
         a, b = a.to(common), b.to(common)
