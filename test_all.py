@@ -1335,6 +1335,24 @@ def test_float16_var_accumulates_in_float32():
     assert_close(x.grad, p.grad, 1e-3, 1e-6)
 
 
+def test_float32_var_of_offset_values_keeps_its_precision():
+    """float32 var of values near 1e4 (unit variance) over 1000 rows: within 1e-5 of the float64 variance (the
+    corrected two-pass form takes out the float32 mean's rounding, 1e-4 of the variance before); its gradient is
+    still PyTorch's in float64."""
+    need_torch()
+    r = rng('var offset')
+    x0 = r.standard_normal((1000, 64)) + 1e4
+    for axis in (0, 1, None):
+        got = tl.tensor(x0.astype(np.float32)).var(axis).numpy()
+        want = np.var(x0.astype(np.float32).astype(np.float64), axis=axis, ddof=1)
+        assert np.abs(got / want - 1).max() < 1e-5, (axis, np.abs(got / want - 1).max())
+    x, x_t = tl.tensor(x0[:50, :6], requires_grad=True), torch.tensor(x0[:50, :6], requires_grad=True)
+    g = r.standard_normal(6)
+    (x.var(0) * tl.tensor(g)).sum().backward()
+    (x_t.var(0) * torch.tensor(g)).sum().backward()
+    assert_close(x.grad, x_t.grad.numpy(), 1e-9, 1e-12, 'var gradient')
+
+
 def test_var_std_unbiased_as_pytorch():
     """PyTorch's unbiased (True: correction 1, False: 0) by keyword, with dim= and keepdim=, and alone as the first
     argument (var(False): PyTorch's var(unbiased) overload; a bool was read as axis 0 or 1): values and float64

@@ -4475,7 +4475,11 @@ class Tensor:
         count = math.prod(self.shape[a] for a in axes)
         centred = self - self.mean(axes, keepdim=True)
         scale = 1 / (count - correction) if count > correction else math.inf if count else math.nan
-        return Sum.apply(centred * centred, axes=axes, keepdim=keepdim, scale=scale)
+        squares = Sum.apply(centred * centred, axes=axes, keepdim=keepdim)
+        if count:   # the corrected two-pass form: less n d^2 for the mean's rounding d (float32 sums of values near
+            drift = Sum.apply(centred, axes=axes, keepdim=keepdim)   # 1e4 miss the mean by ~1e-2) = sum^2 / n
+            squares = squares - drift * drift * (1 / count)
+        return squares * scale
 
     @_aliases(dim='axis')
     def std(self, axis=None, keepdim=False, correction=None, *, unbiased=None):
