@@ -11180,6 +11180,21 @@ def test_cross_entropy_target_out_of_range():
                'targets must lie in [0, 3)')
 
 
+def test_cross_entropy_weight_passed_as_label_smoothing_is_named():
+    """A class-weight tensor passed third (PyTorch's weight, our label_smoothing) raises TypeError saying so; a 0-d
+    tensor, a NumPy number or a bool there is a smoothing, as PyTorch takes them (True as 1.0), its value PyTorch's."""
+    need_torch()
+    r = rng('ce third')
+    x, y, w = r.standard_normal((5, 3)), r.integers(0, 3, 5), r.random(3)
+    raises(TypeError, lambda: tl.cross_entropy(tl.tensor(x), tl.tensor(y), tl.tensor(w)), 'label_smoothing',
+           'weight=', '(3,)')
+    for smoothing in (tl.tensor(0.25), np.float32(0.25), True):
+        given = smoothing.item() if isinstance(smoothing, tl.Tensor) else smoothing
+        ours = tl.cross_entropy(tl.tensor(x), tl.tensor(y), smoothing)
+        theirs = torch.nn.functional.cross_entropy(torch.tensor(x), torch.tensor(y), label_smoothing=float(given))
+        assert_close(ours, theirs.numpy(), 1e-12, 0, f'label_smoothing {smoothing!r}')
+
+
 def test_gpu_fused_cross_entropy_target_out_of_range():
     """The fused kernel gives a target outside [0, C) a NaN loss, and so the sum and the mean, rather than check
     on the host and wait for the GPU every call."""

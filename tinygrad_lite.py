@@ -5950,6 +5950,9 @@ def cross_entropy(logits, target, label_smoothing=0.0, reduction='mean', ignore_
     weighted rows), 'mean' divides by the kept rows' weights, label smoothing weighting each class's share too. A
     floating-point target of the input's shape holds class probabilities (_soft_cross_entropy)."""
     _check_reduction('cross_entropy', reduction)
+    if isinstance(label_smoothing, Tensor) and label_smoothing.ndim:
+        raise TypeError(f"cross_entropy: label_smoothing (the third positional argument here; PyTorch's third is "
+                        f"weight: pass weight=) must be a number, got a tensor of shape {label_smoothing.shape}")
     if not 0 <= label_smoothing <= 1:
         raise ValueError(f"cross_entropy: label_smoothing must lie in [0, 1], got {label_smoothing}")
     probabilities = isinstance(target, Tensor) and target.dtype.kind == 'f'
