@@ -1336,9 +1336,10 @@ def test_float16_var_accumulates_in_float32():
 
 
 def test_float32_var_of_offset_values_keeps_its_precision():
-    """float32 var of values near 1e4 (unit variance) over 1000 rows: within 1e-5 of the float64 variance (the
-    corrected two-pass form takes out the float32 mean's rounding, 1e-4 of the variance before); its gradient is
-    still PyTorch's in float64."""
+    """float32 var of values near 1e4 (unit variance) over 1000 rows: within 1e-5 of the float64 variance (the mean
+    corrected by the centred values' mean takes out its float32 rounding, 1e-4 of the variance before); its gradient
+    is still PyTorch's in float64; constant values give a variance and std of 0 or more (never NaN), their
+    gradients finite, in float16, float32 and float64."""
     need_torch()
     r = rng('var offset')
     x0 = r.standard_normal((1000, 64)) + 1e4
@@ -1351,6 +1352,13 @@ def test_float32_var_of_offset_values_keeps_its_precision():
     (x.var(0) * tl.tensor(g)).sum().backward()
     (x_t.var(0) * torch.tensor(g)).sum().backward()
     assert_close(x.grad, x_t.grad.numpy(), 1e-9, 1e-12, 'var gradient')
+    for dtype in (np.float16, np.float32, np.float64):
+        for n in (2, 7, 33, 100, 1000, 4097):
+            for value in (0.1, 1 / 3, 7.7, 1e4 + 0.3):
+                x = tl.tensor(np.full(n, value, dtype), requires_grad=True)
+                v, s = x.var(), x.std()
+                s.backward()
+                assert v.item() >= 0 and s.item() >= 0 and np.isfinite(x.grad.numpy()).all(), (dtype, n, value)
 
 
 def test_var_std_unbiased_as_pytorch():
@@ -7333,17 +7341,18 @@ def test_zero_dim_operands_promote_as_pytorch():
 
 
 def test_numbers_with_float16_and_over_tensors_as_pytorch():
-    """A Python number with a float16 tensor, bit for bit PyTorch's CPU ops: rounded to float16 first in +, -, % (and
-    +=, -=), unrounded in float32 in *, / and // (and *=, /=), the result rounded once; a number over a tensor of any
-    dtype is reciprocal() times the number (PyTorch's __rtruediv__: two roundings), its float64 gradient too."""
+    """A Python number with a float16 tensor, bit for bit PyTorch's CPU ops: rounded to float16 first in +, -, %, a
+    number // a tensor (and +=, -=), unrounded in float32 in *, / and tensor // number (and *=, /=), the result
+    rounded once; a number over a tensor of any dtype is reciprocal() times the number (PyTorch's __rtruediv__: two
+    roundings), its float64 gradient too."""
     need_torch()
     r = rng('numbers with float16')
     x0 = (r.standard_normal(3000) * 3).astype(np.float16)
     x0[np.abs(x0) < 1e-2] = 0.5
     ops = {'+': lambda x, s: x + s, 's+': lambda x, s: s + x, '-': lambda x, s: x - s, 's-': lambda x, s: s - x,
            '*': lambda x, s: x * s, 's*': lambda x, s: s * x, '/': lambda x, s: x / s, 's/': lambda x, s: s / x,
-           '//': lambda x, s: x // s, '%': lambda x, s: x % s}
-    for s in (0.1, 1 / 3, 2.7182818):
+           '//': lambda x, s: x // s, 's//': lambda x, s: s // x, '%': lambda x, s: x % s}
+    for s in (0.1, 1 / 3, 2.7182818, -0.7, 1e5):
         for name, op in ops.items():
             ours, theirs = op(tl.tensor(x0), s), op(torch.tensor(x0), s)
             assert ours.dtype == np.float16 and np.array_equal(ours.numpy(), theirs.numpy(), equal_nan=True), (s, name)
@@ -7363,6 +7372,7 @@ def test_numbers_with_float16_and_over_tensors_as_pytorch():
     (2.5 / x).sum().backward()
     (2.5 / x_t).sum().backward()
     assert_close(x.grad, x_t.grad.numpy(), 1e-14, 0, 'number / tensor gradient')
+    assert 'grad_fn=<Div>' in repr(1 / x) and 'grad_fn=<Div>' in repr(x.reciprocal())   # one op, no * 1
 
 
 def test_integer_with_float16_rounds_the_integers_first():

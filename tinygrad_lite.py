@@ -4075,7 +4075,8 @@ class Tensor:
     def _binary(self, fn, other, reflected=False, **params):
         if fn is Sub:
             self._no_bool_subtraction(other)
-        in_float32 = fn in (Mul, Div) or params.get('floor', False)   # * / //: PyTorch's CPU scalar kept as it is
+        # *, / and //: PyTorch's CPU scalar (the right operand) kept as it is; a number times a tensor is tensor * it
+        in_float32 = fn is Mul or (fn is Div or params.get('floor', False)) and not reflected
         if isinstance(other, _NUMBERS) and (self.dtype == np.float16 and in_float32 or
                                             fn is Div and self.dtype.kind != 'f'):
             # as PyTorch's CPU ops: float16 meets a Python number in float32 after *, / and // and rounds the result
@@ -4104,9 +4105,12 @@ class Tensor:
     __mul__ = lambda self, o: self._binary(Mul, o)
     __rmul__ = lambda self, o: self._binary(Mul, o, True)
     __truediv__ = lambda self, o: self._binary(Div, o)
-    # as PyTorch's: a number over a tensor is reciprocal() times the number (two roundings)
-    __rtruediv__ = lambda self, o: self._binary(Div, 1, True) * o if isinstance(o, _NUMBERS) else \
-        self._binary(Div, o, True)
+    def __rtruediv__(self, other):
+        """other / self; a number over a tensor as PyTorch's: reciprocal() times the number (two roundings)."""
+        if not isinstance(other, _NUMBERS):
+            return self._binary(Div, other, True)
+        inverse = self._binary(Div, 1, True)
+        return inverse if other == 1 else inverse * other
 
     def __pow__(self, other):
         if self.dtype.kind in 'biu' and isinstance(other, (int, np.integer)) and other < 0:   # NumPy would wrap it
@@ -4473,13 +4477,11 @@ class Tensor:
             return self.float().var(axis, keepdim, correction).half()
         axes = _reduced_axes(axis, self.ndim)
         count = math.prod(self.shape[a] for a in axes)
-        centred = self - self.mean(axes, keepdim=True)
+        mean = self.mean(axes, keepdim=True)
+        mean = mean + (self - mean).mean(axes, keepdim=True)   # its rounding taken out (float32 sums of values near 1e4
+        centred = self - mean                                    # miss their mean by ~1e-2, 1e-4 of a unit variance)
         scale = 1 / (count - correction) if count > correction else math.inf if count else math.nan
-        squares = Sum.apply(centred * centred, axes=axes, keepdim=keepdim)
-        if count:   # the corrected two-pass form: less n d^2 for the mean's rounding d (float32 sums of values near
-            drift = Sum.apply(centred, axes=axes, keepdim=keepdim)   # 1e4 miss the mean by ~1e-2) = sum^2 / n
-            squares = squares - drift * drift * (1 / count)
-        return squares * scale
+        return Sum.apply(centred * centred, axes=axes, keepdim=keepdim, scale=scale)
 
     @_aliases(dim='axis')
     def std(self, axis=None, keepdim=False, correction=None, *, unbiased=None):
