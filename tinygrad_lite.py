@@ -5107,7 +5107,7 @@ class Tensor:
     # autograd records (a leaf that requires grad refused), else written into the tensor's memory, its version advanced
     def _alpha_scaled(self, other, alpha):
         """other * alpha for add_ and sub_, alpha checked as PyTorch's; other itself for alpha 1. For a float16 result,
-        a tensor is scaled in float32 (an integer one rounded to float16 first, as PyTorch's), so the update rounds once."""
+        as PyTorch's, alpha and other are rounded to float16 and multiplied in float32, so the update rounds once."""
         result = _result_dtype(self, self._operand(other))
         if not isinstance(alpha, _NUMBERS):
             raise TypeError(f"alpha must be a number, not {type(alpha).__name__}")
@@ -5118,9 +5118,10 @@ class Tensor:
                             "(as PyTorch's)")
         if alpha == 1 or result == np.bool_:   # (bools: alpha taken as a bool, as PyTorch's)
             return other if alpha else other & False
-        if not isinstance(other, Tensor):
+        if result != np.float16:
             return other * alpha
-        return (other.to(np.float16).float() if result == np.float16 else other) * alpha   # (float16 rounds it first)
+        scaled = self._operand(other).to(np.float16).float() * float(np.float16(alpha))
+        return scaled.expand(self.shape) if scaled.ndim == 0 else scaled   # (0-d: += would round it to float16 again)
 
     add_ = lambda self, other, *, alpha=1: self.__iadd__(self._alpha_scaled(other, alpha))
     mul_ = lambda self, other: self.__imul__(other)
