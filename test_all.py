@@ -3518,8 +3518,12 @@ def test_cross_entropy_class_probabilities_as_pytorch():
             assert_close(tl.CrossEntropyLoss(**ours_kw)(tl.tensor(x), tl.tensor(t)), want, 1e-12, 1e-12, what)
             if tl.cuda_is_available():
                 on_gpu = {k: v.to('cuda') if isinstance(v, tl.Tensor) else v for k, v in ours_kw.items()}
-                assert_close(tl.cross_entropy(tl.tensor(x, device='cuda'), tl.tensor(t, device='cuda'), **on_gpu),
-                             want, 1e-12, 1e-12, f'{what} on the GPU')
+                xg, tg = (tl.tensor(v, device='cuda', requires_grad=True) for v in (x, t))
+                got = tl.cross_entropy(xg, tg, **on_gpu)
+                assert_close(got, want, 1e-12, 1e-12, f'{what} on the GPU')
+                got.sum().backward()
+                assert_close(xg.grad, xt.grad, 1e-12, 1e-12, f'{what}: input gradient on the GPU')
+                assert_close(tg.grad, tt.grad, 1e-12, 1e-12, f'{what}: target gradient on the GPU')
     raises((RuntimeError, ValueError), lambda: F.cross_entropy(torch.randn(3, 4), torch.rand(3, 4), ignore_index=1))
     raises(ValueError, lambda: tl.cross_entropy(tl.randn(3, 4), tl.rand(3, 4), ignore_index=1), 'ignore_index')
     raises(TypeError, lambda: tl.cross_entropy(tl.randn(2, 4, 5), tl.rand(2, 5)), 'class indices', 'probabilities')
@@ -11528,7 +11532,11 @@ def test_pad_reflect_replicate_circular_as_pytorch():
             (got * tl.Tensor(w)).sum().backward(), (want * torch.tensor(w)).sum().backward()
             assert_close(xs.grad, xt.grad, 1e-12, 1e-12, f'{what}: gradient')
             if tl.cuda_is_available():
-                assert_close(tl.Tensor(x, device='cuda').pad(pad, mode=mode), want, 0, 0, f'{what} on the GPU')
+                xg = tl.Tensor(x, device='cuda', requires_grad=True)
+                got = xg.pad(pad, mode=mode)
+                assert_close(got, want, 0, 0, f'{what} on the GPU')
+                (got * tl.Tensor(w, device='cuda')).sum().backward()
+                assert_close(xg.grad, xt.grad, 1e-12, 1e-12, f'{what}: gradient on the GPU')
     x = tl.Tensor(sample(r, (2, 3, 4, 5)))
     for pad, mode in (((0, 5), 'reflect'), ((0, 1, 4, 0), 'reflect'), ((0, 6), 'circular'), ((1,) * 8, 'reflect'),
                       ((1,), 'replicate')):
@@ -11558,7 +11566,11 @@ def test_pool_padding_and_nan_windows_as_pytorch():
         assert_close(module(tl.Tensor(x)), want, 1e-12, 1e-12, f'{module}')
         assert repr(module) == repr(getattr(torch.nn, type(module).__name__)(*args)), repr(module)
         if tl.cuda_is_available():
-            assert_close(getattr(tl, name)(tl.Tensor(x, device='cuda'), *args), out, 1e-12, 1e-12, f'{name} GPU')
+            xg = tl.Tensor(x, device='cuda', requires_grad=True)
+            out_gpu = getattr(tl, name)(xg, *args)
+            assert_close(out_gpu, out, 1e-12, 1e-12, f'{name} GPU')
+            (out_gpu * tl.Tensor(w, device='cuda')).sum().backward()
+            assert_close(xg.grad, xs.grad, 1e-12, 1e-12, f'{name}{args} gradient on the GPU')
     ints = r.integers(-5, 5, (1, 2, 4, 4))
     assert np.array_equal(tl.max_pool2d(tl.tensor(ints), 3, 1, 1).numpy(), F.max_pool2d(torch.tensor(ints), 3, 1, 1))
     for bad in ((3, 2, 2), (3, 1, -1)):
