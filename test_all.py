@@ -4213,9 +4213,9 @@ def test_gru_choice_lists_candidates_to_time():
     assert lists > 20, lists
     key = (132, 232448, 16, 128, 4, 1, True)   # one candidate (the choice alone): the layout itself, not a list
     chosen = tl._gru_plan(True, *key, GRU_H200_SPLITS)
+    alone = lambda ranked, choice, *args: [e for e in ranked if e[3] == choice]
     with mock.patch.object(tl, '_gru_splits', lambda *args: GRU_H200_SPLITS), \
-            mock.patch.object(tl, '_gru_regs', lambda *args: ()), \
-            mock.patch.object(tl, '_gru_candidates', lambda ranked, choice, *args: [e for e in ranked if e[3] == choice]):
+            mock.patch.object(tl, '_gru_regs', lambda *args: ()), mock.patch.object(tl, '_gru_candidates', alone):
         assert tl._gru_choice(True, key, np.float32) == chosen
 
 
