@@ -1361,6 +1361,21 @@ def test_float32_var_of_offset_values_keeps_its_precision():
                 assert v.item() >= 0 and s.item() >= 0 and np.isfinite(x.grad.numpy()).all(), (dtype, n, value)
 
 
+def test_reductions_refuse_a_keepdim_not_bool_as_pytorch():
+    """keepdim must be a bool (PyTorch's TypeError; a string or 2, truthy, passed as True before) in every reduction
+    taking it; var's correction must be a number."""
+    need_torch()
+    x, x_t = tl.tensor(rng('keepdim').standard_normal((3, 4))), torch.randn(3, 4)
+    for name in ('sum', 'mean', 'max', 'min', 'amax', 'amin', 'var', 'std', 'argmax', 'argmin', 'all', 'any', 'prod',
+                 'logsumexp'):
+        for bad in ('yes', 1, np.True_):
+            raises(TypeError, lambda: getattr(x_t, name)(0, keepdim=bad))
+            raises(TypeError, lambda: getattr(x, name)(0, keepdim=bad), 'keepdim', 'bool', type(bad).__name__)
+        assert getattr(x, name)(0, keepdim=True).shape == (1, 4), name
+    raises(TypeError, lambda: x.norm(axis=0, keepdim='x'), 'keepdim')
+    raises(TypeError, lambda: x.var(0, correction='a'), 'correction', 'number')
+
+
 def test_var_std_unbiased_as_pytorch():
     """PyTorch's unbiased (True: correction 1, False: 0) by keyword, with dim= and keepdim=, and alone as the first
     argument (var(False): PyTorch's var(unbiased) overload; a bool was read as axis 0 or 1): values and float64

@@ -360,9 +360,16 @@ def _aliases(**names):
     return decorate
 
 
-def _reduced_axes(axis, ndim):
-    """The axes a reduction over `axis` runs on: PyTorch's reductions read None, () and [] as every axis."""
+def _reduced_axes(axis, ndim, keepdim):
+    """The axes a reduction over `axis` runs on: PyTorch's reductions read None, () and [] as every axis; keepdim
+    checked to be a bool."""
+    _check_keepdim(keepdim)
     return _axes(None if isinstance(axis, (tuple, list)) and not axis else axis, ndim)
+
+
+def _check_keepdim(keepdim):
+    if not isinstance(keepdim, bool):   # (a truthy string or 2 would pass silently; NumPy's bool PyTorch refuses too)
+        raise TypeError(f"keepdim must be a bool, not {type(keepdim).__name__} (as PyTorch's)")
 
 
 def _axes(axis, ndim):
@@ -4416,13 +4423,13 @@ class Tensor:
     def sum(self, axis=None, keepdim=False, *, dtype=None):
         """As PyTorch's; dtype given, the tensor is first converted to it (here and in mean)."""
         x = self if dtype is None else self.to(dtype)
-        out = Sum.apply(x, axes=_reduced_axes(axis, self.ndim), keepdim=keepdim)
+        out = Sum.apply(x, axes=_reduced_axes(axis, self.ndim, keepdim), keepdim=keepdim)
         return out if dtype is None else out.to(dtype)   # (an integer sum is int64 unless dtype says otherwise)
 
     @_aliases(dim='axis')
     def mean(self, axis=None, keepdim=False, *, dtype=None):
         x = _need_float(self if dtype is None else self.to(dtype), 'mean')   # as PyTorch: no mean of integers or bools
-        axes = _reduced_axes(axis, self.ndim)
+        axes = _reduced_axes(axis, self.ndim, keepdim)
         count = math.prod(self.shape[a] for a in axes)
         return Sum.apply(x, axes=axes, keepdim=keepdim, scale=1 / count if count else math.nan)
 
@@ -4430,7 +4437,7 @@ class Tensor:
         """The maximum (least: minimum) over axis, the values alone (the interface's max and min, README.md); with
         PyTorch's dim= (one int), PyTorch's (values, indices), so that code written for it reads the same."""
         if dim is None:
-            return Max.apply(self, axes=_reduced_axes(axis, self.ndim), keepdim=keepdim, least=least)
+            return Max.apply(self, axes=_reduced_axes(axis, self.ndim, keepdim), keepdim=keepdim, least=least)
         if axis is not None or not _is_int(dim):
             raise TypeError(f"{'min' if least else 'max'}: dim= takes one int (PyTorch's), without axis=; got "
                             f"axis={axis}, dim={dim}")
@@ -4472,10 +4479,12 @@ class Tensor:
                                 f"unbiased={unbiased!r}, correction={correction!r}")
             correction = int(unbiased)
         correction = 1 if correction is None else correction
+        if not isinstance(correction, _REALS):
+            raise TypeError(f"var/std: correction must be a number, not {type(correction).__name__}")
         _need_float(self, 'var')
         if self.dtype == np.float16:   # in float32, as PyTorch: the squares overflow float16 long before the variance
             return self.float().var(axis, keepdim, correction).half()
-        axes = _reduced_axes(axis, self.ndim)
+        axes = _reduced_axes(axis, self.ndim, keepdim)
         count = math.prod(self.shape[a] for a in axes)
         mean = self.mean(axes, keepdim=True)
         mean = mean + (self - mean).mean(axes, keepdim=True)   # its rounding taken out (float32 sums of values near 1e4
@@ -4496,6 +4505,7 @@ class Tensor:
         no gradient."""
         if self.dtype == np.bool_:
             raise TypeError(f"{which}: not defined for bool tensors (as in PyTorch)")
+        _check_keepdim(keepdim)
         if self.numel() == 0 and (axis is None or self.shape[_dim(axis, self.ndim)] == 0):
             raise ValueError(f"{which} of an empty tensor of shape {self.shape}")
         along = {} if axis is None else {'axis': _dim(axis, self.ndim), 'keepdims': keepdim}
@@ -4520,6 +4530,7 @@ class Tensor:
     def _truth(self, test, axis, keepdim):
         """Whether every element (test 'all') or some element ('any') is nonzero, a bool tensor (uint8 for uint8, as
         PyTorch's); no gradient. Unlike sum's, an empty axis tuple reduces no axis (as PyTorch's)."""
+        _check_keepdim(keepdim)
         truth = self.data.astype(bool, copy=False)
         result = getattr(truth, test)(axis=_axes(axis, self.ndim), keepdims=keepdim)
         dtype = np.uint8 if self.dtype == np.uint8 else np.bool_
@@ -4814,14 +4825,14 @@ class Tensor:
         if axis is not None and not _is_int(axis):
             raise TypeError(f"prod: dim must be an int or None (as PyTorch's), not {axis!r}")
         x = self._reduced_dtype(dtype)
-        return Prod.apply(x, axes=_reduced_axes(axis, x.ndim), keepdim=keepdim)
+        return Prod.apply(x, axes=_reduced_axes(axis, x.ndim, keepdim), keepdim=keepdim)
 
     @_aliases(dim='axis')
     def logsumexp(self, axis, keepdim=False):
         """log(sum(exp(self))) over axis, shifted by the (detached) maximum, an infinite one by 0, as PyTorch's: the
         gradient is the softmax."""
         x = self._floating()
-        axes = _reduced_axes(axis, x.ndim)
+        axes = _reduced_axes(axis, x.ndim, keepdim)
         shift = 0
         if all(x.shape[a] for a in axes):   # (nothing to shift by where an axis is empty: the sum is 0, its log -inf)
             shift = x.detach().max(axes, keepdim=True)
@@ -4841,7 +4852,7 @@ class Tensor:
         p = 2 if p == 'fro' else p
         if not isinstance(p, _NUMBERS):
             raise ValueError(f"norm: p must be a number or 'fro', not {p!r} (no matrix norms)")
-        axes = _reduced_axes(axis, x.ndim)
+        axes = _reduced_axes(axis, x.ndim, keepdim)
         if p == 0:   # the count of nonzero elements, recorded with the gradient 0 (as PyTorch's)
             return Step.apply(x, fn=lambda a: (a != 0).astype(a.dtype)).sum(axes, keepdim)
         if p in (1, math.inf, -math.inf):
