@@ -4102,7 +4102,7 @@ class Tensor:
         if common == np.float16:
             scalar = in_float32 and b.numel() == 1
             a, b = (t if t.dtype == common or t is b and scalar else t.to(common) for t in (a, b))
-        compute = _opmath(common)   # float16 meets a wider 0-d operand in float32
+        compute = _opmath(common)   # float16 meets the scalar kept (wider) in float32
         return fn.apply(a.to(compute), b.to(compute), **params).to(common)
 
     __add__ = lambda self, o: self._binary(Add, o)
@@ -4112,6 +4112,7 @@ class Tensor:
     __mul__ = lambda self, o: self._binary(Mul, o)
     __rmul__ = lambda self, o: self._binary(Mul, o, True)
     __truediv__ = lambda self, o: self._binary(Div, o)
+
     def __rtruediv__(self, other):
         """other / self; a number over a tensor as PyTorch's: reciprocal() times the number (two roundings)."""
         if not isinstance(other, _NUMBERS):
