@@ -7772,7 +7772,7 @@ def _saved_option(value):
     a tensor again."""
     if isinstance(value, list):
         return tuple(value)
-    if isinstance(value, Tensor) or isinstance(value, np.ndarray) or cp is not None and isinstance(value, cp.ndarray):
+    if isinstance(value, (Tensor,) + _ARRAYS):
         return Tensor(_as_array(value).copy())
     return value
 
