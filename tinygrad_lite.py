@@ -4172,9 +4172,10 @@ class Tensor:
         given, ufunc = other, _INPLACE_UFUNCS.get(op)
         if op is operator.sub:
             self._no_bool_subtraction(other)
-        # (as in _binary: a number after *= or /= meets float16 unrounded; after += or -= rounded to float16 first)
-        number = other if isinstance(other, _NUMBERS) and self.dtype == np.float16 and op in (
-            operator.mul, operator.truediv) else None
+        # as in _binary: *= and /= keep a number or one-element operand (PyTorch's CPU scalar) unrounded; += and -=
+        # round it to float16 first
+        keeps_scalar = op in (operator.mul, operator.truediv)
+        number = other if isinstance(other, _NUMBERS) and self.dtype == np.float16 and keeps_scalar else None
         other = self._operand(other)
         result = _result_dtype(self, other, divide=op is operator.truediv)
         if _KIND_RANK[result.kind] > _KIND_RANK[self.dtype.kind]:
@@ -4194,8 +4195,7 @@ class Tensor:
                 getattr(_xp(self.data), ufunc)(self.data, other.data, out=self.data)
         else:   # as PyTorch: both operands in the result's arithmetic dtype, rounded once into the tensor's
             compute = _opmath(result)
-            scalar = other.numel() == 1 and op in (operator.mul, operator.truediv)   # as in _binary
-            rounded = other.data if scalar else other.data.astype(result)
+            rounded = other.data if keeps_scalar and other.numel() == 1 else other.data.astype(result)
             with np.errstate(all='ignore'):   # (the number's cast is NumPy's on either device)
                 operand = compute.type(number) if number is not None else rounded.astype(compute)
                 self.data[...] = getattr(_xp(self.data), ufunc)(self.data.astype(compute), operand)
