@@ -11282,48 +11282,52 @@ def test_gpu_fused_cross_entropy_target_out_of_range():
             assert np.isnan(host(tl.cross_entropy(*on, reduction=reduction).data)).tolist() == nan, reduction
 
 
-def test_gpu_cross_entropy_reductions_vs_torch():
+def cross_entropy_float64(x, target, smoothing=0.0, reduction='mean'):
+    """The loss and its sum's gradient in float64: PyTorch's where it is installed, else the CPU path's."""
+    m = TH if torch is not None else tl
+    logits = make(m, x.astype(np.float64), requires_grad=True)
+    loss = m.cross_entropy(logits, make(m, target), label_smoothing=smoothing, reduction=reduction)
+    loss.sum().backward()
+    return to_np(loss), to_np(logits.grad)
+
+
+def test_gpu_cross_entropy_reductions_vs_float64():
     """The fused forward's 'none', 'sum' and 'mean' (float32 and float16, smoothing 0 and 0.1, 1003 rows: no block
-    holds a whole number of them) against PyTorch in float64; the same bits whether lse is kept for a backward
-    (a leaf that requires grad) or not (no_grad)."""
+    holds a whole number of them) against float64 (PyTorch's, or the CPU path's without PyTorch); the same bits
+    whether lse is kept for a backward (a leaf that requires grad) or not (no_grad)."""
     need_cuda()
-    need_torch()
     for dtype in (np.float32, np.float16):
         x, y = ce_logits(dtype, (1003, 1000), 'torch')
         on = tl.Tensor(cp.asarray(x)), tl.Tensor(cp.asarray(y))
         for smoothing in (0.0, 0.1):
             for reduction in ('none', 'sum', 'mean'):
-                want = F.cross_entropy(torch.tensor(x.astype(np.float64)), torch.tensor(y), label_smoothing=smoothing,
-                                       reduction=reduction).numpy().astype(dtype)
+                want = cross_entropy_float64(x, y, smoothing, reduction)[0].astype(dtype)
                 with gpu_path('fused', ('cross_entropy_fwd',)):
                     with tl.no_grad():
                         plain = host(tl.cross_entropy(*on, smoothing, reduction).data)
                     kept = host(tl.cross_entropy(tl.Tensor(on[0].data, requires_grad=True), on[1], smoothing, reduction).data)
                 what = f'{np.dtype(dtype).name} smoothing {smoothing} {reduction}'
-                assert_matches(plain, want, FUSED_TOL[np.dtype(dtype)], f'{what}: vs PyTorch')
+                assert_matches(plain, want, FUSED_TOL[np.dtype(dtype)], f'{what}: vs float64')
                 assert plain.tobytes() == kept.tobytes(), f'{what}: the loss changes when lse is kept'
 
 
-def test_gpu_cross_entropy_ignore_index_vs_torch():
-    """The fused kernels with ignored rows against PyTorch in float64 (float32, 1003 rows over several blocks):
-    each reduction's loss and gradient, and with every row ignored the mean's NaN and zero gradients."""
+def test_gpu_cross_entropy_ignore_index_vs_float64():
+    """The fused kernels with ignored rows against float64 (PyTorch's, or the CPU path's without PyTorch; float32,
+    1003 rows over several blocks): each reduction's loss and gradient, and with every row ignored the mean's NaN
+    and zero gradients."""
     need_cuda()
-    need_torch()
     x, y = ce_logits(np.float32, (1003, 1000), 'torch')
     y[::4] = -100
     for target, reductions in ((y, ('none', 'sum', 'mean')), (np.full_like(y, -100), ('mean',))):
         for reduction in reductions:
-            theirs = torch.tensor(x.astype(np.float64), requires_grad=True)
-            want = F.cross_entropy(theirs, torch.tensor(target), reduction=reduction)
-            want.sum().backward()
+            want_loss, want_grad = cross_entropy_float64(x, target, reduction=reduction)
             with gpu_path('fused', ('cross_entropy_fwd', 'cross_entropy_bwd')):
                 ours = tl.Tensor(cp.asarray(x), requires_grad=True)
                 got = tl.cross_entropy(ours, tl.Tensor(cp.asarray(target)), reduction=reduction)
                 got.sum().backward()
             what = f'{reduction}, {int((target == -100).sum())} of 1003 rows ignored'
-            assert_matches(host(got.data), want.detach().numpy().astype(np.float32), 1e-4, f'{what}: loss vs PyTorch')
-            assert_matches(host(ours.grad.data), theirs.grad.numpy().astype(np.float32), 1e-4,
-                           f'{what}: gradient vs PyTorch')
+            assert_matches(host(got.data), want_loss.astype(np.float32), 1e-4, f'{what}: loss vs float64')
+            assert_matches(host(ours.grad.data), want_grad.astype(np.float32), 1e-4, f'{what}: gradient vs float64')
 
 
 def test_gpu_reduction_scratch_grows():
