@@ -9346,6 +9346,35 @@ def test_gpu_inplace_arithmetic_recorded():
     assert_close(h.numpy(), 2 * x0 + y0, 1e-12, 1e-12)
 
 
+def test_gpu_remainder_and_floor_division_bits_as_cpu():
+    """Float % and // on the GPU give the CPU's (NumPy's, Python's, PyTorch's) bits, signed zeros and NaNs too, in
+    float16, float32 and float64, where a / b rounds up to a whole number (1 // 0.1 is 9, 1 % 0.1 about 0.1; CuPy's
+    floor(a / b) gives 10 and 0), at zeros, infinities and NaNs of either operand; and %'s gradient of the divisor
+    (-a // b)."""
+    need_cuda()
+    r = rng('gpu mod bits')
+    tenths = np.arange(-60, 61) / 10
+    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, 3e4]
+    a0 = np.concatenate([tenths, r.standard_normal(200) * 20, specials])[:, None]
+    b0 = np.concatenate([[0.1, -0.1, 0.3, -0.7, 1.1, 3.0], r.standard_normal(10), specials])[None, :]
+    assert 1 // 0.1 == 9 and np.floor_divide(np.float64(1), 0.1) == 9   # the case CuPy's own // gets wrong
+    bits = lambda t: np.where(np.isnan(t.numpy()), np.nan, t.numpy()).view(f'u{t.numpy().itemsize}')
+    for dtype in (np.float16, np.float32, np.float64):
+        a, b = a0.astype(dtype), b0.astype(dtype)
+        for name, op in (('%', lambda x, y: x % y), ('//', lambda x, y: x // y)):
+            gpu, cpu = (op(tl.tensor(a, device=d), tl.tensor(b, device=d)) for d in ('cuda', 'cpu'))
+            wrong = bits(gpu) != bits(cpu)
+            assert not wrong.any(), f'{np.dtype(dtype).name} {name}: {wrong.sum()} of {wrong.size} differ, ' \
+                f'e.g. {a[np.nonzero(wrong)[0][0], 0]} {name} {b[0, np.nonzero(wrong)[1][0]]}: ' \
+                f'{gpu.numpy()[wrong][0]} (GPU), {cpu.numpy()[wrong][0]} (CPU)'
+        grads = []
+        for d in ('cuda', 'cpu'):   # (a divisor of a's shape: no sum, whose order differs)
+            divisor = tl.tensor(np.broadcast_to(b, (a.size, b.size)).copy(), device=d, requires_grad=True)
+            (tl.tensor(a, device=d) % divisor).sum().backward()
+            grads.append(divisor.grad)
+        assert (bits(grads[0]) == bits(grads[1])).all(), f'{np.dtype(dtype).name}: % divisor gradient'
+
+
 def test_gpu_inplace_remainder_floor_division_and_power():
     """%=, //= and **= on the GPU (CuPy arrays) against the CPU: float64 with tensors and numbers, recorded (the
     gradients), integers, and float16 with numbers; values, dtypes and gradients."""

@@ -1360,25 +1360,47 @@ class Pow(Function):
         return da, db
 
 
+def _floor_divmod(a, b, floor):
+    """a // b (floor) or a % b, as NumPy's and PyTorch's. CuPy's float ones take floor(a / b), one too many where a / b
+    rounds up to a whole number (1 // 0.1: 10, not 9; 1 % 0.1: 0, not 0.1), so on the GPU floats go Python's way:
+    the exact fmod(a, b) given b's sign, the quotient (a - fmod) / b snapped to the nearest whole number."""
+    xp = _xp(a)
+    if xp is np or a.dtype.kind != 'f':
+        return xp.floor_divide(a, b) if floor else xp.remainder(a, b)   # float x % 0 and x // 0: NaN and inf
+    dtype = a.dtype
+    a, b = a.astype(_opmath(dtype), copy=False), b.astype(_opmath(dtype), copy=False)   # float16 via float32
+    mod = xp.fmod(a, b)
+    moved = (mod != 0) & ((b < 0) != (mod < 0))   # fmod has a's sign; Python's remainder b's
+    if not floor:
+        out = xp.where(moved, mod + b, xp.where(mod == 0, xp.copysign(0, b), mod))
+    else:
+        quotient = (a - mod) / b - moved
+        whole = xp.floor(quotient)
+        whole += quotient - whole > 0.5
+        whole = xp.where(quotient == 0, xp.copysign(0, a / b), whole)   # -0 where a and b differ in sign
+        out = xp.where(b == 0, a / b, whole)
+    return out.astype(dtype, copy=False)
+
+
 class Remainder(Function):
     """a - floor(a / b) b, with b's sign (Python's % and PyTorch's remainder), or (floor) floor(a / b), Python's //,
     whose backward PyTorch does not define."""
     def forward(self, a, b, floor=False):
-        xp, self.a, self.b, self.floor = _xp(a), a, b, floor
+        self.a, self.b, self.floor = a, b, floor
         self.saves = (0, 1) if self.needs_grad[1] else ()   # b's gradient reads both; a's neither (it is g)
         if a.dtype == np.bool_:
             raise TypeError(f"{'//' if floor else '%'}: not defined for bool tensors (as in PyTorch)")
         # (NumPy would give 0 and a warning; an empty result divides by nothing)
         if a.dtype.kind in 'iu' and math.prod(np.broadcast_shapes(a.shape, b.shape)) and (b == 0).any():
             raise RuntimeError(f"ZeroDivisionError: integer {'//' if floor else '%'} by zero (as in PyTorch)")
-        return xp.floor_divide(a, b) if floor else xp.remainder(a, b)   # float x % 0 and x // 0: NaN and inf
+        return _floor_divmod(a, b, floor)
 
     def backward(self, g):
         if self.floor:
             raise RuntimeError("the derivative of floor_divide (//) is not implemented (as in PyTorch)")
         db = None
         if self.needs_grad[1]:
-            db = _unbroadcast(-g * _xp(g).floor_divide(self.a, self.b), self.b.shape)
+            db = _unbroadcast(-g * _floor_divmod(self.a, self.b, True), self.b.shape)
         return _unbroadcast(g, self.a.shape) if self.needs_grad[0] else None, db
 
 
