@@ -3234,6 +3234,45 @@ def test_elementwise_math_special_values_as_pytorch():
                     assert what != 'value' or (np.signbit(a) == np.signbit(b))[zeros].all(), f'{msg}: signs of 0'
 
 
+def test_gpu_elementwise_math_special_values_as_cpu():
+    """Each of MATH_CALLS on the GPU at MATH_SPECIALS and at values halfway between those of 1 and 2 decimals (where
+    CuPy's own round, scaling float32 in float64, rounds the other way: 0.015 to 0.01), in float64, float32 and float16:
+    the CPU's dtypes, NaNs and signs of zero; the same bits for the ops IEEE arithmetic rounds exactly (rounding, sign,
+    the tests, nan_to_num, 1 / x, x * x, sqrt's reciprocal), within MATH_CALLS's tolerance for the others; gradients
+    alike."""
+    need_cuda()
+    exact = ('floor', 'ceil', 'trunc', 'round', 'round_2', 'round_-1', 'sign', 'reciprocal', 'rsqrt', 'square', 'isnan',
+             'isinf', 'isfinite', 'nan_to_num', 'nan_to_num_given', 'nan_to_num_1e10')
+    halfway = np.array([0.015, -0.015, 0.025, 0.35, -0.45, 2.675, 0.125, 1.005, 15.0, -25.0, 3.4e38, -3.4e38])
+    for dtype, rtol in ((np.float64, 2e-15), (np.float32, 4e-7), (np.float16, 1e-3)):
+        with np.errstate(over='ignore'):
+            x0 = np.concatenate([MATH_SPECIALS, halfway]).astype(dtype)
+        for name, f in MATH_CALLS:
+            results = []
+            for device in ('cuda', 'cpu'):
+                x = tl.tensor(x0, requires_grad=True, device=device)
+                with np.errstate(all='ignore'):
+                    y = f(tl, x)
+                    if y.requires_grad:
+                        y.backward(tl.ones_like(y))
+                results.append((y, x.grad))
+            for (gpu, cpu), what in zip(zip(*results), ('value', 'gradient')):
+                msg = f'{name} {what} in {np.dtype(dtype).name}'
+                assert (gpu is None) == (cpu is None), msg
+                if cpu is None:
+                    continue
+                a, b = gpu.numpy(), cpu.numpy()
+                assert a.dtype == b.dtype, f'{msg}: {a.dtype} on the GPU, {b.dtype} on the CPU'
+                if name in exact and what == 'value':
+                    same = (a == b) & (np.signbit(a) == np.signbit(b)) | np.isnan(a) & np.isnan(b) \
+                        if a.dtype.kind == 'f' else a == b
+                else:
+                    a, b = a.astype(np.float64), b.astype(np.float64)
+                    same = np.isclose(a, b, rtol, np.finfo(dtype).tiny, equal_nan=True)
+                    same &= (np.signbit(a) == np.signbit(b)) | (a != 0) | (what != 'value')
+                assert same.all(), f'{msg} at {x0[~same]}: {a[~same]} (GPU) vs {b[~same]} (CPU)'
+
+
 def test_elementwise_math_functions_warn_nothing():
     """sin, cos, log1p, expm1 and erf give inf and NaN (at inf, -1, -2, 1000) without NumPy's warnings, as PyTorch."""
     x = tl.tensor([np.inf, -np.inf, -1.0, -2.0, 1000.0, np.nan], dtype=np.float64, requires_grad=True)

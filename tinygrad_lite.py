@@ -4372,8 +4372,14 @@ class Tensor:
         if decimals != 0 and self.dtype.kind != 'f':
             raise TypeError(f"round: decimals={decimals} for {self.dtype} tensors: floating-point ones only (as in "
                             "PyTorch)")
-        xp = _xp(self.data)
-        return self._rounded('round', lambda a: xp.round(a.astype(_opmath(a.dtype)), decimals).astype(a.dtype))
+        scale = math.inf if abs(decimals) > 308 else 10.0 ** abs(decimals)   # (past float64's range: NaN, as PyTorch)
+
+        def rounded(a):   # in the tensor's dtype (CuPy's own round scales float32 in float64)
+            xp, z = _xp(a), a.astype(_opmath(a.dtype))
+            with np.errstate(over='ignore'):
+                ten = z.dtype.type(scale)
+            return (xp.rint(z * ten) / ten if decimals >= 0 else xp.rint(z / ten) * ten).astype(a.dtype)
+        return self._rounded('round', rounded)
 
     def sign(self):   # as PyTorch's: 0 at NaN and at -0, a bool tensor as it is
         if self.dtype == np.bool_:
