@@ -1472,6 +1472,46 @@ def test_pow_grad_at_zero_base_and_exponent():
         assert_close(got, want, 1e-12, 0, f'grad {k}')
 
 
+POW_BASES = np.concatenate([[-np.inf, -0.0, 0.0, np.inf, -1.0, 4.0, np.nan, 1e-30, -3.0, 300.0, 65504.0],
+                            np.random.default_rng(7).standard_normal(1500) * 3, np.random.default_rng(8).uniform(0, 50, 1500)])
+POW_FORMS = (0.5, -0.5, -1, 2, 3, -2, 3.0, 2.0)   # PyTorch's exact forms of x ** number (sqrt, products, 1 / ...)
+
+
+def pow_bits(x0, exponent, device=None):
+    """x ** exponent and its gradient (of a fixed random upstream) on device, as NumPy arrays, NaNs made one."""
+    x = tl.tensor(x0, requires_grad=True, device=device)
+    with np.errstate(all='ignore'):
+        y = x ** exponent
+        y.backward(tl.tensor(rng('pow upstream').standard_normal(x0.shape).astype(x0.dtype), device=device))
+    return [np.where(np.isnan(a), np.nan, a) for a in (y.numpy(), x.grad.numpy())]
+
+
+def test_pow_number_exponents_bits_as_pytorch():
+    """x ** number as PyTorch's, bit for bit in value and gradient (float32, float64; float16 at other exponents too):
+    1 / sqrt at -0.5 (-0 gives -inf, -inf NaN: pow gives inf and 0), products at 2, 3 and -2, 1 / x at -1, and the
+    gradient as g (b x^(b-1)), its power by the same forms (where b - 1 has none, pow: within 4 ulps, libm's against
+    PyTorch's). At 0.5 the correctly rounded sqrt (PyTorch's CPU sqrt errs by an ulp on some hosts, MKL's)."""
+    need_torch()
+    for dtype, exponents in ((np.float64, POW_FORMS), (np.float32, POW_FORMS),
+                             (np.float16, POW_FORMS + (1.5, -3, 2.5, 0.25))):
+        with np.errstate(over='ignore'):
+            x0 = POW_BASES.astype(dtype)
+        for e in exponents:
+            x_t = torch.tensor(x0, requires_grad=True)
+            y_t = x_t ** e
+            y_t.backward(torch.tensor(rng('pow upstream').standard_normal(x0.shape).astype(dtype)))
+            if e == 0.5 and dtype != np.float16:
+                with np.errstate(invalid='ignore'):
+                    y_t = np.sqrt(x0)
+            for k, (ours, theirs) in enumerate(zip(pow_bits(x0, e), (y_t, x_t.grad))):
+                theirs = np.where(np.isnan(to_np(theirs)), np.nan, to_np(theirs))
+                differ = ours.view(f'u{ours.itemsize}') != theirs.view(f'u{theirs.itemsize}')
+                if k == 1 and dtype != np.float16 and e - 1 not in POW_FORMS + (1,):   # x^(b-1) by pow: libm's
+                    differ &= ~np.isclose(ours, theirs, 4 * np.finfo(dtype).eps, 0)   # and PyTorch's differ
+                assert not differ.any(), f'{np.dtype(dtype).name} x ** {e}: {("value", "gradient")[k]} differs at ' \
+                    f'{x0[differ][:3]}: {ours[differ][:3]} vs {theirs[differ][:3]}'
+
+
 def test_pow_float16_with_numbers_and_bools_as_pytorch():
     """As PyTorch's **: a float16 tensor meets a number or a 0-d float tensor, either side, rounded to float16 first
     (then in float32, the result rounded once), bit for bit; a bool tensor ** True is itself and ** False all True,
@@ -9412,6 +9452,22 @@ def test_gpu_remainder_and_floor_division_bits_as_cpu():
             (tl.tensor(a, device=d) % divisor).sum().backward()
             grads.append(divisor.grad)
         assert (bits(grads[0]) == bits(grads[1])).all(), f'{np.dtype(dtype).name}: % divisor gradient'
+
+
+def test_gpu_pow_number_exponents_bits_as_cpu():
+    """x ** number on the GPU gives the CPU's bits, value and gradient, at PyTorch's exact forms (0.5, -0.5, -1, 2, 3,
+    -2: CuPy's pow differs from them in the last bit, and at -0 and -inf) in float64, float32 and float16, and at
+    other exponents in float16 (pow in float32, rounded)."""
+    need_cuda()
+    for dtype, exponents in ((np.float64, POW_FORMS), (np.float32, POW_FORMS),
+                             (np.float16, POW_FORMS + (1.5, -3, 2.5, 0.25))):
+        with np.errstate(over='ignore'):
+            x0 = POW_BASES.astype(dtype)
+        for e in exponents:
+            for k, (gpu, cpu) in enumerate(zip(pow_bits(x0, e, 'cuda'), pow_bits(x0, e))):
+                differ = gpu.view(f'u{gpu.itemsize}') != cpu.view(f'u{cpu.itemsize}')
+                assert not differ.any(), f'{np.dtype(dtype).name} x ** {e}: {("value", "gradient")[k]} differs at ' \
+                    f'{x0[differ][:3]}: {gpu[differ][:3]} (GPU) vs {cpu[differ][:3]} (CPU)'
 
 
 def test_gpu_inplace_remainder_floor_division_and_power():

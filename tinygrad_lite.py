@@ -1334,14 +1334,29 @@ class Div(Function):
                 _unbroadcast(-g * (self.a / self.b / self.b), self.b.shape) if self.needs_grad[1] else None)
 
 
+def _power(a, exponent):
+    """a ** exponent, a Python number, as PyTorch's float32 and float64: its exact forms where it has one (sqrt at 0.5,
+    1 / sqrt at -0.5, products at 2, 3 and -2, 1 / a at -1: pow's result differs in the last bit, and pow(-0, -0.5)
+    is inf where 1 / sqrt gives -inf), pow elsewhere and in float16 (as PyTorch's)."""
+    xp = _xp(a)
+    forms = {0.5: xp.sqrt, -0.5: lambda a: 1 / xp.sqrt(a), -1: lambda a: 1 / a, 2: lambda a: a * a,
+             3: lambda a: a * a * a, -2: lambda a: 1 / (a * a)}
+    if a.dtype in (np.float32, np.float64) and exponent in forms:
+        return forms[exponent](a)
+    return a ** a.dtype.type(exponent)
+
+
 class Pow(Function):
-    def forward(self, a, b):
-        xp, self.a, self.b = _xp(a), a, b
+    """a ** b; a number exponent (number, b holding it too) through _power, PyTorch's forms."""
+    def forward(self, a, b, number=None):
+        xp, self.a, self.b, self.number = _xp(a), a, b, number
         if a.dtype == np.bool_:   # (NumPy would give int8)
             raise TypeError("**: not defined for two bool operands (as in PyTorch)")
         if a.dtype.kind == 'i' and (b < 0).any():   # as PyTorch: 1 / a^|b| truncated (NumPy refuses negative powers)
             reciprocal = xp.where(a == 1, 1, xp.where(a == -1, 1 - 2 * (b % 2 != 0), 0))
             out = xp.where(b >= 0, a ** xp.where(b >= 0, b, 0), reciprocal).astype(a.dtype)
+        elif number is not None and a.dtype.kind == 'f':
+            out = _power(a, number)
         else:
             out = a ** b
         self.saves_output = self.needs_grad[1]   # the exponent's gradient reads the output (kept for it alone)
@@ -1353,7 +1368,9 @@ class Pow(Function):
         # where a == 0 and b >= 0 (a^b log a would be 0 * -inf or -inf)
         xp, zero, da, db = _xp(g), g.dtype.type(0), None, None
         if self.needs_grad[0]:
-            da = _unbroadcast(xp.where(self.b == 0, zero, g * self.b * self.a ** (self.b - 1)), self.a.shape)
+            # PyTorch's order: g (b a^(b-1)), the power by _power where b is a number
+            power = self.a ** (self.b - 1) if self.number is None else _power(self.a, self.number - 1)
+            da = _unbroadcast(xp.where(self.b == 0, zero, g * (self.b * power)), self.a.shape)
         if self.needs_grad[1]:
             db = _unbroadcast(xp.where((self.a == 0) & (self.b >= 0), zero, g * self.out * xp.log(self.a)),
                               self.b.shape)
@@ -4147,7 +4164,8 @@ class Tensor:
             raise RuntimeError(f"{self.dtype} tensor ** {other}: integers to negative integer powers are not allowed")
         if self.dtype == np.bool_ and isinstance(other, bool):   # as PyTorch: x ** True is x, x ** False all True
             return Tensor._wrap(self.data.copy() if other else _xp(self.data).ones_like(self.data), self.device)
-        return self._binary(Pow, other)
+        number = isinstance(other, _NUMBERS) and not isinstance(other, (bool, np.bool_))
+        return self._binary(Pow, other, number=other if number else None)
 
     __rpow__ = lambda self, o: self._binary(Pow, o, True)
     __mod__ = lambda self, o: self._binary(Remainder, o)
