@@ -1968,6 +1968,32 @@ def test_sort_argsort_topk_as_pytorch():
     raises(IndexError, lambda: x.sort(2), 'dim 2')
 
 
+def test_gpu_integer_index_out_of_range_raises_as_cpu():
+    """An integer array index past an axis's ends (a tensor, a list or a NumPy array; after a slice, an Ellipsis or a
+    None) raises the CPU's IndexError on the GPU too, where CuPy would wrap it (x[[3]] of 3 rows: row 0), reading and
+    writing (recorded or not), and the tensor is left as it was; the same indices in range give the CPU's values."""
+    need_cuda()
+    x0 = rng('gpu index range').standard_normal((3, 4, 5))
+    bad = [lambda d: tl.tensor(np.array([0, 6]), device=d), lambda d: [-6], lambda d: np.array([1, 2, 7])]
+    places = [lambda i: (i,), lambda i: (slice(None), i), lambda i: (Ellipsis, i), lambda i: (None, 1, i)]
+    for make_index in bad:
+        for place in places:
+            messages = []
+            for d in ('cpu', 'cuda'):
+                x = tl.tensor(x0, device=d)
+                messages.append(raises(IndexError, lambda: x[place(make_index(d))]))
+                for grad in (False, True):
+                    y = tl.tensor(x0, device=d, requires_grad=grad) * 1
+                    version = y._version[0]
+                    messages.append(raises(IndexError, lambda: y.__setitem__(place(make_index(d)), 5.0)))
+                    assert np.array_equal(y.numpy(), x0) and y._version[0] == version, f'{d}: changed by a failed write'
+            reasons = [m.split(': ')[-1] for m in messages]   # (the index's repr names its device)
+            assert reasons[:3] == reasons[3:], f'{place(make_index("cpu"))}: {messages}'
+    for index in ((np.array([-3, 2, 0]),), (slice(None), [-4, 3]), (Ellipsis, tl.tensor(np.array([4, -5])))):
+        on = tuple(tl.tensor(i.numpy(), device='cuda') if isinstance(i, tl.Tensor) else i for i in index)
+        assert np.array_equal(tl.tensor(x0, device='cuda')[on].numpy(), tl.tensor(x0)[index].numpy()), index
+
+
 def test_gpu_index_reduce_ops_match_cpu():
     """On the GPU, the paths the op table's float32 runs leave out: scatter_add of integer and bool tensors (CuPy's
     atomics lack int64: added as uint64), float16 and float64 gather gradients, sorts with ties and NaN (stable, NaN

@@ -1705,6 +1705,28 @@ def _is_basic_index(index):
     return all(i is None or i is Ellipsis or isinstance(i, (int, np.integer, slice)) for i in index)
 
 
+def _check_gpu_index(shape, index):
+    """NumPy's IndexError for an integer array in `index` (into an array of `shape`) past its axis's ends, where CuPy
+    wraps it around (x[[3]] of 3 elements is x[0] there). One read back; none inside a CUDA graph capture."""
+    if cp is None or cp.cuda.get_current_stream().is_capturing():
+        return
+    entries = [i for i in (index if isinstance(index, tuple) else (index,)) if i is not None]
+    axes_of = lambda i: 1 if _index_dims(i) is None else _index_dims(i)   # (an int or a slice takes one)
+    axis, arrays = 0, []
+    for i in entries:
+        if i is Ellipsis:
+            axis += len(shape) - sum(axes_of(e) for e in entries if e is not Ellipsis)
+            continue
+        if isinstance(i, cp.ndarray) and i.dtype.kind in 'iu' and i.size:
+            arrays.append((i, axis))
+        axis += axes_of(i)
+    outside = [(i >= shape[a]) | (i < -shape[a]) if i.dtype.kind == 'i' else i >= shape[a] for i, a in arrays]
+    if outside and bool(cp.stack([o.any() for o in outside]).any()):
+        i, a = next((i, a) for (i, a), o in zip(arrays, outside) if bool(o.any()))
+        bad = int(i.max()) if int(i.max()) >= shape[a] else int(i.min())
+        raise IndexError(f"index {bad} is out of bounds for axis {a} with size {shape[a]}")
+
+
 _INDEX_INPUT = object()   # in GetItem's index: the place of the next input after x (an index tensor's array)
 
 
@@ -1718,6 +1740,8 @@ class GetItem(Function):
         index = tuple(next(arrays) if i is _INDEX_INPUT else i for i in index)
         self.shape, self.dtype, self.index = x.shape, x.dtype, index
         self.saves = tuple(range(1, 1 + len(index_arrays)))   # backward scatters through the index arrays
+        if _xp(x) is not np:
+            _check_gpu_index(x.shape, index)
         out = x[index]   # NumPy gives a scalar (a copy) where integers select one element: a 0-d view, as PyTorch's
         if not isinstance(out, type(x)):
             return x[(index if isinstance(index, tuple) else (index,)) + (Ellipsis,)]
@@ -5321,6 +5345,8 @@ class Tensor:
             return tuple(_move(i.data if isinstance(i, Tensor) else i, self.device).copy()
                          if isinstance(i, (Tensor, np.ndarray)) else i for i in map(_as_select, step))
         steps = [arrays(step) for step in self._index_steps(index)]
+        if self.device != 'cpu':
+            _check_gpu_index(_written(self.data, steps).shape, steps[-1])
         extra = 0
         if value.ndim:   # (a number always fits: no gather of the indexed elements for their shape)
             indexed = _written(self.data, steps)[steps[-1]].shape   # (no local keeps a view: see _recorded_update)
