@@ -3467,6 +3467,9 @@ def test_elementwise_math_names_and_builtins():
                          (tl.transpose(a, 0, 1), torch.transpose(a_t, 0, 1)), (tl.matmul(a, b.T), torch.matmul(a_t, b_t.T))):
         assert same_dtype(ours, theirs) and np.allclose(to_np(ours), to_np(theirs), 1e-12, 1e-12), (ours, theirs)
     raises(TypeError, lambda: torch.round(torch.tensor([1.25]), 1))   # decimals keyword-only, not ignored
+    for decimals in (1.5, True, '1'):   # (1.5 rounded at 10^1.5 and True at 1 place before)
+        raises(TypeError, lambda: torch.round(torch.tensor([1.25]), decimals=decimals))
+        raises(TypeError, lambda: tl.round(tl.tensor([1.25]), decimals=decimals), 'decimals', type(decimals).__name__)
     raises(TypeError, lambda: tl.round(tl.tensor([1.25]), 1))
     assert tl.round(tl.tensor([1.25]), decimals=1).item() == np.float32(1.2)
 

@@ -4411,6 +4411,8 @@ class Tensor:
     def round(self, *, decimals=0):
         """Half to even, as PyTorch's: at `decimals` places (negative: left of the point) x 10^d rounded, / 10^d
         (float16 in float32); integer tensors only with decimals=0 (PyTorch refuses any given decimals)."""
+        if not _is_int(decimals):
+            raise TypeError(f"round: decimals must be an int, not {type(decimals).__name__} (as in PyTorch)")
         if decimals != 0 and self.dtype.kind != 'f':
             raise TypeError(f"round: decimals={decimals} for {self.dtype} tensors: floating-point ones only (as in "
                             "PyTorch)")
