@@ -1708,7 +1708,7 @@ def _is_basic_index(index):
 def _check_gpu_index(shape, index):
     """NumPy's IndexError for an integer array in `index` (into an array of `shape`) past its axis's ends, where CuPy
     wraps it around (x[[3]] of 3 elements is x[0] there). One read back; none inside a CUDA graph capture."""
-    if cp is None or cp.cuda.get_current_stream().is_capturing():
+    if cp.cuda.get_current_stream().is_capturing():
         return
     entries = [i for i in (index if isinstance(index, tuple) else (index,)) if i is not None]
     axes_of = lambda i: 1 if _index_dims(i) is None else _index_dims(i)   # (an int or a slice takes one)
