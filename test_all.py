@@ -1477,6 +1477,16 @@ POW_BASES = np.concatenate([[-np.inf, -0.0, 0.0, np.inf, -1.0, 4.0, np.nan, 1e-3
 POW_FORMS = (0.5, -0.5, -1, 2, 3, -2, 3.0, 2.0)   # PyTorch's exact forms of x ** number (sqrt, products, 1 / ...)
 
 
+def pow_cases():
+    """(dtype, exponent, bases): POW_FORMS in float64 and float32, more exponents in float16 (pow in float32)."""
+    for dtype, exponents in ((np.float64, POW_FORMS), (np.float32, POW_FORMS),
+                             (np.float16, POW_FORMS + (1.5, -3, 2.5, 0.25))):
+        with np.errstate(over='ignore'):
+            x0 = POW_BASES.astype(dtype)
+        for e in exponents:
+            yield dtype, e, x0
+
+
 def pow_bits(x0, exponent, device=None):
     """x ** exponent and its gradient (of a fixed random upstream) on device, as NumPy arrays, NaNs made one."""
     x = tl.tensor(x0, requires_grad=True, device=device)
@@ -1492,24 +1502,20 @@ def test_pow_number_exponents_bits_as_pytorch():
     gradient as g (b x^(b-1)), its power by the same forms (where b - 1 has none, pow: within 4 ulps, libm's against
     PyTorch's). At 0.5 the correctly rounded sqrt (PyTorch's CPU sqrt errs by an ulp on some hosts, MKL's)."""
     need_torch()
-    for dtype, exponents in ((np.float64, POW_FORMS), (np.float32, POW_FORMS),
-                             (np.float16, POW_FORMS + (1.5, -3, 2.5, 0.25))):
-        with np.errstate(over='ignore'):
-            x0 = POW_BASES.astype(dtype)
-        for e in exponents:
-            x_t = torch.tensor(x0, requires_grad=True)
-            y_t = x_t ** e
-            y_t.backward(torch.tensor(rng('pow upstream').standard_normal(x0.shape).astype(dtype)))
-            if e == 0.5 and dtype != np.float16:
-                with np.errstate(invalid='ignore'):
-                    y_t = np.sqrt(x0)
-            for k, (ours, theirs) in enumerate(zip(pow_bits(x0, e), (y_t, x_t.grad))):
-                theirs = np.where(np.isnan(to_np(theirs)), np.nan, to_np(theirs))
-                differ = ours.view(f'u{ours.itemsize}') != theirs.view(f'u{theirs.itemsize}')
-                if k == 1 and dtype != np.float16 and e - 1 not in POW_FORMS + (1,):   # x^(b-1) by pow: libm's
-                    differ &= ~np.isclose(ours, theirs, 4 * np.finfo(dtype).eps, 0)   # and PyTorch's differ
-                assert not differ.any(), f'{np.dtype(dtype).name} x ** {e}: {("value", "gradient")[k]} differs at ' \
-                    f'{x0[differ][:3]}: {ours[differ][:3]} vs {theirs[differ][:3]}'
+    for dtype, e, x0 in pow_cases():
+        x_t = torch.tensor(x0, requires_grad=True)
+        y_t = x_t ** e
+        y_t.backward(torch.tensor(rng('pow upstream').standard_normal(x0.shape).astype(dtype)))
+        if e == 0.5 and dtype != np.float16:
+            with np.errstate(invalid='ignore'):
+                y_t = np.sqrt(x0)
+        for k, (ours, theirs) in enumerate(zip(pow_bits(x0, e), (y_t, x_t.grad))):
+            theirs = np.where(np.isnan(to_np(theirs)), np.nan, to_np(theirs))
+            differ = ours.view(f'u{ours.itemsize}') != theirs.view(f'u{theirs.itemsize}')
+            if k == 1 and dtype != np.float16 and e - 1 not in POW_FORMS + (1,):   # x^(b-1) by pow: libm's
+                differ &= ~np.isclose(ours, theirs, 4 * np.finfo(dtype).eps, 0)   # and PyTorch's differ
+            assert not differ.any(), f'{np.dtype(dtype).name} x ** {e}: {("value", "gradient")[k]} differs at ' \
+                f'{x0[differ][:3]}: {ours[differ][:3]} vs {theirs[differ][:3]}'
 
 
 def test_pow_float16_with_numbers_and_bools_as_pytorch():
@@ -9490,17 +9496,13 @@ def test_gpu_pow_number_exponents_bits_as_cpu():
     differs from them in the last bit, and at -0 and -inf), in float64 and float32, and their gradients' where the
     power x^(b-1) has one; elsewhere (pow: CuPy's against libm's) and in float16, within 4 ulps."""
     need_cuda()
-    for dtype, exponents in ((np.float64, POW_FORMS), (np.float32, POW_FORMS),
-                             (np.float16, POW_FORMS + (1.5, -3, 2.5, 0.25))):
-        with np.errstate(over='ignore'):
-            x0 = POW_BASES.astype(dtype)
-        for e in exponents:
-            for k, (gpu, cpu) in enumerate(zip(pow_bits(x0, e, 'cuda'), pow_bits(x0, e))):
-                differ = gpu.view(f'u{gpu.itemsize}') != cpu.view(f'u{cpu.itemsize}')
-                if dtype == np.float16 or (e, e - 1)[k] not in POW_FORMS + (1,):   # by pow: CuPy's and libm's
-                    differ &= ~np.isclose(gpu, cpu, 4 * np.finfo(dtype).eps, 0)
-                assert not differ.any(), f'{np.dtype(dtype).name} x ** {e}: {("value", "gradient")[k]} differs at ' \
-                    f'{x0[differ][:3]}: {gpu[differ][:3]} (GPU) vs {cpu[differ][:3]} (CPU)'
+    for dtype, e, x0 in pow_cases():
+        for k, (gpu, cpu) in enumerate(zip(pow_bits(x0, e, 'cuda'), pow_bits(x0, e))):
+            differ = gpu.view(f'u{gpu.itemsize}') != cpu.view(f'u{cpu.itemsize}')
+            if dtype == np.float16 or (e, e - 1)[k] not in POW_FORMS + (1,):   # by pow: CuPy's and libm's
+                differ &= ~np.isclose(gpu, cpu, 4 * np.finfo(dtype).eps, 0)
+            assert not differ.any(), f'{np.dtype(dtype).name} x ** {e}: {("value", "gradient")[k]} differs at ' \
+                f'{x0[differ][:3]}: {gpu[differ][:3]} (GPU) vs {cpu[differ][:3]} (CPU)'
 
 
 def test_gpu_inplace_remainder_floor_division_and_power():
