@@ -1478,9 +1478,10 @@ POW_FORMS = (0.5, -0.5, -1, 2, 3, -2, 3.0, 2.0)   # PyTorch's exact forms of x *
 
 
 def pow_cases():
-    """(dtype, exponent, bases): POW_FORMS in float64 and float32, more exponents in float16 (pow in float32)."""
+    """(dtype, exponent, bases): POW_FORMS in float64 and float32, more exponents in float16 (pow in float32), some
+    that float16 does not hold (the gradient's factor is the number itself: 1e-8 is not 0 there)."""
     for dtype, exponents in ((np.float64, POW_FORMS), (np.float32, POW_FORMS),
-                             (np.float16, POW_FORMS + (1.5, -3, 2.5, 0.25))):
+                             (np.float16, POW_FORMS + (1.5, -3, 2.5, 0.25, 1.1, 0.1, -0.1, 1 / 3, 1e-8))):
         with np.errstate(over='ignore'):
             x0 = POW_BASES.astype(dtype)
         for e in exponents:
@@ -1516,6 +1517,17 @@ def test_pow_number_exponents_bits_as_pytorch():
                 differ &= ~np.isclose(ours, theirs, 4 * np.finfo(dtype).eps, 0)   # and PyTorch's differ
             assert not differ.any(), f'{np.dtype(dtype).name} x ** {e}: {("value", "gradient")[k]} differs at ' \
                 f'{x0[differ][:3]}: {ours[differ][:3]} vs {theirs[differ][:3]}'
+
+
+def test_pow_numpy_scalar_exponent_is_its_number():
+    """x ** a NumPy scalar is x ** its Python number (as PyTorch reads it), value and gradient bit for bit: not
+    computed in the scalar's type (np.int8(-128) - 1 wrapped to 127; np.float32(0.1) - 1 rounded to float32)."""
+    for dtype in (np.float64, np.float32, np.float16):
+        x0 = np.abs(POW_BASES[11:200]).astype(dtype) + dtype(0.5)
+        for scalar in (np.int8(-128), np.float32(0.1), np.float64(2.0), np.int64(3), np.float16(1.5)):
+            got, want = pow_bits(x0, scalar), pow_bits(x0, scalar.item())
+            for k in range(2):
+                assert got[k].tobytes() == want[k].tobytes(), f'{np.dtype(dtype).name} ** {scalar!r}: result {k}'
 
 
 def test_pow_float16_with_numbers_and_bools_as_pytorch():

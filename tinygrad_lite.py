@@ -1367,10 +1367,16 @@ class Pow(Function):
         # PyTorch's masks: no gradient for a where b == 0 (b a^(b-1) at a == 0 would be 0 * inf), none for b
         # where a == 0 and b >= 0 (a^b log a would be 0 * -inf or -inf)
         xp, zero, da, db = _xp(g), g.dtype.type(0), None, None
-        if self.needs_grad[0]:
-            # PyTorch's order: g (b a^(b-1)), the power by _power where b is a number
-            power = self.a ** (self.b - 1) if self.number is None else _power(self.a, self.number - 1)
-            da = _unbroadcast(xp.where(self.b == 0, zero, g * (self.b * power)), self.a.shape)
+        if self.needs_grad[0]:   # PyTorch's order: g (b a^(b-1))
+            if self.number is None:
+                da = xp.where(self.b == 0, zero, g * (self.b * self.a ** (self.b - 1)))
+            elif self.number == 0:
+                da = xp.zeros_like(g)
+            else:   # a number unrounded (float16: times it in float32), the power by _power's forms
+                power = _power(self.a, self.number - 1)
+                wide = _opmath(power.dtype)
+                da = g * (power.astype(wide) * wide.type(self.number)).astype(power.dtype)
+            da = _unbroadcast(da, self.a.shape)
         if self.needs_grad[1]:
             db = _unbroadcast(xp.where((self.a == 0) & (self.b >= 0), zero, g * self.out * xp.log(self.a)),
                               self.b.shape)
@@ -4188,8 +4194,10 @@ class Tensor:
             raise RuntimeError(f"{self.dtype} tensor ** {other}: integers to negative integer powers are not allowed")
         if self.dtype == np.bool_ and isinstance(other, bool):   # as PyTorch: x ** True is x, x ** False all True
             return Tensor._wrap(self.data.copy() if other else _xp(self.data).ones_like(self.data), self.device)
-        number = isinstance(other, _NUMBERS) and not isinstance(other, (bool, np.bool_))
-        return self._binary(Pow, other, number=other if number else None)
+        if isinstance(other, _NUMBERS) and not isinstance(other, (bool, np.bool_)):   # Pow's exact forms of numbers
+            number = other.item() if isinstance(other, np.generic) else other   # (a NumPy scalar as PyTorch reads it)
+            return self._binary(Pow, other, number=number)
+        return self._binary(Pow, other)
 
     __rpow__ = lambda self, o: self._binary(Pow, o, True)
     __mod__ = lambda self, o: self._binary(Remainder, o)
