@@ -1989,10 +1989,11 @@ def test_sort_argsort_topk_as_pytorch():
 def test_gpu_integer_index_out_of_range_raises_as_cpu():
     """An integer array index past an axis's ends (a tensor, a list or a NumPy array; after a slice, an Ellipsis or a
     None) raises the CPU's IndexError on the GPU too, where CuPy would wrap it (x[[3]] of 3 rows: row 0), reading and
-    writing (recorded or not), and the tensor is left as it was; the same indices in range give the CPU's values."""
+    writing (recorded or not), naming the first such index, and the tensor is left as it was; indices in range, or
+    arrays that select no element, give the CPU's values."""
     need_cuda()
     x0 = rng('gpu index range').standard_normal((3, 4, 5))
-    bad = [lambda d: tl.tensor(np.array([0, 6]), device=d), lambda d: [-6], lambda d: np.array([1, 2, 7])]
+    bad = [lambda d: tl.tensor(np.array([0, 6]), device=d), lambda d: [-6], lambda d: np.array([1, -7, 2, 7])]
     places = [lambda i: (i,), lambda i: (slice(None), i), lambda i: (Ellipsis, i), lambda i: (None, 1, i)]
     for make_index in bad:
         for place in places:
@@ -2007,7 +2008,8 @@ def test_gpu_integer_index_out_of_range_raises_as_cpu():
                     assert np.array_equal(y.numpy(), x0) and y._version[0] == version, f'{d}: changed by a failed write'
             reasons = [m.split(': ')[-1] for m in messages]   # (the index's repr names its device)
             assert reasons[:3] == reasons[3:], f'{place(make_index("cpu"))}: {messages}'
-    for index in ((np.array([-3, 2, 0]),), (slice(None), [-4, 3]), (Ellipsis, tl.tensor(np.array([4, -5])))):
+    for index in ((np.array([-3, 2, 0]),), (slice(None), [-4, 3]), (Ellipsis, tl.tensor(np.array([4, -5]))),
+                  (np.array([3]), np.array([], np.int64))):   # (no element selected: no index read, as NumPy's)
         on = tuple(tl.tensor(i.numpy(), device='cuda') if isinstance(i, tl.Tensor) else i for i in index)
         assert np.array_equal(tl.tensor(x0, device='cuda')[on].numpy(), tl.tensor(x0)[index].numpy()), index
 
@@ -9475,7 +9477,7 @@ def test_gpu_inplace_arithmetic_recorded():
 
 
 def test_gpu_remainder_and_floor_division_bits_as_cpu():
-    """Float % and // on the GPU give the CPU's (NumPy's, Python's, PyTorch's) bits, signed zeros and NaNs too, in
+    """Float % and // on the GPU give the CPU's (NumPy's and Python's) bits, signed zeros and NaNs too, in
     float16, float32 and float64, where a / b rounds up to a whole number (1 // 0.1 is 9, 1 % 0.1 about 0.1; CuPy's
     floor(a / b) gives 10 and 0), at zeros, infinities and NaNs of either operand; and %'s gradient of the divisor
     (-a // b)."""

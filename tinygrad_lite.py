@@ -1384,9 +1384,10 @@ class Pow(Function):
 
 
 def _floor_divmod(a, b, floor):
-    """a // b (floor) or a % b, as NumPy's and PyTorch's. CuPy's float ones take floor(a / b), one too many where a / b
-    rounds up to a whole number (1 // 0.1: 10, not 9; 1 % 0.1: 0, not 0.1), so on the GPU floats go Python's way:
-    the exact fmod(a, b) given b's sign, the quotient (a - fmod) / b snapped to the nearest whole number."""
+    """a // b (floor) or a % b, as NumPy's and Python's (and PyTorch's, but for a zero remainder's sign: -6. % 3. is -0.
+    there). CuPy's float ones take floor(a / b), one too many where a / b rounds up to a whole number (1 // 0.1: 10,
+    not 9; 1 % 0.1: 0, not 0.1), so on the GPU floats go Python's way: the exact fmod(a, b) given b's sign, the
+    quotient (a - fmod) / b snapped to the nearest whole number."""
     xp = _xp(a)
     if xp is np or a.dtype.kind != 'f':
         return xp.floor_divide(a, b) if floor else xp.remainder(a, b)   # float x % 0 and x // 0: NaN and inf
@@ -1712,25 +1713,26 @@ def _is_basic_index(index):
 
 
 def _check_gpu_index(shape, index):
-    """NumPy's IndexError for an integer array in `index` (into an array of `shape`) past its axis's ends, where CuPy
-    wraps it around (x[[3]] of 3 elements is x[0] there). One read back; none inside a CUDA graph capture."""
+    """NumPy's IndexError for an integer array in `index` (a step of Tensor._index_steps: no Ellipsis beside arrays)
+    past its axis's ends, where CuPy wraps it around (x[[3]] of 3 elements is x[0] there): the first such index, none
+    where the arrays broadcast to no element (as NumPy's). One read back; none inside a CUDA graph capture."""
     if cp.cuda.get_current_stream().is_capturing():
         return
-    entries = [i for i in (index if isinstance(index, tuple) else (index,)) if i is not None]
-    axes_of = lambda i: 1 if _index_dims(i) is None else _index_dims(i)   # (an int or a slice takes one)
     axis, arrays = 0, []
-    for i in entries:
-        if i is Ellipsis:
-            axis += len(shape) - sum(axes_of(e) for e in entries if e is not Ellipsis)
-            continue
-        if isinstance(i, cp.ndarray) and i.dtype.kind in 'iu' and i.size:
-            arrays.append((i, axis))
-        axis += axes_of(i)
-    outside = [(i >= shape[a]) | (i < -shape[a]) if i.dtype.kind == 'i' else i >= shape[a] for i, a in arrays]
-    if outside and bool(cp.stack([o.any() for o in outside]).any()):
-        i, a = next((i, a) for (i, a), o in zip(arrays, outside) if bool(o.any()))
-        bad = int(i.max()) if int(i.max()) >= shape[a] else int(i.min())
-        raise IndexError(f"index {bad} is out of bounds for axis {a} with size {shape[a]}")
+    for i in (index if isinstance(index, tuple) else (index,)):
+        if i is not None:
+            if isinstance(i, cp.ndarray) and i.dtype.kind in 'iu' and axis < len(shape):   # (too many: CuPy's error)
+                arrays.append((i, shape[axis], axis))
+            axis += 1 if _index_dims(i) is None else _index_dims(i)   # (an int or a slice takes one axis)
+    try:
+        if not arrays or 0 in np.broadcast_shapes(*(i.shape for i, _, _ in arrays)):
+            return
+    except ValueError:   # arrays of shapes that do not broadcast: CuPy's indexing says so
+        return
+    outside = [((i >= n) | (i < -n) if i.dtype.kind == 'i' else i >= n).ravel() for i, n, _ in arrays]
+    if bool(cp.stack([o.any() for o in outside]).any()):
+        (i, n, a), o = next(((i, n, a), o) for (i, n, a), o in zip(arrays, outside) if bool(o.any()))
+        raise IndexError(f"index {int(i.ravel()[int(o.argmax())])} is out of bounds for axis {a} with size {n}")
 
 
 _INDEX_INPUT = object()   # in GetItem's index: the place of the next input after x (an index tensor's array)
@@ -4640,7 +4642,7 @@ class Tensor:
         """As PyTorch's: `error` where index (a tensor) holds one outside [0, size) (no negative ones counted from the
         end). Not checked inside a CUDA graph capture (reading the indices back is a sync it cannot hold)."""
         if index.numel() and not _capturing(index):
-            lo, hi = int(index.data.min()), int(index.data.max())
+            lo, hi = (int(v) for v in _xp(index.data).stack([index.data.min(), index.data.max()]))   # (one read)
             if lo < 0 or hi >= size:
                 raise error(f"{what}: index {lo if lo < 0 else hi} is out of bounds for dimension {axis} with size "
                             f"{size}")
