@@ -1375,7 +1375,7 @@ class Pow(Function):
             else:   # a number unrounded (float16: times it in float32), the power by _power's forms
                 power = _power(self.a, self.number - 1)
                 wide = _opmath(power.dtype)
-                da = g * (power.astype(wide) * wide.type(self.number)).astype(power.dtype)
+                da = g * (power.astype(wide, copy=False) * wide.type(self.number)).astype(power.dtype, copy=False)
             da = _unbroadcast(da, self.a.shape)
         if self.needs_grad[1]:
             db = _unbroadcast(xp.where((self.a == 0) & (self.b >= 0), zero, g * self.out * xp.log(self.a)),
