@@ -4429,7 +4429,7 @@ class Tensor:
         scale = math.inf if abs(decimals) > 308 else 10.0 ** abs(decimals)   # (past float64's range: NaN, as PyTorch)
 
         def rounded(a):   # in the tensor's dtype (CuPy's own round scales float32 in float64)
-            xp, z = _xp(a), a.astype(_opmath(a.dtype))
+            xp, z = _xp(a), a.astype(_opmath(a.dtype), copy=False)
             with np.errstate(over='ignore'):
                 ten = z.dtype.type(scale)
             return (xp.rint(z * ten) / ten if decimals >= 0 else xp.rint(z / ten) * ten).astype(a.dtype)
@@ -4642,7 +4642,7 @@ class Tensor:
         """As PyTorch's: `error` where index (a tensor) holds one outside [0, size) (no negative ones counted from the
         end). Not checked inside a CUDA graph capture (reading the indices back is a sync it cannot hold)."""
         if index.numel() and not _capturing(index):
-            lo, hi = (int(v) for v in _xp(index.data).stack([index.data.min(), index.data.max()]))   # (one read)
+            lo, hi = _xp(index.data).stack([index.data.min(), index.data.max()]).tolist()   # (one read back)
             if lo < 0 or hi >= size:
                 raise error(f"{what}: index {lo if lo < 0 else hi} is out of bounds for dimension {axis} with size "
                             f"{size}")
