@@ -9476,24 +9476,50 @@ def test_gpu_inplace_arithmetic_recorded():
     assert_close(h.numpy(), 2 * x0 + y0, 1e-12, 1e-12)
 
 
-def test_gpu_remainder_and_floor_division_bits_as_cpu():
-    """Float % and // on the GPU give the CPU's (NumPy's and Python's) bits, signed zeros and NaNs too, in
-    float16, float32 and float64, where a / b rounds up to a whole number (1 // 0.1 is 9, 1 % 0.1 about 0.1; CuPy's
-    floor(a / b) gives 10 and 0), at zeros, infinities and NaNs of either operand; and %'s gradient of the divisor
-    (-a // b)."""
-    need_cuda()
-    r = rng('gpu mod bits')
-    tenths = np.arange(-60, 61) / 10
-    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, 3e4]
-    a0 = np.concatenate([tenths, r.standard_normal(200) * 20, specials])[:, None]
-    b0 = np.concatenate([[0.1, -0.1, 0.3, -0.7, 1.1, 3.0], r.standard_normal(10), specials])[None, :]
-    assert 1 // 0.1 == 9 and np.floor_divide(np.float64(1), 0.1) == 9   # the case CuPy's own // gets wrong
-    bits = lambda t: np.where(np.isnan(t.numpy()), np.nan, t.numpy()).view(f'u{t.numpy().itemsize}')
+def floor_divmod_grid(dtype):
+    """Dividends (a column) and divisors (a row) of dtype: tenths, where a / b rounds up to a whole number (1 // 0.1 is
+    9, 1 % 0.1 about 0.1; CuPy's own floor(a / b) gives 10 and 0), random ones, zeros, infinities and NaNs."""
+    r = rng('floor divmod grid')
+    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, 3e4, -6.0, 3.0]
+    a = np.concatenate([np.arange(-60, 61) / 10, r.standard_normal(200) * 20, specials])[:, None]
+    b = np.concatenate([[0.1, -0.1, 0.3, -0.7, 1.1, -3.0], r.standard_normal(10), specials])[None, :]
+    with np.errstate(over='ignore'):
+        return a.astype(dtype), b.astype(dtype)
+
+
+def float_bits(t):
+    """A float tensor's (or array's) bits, every NaN made one."""
+    a = to_np(t)
+    return np.where(np.isnan(a), np.nan, a).view(f'u{a.itemsize}')
+
+
+def test_remainder_and_floor_division_bits_as_pytorch():
+    """Float % and // give PyTorch's bits, signed zeros and NaNs too, over floor_divmod_grid in float16, float32 and
+    float64: a zero remainder keeps the dividend's sign (-6. % 3. is -0.; NumPy's and Python's +0.). (float16 //
+    within one whole number: PyTorch's CPU rounds its intermediates to float16, ours compute them in float32.)"""
+    need_torch()
+    assert 1 // 0.1 == 9 and torch.tensor(1.0, dtype=torch.float64) // 0.1 == 9
     for dtype in (np.float16, np.float32, np.float64):
-        a, b = a0.astype(dtype), b0.astype(dtype)
+        a, b = floor_divmod_grid(dtype)
+        for name, op in (('%', lambda x, y: x % y), ('//', lambda x, y: x // y)):
+            ours, theirs = op(tl.tensor(a), tl.tensor(b)), op(torch.tensor(a), torch.tensor(b))
+            wrong = float_bits(ours) != float_bits(theirs)
+            if dtype == np.float16 and name == '//':   # PyTorch's CPU rounds (a - fmod) / b to float16 first, ours
+                wrong &= np.abs(to_np(ours) - to_np(theirs)) != 1   # not: a quotient may land one whole number off
+            assert not wrong.any(), f'{np.dtype(dtype).name} {name}: {wrong.sum()} of {wrong.size} differ, e.g. ' \
+                f'{a[np.nonzero(wrong)[0][0], 0]} {name} {b[0, np.nonzero(wrong)[1][0]]}: {to_np(ours)[wrong][0]}, ' \
+                f'PyTorch {to_np(theirs)[wrong][0]}'
+
+
+def test_gpu_remainder_and_floor_division_bits_as_cpu():
+    """Float % and // on the GPU give the CPU's (PyTorch's) bits over floor_divmod_grid, signed zeros and NaNs too, in
+    float16, float32 and float64; and %'s gradient of the divisor (-a // b)."""
+    need_cuda()
+    for dtype in (np.float16, np.float32, np.float64):
+        a, b = floor_divmod_grid(dtype)
         for name, op in (('%', lambda x, y: x % y), ('//', lambda x, y: x // y)):
             gpu, cpu = (op(tl.tensor(a, device=d), tl.tensor(b, device=d)) for d in ('cuda', 'cpu'))
-            wrong = bits(gpu) != bits(cpu)
+            wrong = float_bits(gpu) != float_bits(cpu)
             assert not wrong.any(), f'{np.dtype(dtype).name} {name}: {wrong.sum()} of {wrong.size} differ, ' \
                 f'e.g. {a[np.nonzero(wrong)[0][0], 0]} {name} {b[0, np.nonzero(wrong)[1][0]]}: ' \
                 f'{gpu.numpy()[wrong][0]} (GPU), {cpu.numpy()[wrong][0]} (CPU)'
@@ -9502,7 +9528,7 @@ def test_gpu_remainder_and_floor_division_bits_as_cpu():
             divisor = tl.tensor(np.broadcast_to(b, (a.size, b.size)).copy(), device=d, requires_grad=True)
             (tl.tensor(a, device=d) % divisor).sum().backward()
             grads.append(divisor.grad)
-        assert (bits(grads[0]) == bits(grads[1])).all(), f'{np.dtype(dtype).name}: % divisor gradient'
+        assert (float_bits(grads[0]) == float_bits(grads[1])).all(), f'{np.dtype(dtype).name}: % divisor gradient'
 
 
 def test_gpu_pow_number_exponents_bits_as_cpu():

@@ -1384,25 +1384,25 @@ class Pow(Function):
 
 
 def _floor_divmod(a, b, floor):
-    """a // b (floor) or a % b, as NumPy's and Python's (and PyTorch's, but for a zero remainder's sign: -6. % 3. is -0.
-    there). CuPy's float ones take floor(a / b), one too many where a / b rounds up to a whole number (1 // 0.1: 10,
-    not 9; 1 % 0.1: 0, not 0.1), so on the GPU floats go Python's way: the exact fmod(a, b) given b's sign, the
-    quotient (a - fmod) / b snapped to the nearest whole number."""
+    """a // b (floor) or a % b, as PyTorch's; floats in one form for both devices: CuPy's own take floor(a / b), one
+    too many where a / b rounds up to a whole number (1 // 0.1: 10, not 9; 1 % 0.1: 0, not 0.1), and NumPy's % gives a
+    zero remainder b's sign (PyTorch's keeps fmod's: -6. % 3. is -0.). The exact fmod(a, b) moved to b's sign where it
+    is not 0, the quotient (a - fmod) / b snapped to the nearest whole number."""
     xp = _xp(a)
-    if xp is np or a.dtype.kind != 'f':
-        return xp.floor_divide(a, b) if floor else xp.remainder(a, b)   # float x % 0 and x // 0: NaN and inf
+    if a.dtype.kind != 'f':
+        return xp.floor_divide(a, b) if floor else xp.remainder(a, b)
     dtype = a.dtype
     a, b = a.astype(_opmath(dtype), copy=False), b.astype(_opmath(dtype), copy=False)   # float16 via float32
-    mod = xp.fmod(a, b)
+    mod = xp.fmod(a, b)   # (x % 0: NaN)
     moved = (mod != 0) & ((b < 0) != (mod < 0))   # fmod has a's sign; Python's remainder b's
     if not floor:
-        out = xp.where(moved, mod + b, xp.where(mod == 0, xp.copysign(0, b), mod))
+        out = xp.where(moved, mod + b, mod)
     else:
         quotient = (a - mod) / b - moved
         whole = xp.floor(quotient)
         whole += quotient - whole > 0.5
         whole = xp.where(quotient == 0, xp.copysign(0, a / b), whole)   # -0 where a and b differ in sign
-        out = xp.where(b == 0, a / b, whole)
+        out = xp.where(b == 0, a / b, whole)   # (x // 0: inf, or NaN at 0)
     return out.astype(dtype, copy=False)
 
 
