@@ -1398,11 +1398,11 @@ def _floor_divmod(a, b, floor):
     if not floor:
         out = xp.where(moved, mod + b, mod)
     else:
-        quotient = (a - mod) / b - moved
+        quotient, ratio = (a - mod) / b - moved, a / b
         whole = xp.floor(quotient)
         whole += quotient - whole > 0.5
-        whole = xp.where(quotient == 0, xp.copysign(0, a / b), whole)   # -0 where a and b differ in sign
-        out = xp.where(b == 0, a / b, whole)   # (x // 0: inf, or NaN at 0)
+        whole = xp.where(quotient == 0, xp.copysign(0, ratio), whole)   # -0 where a and b differ in sign
+        out = xp.where(b == 0, ratio, whole)   # (x // 0: inf, or NaN at 0)
     return out.astype(dtype, copy=False)
 
 
