@@ -9877,6 +9877,11 @@ def test_error_optim_load_state_dict_bad_state_changes_nothing():
         raises(ValueError, lambda: opt.load_state_dict(sd), *needles)
     raises(ValueError, lambda: opt.load_state_dict({**good, 'param_groups': [{**good['param_groups'][0], 'eps': -1}]}),
            'Invalid epsilon value')
+    two = tl.SGD([{'params': [a]}, {'params': [b]}], lr=0.1, momentum=0.9)   # a second group's option that cannot load
+    sd = two.state_dict()
+    sd['param_groups'][0]['lr'], sd['param_groups'][1]['note'] = 0.5, np.array(['text'])
+    raises(TypeError, lambda: two.load_state_dict(sd), 'dtype')
+    assert two.param_groups[0]['lr'] == 0.1 and 'note' not in two.param_groups[1]
     after = flat_values(opt.state_dict())
     assert [k for k, _ in after] == [k for k, _ in before], 'optimizer state changed by a failed load'
     for (k, u), (_, v) in zip(after, before):

@@ -7842,11 +7842,11 @@ class Optimizer:
             self._check_state(i, p, state[p])
         for saved in groups:
             _check_options(saved, self.defaults)
-        for group, saved in zip(self.param_groups, groups):   # replaced, as torch.optim's: none of its keys kept
-            options = {k: _saved_option(v) for k, v in saved.items() if k != 'params'}
+        options = [{k: _saved_option(v) for k, v in saved.items() if k != 'params'} for saved in groups]
+        for group, loaded in zip(self.param_groups, options):   # replaced, as torch.optim's: none of its keys kept
             params = group['params']
             group.clear()
-            group.update({**self.defaults, **options, 'params': params})
+            group.update({**self.defaults, **loaded, 'params': params})
         self.state = state
 
 
