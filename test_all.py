@@ -2282,7 +2282,7 @@ def test_grad_assignment_checked_as_pytorch():
     a, g = sample(r, (2, 3)), sample(r, (2, 3))
     for m in (tl, torch):
         x = m.tensor(a, requires_grad=True)
-        x.grad = m.tensor(g)
+        x.grad = m.tensor(g.copy())   # (tl.tensor keeps an array's memory, and .grad accumulates in place)
         for bad, exc, needle in ((m.tensor(g[0]), RuntimeError, 'shape' if m is tl else 'size'),
                                  (m.tensor(g.T.copy()), RuntimeError, 'shape' if m is tl else 'size'),
                                  (m.tensor(g.astype(np.float32)), RuntimeError, 'dtype'),
@@ -6445,15 +6445,18 @@ def test_error_optim_options_set_between_steps_change_nothing():
 
 def test_error_optim_step_gradient_of_another_dtype_changes_nothing():
     """A gradient whose dtype is not its parameter's (the grad setter refuses one; an assignment to grad.data does
-    not) is refused by the step before any parameter or state moves: a TypeError naming both dtypes (float64 for a
-    float32 parameter, strings, complex numbers; torch refuses the last, where a cast would drop the imaginary
-    part)."""
+    not) is refused by the step before any parameter or state moves: a TypeError naming both dtypes (float64 or int64
+    for a float32 parameter). Strings and complex numbers (torch refuses the last, where a cast would drop the
+    imaginary part) are refused by the assignment to .data itself."""
     for name in ('SGD', 'Adam'):
-        for bad in (np.ones(3), np.array(['a'] * 3), np.ones(3, np.complex64) * 1j):
+        for bad in (np.ones(3), np.ones(3, np.int64), np.array(['a'] * 3), np.ones(3, np.complex64) * 1j):
             a, b = tl.Parameter(np.ones(3, np.float32)), tl.Parameter(np.ones(3, np.float32))
             opt = getattr(tl, name)([a, b], lr=0.1, **({'momentum': 0.9} if name == 'SGD' else {}))
             a.grad, b.grad = tl.ones(3), tl.ones(3)
             opt.step()
+            if bad.dtype.kind in 'Uc':
+                raises(TypeError, lambda: setattr(b.grad, 'data', bad), 'unsupported dtype', str(bad.dtype))
+                continue
             b.grad.data = bad
             before = optim_snapshot(opt)
             raises(TypeError, opt.step, f'dtype {bad.dtype}', 'dtype float32')
@@ -9024,6 +9027,76 @@ def test_error_backward_grad_shape_leaves_grads():
     y = x * 3
     assert_names_shapes(raises(ValueError, lambda: y.backward(tl.Tensor(sample(rng('e8'), (3, 2))))), (2, 3), (3, 2))
     assert_close(x.grad, 2 * a, 0, 0, 'grad changed by a failed backward')
+
+
+def test_grad_accumulates_in_place_as_pytorch():
+    """A leaf's gradient accumulates into its .grad's array, as PyTorch's: a view, detach() or NumPy array of .grad,
+    and a buffer that .grad views, see the sum; an op that saved .grad refuses its backward after it changed; an
+    expanded .grad the caller set takes the sum as a new array."""
+    need_torch()
+    x0 = sample(rng('grad in place'), (2, 3))
+    seen = []
+    for lib in (tl, torch):
+        x = lib.tensor(x0, requires_grad=True)
+        (x * 3).sum().backward()
+        view, detached, array = x.grad[0], x.grad.detach(), x.grad.numpy()
+        (x * x).sum().backward()
+        buffer = lib.zeros(4, 3, dtype=lib.float64)
+        w = lib.tensor(x0, requires_grad=True)
+        w.grad = buffer[1:3]
+        (w * 2).sum().backward()
+        seen.append([view.numpy().copy(), detached.numpy().copy(), array.copy(), buffer.numpy().copy()])
+    for ours, theirs in zip(*seen):
+        assert_close(ours, theirs, 1e-12, 1e-12, 'what views of .grad see after a second backward')
+    x, w = tl.tensor(x0, requires_grad=True), tl.tensor(x0, requires_grad=True)
+    (x * 3).sum().backward()
+    saved = (w * x.grad).sum()   # Mul keeps x.grad for w's gradient
+    (x * 3).sum().backward()
+    raises(RuntimeError, saved.backward, 'modified')
+    e = tl.tensor(x0, requires_grad=True)
+    e.grad = tl.tensor(np.float64(1)).expand(2, 3)
+    (e * 2).sum().backward()
+    assert np.array_equal(e.grad.numpy(), np.full((2, 3), 3.0))
+
+
+def test_failed_updates_leave_hooks_grads_and_data_as_they_were():
+    """A failed in-place update keeps the tensor's hooks; zero_grad(set_to_none=False) zeroes an expanded .grad as
+    PyTorch's (a read-only one too), none left half done; a backward whose gradient no longer fits a .grad (.data replaced) raises before
+    any .grad changes; .data takes a Tensor or an array (PyTorch's idiom), with its shape, dtype and device, and
+    refuses anything else, and an integer array for a tensor that requires grad."""
+    need_torch()
+    x0 = sample(rng('failed updates'), (2,))
+    grads = []
+    for lib in (tl, torch):
+        x = lib.tensor(x0, requires_grad=True)
+        y = x * 2
+        y.register_hook(lambda g: g * 10)
+        raises(IndexError, lambda: y.__setitem__(5, 1.0))
+        raises(ValueError if lib is tl else RuntimeError, lambda: y.clamp_(min=lib.zeros(3, dtype=lib.float64)))
+        (y * 1).sum().backward()
+        grads.append(x.grad.numpy())
+    assert_close(grads[0], grads[1], 0, 0, 'a hook kept through failed in-place updates')
+    params = [tl.tensor(x0, requires_grad=True) for _ in range(3)]
+    for p, g in zip(params, (tl.tensor(x0), tl.tensor(np.broadcast_to(np.float64(5), (2,))), tl.tensor(x0))):
+        p.grad = g
+    tl.SGD(params, lr=0.1).zero_grad(set_to_none=False)
+    assert all(np.array_equal(p.grad.numpy(), np.zeros(2)) for p in params)
+    a, b = tl.tensor(x0, requires_grad=True), tl.tensor(x0, requires_grad=True)
+    loss = (a * b).sum()
+    b.data = np.zeros(3)
+    a.grad, b.grad = tl.ones(2, dtype=tl.float64), tl.ones(3, dtype=tl.float64)
+    raises(RuntimeError, loss.backward, '(2,)', '(3,)', '.data')
+    assert np.array_equal(a.grad.numpy(), [1, 1]) and np.array_equal(b.grad.numpy(), [1, 1, 1])
+    t = tl.tensor(x0, requires_grad=True)
+    t.data = tl.tensor([5.0, 6.0, 7.0], dtype=tl.float32)
+    assert t.shape == (3,) and t.dtype == np.float32 and t.numpy().tolist() == [5, 6, 7] and t.requires_grad
+    for bad, kind, needle in (([1.0], TypeError, 'list'), (np.array([1, 2]), TypeError, 'int64'),
+                              (np.array(['a']), TypeError, 'dtype')):
+        raises(kind, lambda: setattr(t, 'data', bad), needle)
+        assert t.numpy().tolist() == [5, 6, 7] and t.dtype == np.float32
+    u = tl.tensor([1.0, 2.0])
+    u.data = np.array([3, 4])
+    assert u.dtype == np.int64 and u.numpy().tolist() == [3, 4]
 
 
 def test_error_unsupported_dtype():

@@ -1083,6 +1083,11 @@ def _backward(root, grad, retain_graph):
     order = _topological_order(root)
     leaves = _leaf_gradients(root, grad, order)   # every gradient before any leaf is touched: a failure changes nothing
     for t, g in leaves:
+        if t.grad is not None and (t.grad.shape, t.grad.dtype) != (g.shape, t.dtype):
+            raise RuntimeError(f"a gradient of shape {g.shape} ({t.dtype}) cannot accumulate into .grad of shape "
+                               f"{t.grad.shape} ({t.grad.dtype}): the tensor's .data was replaced after its .grad was "
+                               "set; set .grad = None first")
+    for t, g in leaves:
         # as PyTorch, a gradient that nothing else holds becomes .grad itself: a writable array held by this loop
         # alone, owning its memory or a view of the whole of an array that only it holds, each element once (a
         # reshape or transpose of a fresh result). Any other is copied, so that gradients never alias each
@@ -1095,10 +1100,13 @@ def _backward(root, grad, retain_graph):
             g = g.astype(t.dtype)
         if t.grad is None:   # (not through the .grad setter's checks: g is the leaf's gradient, cast to its dtype)
             t._grad = Tensor._wrap(g, t.device)
-        elif t._ctx is not None:   # a retained non-leaf's: a new tensor, as PyTorch's (a leaf's accumulates in place)
+        elif t._ctx is not None:   # a retained non-leaf's: a new tensor, as PyTorch's
             t._grad = Tensor._wrap(t.grad.data + g, t.device)
-        else:
+        elif _unwritable(t.grad.data):   # (an expanded or read-only .grad that the caller set)
             t.grad.data = _xp(g).asarray(t.grad.data + g)
+        else:   # a leaf's accumulates in place, as PyTorch's: views and arrays of .grad see the sum
+            t.grad.data += g
+            t.grad._version[0] += 1
     if not retain_graph:
         for t in order:
             if t._ctx is not None:
@@ -3907,8 +3915,8 @@ class Tensor:
         _dtype(array.dtype)
         if device is None:
             device = _device_of(array)
-        self.data = _move(array, _parse_device(device))
-        self.device = _device_of(self.data)
+        self._data = _move(array, _parse_device(device))
+        self.device = _device_of(self._data)
         self._grad, self._ctx, self._requires_grad, self._version, self._held = None, None, False, [0], 0
         self.requires_grad = requires_grad
 
@@ -3917,11 +3925,26 @@ class Tensor:
         """A tensor of `array`. NumPy ops on 0-d arrays return scalars: on the CPU they become 0-d arrays again
         (in-place ops need one); on the GPU a NumPy scalar is an op's Python-number operand, a kernel argument."""
         t = cls.__new__(cls)
-        t.data = np.asarray(array) if device == 'cpu' else array
+        t._data = np.asarray(array) if device == 'cpu' else array
         t.device, t._grad, t._ctx, t._requires_grad, t._version, t._held = device, None, ctx, ctx is not None, [0], 0
         return t
 
     # ---- attributes
+    @property
+    def data(self):
+        return self._data
+
+    @data.setter
+    def data(self, value):
+        """As PyTorch's `x.data = y`: x takes y's array (a Tensor's, or a NumPy or CuPy array itself) with its shape,
+        dtype and device, and keeps its history and gradient (a backward refuses a .grad that then no longer fits)."""
+        array = value.data if isinstance(value, Tensor) else value
+        if not isinstance(array, np.ndarray) and not (cp is not None and isinstance(array, cp.ndarray)):
+            raise TypeError(f"data must be a Tensor or a NumPy or CuPy array, not {type(value).__name__}")
+        if _dtype(array.dtype) not in _FLOATS and self._requires_grad:   # (_dtype: TypeError for one not held)
+            raise TypeError(f"data of a tensor that requires grad must be floating point, not {array.dtype}")
+        self._data, self.device = array, _device_of(array)
+
     @property
     def requires_grad(self):
         return self._requires_grad
@@ -4299,8 +4322,9 @@ class Tensor:
         before = Tensor._wrap(self.data, self.device, self._ctx)
         before._version = self._version
         if '_hooks' in self.__dict__:   # as PyTorch's: a tensor's hooks see the gradient of the value they were put on
-            before._hooks = self.__dict__.pop('_hooks')
+            before._hooks = self._hooks
         out = update(before)
+        self.__dict__.pop('_hooks', None)   # (only now: a failed update leaves them here)
         if out.data is before.data:   # written in place (SetItem): the graph's `before` keeps the shape, not the memory
             xp = _xp(out.data)
             before.data = xp.broadcast_to(xp.zeros((), out.dtype), out.shape)
@@ -6350,10 +6374,13 @@ class Parameter(Tensor):
 
 
 def _zero_grads(params, set_to_none):
-    """As PyTorch's zero_grad: each gradient dropped (set_to_none), or zeroed in place."""
+    """As PyTorch's zero_grad: each gradient dropped (set_to_none), or zeroed in place (an expanded or read-only one
+    that the caller set: replaced by zeros)."""
     for p in params:
         if set_to_none or p.grad is None:
             p.grad = None
+        elif _unwritable(p.grad.data):
+            p.grad.data = _xp(p.grad.data).zeros_like(p.grad.data)
         else:
             p.grad.data[...] = 0
 
@@ -6670,7 +6697,7 @@ class Module:
                 new = renewed[id(u)] = Tensor._wrap(data, device or u.device)
                 new.requires_grad, new._grad = u.requires_grad, u.grad   # (its grad converted in this loop too)
             else:
-                u.data, u.device = data, device or u.device
+                u.data = data
         for _, m in self.named_modules() if recurse else [('', self)]:
             for name in m.__dict__.get('_buffer_names', []):
                 if id(getattr(m, name)) in renewed:
