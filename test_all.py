@@ -9099,6 +9099,32 @@ def test_failed_updates_leave_hooks_grads_and_data_as_they_were():
     assert u.dtype == np.int64 and u.numpy().tolist() == [3, 4]
 
 
+def test_gradients_through_infinities_and_nan_gradients_as_pytorch():
+    """lerp's gradients where an operand is infinite (inf and -inf, as PyTorch's: not NaN through the unselected
+    side of its two forms), and a NaN gradient through pow and nan_to_num where their masks apply (NaN, as
+    PyTorch's multiplies the mask in, not 0); lerp of 0-d tensors takes the weight's wider dtype, as PyTorch's."""
+    need_torch()
+    r, inf, nan = rng('gradients through inf'), np.inf, np.nan
+    start, end, weight = sample(r, (6,)), sample(r, (6,)), np.array([0.25, 0.75, -0.3, 2.0, 0.25, inf])
+    end[[0, 2]], end[3] = inf, -inf
+    (got, want), (ours, theirs) = run_both(lambda m, a, b, w: a.lerp(b, w), start, end, weight, grad=True)
+    same_as_torch(got, want, 'lerp with infinities')
+    got.sum().backward(), want.sum().backward()
+    for a, b, name in zip(ours, theirs, ('start', 'end', 'weight')):
+        same_as_torch(a.grad, b.grad, f'lerp {name} gradient', 1e-12)
+    nans = np.full(4, nan)
+    for name, f, arrays in (
+            ('pow', lambda m, b, e: b ** e, (np.array([0.0, 0.0, 2.0, 1.5]), np.array([0.5, 0.0, 1.0, 2.0]))),
+            ('nan_to_num', lambda m, x: x.nan_to_num(), (np.array([inf, nan, -inf, 1.5]),))):
+        (got, want), (ours, theirs) = run_both(f, *arrays, grad=True)
+        got.backward(tl.tensor(nans)), want.backward(torch.tensor(nans))
+        for a, b in zip(ours, theirs):
+            same_as_torch(a.grad, b.grad, f'{name}: a NaN gradient')
+    zero_d = [tl.tensor(1.0).lerp(tl.tensor(0.0), tl.tensor(0.3, dtype=dtype)) for dtype in (tl.float64, tl.float16)]
+    assert [t.dtype for t in zero_d] == [np.float64, np.float32]
+    assert zero_d[0].item() == torch.tensor(1.0).lerp(torch.tensor(0.0), torch.tensor(0.3, dtype=torch.float64)).item()
+
+
 def test_error_unsupported_dtype():
     raises(TypeError, lambda: tl.Tensor(np.array(['a', 'b'])))
     raises(TypeError, lambda: tl.Tensor(['a', 'b']))

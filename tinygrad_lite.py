@@ -1268,6 +1268,19 @@ class Clamp(Function):
                      for d, a, needs in zip(grads, (x,) + tuple(b for b in (low, high) if b is not None), self.needs_grad))
 
 
+class NanToNum(Function):
+    """NaN, +inf and -inf replaced by nan, posinf and neginf (None: the dtype's largest finite values); the gradient
+    g times whether x is finite, as PyTorch's (a NaN g stays NaN where x is not finite)."""
+    saves = ()
+
+    def forward(self, x, nan, posinf, neginf):
+        self.finite = _xp(x).isfinite(x)
+        return _xp(x).nan_to_num(x, nan=nan, posinf=posinf, neginf=neginf)
+
+    def backward(self, g):
+        return g * self.finite
+
+
 class Cast(Function):
     saves = ()
 
@@ -1372,8 +1385,8 @@ class Pow(Function):
         return out
 
     def backward(self, g):
-        # PyTorch's masks: no gradient for a where b == 0 (b a^(b-1) at a == 0 would be 0 * inf), none for b
-        # where a == 0 and b >= 0 (a^b log a would be 0 * -inf or -inf)
+        # PyTorch's masks: none for a where b == 0 (b a^(b-1) at a == 0 would be 0 * inf), even where g is NaN; for
+        # b, on the factor that multiplies g (a NaN g stays NaN) where a == 0 and b >= 0 (a^b log a: 0 * -inf or -inf)
         xp, zero, da, db = _xp(g), g.dtype.type(0), None, None
         if self.needs_grad[0]:   # PyTorch's order: g (b a^(b-1))
             if self.number is None:
@@ -1386,7 +1399,7 @@ class Pow(Function):
                 da = g * (power.astype(wide, copy=False) * wide.type(self.number)).astype(power.dtype, copy=False)
             da = _unbroadcast(da, self.a.shape)
         if self.needs_grad[1]:
-            db = _unbroadcast(xp.where((self.a == 0) & (self.b >= 0), zero, g * self.out * xp.log(self.a)),
+            db = _unbroadcast(g * xp.where((self.a == 0) & (self.b >= 0), zero, self.out * xp.log(self.a)),
                               self.b.shape)
         return da, db
 
@@ -1464,6 +1477,22 @@ class Where(Function):
         zero = g.dtype.type(0)
         return (_unbroadcast(_xp(g).where(self.condition, g, zero), self.shapes[0]),
                 _unbroadcast(_xp(g).where(self.condition, zero, g), self.shapes[1]))
+
+
+class Lerp(Function):
+    """start + weight (end - start), PyTorch's form: end + (weight - 1) (end - start) where |weight| >= 0.5. Its
+    gradients are g (1 - weight), g weight and g (end - start), as PyTorch's (not through the selection, whose other
+    side would give 0 * inf = NaN where an operand is infinite)."""
+    def forward(self, start, end, weight):
+        self.start, self.end, self.weight = start, end, weight
+        span = end - start
+        return _xp(start).where(abs(weight) < 0.5, start + weight * span, end + (weight - 1) * span)
+
+    def backward(self, g):
+        start, end, weight = self.start, self.end, self.weight
+        return (_unbroadcast(g * (1 - weight), start.shape) if self.needs_grad[0] else None,
+                _unbroadcast(g * weight, end.shape) if self.needs_grad[1] else None,
+                _unbroadcast(g * (end - start), weight.shape) if self.needs_grad[2] else None)
 
 
 class MatMul(Function):
@@ -4469,9 +4498,7 @@ class Tensor:
         PyTorch's; integer and bool tensors as they are."""
         if self.dtype.kind != 'f':
             return self.clone()
-        with np.errstate(over='ignore'):   # (a replacement beyond the dtype's range becomes inf, as in PyTorch)
-            filled = _xp(self.data).nan_to_num(self.data, nan=nan, posinf=posinf, neginf=neginf)
-        return where(self.isfinite(), self, Tensor._wrap(filled, self.device))
+        return NanToNum.apply(self, nan=nan, posinf=posinf, neginf=neginf)   # (beyond the dtype's range: inf)
 
     def lerp(self, end, weight):
         """self + weight (end - self), as PyTorch's: end + (weight - 1) (end - self) where |weight| >= 0.5 (end itself
@@ -4487,8 +4514,9 @@ class Tensor:
             return self.float().lerp(end.float(), weight.float() if isinstance(weight, Tensor) else weight).half()
         if not isinstance(weight, Tensor):
             return self + weight * (end - self) if -0.5 < weight < 0.5 else end + (weight - 1) * (end - self)
-        weight = weight.to(self.dtype)
-        return where((weight < 0.5) & (weight > -0.5), self + weight * (end - self), end + (weight - 1) * (end - self))
+        if self.ndim == end.ndim == weight.ndim == 0 and _promote(self.dtype, weight.dtype) != self.dtype:
+            return self.to(weight.dtype).lerp(end.to(weight.dtype), weight)   # (all 0-d: PyTorch's result promotes)
+        return Lerp.apply(self, end, weight.to(self.dtype))
 
     def abs(self):
         if self.dtype == np.bool_:
