@@ -1780,6 +1780,17 @@ def test_where_refuses_a_number_beyond_the_integer_dtype_as_pytorch():
             assert same_dtype(ours, theirs) and np.array_equal(ours.numpy(), theirs.numpy()), (v, first)
 
 
+def test_tensor_of_numpy_scalars_keeps_their_dtypes_as_pytorch():
+    """tl.tensor of a (nested) list holding NumPy scalars types it as PyTorch's: each scalar's dtype, promoted with
+    the Python numbers' (int64, float32, bool), so that a float64 one keeps its digits."""
+    need_torch()
+    for data in ([np.float64(0.1), 2], [np.uint8(3), np.uint8(4)], [np.uint8(3), 4], [np.float32(1.5), 2.5],
+                 [np.float16(1), 2.0], [np.float16(1), 2], [np.bool_(True), True], [[np.int32(1)], [np.int8(2)]],
+                 [np.int16(5), np.float16(2)], [[0.1, 2], [3, 4]], [True, 2], [], [np.int8(1), 5]):
+        ours, theirs = tl.tensor(data), torch.tensor(data)
+        same_as_torch(ours, theirs, repr(data))
+
+
 def test_masked_fill_masked_select_as_pytorch():
     """masked_fill (a number or a 0-d tensor, cast to the tensor's dtype; the mask broadcast, the result of the
     broadcast shape) and masked_select as PyTorch's over dtypes; a value tensor's gradient is the filled elements'

@@ -5477,7 +5477,8 @@ def ones(*shape, device=None, dtype=None, requires_grad=False):
 
 def _python_data(data, dtype):
     """Python numbers (nested lists of them) as a NumPy array typed as PyTorch types them (int64, float32, bool) where
-    dtype is None. As PyTorch's: an int beyond int64 raises (NumPy makes it uint64 or an object) unless dtype is a float
+    dtype is None, with NumPy scalars among them keeping their dtypes, promoted with those. As PyTorch's: an int beyond
+    int64 raises (NumPy makes it uint64 or an object) unless dtype is a float
     one, and so does a value an integer dtype cannot hold (NumPy would wrap it)."""
     array, dtype = np.array(data), dtype and _dtype(dtype)
     kind = array.dtype.kind   # NumPy makes ints beyond int64 uint64, objects, or (with smaller ones) float64
@@ -5489,7 +5490,14 @@ def _python_data(data, dtype):
     if dtype is not None:
         _check_data_fits(array, dtype)
         return array
-    return array.astype(np.float32 if array.dtype.kind == 'f' else np.int64) if array.dtype.kind in 'iuf' else array
+    if array.dtype in (np.bool_, np.int64):   # (Python's bools or ints, NumPy's among them too: PyTorch's the same)
+        return array
+    if array.dtype.kind not in 'iuf':
+        return array
+    types = set(map(type, np.array(data, dtype=object).ravel()))
+    typed = [np.dtype(t if issubclass(t, np.generic) else bool if issubclass(t, bool) else
+                      np.int64 if issubclass(t, int) else np.float32) for t in types]
+    return array.astype(_promote(*typed) if typed else np.float32)   # ([]: float32)
 
 
 def _check_data_fits(array, dtype):
