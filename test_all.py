@@ -1762,10 +1762,11 @@ def test_scatter_src_larger_than_index():
         assert np.all(s.grad.numpy()[2:] == 0) and np.all(s.grad.numpy()[:, 4:] == 0)
 
 
-def test_where_refuses_a_number_beyond_the_integer_dtype_as_pytorch():
+def test_where_and_item_assignment_refuse_a_number_beyond_the_dtype_as_pytorch():
     """tl.where(condition, int tensor, number) and the number first: one the tensor's integer dtype cannot hold
     raises RuntimeError naming it (as PyTorch's; NumPy would wrap 300 to 44 in int8), one it holds gives PyTorch's
-    values, and a float number still promotes to float32."""
+    values, and a float number still promotes to float32. A float beyond float32's range raises too, in where and
+    item assignment, as PyTorch's (not inf), and float16 takes one beyond its range as inf, as PyTorch's."""
     need_torch()
     r = rng('where numbers')
     x0, c0 = r.integers(-50, 50, 12).astype(np.int8), r.random(12) < 0.5
@@ -1773,6 +1774,20 @@ def test_where_refuses_a_number_beyond_the_integer_dtype_as_pytorch():
         for args in ((tl.tensor(c0), tl.tensor(x0), v), (tl.tensor(c0), v, tl.tensor(x0))):
             raises(RuntimeError, lambda: tl.where(*args), 'where', str(v), 'int8')
         raises(RuntimeError, lambda: torch.where(torch.tensor(c0), torch.tensor(x0), v))
+    f0 = sample(r, (12,))
+    for lib in (tl, torch):
+        for dtype, v, refused in ((lib.float32, 1e300, True), (lib.float32, -1e39, True), (lib.float16, 1e5, False),
+                                  (lib.float32, float('inf'), False), (lib.float64, 1e300, False)):
+            x, c = lib.tensor(f0).to(dtype), lib.tensor(c0)
+            for f in (lambda: lib.where(c, x, v), lambda: lib.where(c, v, x), lambda: x.__setitem__(3, v),
+                      lambda: x.__setitem__(c, v)):
+                if refused:
+                    raises(RuntimeError, f, 'overflow')
+                    assert np.array_equal(x.numpy(), f0.astype(np.float32)), 'changed by a refused assignment'
+                else:
+                    f()
+            if not refused:
+                assert np.isinf(x.numpy()[3]) == (abs(v) > np.finfo(x.numpy().dtype).max), (dtype, v)
     for v in (100, -128, 2.5):
         for first in (False, True):
             ours = tl.where(tl.tensor(c0), *[tl.tensor(x0), v][::-1 if first else 1])

@@ -5399,7 +5399,7 @@ class Tensor:
             raise IndexError(f"index {index} is invalid for a tensor of shape {self.shape}: {e}") from None
 
     def __setitem__(self, index, value):
-        if self.dtype.kind != 'f':   # (a float beyond a float dtype's range becomes inf, as in PyTorch)
+        if self.dtype != np.float16:   # (float16 takes a number beyond its range as inf, as PyTorch's)
             _check_fits(value, self.dtype, 'item assignment')
         value = self._operand(value)
         if value.device != self.device:
@@ -5778,7 +5778,7 @@ def where(condition, a, b):
     if not isinstance(a, Tensor):
         a = b._operand(a) if isinstance(b, Tensor) else Tensor(a, device=condition.device)
     b = a._operand(b)
-    if a.dtype.kind in 'iu' and a.dtype == b.dtype:   # as PyTorch: a number that the integer dtype cannot hold raises
+    if a.dtype == b.dtype != np.float16:   # as PyTorch: a number the dtype cannot hold raises (float16's: inf)
         for v in numbers:
             _check_fits(v, a.dtype, 'where')
     if a.dtype != b.dtype:
