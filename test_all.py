@@ -9085,6 +9085,24 @@ def test_grad_accumulates_in_place_as_pytorch():
     assert np.array_equal(e.grad.numpy(), np.full((2, 3), 3.0))
 
 
+def test_non_leaf_grad_read_warns_as_pytorch():
+    """Reading .grad of a non-leaf that does not retain its gradient warns (UserWarning, as PyTorch's: backward never
+    fills it); a leaf's, a retained non-leaf's and a filled one's do not."""
+    need_torch()
+    for lib in (tl, torch):
+        x = lib.ones(2, requires_grad=True)
+        y, kept = x * 2, x * 3
+        kept.retain_grad()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            assert y.grad is None
+        assert [w.category for w in caught] == [UserWarning] and 'retain_grad' in str(caught[0].message), lib
+        (y + kept).sum().backward()
+        with warnings.catch_warnings():
+            warnings.simplefilter('error')
+            assert x.grad is not None and kept.grad is not None and lib.ones(2).grad is None
+
+
 def test_failed_updates_leave_hooks_grads_and_data_as_they_were():
     """A failed in-place update keeps the tensor's hooks; zero_grad(set_to_none=False) zeroes an expanded .grad as
     PyTorch's (a read-only one too), none left half done; a backward whose gradient no longer fits a .grad (.data replaced) raises before

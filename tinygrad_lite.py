@@ -3995,6 +3995,10 @@ class Tensor:
 
     @property
     def grad(self):
+        if self._grad is None and self._ctx is not None and not self._retains_grad:
+            warnings.warn("the .grad of a tensor that is not a leaf is being read: backward() does not fill it (as "
+                          "PyTorch's); call .retain_grad() on it before the backward, or read the leaf's",
+                          UserWarning, stacklevel=2)
         return self._grad
 
     @grad.setter
@@ -6723,7 +6727,7 @@ class Module:
         if dtype is not None and dtype.kind != 'f':
             raise TypeError(f"{what}: only floating-point dtypes, got {dtype}")
         converted, tensors = [], list(self._named_tensors(recurse=recurse, remove_duplicate=True))
-        for u in {id(u): u for _, t, _ in tensors for u in (t, t.grad) if u is not None}.values():
+        for u in {id(u): u for _, t, _ in tensors for u in (t, t._grad) if u is not None}.values():
             data = u.data.astype(dtype, copy=False) if dtype is not None and u.dtype.kind == 'f' else u.data
             converted.append((u, data if device is None else _move(data, device)))
         buffers = {id(t) for _, t, is_buffer in tensors if is_buffer}
