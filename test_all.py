@@ -1778,7 +1778,7 @@ def test_where_and_item_assignment_refuse_a_number_beyond_the_dtype_as_pytorch()
     for lib in (tl, torch):
         for dtype, v, refused in ((lib.float32, 1e300, True), (lib.float32, -1e39, True), (lib.float16, 1e5, False),
                                   (lib.float32, float('inf'), False), (lib.float64, 1e300, False)):
-            x, c = lib.tensor(f0).to(dtype), lib.tensor(c0)
+            x, c = lib.tensor(f0.copy()).to(dtype), lib.tensor(c0)   # (tl.tensor keeps the array's memory)
             for f in (lambda: lib.where(c, x, v), lambda: lib.where(c, v, x), lambda: x.__setitem__(3, v),
                       lambda: x.__setitem__(c, v)):
                 if refused:
@@ -1787,7 +1787,7 @@ def test_where_and_item_assignment_refuse_a_number_beyond_the_dtype_as_pytorch()
                 else:
                     f()
             if not refused:
-                assert np.isinf(x.numpy()[3]) == (abs(v) > np.finfo(x.numpy().dtype).max), (dtype, v)
+                assert np.isinf(x.numpy()[3]) == (abs(v) > float(np.finfo(x.numpy().dtype).max)), (dtype, v)
     for v in (100, -128, 2.5):
         for first in (False, True):
             ours = tl.where(tl.tensor(c0), *[tl.tensor(x0), v][::-1 if first else 1])

@@ -1358,8 +1358,11 @@ class Div(Function):
 def _power(a, exponent):
     """a ** exponent, a Python number, as PyTorch's float32 and float64: its exact forms where it has one (sqrt at 0.5,
     1 / sqrt at -0.5, products at 2, 3 and -2, 1 / a at -1: pow's result differs in the last bit, and pow(-0, -0.5)
-    is inf where 1 / sqrt gives -inf), pow elsewhere and in float16 (as PyTorch's)."""
+    is inf where 1 / sqrt gives -inf), pow elsewhere and in float16 (as PyTorch's); at 1 a copy in every dtype, as
+    PyTorch's (CuPy's float64 pow(x, 1) is off in the last bit: the gradient of x ** 2 reads it)."""
     xp = _xp(a)
+    if exponent == 1:
+        return a.copy()
     forms = {0.5: xp.sqrt, -0.5: lambda a: 1 / xp.sqrt(a), -1: lambda a: 1 / a, 2: lambda a: a * a,
              3: lambda a: a * a * a, -2: lambda a: 1 / (a * a)}
     if a.dtype in (np.float32, np.float64) and exponent in forms:
