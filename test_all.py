@@ -9169,6 +9169,22 @@ def test_gradients_through_infinities_and_nan_gradients_as_pytorch():
     assert zero_d[0].item() == torch.tensor(1.0).lerp(torch.tensor(0.0), torch.tensor(0.3, dtype=torch.float64)).item()
 
 
+def test_pad_value_the_dtype_cannot_hold_raises_as_pytorch():
+    """pad's constant value is checked as PyTorch's fill: one an integer dtype cannot hold (-1 or 300 for uint8, NaN
+    for int32) or beyond a float dtype's range (1e5 for float16) raises RuntimeError, leaving nothing padded (NumPy
+    wrapped -1 to 255); a float for an integer dtype is truncated, and inf fills a float tensor."""
+    need_torch()
+    torch_zeros = lambda dtype: torch.zeros(2, dtype=getattr(torch, np.dtype(dtype).name))
+    for dtype, value in ((np.uint8, -1), (np.uint8, 300), (np.int32, float('nan')), (np.float16, 1e5),
+                         (np.float32, 1e300)):
+        raises(RuntimeError, lambda: torch.nn.functional.pad(torch_zeros(dtype), (1, 1), value=value), 'overflow')
+        raises(RuntimeError, lambda: tl.zeros(2, dtype=dtype).pad((1, 1), value=value), 'pad', 'overflow')
+    for dtype, value in ((np.int64, 2.5), (np.float32, float('inf'))):
+        ours = tl.zeros(2, dtype=dtype).pad((1, 1), value=value)
+        theirs = torch.nn.functional.pad(torch_zeros(dtype), (1, 1), value=value)
+        same_as_torch(ours, theirs, f'pad {np.dtype(dtype).name} with {value}')
+
+
 def test_error_unsupported_dtype():
     raises(TypeError, lambda: tl.Tensor(np.array(['a', 'b'])))
     raises(TypeError, lambda: tl.Tensor(['a', 'b']))

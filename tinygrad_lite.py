@@ -5133,6 +5133,7 @@ class Tensor:
         if mode != 'constant':
             return self._pad_read(pad, mode, value)
         value = 0.0 if value is None else value
+        _check_fits(value, self.dtype, 'pad')   # (as PyTorch's fill: -1 for uint8 raises, not wraps)
         pairs = [pad[i:i + 2] for i in range(0, len(pad), 2)]   # from the last axis back
         if len(pad) % 2 or len(pairs) > self.ndim or any(n + lo + hi < 0 or n + min(lo, 0) + min(hi, 0) < 0
                                                          for (lo, hi), n in zip(pairs, reversed(self.shape))):
