@@ -915,6 +915,19 @@ def test_random_generators():
     assert u.min() >= 0 and u.max() < 1 and abs(u.mean() - 0.5) < 0.01 and u.dtype == np.float32
 
 
+def test_rand_below_one_in_every_dtype_as_pytorch():
+    """rand draws [0, 1) in float16 and float32 too, as PyTorch's (float64 draws rounded to float16 gave 1.0 about once
+    in 4096), on each device: multiples of 2^-11 and 2^-24 with the largest below 1 drawn."""
+    tl.manual_seed(5)
+    for device in ('cpu',) + (('cuda',) if tl.cuda_is_available() else ()):
+        for dtype, bits in ((tl.float16, 11), (tl.float32, 24)):
+            u = tl.rand(2 ** 18 if dtype == tl.float16 else 2 ** 20, dtype=dtype, device=device).numpy()
+            steps = u.astype(np.float64) * 2 ** bits
+            assert u.dtype == dtype and u.min() >= 0 and u.max() < 1 and np.array_equal(steps, np.floor(steps))
+            assert dtype == tl.float32 or u.max() == 1 - 2 ** -11, (device, u.max())
+            assert abs(u.mean() - 0.5) < 0.01
+
+
 def test_conversions_dtype_and_clone():
     a = sample(rng('conv'), (2, 3)).astype(np.float32)
     t = tl.Tensor(a)

@@ -5557,8 +5557,12 @@ def randn(*shape, device=None, dtype=None, requires_grad=False):
 
 @_aliases(size='shape')
 def rand(*shape, device=None, dtype=None, requires_grad=False):
-    return _factory(lambda xp, s, d: xp.random.random(s).astype(d), shape, device, _float_dtype(dtype, 'rand'),
-                    requires_grad)
+    """Uniform on [0, 1) as PyTorch's: float64 draws cut down to the dtype's steps of 2^-(mantissa + 1) (rounded,
+    float16's and float32's largest draws would be 1)."""
+    def draw(xp, s, d):
+        steps = 2.0 ** (np.finfo(d).nmant + 1)
+        return (xp.floor(xp.random.random(s) * steps) / steps).astype(d)
+    return _factory(draw, shape, device, _float_dtype(dtype, 'rand'), requires_grad)
 
 
 def zeros_like(t, device=None, dtype=None, requires_grad=False):
