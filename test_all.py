@@ -9118,9 +9118,9 @@ def test_non_leaf_grad_read_warns_as_pytorch():
 
 def test_failed_updates_leave_hooks_grads_and_data_as_they_were():
     """A failed in-place update keeps the tensor's hooks; zero_grad(set_to_none=False) zeroes an expanded .grad as
-    PyTorch's (a read-only one too), none left half done; a backward whose gradient no longer fits a .grad (.data replaced) raises before
-    any .grad changes; .data takes a Tensor or an array (PyTorch's idiom), with its shape, dtype and device, and
-    refuses anything else, and an integer array for a tensor that requires grad."""
+    PyTorch's (a read-only one too), none left half done; a backward whose gradient no longer fits a .grad (.data
+    replaced) raises before any .grad changes; .data takes a Tensor or an array (PyTorch's idiom), with its shape,
+    dtype and device, and refuses anything else, and an integer array for a tensor that requires grad."""
     need_torch()
     x0 = sample(rng('failed updates'), (2,))
     grads = []
