@@ -4861,6 +4861,12 @@ __global__ void cross_entropy_bwd(const T* __restrict__ x, const I* __restrict__
 }
 
 // ===== optimizers =====
+// products and sums rounded one by one (no fused multiply-add), as the composed path's NumPy and CuPy ops
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
+
 // One SGD step in place, PyTorch's rule: d = g + wd p; with momentum, buf = d on the first step, else
 // momentum buf + (1 - dampening) d, and d = d + momentum buf (Nesterov) or buf; then p -= lr d. The
 // learning rate is read from device memory where lr_on_device is given (a CUDA graph replays the step
@@ -4870,15 +4876,20 @@ __global__ void sgd_step(T* __restrict__ p, const T* __restrict__ g, T* __restri
                          const float* __restrict__ lr_on_device, double lr, double weight_decay, double momentum,
                          double dampening, int nesterov, int first)
 {
+    // The composed path's ops (torch.optim's), each rounded to T (float16: after every op), the factor of each
+    // a.add(b, alpha) rounded to T first, the momentum product's not: the CPU's bits.
     using A = acc_t<T>;
-    if (lr_on_device) lr = *lr_on_device;
+    const A wd = A(T(weight_decay)), keep = A(T(1 - dampening)), mom = A(T(momentum));
+    const A step = A(T(-(lr_on_device ? double(*lr_on_device) : lr)));
+    const auto rounded = [](A x) { return A(T(x)); };
     for (long long i = global_id(); i < n; i += global_threads()) {
-        A d = A(g[i]) + A(weight_decay) * A(p[i]);
+        A d = weight_decay != 0 ? rounded(add_rn(A(g[i]), mul_rn(wd, A(p[i])))) : A(g[i]);
         if (momentum != 0) {
-            const A b = first ? d : A(momentum) * A(buf[i]) + A(1 - dampening) * d;
+            const A kept = rounded(mul_rn(A(buf[i]), A(momentum)));
+            const A b = first ? d : rounded(add_rn(kept, mul_rn(keep, d)));
             buf[i] = T(b);
-            d = nesterov ? d + A(momentum) * b : b;
+            d = nesterov ? rounded(add_rn(d, mul_rn(mom, b))) : b;
         }
-        p[i] = T(A(p[i]) - A(lr) * d);
+        p[i] = T(add_rn(A(p[i]), mul_rn(step, d)));
     }
 }

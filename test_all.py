@@ -9577,6 +9577,58 @@ def test_gpu_optimizer_state_on_another_device_changes_nothing():
     assert np.array_equal(a.numpy(), before)
 
 
+def test_gpu_sgd_step_bits_as_cpu():
+    """SGD's step on the GPU (one kernel: sgd_step) gives the CPU's bits in float16, float32 and float64: each op
+    rounded where the composed path rounds (float16 after every op, each factor of a.add(b, alpha) rounded first),
+    no fused multiply-adds; with weight decay or none, dampening, Nesterov, a learning rate in a tensor, and a
+    momentum buffer laid out apart from its parameter (the kernel read it in the parameter's order)."""
+    need_cuda()
+    r = rng('gpu sgd bits')
+    p0 = sample(r, (37, 29))
+    grads = [sample(r, (37, 29)) for _ in range(3)]
+    options = [dict(momentum=0.9, weight_decay=0.01), dict(momentum=0.8, dampening=0.1),
+               dict(momentum=0.9, weight_decay=1e-3, nesterov=True), dict(weight_decay=0.01), dict(momentum=0.5)]
+    for dtype in (np.float16, np.float32, np.float64):
+        for k, opts in enumerate(options):
+            results = []
+            for device in ('cuda', 'cpu'):
+                p = tl.Parameter(tl.tensor(p0.astype(dtype), device=device))
+                lr = tl.tensor([0.05], device=device) if k == 1 else 0.05
+                opt = tl.SGD([p], lr=lr, **opts)
+                for step, g in enumerate(grads):
+                    p.grad = tl.tensor(g.astype(dtype), device=device)
+                    opt.step()
+                    if step == 0 and k == 4:   # the buffer made anew in the other layout (F order on both)
+                        kept = opt.state[p]['momentum_buffer'].numpy()
+                        opt.state[p]['momentum_buffer'] = tl.tensor(kept.T.copy(), device=device).T
+                state = opt.state[p].get('momentum_buffer')
+                results.append([p] + ([state] if state is not None else []))
+            for name, gpu, cpu in zip(('parameter', 'momentum buffer'), *results):
+                same = float_bits(gpu) == float_bits(cpu)
+                assert same.all(), f'{np.dtype(dtype).name} SGD({opts}): {name} differs at {(~same).sum()} elements'
+
+
+def test_gpu_item_assignment_of_overlapping_memory_as_cpu():
+    """Item assignment and copy_ on the GPU whose value views the tensor's own memory (x[1:] = x[:-1], a shift by an
+    index array or a mask) give the CPU's result, as if the value were copied first (CuPy's copies and scatters read
+    and write at once: about 1 in 400 elements of a 4M-element shift came out wrong)."""
+    need_cuda()
+    n = 2 ** 22
+    mask = np.arange(n) > 0
+    cases = [('x[1:] = x[:-1]', lambda x: x.__setitem__(slice(1, None), x[:-1])),
+             ('x[arange(1, n)] = x[:-1]', lambda x: x.__setitem__(tl.arange(1, n, device=x.device), x[:-1])),
+             ('x[mask] = x[:-1]', lambda x: x.__setitem__(tl.tensor(mask, device=x.device), x[:-1])),
+             ('x[(arange(n) + 1) % n] = x', lambda x: x.__setitem__((tl.arange(n, device=x.device) + 1) % n, x)),
+             ('x[1:].copy_(x[:-1])', lambda x: x[1:].copy_(x[:-1]))]
+    for text, write in cases:
+        results = []
+        for device in ('cuda', 'cpu'):
+            x = tl.arange(n, dtype=tl.float32, device=device)
+            write(x)
+            results.append(x.numpy())
+        assert np.array_equal(*results), f'{text}: {(results[0] != results[1]).sum()} elements differ'
+
+
 def test_gpu_expand_shares_its_input_version():
     """An expanded view on the GPU shares its input's version counter (CuPy's broadcast_to keeps a base): an
     in-place change through it makes a backward that needs the input raise, as on the CPU."""

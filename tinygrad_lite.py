@@ -471,6 +471,14 @@ def _expanded(a):
     return a.size > 1 and any(step == 0 and size > 1 for step, size in zip(a.strides, a.shape))
 
 
+def _apart(value, target):
+    """value as an array to write into target: a copy on the GPU where the two may share memory (CuPy's copies and
+    scatters read and write them at once, where NumPy's assignment reads the value first, as if copied)."""
+    if isinstance(value, np.ndarray) or not cp.may_share_memory(value, target):
+        return value
+    return value.copy()
+
+
 def _unwritable_memory(a):
     """Whether array a's memory is read-only (NumPy's flag; CuPy's arrays have none: writable)."""
     return isinstance(a, np.ndarray) and not a.flags.writeable
@@ -1943,7 +1951,7 @@ class SetItem(Function):
 
     def forward(self, x, value, steps):
         self.steps, self.value_shape, self.value_dtype = steps, value.shape, value.dtype
-        _written(x, steps)[steps[-1]] = value.astype(x.dtype, copy=False)
+        _written(x, steps)[steps[-1]] = _apart(value.astype(x.dtype, copy=False), x)
         return x
 
     def backward(self, g):
@@ -5327,7 +5335,7 @@ class Tensor:
         if not shared:
             self._refuse_expanded(what)
         with np.errstate(invalid='ignore'):   # NaN or inf cast to an integer: as PyTorch, no warning
-            self.data[...] = value.data
+            self.data[...] = _apart(value.data, self.data)
         self._version[0] += 1
         return self
 
@@ -5436,7 +5444,7 @@ class Tensor:
         # as PyTorch: a slice's elements must not share memory (e[0] of an expand may be written); an index array's
         # tensor's not at all (PyTorch deprecates such writes)
         self._refuse_expanded('item assignment', target[steps[-1]] if _is_basic_index(steps[-1]) else None)
-        target[steps[-1]] = fit(value).data.astype(self.dtype, copy=False)
+        target[steps[-1]] = _apart(fit(value).data.astype(self.dtype, copy=False), self.data)
         self._version[0] += 1
 
 
@@ -8002,8 +8010,10 @@ class SGD(Optimizer):
 
     def _update(self, p, g, group, state):
         momentum = group['momentum']
-        kernel = _fused(p, 'sgd_step', p.dtype) if p.flags.c_contiguous else None
-        if kernel is not None:   # the whole step in one kernel
+        buffer = state.get('momentum_buffer')   # (the kernel reads it in p's order: one of another layout, composed)
+        dense = p.flags.c_contiguous and (buffer is None or buffer.data.flags.c_contiguous)
+        kernel = _fused(p, 'sgd_step', p.dtype) if dense else None
+        if kernel is not None:   # the whole step in one kernel, with the composed path's roundings
             first = momentum and 'momentum_buffer' not in state
             if first:
                 state['momentum_buffer'] = Tensor(cp.empty_like(p))
