@@ -472,11 +472,12 @@ def _expanded(a):
 
 
 def _apart(value, target):
-    """value as an array to write into target: a copy on the GPU where the two may share memory (CuPy's copies and
-    scatters read and write them at once, where NumPy's assignment reads the value first, as if copied)."""
-    if isinstance(value, np.ndarray) or not cp.may_share_memory(value, target):
-        return value
-    return value.copy()
+    """value (an array, or a number's NumPy scalar) to write into target: a copy of a CuPy array that may share
+    target's memory (CuPy's copies and scatters read and write them at once, where NumPy's assignment reads the value
+    first, as if copied)."""
+    if cp is not None and isinstance(value, cp.ndarray) and cp.may_share_memory(value, target):
+        return value.copy()
+    return value
 
 
 def _unwritable_memory(a):
@@ -5494,8 +5495,8 @@ def ones(*shape, device=None, dtype=None, requires_grad=False):
 def _python_data(data, dtype):
     """Python numbers (nested lists of them) as a NumPy array typed as PyTorch types them (int64, float32, bool) where
     dtype is None, with NumPy scalars among them keeping their dtypes, promoted with those. As PyTorch's: an int beyond
-    int64 raises (NumPy makes it uint64 or an object) unless dtype is a float
-    one, and so does a value an integer dtype cannot hold (NumPy would wrap it)."""
+    int64 raises (NumPy makes it uint64 or an object) unless dtype is a float one, and so does a value an integer dtype
+    cannot hold (NumPy would wrap it)."""
     array, dtype = np.array(data), dtype and _dtype(dtype)
     kind = array.dtype.kind   # NumPy makes ints beyond int64 uint64, objects, or (with smaller ones) float64
     big = kind == 'O' or kind in 'uf' and array.size and np.abs(array).max() >= 2 ** 63
@@ -6751,7 +6752,7 @@ class Module:
         for u, data in converted:   # only once all are converted: a failure leaves the module as it was
             if id(u) in buffers and data is not u.data:
                 new = renewed[id(u)] = Tensor._wrap(data, device or u.device)
-                new.requires_grad, new._grad = u.requires_grad, u.grad   # (its grad converted in this loop too)
+                new.requires_grad, new._grad = u.requires_grad, u._grad   # (its grad converted in this loop too)
             else:
                 u.data = data
         for _, m in self.named_modules() if recurse else [('', self)]:
