@@ -9161,7 +9161,8 @@ def test_failed_updates_leave_hooks_grads_and_data_as_they_were():
 def test_gradients_through_infinities_and_nan_gradients_as_pytorch():
     """lerp's gradients where an operand is infinite (inf and -inf, as PyTorch's: not NaN through the unselected
     side of its two forms), and a NaN gradient through pow and nan_to_num where their masks apply (NaN, as
-    PyTorch's multiplies the mask in, not 0); lerp of 0-d tensors takes the weight's wider dtype, as PyTorch's."""
+    PyTorch's multiplies the mask in, not 0); the product of a 0-d inf has gradient 1; lerp of 0-d tensors takes the
+    weight's wider dtype, as PyTorch's."""
     need_torch()
     r, inf, nan = rng('gradients through inf'), np.inf, np.nan
     start, end, weight = sample(r, (6,)), sample(r, (6,)), np.array([0.25, 0.75, -0.3, 2.0, 0.25, inf])
@@ -9179,6 +9180,10 @@ def test_gradients_through_infinities_and_nan_gradients_as_pytorch():
         got.backward(tl.tensor(nans)), want.backward(torch.tensor(nans))
         for a, b in zip(ours, theirs):
             same_as_torch(a.grad, b.grad, f'{name}: a NaN gradient')
+    for lib in (tl, torch):   # the product of a 0-d inf: its gradient 1, as PyTorch's (not inf / inf)
+        x = lib.tensor(inf, requires_grad=True)
+        x.prod().backward()
+        assert x.grad.item() == 1.0, lib.__name__
     zero_d = [tl.tensor(1.0).lerp(tl.tensor(0.0), tl.tensor(0.3, dtype=dtype)) for dtype in (tl.float64, tl.float16)]
     assert [t.dtype for t in zero_d] == [np.float64, np.float32]
     assert zero_d[0].item() == torch.tensor(1.0).lerp(torch.tensor(0.0), torch.tensor(0.3, dtype=torch.float64)).item()

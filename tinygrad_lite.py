@@ -1646,7 +1646,7 @@ class Prod(Function):
     """The product over axes. Its gradient, the product of the other elements, as PyTorch's: out / x where x holds no
     zero; else exactly, from the products before and after each element along its slice (no division: a zero's is
     the product of the rest, an infinity beside a zero gets 0), and, for the product of all elements, 0 throughout
-    where two or more are zero."""
+    where two or more are zero; a 0-d x's is 1, as PyTorch's (out / x would be NaN at inf)."""
     saves, saves_output = (0,), True
 
     def forward(self, x, axes, keepdim):
@@ -1657,6 +1657,8 @@ class Prod(Function):
 
     def backward(self, g):
         x, xp = _wide(self.x), _xp(self.x)
+        if not x.ndim:
+            return xp.asarray(g).reshape(())
         if not x.size:
             return xp.zeros(x.shape, g.dtype)
         axes = list(self.axes)
