@@ -4876,8 +4876,8 @@ __global__ void sgd_step(T* __restrict__ p, const T* __restrict__ g, T* __restri
                          const float* __restrict__ lr_on_device, double lr, double weight_decay, double momentum,
                          double dampening, int nesterov, int first)
 {
-    // The composed path's ops (torch.optim's), each rounded to T (float16: after every op), the factor of each
-    // a.add(b, alpha) rounded to T first, the momentum product's not: the CPU's bits.
+    // The composed path's ops (torch.optim's), each rounded to T (float16: after every op), the factor alpha of each
+    // a.add(b, alpha) rounded to T first (momentum as buf's multiplier is not: only the product is): the CPU's bits.
     using A = acc_t<T>;
     const A wd = A(T(weight_decay)), keep = A(T(1 - dampening)), mom = A(T(momentum));
     const A step = A(T(-(lr_on_device ? double(*lr_on_device) : lr)));

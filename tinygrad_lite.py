@@ -471,7 +471,7 @@ def _expanded(a):
     return a.size > 1 and any(step == 0 and size > 1 for step, size in zip(a.strides, a.shape))
 
 
-def _apart(value, target):
+def _unaliased(value, target):
     """value (an array, or a number's NumPy scalar) to write into target: a copy of a CuPy array that may share
     target's memory (CuPy's copies and scatters read and write them at once, where NumPy's assignment reads the value
     first, as if copied)."""
@@ -922,7 +922,7 @@ class Function:
                 raise RuntimeError(f"{cls.__name__}: expected all tensors on one device, got {device} and {t.device}")
         ctx = cls(inputs)
         with _quiet(device):
-            out = ctx.forward(*[t.data for t in inputs], **params)
+            out = ctx.forward(*[t._data for t in inputs], **params)
         recording = ctx.recording and out.dtype.kind == 'f'   # integer results need none
         result = Tensor._wrap(out, ctx.output_device(device), ctx if recording else None)
         if cls.may_view and _memory_owner(out) is _memory_owner(inputs[0].data):
@@ -1092,10 +1092,14 @@ def _backward(root, grad, retain_graph):
     order = _topological_order(root)
     leaves = _leaf_gradients(root, grad, order)   # every gradient before any leaf is touched: a failure changes nothing
     for t, g in leaves:
-        if t.grad is not None and (t.grad.shape, t.grad.dtype) != (g.shape, t.dtype):
-            raise RuntimeError(f"a gradient of shape {g.shape} ({t.dtype}) cannot accumulate into .grad of shape "
-                               f"{t.grad.shape} ({t.grad.dtype}): the tensor's .data was replaced after its .grad was "
-                               "set; set .grad = None first")
+        if t.grad is None:
+            continue
+        if (t.grad.shape, t.grad.dtype, t.grad.device) != (g.shape, t.dtype, t.device):
+            raise RuntimeError(f"a gradient of shape {g.shape} ({t.dtype}, {t.device}) cannot accumulate into .grad of "
+                               f"shape {t.grad.shape} ({t.grad.dtype}, {t.grad.device}): the tensor's .data or its "
+                               ".grad's .data was replaced after .grad was set; set .grad = None first")
+        if _expanded(t.grad.data):   # (as PyTorch's in-place accumulation)
+            raise RuntimeError(f"backward into .grad of shape {t.grad.shape}: {_unwritable(t.grad.data)}")
     for t, g in leaves:
         # as PyTorch, a gradient that nothing else holds becomes .grad itself: a writable array held by this loop
         # alone, owning its memory or a view of the whole of an array that only it holds, each element once (a
@@ -1111,7 +1115,7 @@ def _backward(root, grad, retain_graph):
             t._grad = Tensor._wrap(g, t.device)
         elif t._ctx is not None:   # a retained non-leaf's: a new tensor, as PyTorch's
             t._grad = Tensor._wrap(t.grad.data + g, t.device)
-        elif _unwritable(t.grad.data):   # (an expanded or read-only .grad that the caller set)
+        elif _unwritable_memory(t.grad.data):   # (a read-only .grad that the caller set: np.load(mmap_mode='r'))
             t.grad.data = _xp(g).asarray(t.grad.data + g)
         else:   # a leaf's accumulates in place, as PyTorch's: views and arrays of .grad see the sum
             t.grad.data += g
@@ -1497,6 +1501,7 @@ class Lerp(Function):
     side would give 0 * inf = NaN where an operand is infinite)."""
     def forward(self, start, end, weight):
         self.start, self.end, self.weight = start, end, weight
+        self.saves = [2] * (self.needs_grad[0] or self.needs_grad[1]) + [0, 1] * self.needs_grad[2]
         span = end - start
         return _xp(start).where(abs(weight) < 0.5, start + weight * span, end + (weight - 1) * span)
 
@@ -1954,7 +1959,7 @@ class SetItem(Function):
 
     def forward(self, x, value, steps):
         self.steps, self.value_shape, self.value_dtype = steps, value.shape, value.dtype
-        _written(x, steps)[steps[-1]] = _apart(value.astype(x.dtype, copy=False), x)
+        _written(x, steps)[steps[-1]] = _unaliased(value.astype(x.dtype, copy=False), x)
         return x
 
     def backward(self, g):
@@ -3982,6 +3987,8 @@ class Tensor:
         """As PyTorch's `x.data = y`: x takes y's array (a Tensor's, or a NumPy or CuPy array itself) with its shape,
         dtype and device, and keeps its history and gradient (a backward refuses a .grad that then no longer fits)."""
         array = value.data if isinstance(value, Tensor) else value
+        if isinstance(array, np.generic):   # (NumPy's arithmetic on 0-d arrays gives scalars: p.data - lr * g.data)
+            array = np.asarray(array)
         if not isinstance(array, np.ndarray) and not (cp is not None and isinstance(array, cp.ndarray)):
             raise TypeError(f"data must be a Tensor or a NumPy or CuPy array, not {type(value).__name__}")
         if _dtype(array.dtype) not in _FLOATS and self._requires_grad:   # (_dtype: TypeError for one not held)
@@ -4528,12 +4535,13 @@ class Tensor:
         if end.dtype != self.dtype or isinstance(weight, Tensor) and weight.ndim and weight.dtype != self.dtype:
             raise TypeError(f"lerp: end and a weight tensor must be of the input's dtype {self.dtype}, got "
                             f"{end.dtype} and {getattr(weight, 'dtype', type(weight).__name__)}")
+        if isinstance(weight, Tensor) and self.ndim == end.ndim == weight.ndim == 0 and _promote(
+                self.dtype, weight.dtype) != self.dtype:   # (all 0-d: PyTorch's result takes the weight's wider dtype)
+            return self.to(weight.dtype).lerp(end.to(weight.dtype), weight)
         if self.dtype == np.float16:
             return self.float().lerp(end.float(), weight.float() if isinstance(weight, Tensor) else weight).half()
         if not isinstance(weight, Tensor):
             return self + weight * (end - self) if -0.5 < weight < 0.5 else end + (weight - 1) * (end - self)
-        if self.ndim == end.ndim == weight.ndim == 0 and _promote(self.dtype, weight.dtype) != self.dtype:
-            return self.to(weight.dtype).lerp(end.to(weight.dtype), weight)   # (all 0-d: PyTorch's result promotes)
         return Lerp.apply(self, end, weight.to(self.dtype))
 
     def abs(self):
@@ -5338,7 +5346,7 @@ class Tensor:
         if not shared:
             self._refuse_expanded(what)
         with np.errstate(invalid='ignore'):   # NaN or inf cast to an integer: as PyTorch, no warning
-            self.data[...] = _apart(value.data, self.data)
+            self.data[...] = _unaliased(value.data, self.data)
         self._version[0] += 1
         return self
 
@@ -5447,7 +5455,7 @@ class Tensor:
         # as PyTorch: a slice's elements must not share memory (e[0] of an expand may be written); an index array's
         # tensor's not at all (PyTorch deprecates such writes)
         self._refuse_expanded('item assignment', target[steps[-1]] if _is_basic_index(steps[-1]) else None)
-        target[steps[-1]] = _apart(fit(value).data.astype(self.dtype, copy=False), self.data)
+        target[steps[-1]] = _unaliased(fit(value).data.astype(self.dtype, copy=False), self.data)
         self._version[0] += 1
 
 
@@ -6433,12 +6441,12 @@ class Parameter(Tensor):
 
 
 def _zero_grads(params, set_to_none):
-    """As PyTorch's zero_grad: each gradient dropped (set_to_none), or zeroed in place (an expanded or read-only one
-    that the caller set: replaced by zeros)."""
+    """As PyTorch's zero_grad: each gradient dropped (set_to_none), or zeroed in place (a read-only one that the caller
+    set: replaced by zeros)."""
     for p in params:
         if set_to_none or p.grad is None:
             p.grad = None
-        elif _unwritable(p.grad.data):
+        elif _unwritable_memory(p.grad.data):
             p.grad.data = _xp(p.grad.data).zeros_like(p.grad.data)
         else:
             p.grad.data[...] = 0
@@ -8015,7 +8023,8 @@ class SGD(Optimizer):
         momentum = group['momentum']
         buffer = state.get('momentum_buffer')   # (the kernel reads it in p's order: one of another layout, composed)
         dense = p.flags.c_contiguous and (buffer is None or buffer.data.flags.c_contiguous)
-        kernel = _fused(p, 'sgd_step', p.dtype) if dense else None
+        rate32 = not isinstance(group['lr'], Tensor) or group['lr'].dtype == np.float32   # (the kernel reads float32)
+        kernel = _fused(p, 'sgd_step', p.dtype) if dense and rate32 else None
         if kernel is not None:   # the whole step in one kernel, with the composed path's roundings
             first = momentum and 'momentum_buffer' not in state
             if first:
